@@ -1,0 +1,83 @@
+//! The small traits the executor drives, in the project's own types, so that the same executor
+//! runs against Docker + Kubernetes and against in-memory fakes.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::world::{Container, Node, Pdb, Pod};
+
+/// Why a backend call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The daemon or API server could not be reached.
+    #[error("cannot reach {what} at {at}: {reason}")]
+    Unreachable { what: &'static str, at: String, reason: String },
+    /// The object does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The operation did not finish in time.
+    #[error("{what}: timed out after {}s", after.as_secs())]
+    Timeout { what: String, after: Duration },
+    /// Anything else, with the backend's own words.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A container to create, fully resolved from a pool template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewContainer {
+    pub name: String,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub entrypoint: Option<Vec<String>>,
+    pub env: BTreeMap<String, String>,
+    /// The template's labels plus poolctl's own.
+    pub labels: BTreeMap<String, String>,
+    pub network: Option<String>,
+    pub privileged: bool,
+    pub volumes: Vec<String>,
+    pub tmpfs: Vec<String>,
+}
+
+/// What an exec inside a container ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub exit_code: i64,
+    /// Stdout and stderr, interleaved, truncated to a few KiB.
+    pub output: String,
+}
+
+/// Docker, as the executor sees it.
+pub trait Containers: Sync {
+    /// Every pool container (one list call).
+    fn list(&self) -> impl Future<Output = Result<Vec<Container>, BackendError>> + Send;
+    /// Make sure the image is present locally, pulling it if not. Returns whether it pulled.
+    fn ensure_image(&self, image: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Whether the named network exists.
+    fn network_exists(&self, name: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Create and start a container.
+    fn create(&self, spec: &NewContainer) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Run a command in a running container and wait for it, up to `timeout`.
+    fn exec(
+        &self,
+        name: &str,
+        argv: &[String],
+        timeout: Duration,
+    ) -> impl Future<Output = Result<ExecOutput, BackendError>> + Send;
+    /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
+    fn wait_up(&self, name: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Stop the container, giving it `grace` between SIGTERM and SIGKILL. Stopping a stopped
+    /// container succeeds.
+    fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Remove the container. Removing a missing container succeeds.
+    fn remove(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Kubernetes, as the executor sees it.
+pub trait Cluster: Sync {
+    /// Nodes that carry the pool label or whose names are given.
+    fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
+    /// Pods bound to any node, and every PDB (for drain previews).
+    fn pods_and_pdbs(&self) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
+}

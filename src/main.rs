@@ -1,0 +1,3 @@
+//! The `poolctl` binary: arguments -> tracing -> run -> exit code.
+
+fn main() {}

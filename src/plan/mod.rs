@@ -1,0 +1,195 @@
+//! The plan as data: what will happen to each pool, step by step, computed from (desired,
+//! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
+
+mod planner;
+mod render;
+
+use serde::Serialize;
+
+use crate::source::Origin;
+
+pub use planner::{PlanOptions, plan};
+pub use render::{render_json, render_text};
+
+/// Labels poolctl puts on every container (and Node) it manages.
+pub mod labels {
+    /// The pool's name.
+    pub const POOL: &str = "poolctl.dev/pool";
+    /// The template hash the container was created from.
+    pub const TEMPLATE_HASH: &str = "poolctl.dev/template-hash";
+    /// The canonical template JSON, so that a later plan can diff old against new.
+    pub const TEMPLATE: &str = "poolctl.dev/template";
+    /// The source scope (see `Origin::scope`), for `--prune`.
+    pub const SCOPE: &str = "poolctl.dev/scope";
+    /// Where the spec came from, human-readable (file, or repo and path).
+    pub const SOURCE: &str = "poolctl.dev/source";
+    /// The Git commit the spec came from.
+    pub const COMMIT: &str = "poolctl.dev/commit";
+    /// Annotation on a Node that poolctl cordoned for retirement.
+    pub const RETIRING: &str = "poolctl.dev/retiring";
+}
+
+/// The whole plan for one source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub origin: Origin,
+    pub pools: Vec<PoolPlan>,
+    pub summary: Summary,
+}
+
+impl Plan {
+    /// Whether carrying the plan out would change anything.
+    pub fn has_changes(&self) -> bool {
+        self.pools.iter().any(|p| !p.steps.is_empty())
+    }
+
+    /// Every step of every pool, in execution order.
+    pub fn steps(&self) -> impl Iterator<Item = (&PoolPlan, &Step)> {
+        self.pools.iter().flat_map(|p| p.steps.iter().map(move |s| (p, s)))
+    }
+}
+
+/// Counts for the summary line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub create: usize,
+    pub retire: usize,
+    pub unchanged: usize,
+}
+
+/// What happens to one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolPlan {
+    pub name: String,
+    pub status: PoolStatus,
+    /// The spec's template hash (`None` for a pool that is no longer declared).
+    pub template_hash: Option<String>,
+    pub replicas: u32,
+    /// Old and new canonical templates, rendered as YAML, when some instance runs another
+    /// template than the spec's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_change: Option<TemplateChange>,
+    /// Every existing instance and what becomes of it.
+    pub instances: Vec<InstanceStatus>,
+    pub steps: Vec<Step>,
+}
+
+/// Whether the pool is declared and known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolStatus {
+    /// Declared, and no container exists yet.
+    New,
+    /// Declared, and has containers.
+    Existing,
+    /// Has containers from this source but is no longer declared; removed only with `--prune`.
+    Undeclared { pruned: bool },
+}
+
+/// A template diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TemplateChange {
+    pub from_hash: String,
+    pub to_hash: String,
+    /// YAML of the old template (empty when unknown).
+    pub old: String,
+    pub new: String,
+}
+
+/// One existing instance, as observed, and its fate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceStatus {
+    pub name: String,
+    pub template_hash: String,
+    /// Docker's state (`running`, `exited`, ...) or `missing` for a Node without container.
+    pub container: String,
+    /// `ready`, `not-ready`, `missing`, or absent for container-only pools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub cordoned: bool,
+    pub fate: Fate,
+}
+
+/// What the plan does with an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fate {
+    Keep,
+    Retire,
+}
+
+/// One action on one instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Steps of the same batch: its creations may run concurrently; retirements follow them.
+    pub batch: u32,
+    pub instance: String,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+/// The actions, in the order an instance meets them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// Create and start the container.
+    Create { image: String, template_hash: String },
+    /// Run the pool's bootstrap commands in the new container.
+    Bootstrap { commands: usize },
+    /// Wait until the instance is up (running, healthy, and its Node Ready when it has one).
+    AwaitReady { node: bool },
+    /// Mark the Node unschedulable.
+    Cordon,
+    /// Evict the Node's pods, respecting PodDisruptionBudgets.
+    Drain(DrainPreview),
+    /// Stop the container.
+    Stop,
+    /// Delete the Node object.
+    DeleteNode,
+    /// Remove the container.
+    Remove,
+}
+
+impl Action {
+    /// A short verb for progress lines.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Create { .. } => "create",
+            Self::Bootstrap { .. } => "bootstrap",
+            Self::AwaitReady { .. } => "await-ready",
+            Self::Cordon => "cordon",
+            Self::Drain(_) => "drain",
+            Self::Stop => "stop",
+            Self::DeleteNode => "delete-node",
+            Self::Remove => "remove",
+        }
+    }
+
+    /// Whether the action is part of a retirement.
+    pub fn is_retirement(&self) -> bool {
+        matches!(self, Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove)
+    }
+}
+
+/// What a drain will do, as far as the world shows before it starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DrainPreview {
+    /// Pods to evict.
+    pub evict: Vec<PodRef>,
+    /// Pods left alone, with the reason.
+    pub skip: Vec<PodRef>,
+    /// PDBs that currently allow no disruption for a pod to evict: the drain will wait on them.
+    pub blocking_pdbs: Vec<String>,
+}
+
+/// A pod in a drain preview.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    /// `namespace/name`.
+    pub pod: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Why it is skipped, or a warning for an evicted pod (no controller, emptyDir data).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}

@@ -1,0 +1,200 @@
+//! The pool file: the serde model of a `Pool` document, its validation and its template hash.
+//!
+//! These types do no I/O. They are the single source of truth for the YAML format, the JSON
+//! Schema (`poolctl schema`) and the template hash, so the three cannot drift apart.
+
+mod duration;
+mod hash;
+mod load;
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use duration::Duration;
+pub use hash::{HASH_LEN, canonical_template, template_hash};
+pub use load::{Document, SpecError, SpecErrors, load_documents, validate_pools};
+
+/// The apiVersion of every document poolctl reads.
+pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
+/// The kind of a pool document.
+pub const KIND_POOL: &str = "Pool";
+
+/// One `Pool` document: a named set of identical containers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "Pool", description = "A poolctl pool: N identical containers, optionally registered as Kubernetes Nodes.")]
+pub struct Pool {
+    /// Always `poolctl.dev/v1alpha1`.
+    pub api_version: String,
+    /// Always `Pool`.
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: PoolSpec,
+}
+
+/// Identifies the pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metadata {
+    /// The pool's name: a DNS-1123 label of at most 46 characters, so that instance names
+    /// (`<pool>-<hash>-<suffix>`) stay valid hostnames.
+    pub name: String,
+}
+
+/// What the pool should look like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolSpec {
+    /// How many instances the pool keeps.
+    #[schemars(range(min = 0))]
+    pub replicas: i64,
+    /// The container every instance runs. Changing it replaces every instance.
+    pub template: Template,
+    /// Commands run, in order, inside each new container once it has started (for example
+    /// `kubeadm join`). Changing them replaces every instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bootstrap: Vec<BootstrapStep>,
+    /// How each instance appears in Kubernetes. Without it the pool is container-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeSpec>,
+    /// How instances are replaced.
+    #[serde(default)]
+    pub rollout: Rollout,
+}
+
+/// The container template. Everything here is covered by the template hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Template {
+    /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing.
+    pub image: String,
+    /// The container's command (Docker's CMD), as a list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Overrides the image's entrypoint, as a list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    /// Environment variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Extra container labels (the `poolctl.dev/` prefix is reserved).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The Docker network to attach to (it must exist). Default: Docker's default bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Run the container privileged (kind and k3d nodes need this).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
+    /// Bind mounts and volumes, as Docker's `src:dst[:ro]` strings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
+    /// Paths mounted as tmpfs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tmpfs: Vec<String>,
+}
+
+/// One bootstrap command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootstrapStep {
+    /// The argv to run inside the container; it must exit 0.
+    pub exec: Vec<String>,
+    /// How long it may take (default 2m).
+    #[serde(default = "BootstrapStep::default_timeout")]
+    pub timeout: Duration,
+}
+
+impl BootstrapStep {
+    fn default_timeout() -> Duration {
+        Duration::from_secs(120)
+    }
+}
+
+/// How instances appear as Kubernetes Nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSpec {
+    /// The kubeconfig file. Default: `$KUBECONFIG`, then `~/.kube/config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig context. Default: the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// How long a new instance's Node may take to register and turn Ready (default 5m).
+    #[serde(default = "NodeSpec::default_ready_timeout")]
+    pub ready_timeout: Duration,
+    /// Labels applied to the Node once it registers (`poolctl.dev/pool` is always added).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Taints applied to the Node once it registers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+impl NodeSpec {
+    fn default_ready_timeout() -> Duration {
+        Duration::from_secs(300)
+    }
+}
+
+/// A Node taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Rollout settings. None of them changes the template hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rollout {
+    /// How many instances may exist above `replicas` during a rollout (default 1).
+    #[serde(default = "Rollout::default_max_surge")]
+    #[schemars(range(min = 0))]
+    pub max_surge: i64,
+    /// How many instances may be unavailable below `replicas` during a rollout (default 0).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub max_unavailable: i64,
+    /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
+    #[serde(default = "Rollout::default_stop_grace_period")]
+    pub stop_grace_period: Duration,
+    /// How long draining one Node may take before the rollout halts (default 5m).
+    #[serde(default = "Rollout::default_drain_timeout")]
+    pub drain_timeout: Duration,
+}
+
+impl Rollout {
+    fn default_max_surge() -> i64 {
+        1
+    }
+    fn default_stop_grace_period() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn default_drain_timeout() -> Duration {
+        Duration::from_secs(300)
+    }
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Self {
+            max_surge: Self::default_max_surge(),
+            max_unavailable: 0,
+            stop_grace_period: Self::default_stop_grace_period(),
+            drain_timeout: Self::default_drain_timeout(),
+        }
+    }
+}
+
+/// The JSON Schema of a pool document, as `poolctl schema` prints it.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Pool)).expect("a schema serializes")
+}
