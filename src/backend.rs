@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::spec::Taint;
 use crate::world::{Container, Node, Pdb, Pod};
 
 /// Why a backend call failed.
@@ -74,10 +75,29 @@ pub trait Containers: Sync {
     fn remove(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
-/// Kubernetes, as the executor sees it.
+/// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.
 pub trait Cluster: Sync {
-    /// Nodes that carry the pool label or whose names are given.
-    fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
-    /// Pods bound to any node, and every PDB (for drain previews).
-    fn pods_and_pdbs(&self) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
+    /// Nodes that carry the `poolctl.dev/pool` label, or whose names are given.
+    fn nodes(&self, names: &[String]) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
+    /// Pods bound to the given nodes, and every PodDisruptionBudget (for drain previews).
+    fn pods_and_pdbs(
+        &self,
+        nodes: &[String],
+    ) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
+    /// Wait until the Node exists and its Ready condition is True.
+    fn await_ready(&self, node: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Apply the pool's labels (plus `poolctl.dev/pool`) and taints to a new Node.
+    fn configure(
+        &self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Mark the Node unschedulable, with poolctl's retirement annotation.
+    fn cordon(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
+    /// until they are gone, within `timeout`.
+    fn drain(&self, node: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Delete the Node object. Deleting a missing Node succeeds.
+    fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

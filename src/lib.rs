@@ -5,7 +5,11 @@
 //! [`plan`] (the pure planner and its rendering); then the edges: [`source`] (files and Git),
 //! [`backend`] (the traits the executor drives), [`docker`] and [`apply`].
 
+pub mod apply;
 pub mod backend;
+pub mod cli;
+pub mod kube;
+pub mod run;
 pub mod plan;
 pub mod source;
 pub mod spec;

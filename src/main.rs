@@ -1,3 +1,42 @@
 //! The `poolctl` binary: arguments -> tracing -> run -> exit code.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use poolctl::cli::{Cli, LogFormat};
+use poolctl::run::{Exit, run};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose, cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(Exit::Success) => ExitCode::SUCCESS,
+        Ok(Exit::Changes) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(verbose: u8, format: LogFormat) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "poolctl=debug,info",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,375 @@
+//! The executor: carries a [`Plan`] out against the backends, step by step, with visible
+//! progress, and stops at the first failure with the old instances still serving.
+//!
+//! The executor never decides *what* to do; the planner did. It decides only *how*: the
+//! creations of a batch run concurrently, everything else runs in plan order, and a failure
+//! or an interrupt halts before the next step, so that nothing more is retired.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use crate::backend::{BackendError, Cluster, Containers, NewContainer};
+use crate::plan::{Action, Plan, PoolPlan, Step, labels};
+use crate::source::{Desired, DesiredPool, Origin};
+
+/// Why a step failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The backend refused or failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A bootstrap command exited non-zero.
+    #[error("bootstrap command {argv:?} exited with code {code}: {output}")]
+    Bootstrap { argv: Vec<String>, code: i64, output: String },
+    /// The plan names a pool the source does not declare (a bug, or a stale plan).
+    #[error("pool {0} is not declared by the source")]
+    UnknownPool(String),
+    /// The step needs a Kubernetes cluster but the pool has none configured.
+    #[error("pool {0} has no cluster to talk to")]
+    NoCluster(String),
+}
+
+/// Why the run could not start: nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PreflightError {
+    #[error("image {image} is not available: {source}")]
+    Image { image: String, source: BackendError },
+    #[error("network {0} does not exist (create it first, e.g. `docker network create {0}`)")]
+    NoNetwork(String),
+    #[error("cannot check network {network}: {source}")]
+    Network { network: String, source: BackendError },
+}
+
+/// One step and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub pool: String,
+    pub instance: String,
+    pub verb: &'static str,
+    pub elapsed: Duration,
+    pub error: Option<StepError>,
+}
+
+/// What a run did, did not do, and why it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Steps that were attempted, in the order they ended.
+    pub attempted: Vec<Outcome>,
+    /// Steps never started: `(pool, instance, verb)`.
+    pub not_started: Vec<(String, String, &'static str)>,
+    /// The run was cut short by an interrupt.
+    pub interrupted: bool,
+}
+
+impl Report {
+    /// The first failure, if any.
+    pub fn failure(&self) -> Option<&Outcome> {
+        self.attempted.iter().find(|o| o.error.is_some())
+    }
+
+    /// Whether every step ran and succeeded.
+    pub fn complete(&self) -> bool {
+        self.failure().is_none() && self.not_started.is_empty() && !self.interrupted
+    }
+
+    /// Write the closing summary: what was done, what failed and why, what was left.
+    pub fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let done = self.attempted.iter().filter(|o| o.error.is_none()).count();
+        if self.complete() {
+            return writeln!(out, "Apply complete: {done} steps done.");
+        }
+        writeln!(out)?;
+        if self.interrupted {
+            writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
+        } else {
+            writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
+        }
+        for o in self.attempted.iter().filter(|o| o.error.is_some()) {
+            let e = o.error.as_ref().expect("filtered on errors");
+            writeln!(out, "  failed: {} {} ({}): {e}", o.verb, o.instance, o.pool)?;
+        }
+        for (pool, instance, verb) in &self.not_started {
+            writeln!(out, "  not started: {verb} {instance} ({pool})")?;
+        }
+        writeln!(
+            out,
+            "Instances not yet retired keep running. Run apply again to continue; the next plan \
+             replaces any instance that failed."
+        )
+    }
+}
+
+/// A flag an interrupt handler sets; the executor checks it between steps.
+#[derive(Debug, Default)]
+pub struct Interrupt(AtomicBool);
+
+impl Interrupt {
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Everything a run needs besides the plan.
+pub struct Executor<'a, C, K> {
+    pub desired: &'a Desired,
+    pub containers: &'a C,
+    /// The cluster of each pool that has a `node:` section, by pool name.
+    pub clusters: &'a BTreeMap<String, K>,
+    /// Where progress lines go (stdout for the CLI).
+    pub progress: &'a Mutex<Box<dyn Write + Send + 'a>>,
+    pub interrupt: &'a Interrupt,
+}
+
+/// The container a new instance of `pool` runs, with poolctl's labels.
+pub fn new_container(pool: &DesiredPool, origin: &Origin, name: &str) -> NewContainer {
+    let spec = &pool.pool.spec;
+    let t = &spec.template;
+    let mut all_labels = t.labels.clone();
+    all_labels.insert(labels::POOL.into(), pool.name().into());
+    all_labels.insert(labels::TEMPLATE_HASH.into(), pool.template_hash.clone());
+    all_labels.insert(labels::TEMPLATE.into(), crate::spec::canonical_template(t, &spec.bootstrap));
+    all_labels.insert(labels::SCOPE.into(), origin.scope());
+    all_labels.insert(labels::SOURCE.into(), format!("{origin} file {}", pool.file));
+    if let Some(commit) = origin.commit() {
+        all_labels.insert(labels::COMMIT.into(), commit.into());
+    }
+    NewContainer {
+        name: name.into(),
+        image: t.image.clone(),
+        command: t.command.clone(),
+        entrypoint: t.entrypoint.clone(),
+        env: t.env.clone(),
+        labels: all_labels,
+        network: t.network.clone(),
+        privileged: t.privileged,
+        volumes: t.volumes.clone(),
+        tmpfs: t.tmpfs.clone(),
+    }
+}
+
+impl<C: Containers, K: Cluster> Executor<'_, C, K> {
+    /// Check, before anything changes, that every image a Create needs is there (pulling the
+    /// missing ones) and every network exists.
+    pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
+        let mut images: Vec<&str> = Vec::new();
+        let mut networks: Vec<&str> = Vec::new();
+        for (pool, step) in plan.steps() {
+            if let Action::Create { image, .. } = &step.action {
+                if !images.contains(&image.as_str()) {
+                    images.push(image);
+                }
+                let network = self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
+                if let Some(n) = network.filter(|n| !networks.contains(n)) {
+                    networks.push(n);
+                }
+            }
+        }
+        for image in images {
+            let pulled = self
+                .containers
+                .ensure_image(image)
+                .await
+                .map_err(|source| PreflightError::Image { image: image.into(), source })?;
+            if pulled {
+                self.say(&format!("pulled image {image}"));
+            }
+        }
+        for network in networks {
+            match self.containers.network_exists(network).await {
+                Ok(true) => {}
+                Ok(false) => return Err(PreflightError::NoNetwork(network.into())),
+                Err(source) => return Err(PreflightError::Network { network: network.into(), source }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Carry the plan out. Stops at the first failed step or at an interrupt.
+    pub async fn run(&self, plan: &Plan) -> Report {
+        let total = plan.steps().count();
+        let mut report = Report::default();
+        let mut halted = false;
+        let mut offset = 0;
+        for pool in &plan.pools {
+            let groups = batches(pool, offset);
+            offset += pool.steps.len();
+            for group in groups {
+                if halted || self.interrupt.is_set() {
+                    report.interrupted |= !halted && self.interrupt.is_set();
+                    halted = true;
+                    report.not_started.extend(group.all().map(|(_, s)| (pool.name.clone(), s.instance.clone(), s.action.verb())));
+                    continue;
+                }
+                // The creation chains of a batch run side by side; each chain is sequential.
+                let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
+                for (outcomes, skipped) in join_all(chains).await {
+                    halted |= outcomes.iter().any(|o| o.error.is_some());
+                    report.attempted.extend(outcomes);
+                    report.not_started.extend(skipped.into_iter().map(|s| (pool.name.clone(), s.instance.clone(), s.action.verb())));
+                }
+                for &(n, step) in &group.retirements {
+                    if halted || self.interrupt.is_set() {
+                        report.interrupted |= !halted && self.interrupt.is_set();
+                        halted = true;
+                        report.not_started.push((pool.name.clone(), step.instance.clone(), step.action.verb()));
+                        continue;
+                    }
+                    let outcome = self.run_step(pool, step, n, total).await;
+                    halted |= outcome.error.is_some();
+                    report.attempted.push(outcome);
+                }
+            }
+        }
+        report
+    }
+
+    /// Run one new instance's steps in order; stop the chain at its first failure.
+    async fn run_chain<'s>(
+        &self,
+        pool: &PoolPlan,
+        chain: &[Numbered<'s>],
+        total: usize,
+    ) -> (Vec<Outcome>, Vec<&'s Step>) {
+        let mut outcomes = Vec::new();
+        for (i, &(n, step)) in chain.iter().enumerate() {
+            if self.interrupt.is_set() {
+                return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
+            }
+            let outcome = self.run_step(pool, step, n, total).await;
+            let failed = outcome.error.is_some();
+            outcomes.push(outcome);
+            if failed {
+                return (outcomes, chain[i + 1..].iter().map(|&(_, s)| s).collect());
+            }
+        }
+        (outcomes, Vec::new())
+    }
+
+    async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> Outcome {
+        let verb = step.action.verb();
+        self.say(&format!("[{n}/{total}] {verb} {} ...", step.instance));
+        let started = Instant::now();
+        let result = self.perform(&pool.name, step).await;
+        let elapsed = started.elapsed();
+        match &result {
+            Ok(()) => self.say(&format!("[{n}/{total}] {verb} {} done ({:.1}s)", step.instance, elapsed.as_secs_f64())),
+            Err(e) => self.say(&format!("[{n}/{total}] {verb} {} FAILED ({:.1}s): {e}", step.instance, elapsed.as_secs_f64())),
+        }
+        Outcome { pool: pool.name.clone(), instance: step.instance.clone(), verb, elapsed, error: result.err() }
+    }
+
+    async fn perform(&self, pool_name: &str, step: &Step) -> Result<(), StepError> {
+        let name = step.instance.as_str();
+        match &step.action {
+            Action::Create { .. } => {
+                let pool = self.pool(pool_name)?;
+                self.containers.create(&new_container(pool, &self.desired.origin, name)).await?;
+            }
+            Action::Bootstrap { .. } => {
+                for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
+                    let out = self.containers.exec(name, &cmd.exec, cmd.timeout.get()).await?;
+                    if out.exit_code != 0 {
+                        return Err(StepError::Bootstrap {
+                            argv: cmd.exec.clone(),
+                            code: out.exit_code,
+                            output: out.output.trim().to_owned(),
+                        });
+                    }
+                }
+            }
+            Action::AwaitReady { node } => {
+                let pool = self.pool(pool_name)?;
+                let up_timeout = pool.pool.spec.node.as_ref().map_or(Duration::from_secs(300), |n| n.ready_timeout.get());
+                self.containers.wait_up(name, up_timeout).await?;
+                if *node {
+                    let spec = pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
+                    let cluster = self.cluster(pool_name)?;
+                    cluster.await_ready(name, spec.ready_timeout.get()).await?;
+                    let mut node_labels = spec.labels.clone();
+                    node_labels.insert(labels::POOL.into(), pool_name.into());
+                    cluster.configure(name, &node_labels, &spec.taints).await?;
+                }
+            }
+            Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
+            Action::Drain(_) => {
+                let timeout = self.rollout_of(pool_name).drain_timeout.get();
+                self.cluster(pool_name)?.drain(name, timeout).await?;
+            }
+            Action::Stop => {
+                let grace = self.rollout_of(pool_name).stop_grace_period.get();
+                self.containers.stop(name, grace).await?;
+            }
+            Action::DeleteNode => self.cluster(pool_name)?.delete_node(name).await?,
+            Action::Remove => self.containers.remove(name).await?,
+        }
+        Ok(())
+    }
+
+    fn pool(&self, name: &str) -> Result<&DesiredPool, StepError> {
+        self.desired.pools.iter().find(|p| p.name() == name).ok_or_else(|| StepError::UnknownPool(name.into()))
+    }
+
+    /// The rollout settings of a pool; a pruned pool is no longer declared and retires with
+    /// the defaults.
+    fn rollout_of(&self, pool: &str) -> crate::spec::Rollout {
+        self.pool(pool).map(|p| p.pool.spec.rollout.clone()).unwrap_or_default()
+    }
+
+    fn cluster(&self, pool: &str) -> Result<&K, StepError> {
+        self.clusters.get(pool).ok_or_else(|| StepError::NoCluster(pool.into()))
+    }
+
+    fn say(&self, line: &str) {
+        tracing::info!("{line}");
+        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Progress is best effort: a closed stdout must not fail the rollout halfway.
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+/// A step and its 1-based number in the whole plan, as the plan text shows it.
+type Numbered<'a> = (usize, &'a Step);
+
+/// One batch of a pool's plan: the chains of new instances (create, bootstrap, await-ready),
+/// then the retirement steps, in plan order.
+struct Batch<'a> {
+    creations: Vec<Vec<Numbered<'a>>>,
+    retirements: Vec<Numbered<'a>>,
+}
+
+impl<'a> Batch<'a> {
+    fn all(&self) -> impl Iterator<Item = Numbered<'a>> + '_ {
+        self.creations.iter().flatten().copied().chain(self.retirements.iter().copied())
+    }
+}
+
+/// Split a pool's steps into batches; `offset` is the number of steps of the pools before it.
+fn batches(pool: &PoolPlan, offset: usize) -> Vec<Batch<'_>> {
+    let mut out: Vec<Batch<'_>> = Vec::new();
+    let mut current = None;
+    for (i, step) in pool.steps.iter().enumerate() {
+        let numbered = (offset + i + 1, step);
+        if current != Some(step.batch) {
+            out.push(Batch { creations: Vec::new(), retirements: Vec::new() });
+            current = Some(step.batch);
+        }
+        let batch = out.last_mut().expect("pushed above");
+        if step.action.is_retirement() {
+            batch.retirements.push(numbered);
+        } else if let Some(chain) = batch.creations.iter_mut().find(|c| c[0].1.instance == step.instance) {
+            chain.push(numbered);
+        } else {
+            batch.creations.push(vec![numbered]);
+        }
+    }
+    out
+}

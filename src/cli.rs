@@ -1,0 +1,106 @@
+//! The command line, as clap types only: what the user typed, before it is turned into work.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Reconcile pools of Docker containers that serve as Kubernetes nodes.
+///
+/// A pool file (YAML, in a directory or a Git repository) declares N identical containers.
+/// `poolctl plan` shows what it would take to make Docker (and the cluster) match it;
+/// `poolctl apply` does it, creating new instances first and retiring old ones in the safe
+/// order: cordon, drain, stop the container, delete the Node, remove the container.
+#[derive(Debug, Parser)]
+#[command(name = "poolctl", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// The format of log lines on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what apply would do, without changing anything.
+    ///
+    /// Exit status: 0 when the plan was computed (with --detailed-exitcode: 0 = no changes,
+    /// 2 = changes pending), 1 on error.
+    Plan(PlanArgs),
+    /// Compute the plan, show it, and carry it out.
+    ///
+    /// Asks for confirmation unless --yes is given. Stops at the first failure with the old
+    /// instances still running; running apply again continues from what the world shows.
+    Apply(ApplyArgs),
+    /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
+    Validate(SourceArgs),
+    /// Print the JSON Schema of the pool file.
+    Schema,
+}
+
+/// Where the pool files are.
+#[derive(Debug, Args)]
+pub struct SourceArgs {
+    /// A pool file, a directory of them, or a Git repository (a local repository path with
+    /// --ref, or a URL: file://, https://, ssh://, git@host:path).
+    #[arg(short, long, value_name = "PATH|URL")]
+    pub source: String,
+
+    /// For a Git source: the branch, tag or commit to read (default: the remote's HEAD).
+    /// Giving --ref makes a local path a Git source.
+    #[arg(long = "ref", value_name = "REF")]
+    pub reference: Option<String>,
+
+    /// For a Git source: the file or folder inside the repository (default: its root).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Output format of the plan.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Exit 0 when there are no changes, 2 when there are, 1 on error.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+
+    /// Also retire pools that this source created and no longer declares.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Do not ask for confirmation.
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// Also retire pools that this source created and no longer declares.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
