@@ -67,7 +67,8 @@ pub trait Containers: Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecOutput, BackendError>> + Send;
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
-    fn wait_up(&self, name: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn wait_up(&self, name: &str, timeout: Duration)
+    -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Stop the container, giving it `grace` between SIGTERM and SIGKILL. Stopping a stopped
     /// container succeeds.
     fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
@@ -85,7 +86,11 @@ pub trait Cluster: Sync {
         nodes: &[String],
     ) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
     /// Wait until the Node exists and its Ready condition is True.
-    fn await_ready(&self, node: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn await_ready(
+        &self,
+        node: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Apply the pool's labels (plus `poolctl.dev/pool`) and taints to a new Node.
     fn configure(
         &self,

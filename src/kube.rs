@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use futures::future::join_all;
 use futures::StreamExt;
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTaint};
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -41,8 +41,13 @@ pub struct KubeCluster {
 impl KubeCluster {
     /// Connect as the pool's `node:` section says: its kubeconfig (else `$KUBECONFIG`, else
     /// `~/.kube/config`) and context (else the current one).
-    pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>, pool: &str) -> Result<Self, BackendError> {
-        let options = KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
+    pub async fn connect(
+        kubeconfig: Option<&str>,
+        context: Option<&str>,
+        pool: &str,
+    ) -> Result<Self, BackendError> {
+        let options =
+            KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
         let config = match kubeconfig {
             Some(path) => {
                 let path = expand_home(path);
@@ -60,8 +65,9 @@ impl KubeCluster {
     pub fn from_config(mut config: Config, pool: &str) -> Result<Self, BackendError> {
         config.default_retry = false;
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config)
-            .map_err(|e| BackendError::Failed(format!("cannot build a Kubernetes client for {server}: {e}")))?;
+        let client = Client::try_from(config).map_err(|e| {
+            BackendError::Failed(format!("cannot build a Kubernetes client for {server}: {e}"))
+        })?;
         Ok(Self { client, pool: pool.to_owned(), server })
     }
 
@@ -70,7 +76,11 @@ impl KubeCluster {
     }
 
     fn unreachable(&self, e: &kube::Error) -> BackendError {
-        BackendError::Unreachable { what: "the Kubernetes API server", at: self.server.clone(), reason: e.to_string() }
+        BackendError::Unreachable {
+            what: "the Kubernetes API server",
+            at: self.server.clone(),
+            reason: e.to_string(),
+        }
     }
 
     fn error(&self, what: &str, e: &kube::Error) -> BackendError {
@@ -105,9 +115,7 @@ impl KubeCluster {
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-        self.retrying(what, deadline, || api.patch(node, &params, &patch))
-            .await
-            .map(drop)
+        self.retrying(what, deadline, || api.patch(node, &params, &patch)).await.map(drop)
     }
 }
 
@@ -144,7 +152,8 @@ impl Cluster for KubeCluster {
         let api = self.nodes_api();
         let fields = format!("metadata.name={node}");
         let list_params = ListParams::default().fields(&fields);
-        let timed_out = || BackendError::Timeout { what: format!("Node {node} did not turn Ready"), after: timeout };
+        let timed_out =
+            || BackendError::Timeout { what: format!("Node {node} did not turn Ready"), after: timeout };
         // List, then watch from the list's resourceVersion; when the watch ends or breaks,
         // list again, so no transition can slip between the two.
         loop {
@@ -157,7 +166,8 @@ impl Cluster for KubeCluster {
             }
             let version = list.metadata.resource_version.unwrap_or_default();
             let remaining = deadline.saturating_duration_since(Instant::now()).as_secs().clamp(1, 290);
-            let params = WatchParams::default().fields(&fields).timeout(u32::try_from(remaining).unwrap_or(290));
+            let params =
+                WatchParams::default().fields(&fields).timeout(u32::try_from(remaining).unwrap_or(290));
             let watched = timeout_at(deadline, async {
                 let Ok(stream) = api.watch(&params, &version).await else { return false };
                 let mut stream = stream.boxed();
@@ -179,7 +189,12 @@ impl Cluster for KubeCluster {
         }
     }
 
-    async fn configure(&self, node: &str, node_labels: &BTreeMap<String, String>, taints: &[Taint]) -> Result<(), BackendError> {
+    async fn configure(
+        &self,
+        node: &str,
+        node_labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+    ) -> Result<(), BackendError> {
         let mut patch = json!({ "metadata": { "labels": node_labels } });
         if !taints.is_empty() {
             // A merge patch replaces the whole list, so keep the taints the Node already has.
@@ -189,7 +204,12 @@ impl Cluster for KubeCluster {
             let mut all: Vec<K8sTaint> = current.spec.and_then(|s| s.taints).unwrap_or_default();
             for t in taints {
                 if !all.iter().any(|x| x.key == t.key && x.effect == t.effect) {
-                    all.push(K8sTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None });
+                    all.push(K8sTaint {
+                        key: t.key.clone(),
+                        value: t.value.clone(),
+                        effect: t.effect.clone(),
+                        time_added: None,
+                    });
                 }
             }
             patch["spec"] = json!({ "taints": all });
@@ -210,7 +230,11 @@ impl Cluster for KubeCluster {
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
-        let targets: Vec<&K8sPod> = list.items.iter().filter(|p| pod_from(p).is_some_and(|p| drain_skip_reason(&p).is_none())).collect();
+        let targets: Vec<&K8sPod> = list
+            .items
+            .iter()
+            .filter(|p| pod_from(p).is_some_and(|p| drain_skip_reason(&p).is_none()))
+            .collect();
         tracing::info!(node, pods = targets.len(), "draining");
         let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline))).await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
@@ -219,7 +243,10 @@ impl Cluster for KubeCluster {
         }
         let detail = failures.join("; ");
         if Instant::now() >= deadline {
-            Err(BackendError::Timeout { what: format!("drain of {node} (no PodDisruptionBudget was bypassed): {detail}"), after: timeout })
+            Err(BackendError::Timeout {
+                what: format!("drain of {node} (no PodDisruptionBudget was bypassed): {detail}"),
+                after: timeout,
+            })
         } else {
             Err(BackendError::Failed(format!("drain of {node}: {detail}")))
         }
@@ -251,13 +278,19 @@ impl KubeCluster {
         // complete policy/v1 Eviction, with a UID precondition so a replacement pod of the
         // same name is never evicted by mistake.
         let eviction = Eviction {
-            metadata: ObjectMeta { name: Some(name.clone()), namespace: Some(ns.clone()), ..ObjectMeta::default() },
-            delete_options: uid.as_ref().map(|uid| k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
-                preconditions: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
-                    uid: Some(uid.clone()),
-                    resource_version: None,
-                }),
-                ..Default::default()
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            delete_options: uid.as_ref().map(|uid| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+                    preconditions: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                }
             }),
         };
         let body = json!({
@@ -270,14 +303,21 @@ impl KubeCluster {
         let mut last_refusal = None;
         loop {
             if Instant::now() >= deadline {
-                return Err(last_refusal.map_or_else(|| format!("{id}: not evicted in time"), |m| format!("{id} not evicted: {m}")));
+                return Err(last_refusal.map_or_else(
+                    || format!("{id}: not evicted in time"),
+                    |m| format!("{id} not evicted: {m}"),
+                ));
             }
-            let answer: Result<serde_json::Value, kube::Error> = api.create_subresource("eviction", &name, &PostParams::default(), &body).await;
+            let answer: Result<serde_json::Value, kube::Error> =
+                api.create_subresource("eviction", &name, &PostParams::default(), &body).await;
             match answer {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
                 // some API server versions): that is not an eviction.
                 Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
-                    return Err(format!("{id}: eviction failed: {}", v.get("message").and_then(|m| m.as_str()).unwrap_or("no message")));
+                    return Err(format!(
+                        "{id}: eviction failed: {}",
+                        v.get("message").and_then(|m| m.as_str()).unwrap_or("no message")
+                    ));
                 }
                 Ok(_) => break,
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
@@ -359,7 +399,11 @@ fn refusal_message(status: &kube::core::Status) -> String {
         .filter(|c| c.reason == "DisruptionBudget")
         .map(|c| c.message.as_str())
         .collect();
-    if causes.is_empty() { status.message.clone() } else { format!("{} ({})", status.message, causes.join("; ")) }
+    if causes.is_empty() {
+        status.message.clone()
+    } else {
+        format!("{} ({})", status.message, causes.join("; "))
+    }
 }
 
 fn expand_home(path: &str) -> String {
@@ -380,15 +424,21 @@ fn node_from(n: &K8sNode) -> Node {
         pool: n.metadata.labels.as_ref().and_then(|l| l.get(labels::POOL).cloned()),
         ready,
         unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        cordoned_by_poolctl: n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(labels::RETIRING)),
+        cordoned_by_poolctl: n
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(labels::RETIRING)),
     }
 }
 
 fn pod_from(p: &K8sPod) -> Option<Pod> {
     let spec = p.spec.as_ref()?;
-    let owner_kind = p.metadata.owner_references.as_ref().and_then(|os| {
-        os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone())
-    });
+    let owner_kind = p
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|os| os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()));
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
     Some(Pod {
         namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -397,7 +447,11 @@ fn pod_from(p: &K8sPod) -> Option<Pod> {
         node: spec.node_name.clone().unwrap_or_default(),
         labels: p.metadata.labels.clone().unwrap_or_default(),
         owner_kind,
-        mirror: p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
+        mirror: p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
         finished: matches!(phase, "Succeeded" | "Failed"),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
     })
@@ -420,8 +474,12 @@ fn pdb_from(p: &PodDisruptionBudget) -> Pdb {
     Pdb {
         namespace: p.metadata.namespace.clone().unwrap_or_default(),
         name: p.metadata.name.clone().unwrap_or_default(),
-        match_labels: p.spec.as_ref().and_then(|s| s.selector.as_ref()).and_then(|s| s.match_labels.clone()).unwrap_or_default(),
+        match_labels: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .and_then(|s| s.match_labels.clone())
+            .unwrap_or_default(),
         disruptions_allowed: p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0),
     }
 }
-

@@ -50,7 +50,14 @@ fn validate_command(args: &SourceArgs) -> Result<Exit> {
     write_stdout(|out| {
         writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;
         for p in &desired.pools {
-            writeln!(out, "  {} ({}, {} replicas, template {})", p.name(), p.file, p.pool.spec.replicas, p.template_hash)?;
+            writeln!(
+                out,
+                "  {} ({}, {} replicas, template {})",
+                p.name(),
+                p.file,
+                p.pool.spec.replicas,
+                p.template_hash
+            )?;
         }
         Ok(())
     })?;
@@ -62,9 +69,12 @@ async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeClus
     let mut clusters = BTreeMap::new();
     for pool in &desired.pools {
         if let Some(node) = &pool.pool.spec.node {
-            let cluster = KubeCluster::connect(node.kubeconfig.as_deref(), node.context.as_deref(), pool.name())
-                .await
-                .with_context(|| format!("pool {}: cannot connect to its Kubernetes cluster", pool.name()))?;
+            let cluster =
+                KubeCluster::connect(node.kubeconfig.as_deref(), node.context.as_deref(), pool.name())
+                    .await
+                    .with_context(|| {
+                        format!("pool {}: cannot connect to its Kubernetes cluster", pool.name())
+                    })?;
             clusters.insert(pool.name().to_owned(), cluster);
         }
     }
@@ -73,10 +83,14 @@ async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeClus
 
 /// One observation of the world: one Docker list, and per cluster one list of Nodes (plus
 /// pods and PDBs of the nodes that may be drained).
-async fn observe<C: Containers, K: Cluster>(containers: &C, clusters: &BTreeMap<String, K>) -> Result<World, BackendError> {
+async fn observe<C: Containers, K: Cluster>(
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+) -> Result<World, BackendError> {
     let mut world = World { containers: containers.list().await?, ..World::default() };
     for (pool, cluster) in clusters {
-        let names: Vec<String> = world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
+        let names: Vec<String> =
+            world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
         let nodes = cluster.nodes(&names).await?;
         let node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let (pods, pdbs) = cluster.pods_and_pdbs(&node_names).await?;

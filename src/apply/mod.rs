@@ -166,7 +166,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if !images.contains(&image.as_str()) {
                     images.push(image);
                 }
-                let network = self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
+                let network =
+                    self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
                 if let Some(n) = network.filter(|n| !networks.contains(n)) {
                     networks.push(n);
                 }
@@ -205,7 +206,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if halted || self.interrupt.is_set() {
                     report.interrupted |= !halted && self.interrupt.is_set();
                     halted = true;
-                    report.not_started.extend(group.all().map(|(_, s)| (pool.name.clone(), s.instance.clone(), s.action.verb())));
+                    report.not_started.extend(
+                        group.all().map(|(_, s)| (pool.name.clone(), s.instance.clone(), s.action.verb())),
+                    );
                     continue;
                 }
                 // The creation chains of a batch run side by side; each chain is sequential.
@@ -213,13 +216,19 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 for (outcomes, skipped) in join_all(chains).await {
                     halted |= outcomes.iter().any(|o| o.error.is_some());
                     report.attempted.extend(outcomes);
-                    report.not_started.extend(skipped.into_iter().map(|s| (pool.name.clone(), s.instance.clone(), s.action.verb())));
+                    report.not_started.extend(
+                        skipped.into_iter().map(|s| (pool.name.clone(), s.instance.clone(), s.action.verb())),
+                    );
                 }
                 for &(n, step) in &group.retirements {
                     if halted || self.interrupt.is_set() {
                         report.interrupted |= !halted && self.interrupt.is_set();
                         halted = true;
-                        report.not_started.push((pool.name.clone(), step.instance.clone(), step.action.verb()));
+                        report.not_started.push((
+                            pool.name.clone(),
+                            step.instance.clone(),
+                            step.action.verb(),
+                        ));
                         continue;
                     }
                     let outcome = self.run_step(pool, step, n, total).await;
@@ -260,10 +269,24 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let result = self.perform(&pool.name, step).await;
         let elapsed = started.elapsed();
         match &result {
-            Ok(()) => self.say(&format!("[{n}/{total}] {verb} {} done ({:.1}s)", step.instance, elapsed.as_secs_f64())),
-            Err(e) => self.say(&format!("[{n}/{total}] {verb} {} FAILED ({:.1}s): {e}", step.instance, elapsed.as_secs_f64())),
+            Ok(()) => self.say(&format!(
+                "[{n}/{total}] {verb} {} done ({:.1}s)",
+                step.instance,
+                elapsed.as_secs_f64()
+            )),
+            Err(e) => self.say(&format!(
+                "[{n}/{total}] {verb} {} FAILED ({:.1}s): {e}",
+                step.instance,
+                elapsed.as_secs_f64()
+            )),
         }
-        Outcome { pool: pool.name.clone(), instance: step.instance.clone(), verb, elapsed, error: result.err() }
+        Outcome {
+            pool: pool.name.clone(),
+            instance: step.instance.clone(),
+            verb,
+            elapsed,
+            error: result.err(),
+        }
     }
 
     async fn perform(&self, pool_name: &str, step: &Step) -> Result<(), StepError> {
@@ -287,10 +310,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::AwaitReady { node } => {
                 let pool = self.pool(pool_name)?;
-                let up_timeout = pool.pool.spec.node.as_ref().map_or(Duration::from_secs(300), |n| n.ready_timeout.get());
+                let up_timeout =
+                    pool.pool.spec.node.as_ref().map_or(Duration::from_secs(300), |n| n.ready_timeout.get());
                 self.containers.wait_up(name, up_timeout).await?;
                 if *node {
-                    let spec = pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
+                    let spec =
+                        pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
                     let cluster = self.cluster(pool_name)?;
                     cluster.await_ready(name, spec.ready_timeout.get()).await?;
                     let mut node_labels = spec.labels.clone();
@@ -314,7 +339,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     fn pool(&self, name: &str) -> Result<&DesiredPool, StepError> {
-        self.desired.pools.iter().find(|p| p.name() == name).ok_or_else(|| StepError::UnknownPool(name.into()))
+        self.desired
+            .pools
+            .iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| StepError::UnknownPool(name.into()))
     }
 
     /// The rollout settings of a pool; a pruned pool is no longer declared and retires with

@@ -62,10 +62,7 @@ impl FromStr for Duration {
                 _ => return Err(err()),
             };
             rest = &rest[unit_len..];
-            total_ms = n
-                .checked_mul(per_unit_ms)
-                .and_then(|ms| total_ms.checked_add(ms))
-                .ok_or_else(err)?;
+            total_ms = n.checked_mul(per_unit_ms).and_then(|ms| total_ms.checked_add(ms)).ok_or_else(err)?;
         }
         Ok(Self::from_millis(total_ms))
     }
