@@ -124,7 +124,7 @@ pub struct Executor<'a, C, K> {
     /// The cluster of each pool that has a `node:` section, by pool name.
     pub clusters: &'a BTreeMap<String, K>,
     /// Where progress lines go (stdout for the CLI).
-    pub progress: &'a Mutex<Box<dyn Write + Send + 'a>>,
+    pub progress: &'a Mutex<Box<dyn Write + Send>>,
     pub interrupt: &'a Interrupt,
 }
 
@@ -402,3 +402,6 @@ fn batches(pool: &PoolPlan, offset: usize) -> Vec<Batch<'_>> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
