@@ -40,20 +40,26 @@ impl FromStr for Duration {
     type Err = ParseDurationError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseDurationError { input: s.to_owned() };
+        let err = || ParseDurationError {
+            input: s.to_owned(),
+        };
         let mut rest = s.trim();
         if rest.is_empty() {
             return Err(err());
         }
         let mut total_ms: u64 = 0;
         while !rest.is_empty() {
-            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
             if digits == 0 {
                 return Err(err());
             }
             let n: u64 = rest[..digits].parse().map_err(|_| err())?;
             rest = &rest[digits..];
-            let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+            let unit_len = rest
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(rest.len());
             let per_unit_ms = match &rest[..unit_len] {
                 "ms" => 1,
                 "s" => 1_000,
@@ -96,8 +102,23 @@ impl Serialize for Duration {
 
 impl<'de> Deserialize<'de> for Duration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(deserializer)?;
-        s.parse().map_err(serde::de::Error::custom)
+        // A visitor rather than `String::deserialize(..)?.parse()`: an error raised inside the
+        // visitor is what serde_yaml tags with the value's own line, column and field path.
+        struct DurationVisitor;
+
+        impl serde::de::Visitor<'_> for DurationVisitor {
+            type Value = Duration;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 30s, 5m or 1h30m")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(DurationVisitor)
     }
 }
 

@@ -6,6 +6,8 @@
 mod duration;
 mod hash;
 mod load;
+mod locate;
+mod validate;
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
-pub use load::{Document, SpecError, SpecErrors, load_documents, validate_pools};
+pub use load::{Document, DocumentText, SpecError, SpecErrors, load_documents};
+pub use validate::{MAX_POOL_NAME_LEN, validate_pools};
 
 /// The apiVersion of every document poolctl reads.
 pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
@@ -24,11 +27,16 @@ pub const KIND_POOL: &str = "Pool";
 /// One `Pool` document: a named set of identical containers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(title = "Pool", description = "A poolctl pool: N identical containers, optionally registered as Kubernetes Nodes.")]
+#[schemars(
+    title = "Pool",
+    description = "A poolctl pool: N identical containers, optionally registered as Kubernetes Nodes."
+)]
 pub struct Pool {
     /// Always `poolctl.dev/v1alpha1`.
+    #[schemars(extend("const" = "poolctl.dev/v1alpha1"))]
     pub api_version: String,
     /// Always `Pool`.
+    #[schemars(extend("const" = "Pool"))]
     pub kind: String,
     pub metadata: Metadata,
     pub spec: PoolSpec,
