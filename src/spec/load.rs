@@ -227,11 +227,43 @@ fn judge(value: &Value) -> Verdict {
 }
 
 /// Parse every `poolctl.dev` document of one file (see the module docs for what is skipped).
-///
-/// Every error of the file is returned, not only the first: a bad document does not stop the
-/// documents after it. A YAML syntax error does, because the parser cannot find its footing
-/// again after one.
+/// Fails if any document of the file is bad; [`parse_documents`] also keeps the good ones.
 pub fn load_documents(file: &str, text: &str) -> Result<Vec<Document>, Vec<SpecError>> {
+    let (docs, errors) = parse_documents(file, text);
+    if errors.is_empty() {
+        Ok(docs)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Load all files of a source, given as (path relative to the source root, text) in the order
+/// they should be read, and validate them together. Every error of every file is returned:
+/// the good documents of a file with a bad one are still validated.
+pub fn load_files<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<Document>, SpecErrors> {
+    let mut docs = Vec::new();
+    let mut errors = Vec::new();
+    for (file, text) in files {
+        let (found, failed) = parse_documents(file, text);
+        docs.extend(found);
+        errors.extend(failed);
+    }
+    if let Err(failed) = super::validate_pools(&docs) {
+        errors.extend(failed);
+    }
+    if errors.is_empty() {
+        Ok(docs)
+    } else {
+        Err(SpecErrors(errors))
+    }
+}
+
+/// Parse what can be parsed: the good pool documents of one file, and the errors of the bad
+/// ones. A bad document does not stop the documents after it; a YAML syntax error does,
+/// because the parser cannot find its footing again after one.
+pub fn parse_documents(file: &str, text: &str) -> (Vec<Document>, Vec<SpecError>) {
     let text: Arc<str> = Arc::from(text);
     let mut docs = Vec::new();
     let mut errors: Vec<SpecError> = Vec::new();
@@ -278,9 +310,5 @@ pub fn load_documents(file: &str, text: &str) -> Result<Vec<Document>, Vec<SpecE
             },
         }
     }
-    if errors.is_empty() {
-        Ok(docs)
-    } else {
-        Err(errors)
-    }
+    (docs, errors)
 }

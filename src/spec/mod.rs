@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
-pub use load::{Document, DocumentText, SpecError, SpecErrors, load_documents};
+pub use load::{
+    Document, DocumentText, SpecError, SpecErrors, load_documents, load_files, parse_documents,
+};
 pub use validate::{MAX_POOL_NAME_LEN, validate_pools};
 
 /// The apiVersion of every document poolctl reads.
