@@ -401,23 +401,10 @@ spec:
 
     #[test]
     fn ignores_map_order() {
-        let reordered = BASE
-            .replace(
-                "      A: one\n      B: two\n",
-                "      B: two\n      A: one\n",
-            )
-            .replace(
-                "      x: '1'\n      y: '2'\n",
-                "      y: '2'\n      x: '1'\n",
-            )
-            .replace("    env:", "    labels_tmp:")
-            .replace("    labels:", "    env_tmp:");
-        // Also swap the env and labels blocks themselves (with their keys renamed back).
-        let reordered = reordered
-            .replace("labels_tmp:", "env:")
-            .replace("env_tmp:", "labels:");
-        let reordered = reordered.replace(
-            "    env:\n      B: two\n      A: one\n    labels:\n      y: '2'\n      x: '1'\n",
+        // BASE with the keys of env and labels, and the two maps themselves, written in
+        // another order.
+        let reordered = BASE.replace(
+            "    env:\n      A: one\n      B: two\n    labels:\n      x: '1'\n      y: '2'\n",
             "    labels:\n      y: '2'\n      x: '1'\n    env:\n      B: two\n      A: one\n",
         );
         assert_ne!(reordered, BASE);
@@ -476,6 +463,8 @@ fn schema_pins_api_version_and_kind() {
         assert!(required.iter().any(|r| r == field), "{field} not required");
     }
     assert_eq!(schema["additionalProperties"], false);
+    let name = &schema["$defs"]["Metadata"]["properties"]["name"];
+    assert_eq!(name["maxLength"], spec::MAX_POOL_NAME_LEN);
 }
 
 /// Every YAML file under `dir`, recursively, in sorted order.

@@ -50,6 +50,10 @@ pub struct Pool {
 pub struct Metadata {
     /// The pool's name: a DNS-1123 label of at most 46 characters, so that instance names
     /// (`<pool>-<hash>-<suffix>`) stay valid hostnames.
+    #[schemars(
+        length(min = 1, max = 46),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
 }
 
@@ -79,6 +83,7 @@ pub struct PoolSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Template {
     /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing.
+    #[schemars(length(min = 1))]
     pub image: String,
     /// The container's command (Docker's CMD), as a list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,6 +163,7 @@ pub struct Taint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[schemars(extend("enum" = ["NoSchedule", "PreferNoSchedule", "NoExecute"]))]
     pub effect: String,
 }
 

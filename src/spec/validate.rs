@@ -222,12 +222,52 @@ fn volume_problem(volume: &str) -> Option<String> {
             "volume {volume:?}: the container path {dst:?} must be absolute"
         ));
     }
-    if let Some(options) = options {
-        if let Some(bad) = options.split(',').find(|o| !VOLUME_OPTIONS.contains(o)) {
-            return Some(format!(
-                "volume {volume:?} has an unknown option {bad:?}: {expected}"
-            ));
+    let bad = options.and_then(|o| o.split(',').find(|o| !VOLUME_OPTIONS.contains(o)));
+    bad.map(|bad| format!("volume {volume:?} has an unknown option {bad:?}: {expected}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names_are_short_dns_labels() {
+        for good in [
+            "a",
+            "workers",
+            "w-1",
+            "0pool",
+            &"a".repeat(MAX_POOL_NAME_LEN),
+        ] {
+            assert_eq!(name_problem(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            "Workers",
+            "-w",
+            "w-",
+            "w_1",
+            "w.1",
+            "wörk",
+            &"a".repeat(47),
+        ] {
+            assert!(name_problem(bad).is_some(), "{bad:?} accepted");
         }
     }
-    None
+
+    #[test]
+    fn volumes_are_docker_mount_strings() {
+        for good in [
+            "/a:/b",
+            "/a:/b:ro",
+            "/a:/b:rw",
+            "data:/var/lib/data",
+            "/a:/b:ro,rslave",
+        ] {
+            assert_eq!(volume_problem(good), None, "{good}");
+        }
+        for bad in ["/a", "/a:", ":/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", ""] {
+            assert!(volume_problem(bad).is_some(), "{bad:?} accepted");
+        }
+    }
 }
