@@ -93,8 +93,23 @@ impl Serialize for Duration {
 
 impl<'de> Deserialize<'de> for Duration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(deserializer)?;
-        s.parse().map_err(serde::de::Error::custom)
+        // A visitor rather than `String::deserialize(..)?.parse()`: an error raised inside the
+        // visitor is what serde_yaml tags with the value's own line, column and field path.
+        struct DurationVisitor;
+
+        impl serde::de::Visitor<'_> for DurationVisitor {
+            type Value = Duration;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 30s, 5m or 1h30m")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(DurationVisitor)
     }
 }
 

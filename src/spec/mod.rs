@@ -6,6 +6,8 @@
 mod duration;
 mod hash;
 mod load;
+mod locate;
+mod validate;
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
-pub use load::{Document, SpecError, SpecErrors, load_documents, validate_pools};
+pub use load::{Document, DocumentText, SpecError, SpecErrors, load_documents, load_files, parse_documents};
+pub use validate::{MAX_POOL_NAME_LEN, validate_pools};
 
 /// The apiVersion of every document poolctl reads.
 pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
@@ -30,8 +33,10 @@ pub const KIND_POOL: &str = "Pool";
 )]
 pub struct Pool {
     /// Always `poolctl.dev/v1alpha1`.
+    #[schemars(extend("const" = "poolctl.dev/v1alpha1"))]
     pub api_version: String,
     /// Always `Pool`.
+    #[schemars(extend("const" = "Pool"))]
     pub kind: String,
     pub metadata: Metadata,
     pub spec: PoolSpec,
@@ -43,6 +48,7 @@ pub struct Pool {
 pub struct Metadata {
     /// The pool's name: a DNS-1123 label of at most 46 characters, so that instance names
     /// (`<pool>-<hash>-<suffix>`) stay valid hostnames.
+    #[schemars(length(min = 1, max = 46), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
 }
 
@@ -72,6 +78,7 @@ pub struct PoolSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Template {
     /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing.
+    #[schemars(length(min = 1))]
     pub image: String,
     /// The container's command (Docker's CMD), as a list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,6 +158,7 @@ pub struct Taint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[schemars(extend("enum" = ["NoSchedule", "PreferNoSchedule", "NoExecute"]))]
     pub effect: String,
 }
 

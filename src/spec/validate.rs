@@ -1,0 +1,218 @@
+//! The semantic rules of pool documents: what parses but cannot work.
+
+use std::collections::HashMap;
+
+use super::locate::FieldPath;
+use super::{Document, Pool, SpecError};
+
+/// Pool names are DNS-1123 labels short enough that `<pool>-<10 hex>-<5 chars>`, the instance
+/// name and hostname, fits the 63 characters of a label.
+pub const MAX_POOL_NAME_LEN: usize = 63 - 1 - super::HASH_LEN - 1 - 5;
+
+/// Label and annotation keys under this prefix are poolctl's own bookkeeping.
+const RESERVED_PREFIX: &str = "poolctl.dev/";
+
+const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// Docker bind mount options accepted after `src:dst:`.
+const VOLUME_OPTIONS: [&str; 11] =
+    ["ro", "rw", "z", "Z", "nocopy", "shared", "rshared", "slave", "rslave", "private", "rprivate"];
+
+/// Check documents from all files of a source together: the rules of each pool, and that no
+/// pool name is declared twice. Every error is returned, in document order.
+pub fn validate_pools(docs: &[Document]) -> Result<(), Vec<SpecError>> {
+    let mut errors = Vec::new();
+    let mut first_seen: HashMap<&str, &Document> = HashMap::new();
+    let name_path = FieldPath::of("metadata.name");
+    for doc in docs {
+        for (path, message) in check_pool(&doc.pool) {
+            errors.push(doc.error_at(&path, message));
+        }
+        let name = doc.pool.metadata.name.as_str();
+        match first_seen.get(name) {
+            Some(first) => errors.push(doc.error_at(
+                &name_path,
+                format!("pool {name:?} is declared twice: also at {}", first.place_of(&name_path)),
+            )),
+            None => {
+                first_seen.insert(name, doc);
+            }
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// The rule violations of one pool, as (field path, message).
+fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let mut fail = |path: FieldPath, message: String| errors.push((path, message));
+
+    if let Some(problem) = name_problem(&pool.metadata.name) {
+        fail(FieldPath::of("metadata.name"), problem);
+    }
+
+    let spec = &pool.spec;
+    let rollout = &spec.rollout;
+    for (field, value) in [
+        ("spec.replicas", spec.replicas),
+        ("spec.rollout.maxSurge", rollout.max_surge),
+        ("spec.rollout.maxUnavailable", rollout.max_unavailable),
+    ] {
+        if value < 0 {
+            fail(FieldPath::of(field), format!("must be 0 or more, got {value}"));
+        }
+    }
+    if rollout.max_surge == 0 && rollout.max_unavailable == 0 {
+        fail(
+            FieldPath::of("spec.rollout.maxSurge"),
+            "maxSurge and maxUnavailable are both 0, so a rollout could never replace an \
+             instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
+                .to_owned(),
+        );
+    }
+
+    let template = FieldPath::of("spec.template");
+    let t = &spec.template;
+    if t.image.trim().is_empty() {
+        fail(template.key("image"), "must not be empty".to_owned());
+    }
+    for key in t.env.keys() {
+        if key.is_empty() {
+            fail(template.key("env"), "an environment variable has an empty name".to_owned());
+        } else if key.contains('=') {
+            fail(template.key("env").key(key), "an environment variable name cannot contain '='".to_owned());
+        }
+    }
+    for key in t.labels.keys() {
+        if key.starts_with(RESERVED_PREFIX) {
+            fail(
+                template.key("labels").key(key),
+                format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
+            );
+        }
+    }
+    for (i, volume) in t.volumes.iter().enumerate() {
+        if let Some(problem) = volume_problem(volume) {
+            fail(template.key("volumes").index(i), problem);
+        }
+    }
+    for (i, path) in t.tmpfs.iter().enumerate() {
+        if !path.starts_with('/') {
+            fail(template.key("tmpfs").index(i), format!("tmpfs path {path:?} must be absolute"));
+        }
+    }
+
+    for (i, step) in spec.bootstrap.iter().enumerate() {
+        let at = FieldPath::of("spec.bootstrap").index(i);
+        match step.exec.first() {
+            None => fail(at.key("exec"), "must name a command to run".to_owned()),
+            Some(program) if program.trim().is_empty() => {
+                fail(at.key("exec").index(0), "the command must not be empty".to_owned());
+            }
+            Some(_) => {}
+        }
+        if step.timeout.get().is_zero() {
+            fail(at.key("timeout"), "must be longer than 0s".to_owned());
+        }
+    }
+
+    if let Some(node) = &spec.node {
+        let at = FieldPath::of("spec.node");
+        if node.ready_timeout.get().is_zero() {
+            fail(at.key("readyTimeout"), "must be longer than 0s".to_owned());
+        }
+        for key in node.labels.keys() {
+            if key.starts_with(RESERVED_PREFIX) {
+                fail(
+                    at.key("labels").key(key),
+                    format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
+                );
+            }
+        }
+        for (i, taint) in node.taints.iter().enumerate() {
+            if taint.key.is_empty() {
+                fail(at.key("taints").index(i).key("key"), "must not be empty".to_owned());
+            }
+            if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+                fail(
+                    at.key("taints").index(i).key("effect"),
+                    format!(
+                        "unknown taint effect {:?}: expected one of {}",
+                        taint.effect,
+                        TAINT_EFFECTS.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    errors
+}
+
+/// Why `name` cannot be a pool name, if it cannot.
+fn name_problem(name: &str) -> Option<String> {
+    let label_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let alnum_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if name.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if !label_chars || !alnum_ends {
+        Some(format!(
+            "{name:?} is not a DNS-1123 label: use lowercase letters, digits and '-', \
+             starting and ending with a letter or digit"
+        ))
+    } else if name.len() > MAX_POOL_NAME_LEN {
+        Some(format!(
+            "{name:?} is {} characters long; at most {MAX_POOL_NAME_LEN} are allowed, so that \
+             instance names (<pool>-<hash>-<suffix>) fit in 63",
+            name.len()
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why `volume` is not a Docker `src:dst[:options]` mount, if it is not.
+fn volume_problem(volume: &str) -> Option<String> {
+    let parts: Vec<&str> = volume.split(':').collect();
+    let expected = "expected src:dst or src:dst:ro|rw";
+    let (src, dst, options) = match parts.as_slice() {
+        [src, dst] => (*src, *dst, None),
+        [src, dst, options] => (*src, *dst, Some(*options)),
+        _ => {
+            return Some(format!("volume {volume:?} is not of the form src:dst[:ro|rw]"));
+        }
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Some(format!("volume {volume:?} has an empty side: {expected}"));
+    }
+    if !dst.starts_with('/') {
+        return Some(format!("volume {volume:?}: the container path {dst:?} must be absolute"));
+    }
+    let bad = options.and_then(|o| o.split(',').find(|o| !VOLUME_OPTIONS.contains(o)));
+    bad.map(|bad| format!("volume {volume:?} has an unknown option {bad:?}: {expected}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names_are_short_dns_labels() {
+        for good in ["a", "workers", "w-1", "0pool", &"a".repeat(MAX_POOL_NAME_LEN)] {
+            assert_eq!(name_problem(good), None, "{good}");
+        }
+        for bad in ["", "Workers", "-w", "w-", "w_1", "w.1", "wörk", &"a".repeat(47)] {
+            assert!(name_problem(bad).is_some(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn volumes_are_docker_mount_strings() {
+        for good in ["/a:/b", "/a:/b:ro", "/a:/b:rw", "data:/var/lib/data", "/a:/b:ro,rslave"] {
+            assert_eq!(volume_problem(good), None, "{good}");
+        }
+        for bad in ["/a", "/a:", ":/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", ""] {
+            assert!(volume_problem(bad).is_some(), "{bad:?} accepted");
+        }
+    }
+}
