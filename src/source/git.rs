@@ -29,9 +29,9 @@ pub(super) fn read(
     fetch(&repo, url)?;
     let commit = resolve_ref(&repo, url, reference)?;
     let commit_id = commit.id().to_string();
-    let git_error = |source| SourceError::Git {
+    let git_error = |source: git2::Error| SourceError::Git {
         url: url.to_owned(),
-        source,
+        source: source.into(),
     };
     let not_found = || SourceError::PathNotFound {
         url: url.to_owned(),
@@ -151,15 +151,18 @@ fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, SourceError> {
         path: path.clone(),
         source,
     })?;
-    Repository::init_bare(&path).map_err(|source| SourceError::Cache { path, source })
+    Repository::init_bare(&path).map_err(|source| SourceError::Cache {
+        path,
+        source: source.into(),
+    })
 }
 
 /// Fetch every branch and tag of `url` into the cache, pruning what the remote deleted, and
 /// record the remote's HEAD.
 fn fetch(repo: &Repository, url: &str) -> Result<(), SourceError> {
-    let fetch_error = |source| SourceError::Fetch {
+    let fetch_error = |source: git2::Error| SourceError::Fetch {
         url: url.to_owned(),
-        source,
+        source: source.into(),
     };
     let mut remote = repo.remote_anonymous(url).map_err(fetch_error)?;
     let mut options = FetchOptions::new();
@@ -248,7 +251,7 @@ fn resolve_ref<'r>(
         if let Ok(found) = repo.find_reference(name) {
             return found.peel_to_commit().map_err(|source| SourceError::Git {
                 url: url.to_owned(),
-                source,
+                source: source.into(),
             });
         }
     }

@@ -172,14 +172,14 @@ pub enum SourceError {
     Cache {
         path: PathBuf,
         #[source]
-        source: git2::Error,
+        source: GitError,
     },
     /// Fetching a Git source failed (unreachable, not a repository, authentication...).
     #[error("cannot fetch {url}")]
     Fetch {
         url: String,
         #[source]
-        source: git2::Error,
+        source: GitError,
     },
     /// `--ref` names no branch, tag or fetched commit.
     #[error("{url} has no branch, tag or commit `{reference}`")]
@@ -196,21 +196,35 @@ pub enum SourceError {
     Git {
         url: String,
         #[source]
-        source: git2::Error,
+        source: GitError,
     },
     /// The files were read but their pools are invalid.
     #[error(transparent)]
     Spec(#[from] SpecErrors),
 }
 
+/// A libgit2 failure, shown by its message alone: git2's own `Display` appends the error's class
+/// and code, which mean nothing to a user.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.message())]
+pub struct GitError(pub git2::Error);
+
+// Not `#[from]`: that would also make the git2 error this one's source, printing it twice.
+impl From<git2::Error> for GitError {
+    fn from(error: git2::Error) -> Self {
+        Self(error)
+    }
+}
+
 /// The cache directory for Git sources: `$POOLCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/poolctl`,
 /// else `$HOME/.cache/poolctl`, else (no home at all) `poolctl-cache` in the temp directory.
 pub fn default_cache_dir() -> PathBuf {
-    let var = |name| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
+    cache_dir_from(|name| std::env::var_os(name))
+}
+
+/// [`default_cache_dir`] over any environment, so that tests need not change the process's.
+fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let var = |name| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(dir) = var("POOLCTL_CACHE_DIR") {
         return dir;
     }
@@ -443,4 +457,56 @@ fn is_pool_file(name: &str) -> bool {
 /// Hidden files and directories (`.git`, editors' `.#x.yaml` lock files) are never read.
 fn is_hidden(name: &str) -> bool {
     name.starts_with('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::Path;
+
+    use super::*;
+
+    fn cache_dir(vars: &[(&str, &str)]) -> PathBuf {
+        cache_dir_from(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn cache_dir_prefers_poolctl_then_xdg_then_home() {
+        let all = [
+            ("POOLCTL_CACHE_DIR", "/p"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(cache_dir(&all), Path::new("/p"));
+        assert_eq!(cache_dir(&all[1..]), Path::new("/x/poolctl"));
+        assert_eq!(cache_dir(&all[2..]), Path::new("/h/.cache/poolctl"));
+        // An empty variable counts as unset, as in the shell's `${VAR:-...}`.
+        assert_eq!(
+            cache_dir(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]),
+            Path::new("/h/.cache/poolctl")
+        );
+        assert_eq!(cache_dir(&[]), std::env::temp_dir().join("poolctl-cache"));
+    }
+
+    #[test]
+    fn each_url_has_its_own_clone_in_the_cache() {
+        let a = git::cache_path(Path::new("/c"), "https://h/a.git");
+        let b = git::cache_path(Path::new("/c"), "https://h/b.git");
+        assert_ne!(a, b);
+        assert!(a.starts_with("/c/git"));
+        assert_eq!(a, git::cache_path(Path::new("/c"), "https://h/a.git"));
+    }
+
+    #[test]
+    fn redact_url_drops_only_a_password() {
+        assert_eq!(redact_url("https://u:p@h/r"), "https://u@h/r");
+        assert_eq!(redact_url("https://u:p@h"), "https://u@h");
+        assert_eq!(redact_url("https://u@h/r@x:y"), "https://u@h/r@x:y");
+        assert_eq!(redact_url("ssh://git@h:22/r"), "ssh://git@h:22/r");
+        assert_eq!(redact_url("git@h:r"), "git@h:r");
+    }
 }
