@@ -2,6 +2,12 @@
 //!
 //! A source yields the raw pool files; [`crate::spec`] parses and validates them. Nothing here
 //! talks to Docker or Kubernetes.
+//!
+//! [`SourceSpec::new`] classifies `--source`/`--ref`/`--path`; [`read_files`] yields the files
+//! (`dir` reads the disk, `git` a commit's tree through a cached bare clone); [`load`] turns them
+//! into a validated [`Desired`]; [`resolve`] is the cheap "has anything changed?" for `watch`.
+//! File paths are relative to the source root (the `--source` directory or the repository root,
+//! so they include `--path`), which is how spec errors name them.
 
 mod dir;
 mod git;
