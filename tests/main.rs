@@ -1,1 +1,4 @@
+mod cli;
+mod source;
 mod spec;
+mod support;

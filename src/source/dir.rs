@@ -1,0 +1,103 @@
+//! Reading a file or directory source from disk, as it is now.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file};
+
+/// Read `root` (or `root/path` when `--path` was given): a file as itself, a directory as all of
+/// its pool files below it, sorted by their path relative to `root`.
+pub(super) fn read(root: &Path, path: &str) -> Result<(Origin, Vec<SourceFile>), SourceError> {
+    if !path.is_empty() && fs::metadata(root).is_ok_and(|m| m.is_file()) {
+        return Err(SourceError::Invalid(format!(
+            "--path needs a directory or Git source, and {} is a file",
+            root.display()
+        )));
+    }
+    let target = if path.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(path)
+    };
+    let meta = fs::metadata(&target).map_err(|e| io_error(&target, e))?;
+    let canonical = fs::canonicalize(&target).map_err(|e| io_error(&target, e))?;
+    let origin = Origin::Path {
+        path: canonical.to_string_lossy().into_owned(),
+    };
+
+    if meta.is_file() {
+        let relative = if path.is_empty() {
+            // A single file is its own root: it is known by its name.
+            canonical
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else {
+            path.to_owned()
+        };
+        let text = read_text(&target)?;
+        return Ok((
+            origin,
+            vec![SourceFile {
+                path_relative: relative,
+                text,
+            }],
+        ));
+    }
+
+    let mut files = Vec::new();
+    walk(&target, path, &mut files)?;
+    files.sort_by(|a, b| a.path_relative.cmp(&b.path_relative));
+    Ok((origin, files))
+}
+
+/// Collect the pool files below `dir`, whose path relative to the source root is `prefix`.
+fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), SourceError> {
+    let entries = fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_hidden(&name) {
+            continue;
+        }
+        let full = entry.path();
+        let relative = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let file_type = entry.file_type().map_err(|e| io_error(&full, e))?;
+        if file_type.is_dir() {
+            walk(&full, &relative, files)?;
+        } else if is_pool_file(&name) {
+            // Symlinks to files are followed; symlinks to directories are not (they may loop),
+            // and a dangling one is skipped like any other non-file.
+            let is_file = file_type.is_file() || fs::metadata(&full).is_ok_and(|m| m.is_file());
+            if is_file {
+                let text = read_text(&full)?;
+                files.push(SourceFile {
+                    path_relative: relative,
+                    text,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_text(path: &Path) -> Result<String, SourceError> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 {
+        file: path.display().to_string(),
+    })
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> SourceError {
+    let path = PathBuf::from(path);
+    if source.kind() == ErrorKind::NotFound {
+        SourceError::NotFound { path }
+    } else {
+        SourceError::Io { path, source }
+    }
+}
