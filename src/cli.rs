@@ -1,7 +1,5 @@
 //! The command line, as clap types only: what the user typed, before it is turned into work.
 
-use std::path::PathBuf;
-
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Reconcile pools of Docker containers that serve as Kubernetes nodes.
@@ -58,7 +56,7 @@ pub struct SourceArgs {
 
     /// For a Git source: the file or folder inside the repository (default: its root).
     #[arg(long, value_name = "PATH")]
-    pub path: Option<PathBuf>,
+    pub path: Option<String>,
 }
 
 #[derive(Debug, Args)]

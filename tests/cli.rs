@@ -52,7 +52,8 @@ fn validate_reports_every_error_once_with_its_place() {
 fn plan_refuses_a_bad_spec_before_touching_docker() {
     let cache = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("p.yaml"), "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata: [\n").unwrap();
+    fs::write(dir.path().join("p.yaml"), "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata: [\n")
+        .unwrap();
     // An unreachable daemon proves the spec is checked first.
     let out = crate::support::cli::poolctl(cache.path())
         .args(["plan", "--source", dir.path().to_str().unwrap()])

@@ -4,9 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, RepositoryInitOptions, Signature};
-use poolctl::source::{
-    Location, Origin, Revision, SourceError, SourceSpec, load, read_files, resolve,
-};
+use poolctl::source::{Location, Origin, Revision, SourceError, SourceSpec, load, read_files, resolve};
 use tempfile::TempDir;
 
 /// Write `text` to `root/relative`, creating parent directories.
@@ -19,13 +17,7 @@ fn write(root: &Path, relative: &str, text: &str) {
 /// The relative paths and texts of what a source yields.
 fn files_of(spec: &SourceSpec) -> (Origin, Vec<(String, String)>) {
     let (origin, files) = read_files(spec).unwrap();
-    (
-        origin,
-        files
-            .into_iter()
-            .map(|f| (f.path_relative, f.text))
-            .collect(),
-    )
+    (origin, files.into_iter().map(|f| (f.path_relative, f.text)).collect())
 }
 
 fn names(files: &[(String, String)]) -> Vec<&str> {
@@ -44,10 +36,7 @@ fn chain(err: &SourceError) -> String {
 }
 
 fn canonical(path: &Path) -> String {
-    fs::canonicalize(path)
-        .unwrap()
-        .to_string_lossy()
-        .into_owned()
+    fs::canonicalize(path).unwrap().to_string_lossy().into_owned()
 }
 
 /// A scratch Git repository with a `main` branch checked out, and a cache directory of its own.
@@ -66,11 +55,7 @@ impl Repo {
         let mut config = repo.config().unwrap();
         config.set_str("user.name", "Test").unwrap();
         config.set_str("user.email", "test@example.com").unwrap();
-        Self {
-            dir,
-            cache: TempDir::new().unwrap(),
-            repo,
-        }
+        Self { dir, cache: TempDir::new().unwrap(), repo }
     }
 
     fn path(&self) -> &Path {
@@ -84,26 +69,14 @@ impl Repo {
     /// Commit the whole working tree (additions, changes and deletions) on HEAD.
     fn commit(&self, message: &str) -> String {
         let mut index = self.repo.index().unwrap();
-        index
-            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
-            .unwrap();
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
         index.update_all(["*"], None).unwrap();
         index.write().unwrap();
         let tree = self.repo.find_tree(index.write_tree().unwrap()).unwrap();
         let signature = Signature::now("Test", "test@example.com").unwrap();
         let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
         let parents: Vec<_> = parent.iter().collect();
-        let id = self
-            .repo
-            .commit(
-                Some("HEAD"),
-                &signature,
-                &signature,
-                message,
-                &tree,
-                &parents,
-            )
-            .unwrap();
+        let id = self.repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents).unwrap();
         id.to_string()
     }
 
@@ -117,9 +90,7 @@ impl Repo {
     fn switch(&self, name: &str) {
         let refname = format!("refs/heads/{name}");
         let object = self.repo.revparse_single(&refname).unwrap();
-        self.repo
-            .checkout_tree(&object, Some(git2::build::CheckoutBuilder::new().force()))
-            .unwrap();
+        self.repo.checkout_tree(&object, Some(git2::build::CheckoutBuilder::new().force())).unwrap();
         self.repo.set_head(&refname).unwrap();
     }
 
@@ -130,9 +101,7 @@ impl Repo {
     }
 
     fn source_at(&self, source: &str, reference: Option<&str>, path: Option<&str>) -> SourceSpec {
-        SourceSpec::new(source, reference, path)
-            .unwrap()
-            .with_cache_dir(self.cache.path())
+        SourceSpec::new(source, reference, path).unwrap().with_cache_dir(self.cache.path())
     }
 
     fn url(&self) -> String {
@@ -160,22 +129,8 @@ fn directory_yields_yaml_and_yml_files_sorted_recursively_skipping_hidden_ones()
     let spec = SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap();
     let (origin, files) = files_of(&spec);
 
-    assert_eq!(
-        origin,
-        Origin::Path {
-            path: canonical(dir.path())
-        }
-    );
-    assert_eq!(
-        names(&files),
-        [
-            "a.yml",
-            "a/z.yaml",
-            "b.yaml",
-            "sub/c.yaml",
-            "sub/deeper/d.yml"
-        ]
-    );
+    assert_eq!(origin, Origin::Path { path: canonical(dir.path()) });
+    assert_eq!(names(&files), ["a.yml", "a/z.yaml", "b.yaml", "sub/c.yaml", "sub/deeper/d.yml"]);
     let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(texts, ["a", "z", "b", "c", "d"]);
 }
@@ -189,16 +144,8 @@ fn single_file_is_known_by_its_name_whatever_its_extension() {
     let spec = SourceSpec::new(file.to_str().unwrap(), None, None).unwrap();
     let (origin, files) = files_of(&spec);
 
-    assert_eq!(
-        origin,
-        Origin::Path {
-            path: canonical(&file)
-        }
-    );
-    assert_eq!(
-        files,
-        [("workers.pool".to_owned(), "kind: Pool".to_owned())]
-    );
+    assert_eq!(origin, Origin::Path { path: canonical(&file) });
+    assert_eq!(files, [("workers.pool".to_owned(), "kind: Pool".to_owned())]);
 }
 
 #[test]
@@ -210,12 +157,7 @@ fn path_selects_a_folder_or_file_of_a_directory_source() {
     let root = dir.path().to_str().unwrap();
 
     let (origin, files) = files_of(&SourceSpec::new(root, None, Some("./pools/")).unwrap());
-    assert_eq!(
-        origin,
-        Origin::Path {
-            path: canonical(&dir.path().join("pools"))
-        }
-    );
+    assert_eq!(origin, Origin::Path { path: canonical(&dir.path().join("pools")) });
     assert_eq!(names(&files), ["pools/a.yaml", "pools/nested/b.yaml"]);
 
     let (_, files) = files_of(&SourceSpec::new(root, None, Some("pools/nested/b.yaml")).unwrap());
@@ -226,55 +168,32 @@ fn path_selects_a_folder_or_file_of_a_directory_source() {
 fn directory_source_errors_name_the_path() {
     let dir = TempDir::new().unwrap();
     let missing = dir.path().join("nope");
-    let err =
-        read_files(&SourceSpec::new(missing.to_str().unwrap(), None, None).unwrap()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("source not found: {}", missing.display())
-    );
+    let err = read_files(&SourceSpec::new(missing.to_str().unwrap(), None, None).unwrap()).unwrap_err();
+    assert_eq!(err.to_string(), format!("source not found: {}", missing.display()));
 
     let root = dir.path().to_str().unwrap();
     let err = read_files(&SourceSpec::new(root, None, Some("pools")).unwrap()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("source not found: {}", dir.path().join("pools").display())
-    );
+    assert_eq!(err.to_string(), format!("source not found: {}", dir.path().join("pools").display()));
 
     write(dir.path(), "pool.yaml", "x");
     let file = dir.path().join("pool.yaml");
-    let err = read_files(&SourceSpec::new(file.to_str().unwrap(), None, Some("sub")).unwrap())
-        .unwrap_err();
+    let err = read_files(&SourceSpec::new(file.to_str().unwrap(), None, Some("sub")).unwrap()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!(
-            "invalid source: --path needs a directory or Git source, and {} is a file",
-            file.display()
-        )
+        format!("invalid source: --path needs a directory or Git source, and {} is a file", file.display())
     );
 
     fs::write(dir.path().join("latin1.yaml"), b"name: caf\xe9").unwrap();
     let err = read_files(&SourceSpec::new(root, None, None).unwrap()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "{} is not UTF-8 text",
-            dir.path().join("latin1.yaml").display()
-        )
-    );
+    assert_eq!(err.to_string(), format!("{} is not UTF-8 text", dir.path().join("latin1.yaml").display()));
 }
 
 #[test]
 fn load_keeps_the_origin_of_the_files_it_read() {
     let dir = TempDir::new().unwrap();
     write(dir.path(), "empty.yaml", "");
-    let desired =
-        load(&SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap()).unwrap();
-    assert_eq!(
-        desired.origin,
-        Origin::Path {
-            path: canonical(dir.path())
-        }
-    );
+    let desired = load(&SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap()).unwrap();
+    assert_eq!(desired.origin, Origin::Path { path: canonical(dir.path()) });
 }
 
 #[test]
@@ -301,11 +220,7 @@ fn directory_revision_changes_with_the_files_and_only_then() {
 #[test]
 fn urls_are_git_sources_and_plain_paths_are_not() {
     let git = |source: &str| match SourceSpec::new(source, None, None).unwrap().location {
-        Location::Git {
-            url,
-            reference,
-            path,
-        } => {
+        Location::Git { url, reference, path } => {
             assert_eq!((reference, path.as_str()), (None, ""));
             Some(url)
         }
@@ -321,15 +236,7 @@ fn urls_are_git_sources_and_plain_paths_are_not() {
     ] {
         assert_eq!(git(url).as_deref(), Some(url), "{url}");
     }
-    for path in [
-        "pools",
-        "./pools",
-        "/etc/pools",
-        "pools/a.yaml",
-        "./a@b:c",
-        "C:pools",
-        "@host:x",
-    ] {
+    for path in ["pools", "./pools", "/etc/pools", "pools/a.yaml", "./a@b:c", "C:pools", "@host:x"] {
         assert_eq!(git(path), None, "{path}");
     }
     // A password never reaches the plan or the container labels.
@@ -346,33 +253,21 @@ fn a_path_with_a_ref_is_a_git_source_with_its_canonical_path_as_url() {
     let spec = SourceSpec::new(&spaced, Some("main"), Some("pools/")).unwrap();
     assert_eq!(
         spec.location,
-        Location::Git {
-            url: canonical(repo.path()),
-            reference: Some("main".into()),
-            path: "pools".into(),
-        }
+        Location::Git { url: canonical(repo.path()), reference: Some("main".into()), path: "pools".into() }
     );
 
     let missing = repo.path().join("nope");
     let err = SourceSpec::new(missing.to_str().unwrap(), Some("main"), None).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("Git repository not found: {}", missing.display())
-    );
+    assert_eq!(err.to_string(), format!("Git repository not found: {}", missing.display()));
 }
 
 #[test]
 fn bad_arguments_are_refused() {
     let message = |source: &str, reference: Option<&str>, path: Option<&str>| {
-        SourceSpec::new(source, reference, path)
-            .unwrap_err()
-            .to_string()
+        SourceSpec::new(source, reference, path).unwrap_err().to_string()
     };
     assert_eq!(message("", None, None), "invalid source: --source is empty");
-    assert_eq!(
-        message("pools", Some(""), None),
-        "invalid source: --ref is empty"
-    );
+    assert_eq!(message("pools", Some(""), None), "invalid source: --ref is empty");
     assert_eq!(
         message("pools", None, Some("/etc")),
         "invalid source: --path `/etc` must be relative to the source root"
@@ -398,12 +293,7 @@ fn git_default_is_the_remote_head_read_from_the_commit_tree() {
     let (origin, files) = files_of(&repo.source_at(&repo.url(), None, None));
     assert_eq!(
         origin,
-        Origin::Git {
-            url: repo.url(),
-            reference: "HEAD".into(),
-            commit,
-            path: String::new()
-        }
+        Origin::Git { url: repo.url(), reference: "HEAD".into(), commit, path: String::new() }
     );
     assert_eq!(names(&files), ["pools/a.yml", "pools/b.yaml", "top.yaml"]);
     assert_eq!(files[0].1, "a");
@@ -429,19 +319,9 @@ fn git_ref_may_be_a_branch_a_tag_or_a_commit() {
     repo.write("a.yaml", "v1");
     let first = repo.commit("first");
     let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo
-        .tag_lightweight("v1", head.as_object(), false)
-        .unwrap();
+    repo.repo.tag_lightweight("v1", head.as_object(), false).unwrap();
     let signature = Signature::now("Test", "test@example.com").unwrap();
-    repo.repo
-        .tag(
-            "v1-annotated",
-            head.as_object(),
-            &signature,
-            "release",
-            false,
-        )
-        .unwrap();
+    repo.repo.tag("v1-annotated", head.as_object(), &signature, "release", false).unwrap();
 
     repo.switch_new_branch("feature");
     repo.write("a.yaml", "feature");
@@ -453,11 +333,7 @@ fn git_ref_may_be_a_branch_a_tag_or_a_commit() {
     let read = |reference: &str| {
         let (origin, files) = files_of(&repo.source(Some(reference), None));
         match origin {
-            Origin::Git {
-                reference: asked,
-                commit,
-                ..
-            } => {
+            Origin::Git { reference: asked, commit, .. } => {
                 assert_eq!(asked, reference);
                 (commit, files[0].1.clone())
             }
@@ -466,10 +342,7 @@ fn git_ref_may_be_a_branch_a_tag_or_a_commit() {
     };
     assert_eq!(read("main"), (second.clone(), "v2".into()));
     assert_eq!(read("HEAD"), (second.clone(), "v2".into()));
-    assert_eq!(
-        read("refs/heads/feature"),
-        (feature.clone(), "feature".into())
-    );
+    assert_eq!(read("refs/heads/feature"), (feature.clone(), "feature".into()));
     assert_eq!(read("feature"), (feature, "feature".into()));
     assert_eq!(read("v1"), (first.clone(), "v1".into()));
     assert_eq!(read("v1-annotated"), (first.clone(), "v1".into()));
@@ -497,16 +370,10 @@ fn git_path_selects_a_folder_or_a_file_of_the_commit() {
             path: "deploy/pools".into(),
         }
     );
-    assert_eq!(
-        names(&files),
-        ["deploy/pools/a.yaml", "deploy/pools/more/b.yml"]
-    );
+    assert_eq!(names(&files), ["deploy/pools/a.yaml", "deploy/pools/more/b.yml"]);
 
     let (_, files) = files_of(&repo.source(Some("main"), Some("deploy/other.yaml")));
-    assert_eq!(
-        files,
-        [("deploy/other.yaml".to_owned(), "other".to_owned())]
-    );
+    assert_eq!(files, [("deploy/other.yaml".to_owned(), "other".to_owned())]);
 }
 
 #[test]
@@ -553,38 +420,18 @@ fn deleted_branches_and_moved_tags_are_followed() {
     repo.switch_new_branch("gone");
     repo.switch("main");
     let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo
-        .tag_lightweight("stable", head.as_object(), false)
-        .unwrap();
-    assert_eq!(
-        resolve(&repo.source(Some("gone"), None)).unwrap(),
-        Revision::Commit(first.clone())
-    );
-    assert_eq!(
-        resolve(&repo.source(Some("stable"), None)).unwrap(),
-        Revision::Commit(first)
-    );
+    repo.repo.tag_lightweight("stable", head.as_object(), false).unwrap();
+    assert_eq!(resolve(&repo.source(Some("gone"), None)).unwrap(), Revision::Commit(first.clone()));
+    assert_eq!(resolve(&repo.source(Some("stable"), None)).unwrap(), Revision::Commit(first));
 
-    repo.repo
-        .find_branch("gone", git2::BranchType::Local)
-        .unwrap()
-        .delete()
-        .unwrap();
+    repo.repo.find_branch("gone", git2::BranchType::Local).unwrap().delete().unwrap();
     repo.write("a.yaml", "two");
     let second = repo.commit("second");
     let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo
-        .tag_lightweight("stable", head.as_object(), true)
-        .unwrap();
+    repo.repo.tag_lightweight("stable", head.as_object(), true).unwrap();
 
-    assert!(matches!(
-        resolve(&repo.source(Some("gone"), None)),
-        Err(SourceError::RefNotFound { .. })
-    ));
-    assert_eq!(
-        resolve(&repo.source(Some("stable"), None)).unwrap(),
-        Revision::Commit(second)
-    );
+    assert!(matches!(resolve(&repo.source(Some("gone"), None)), Err(SourceError::RefNotFound { .. })));
+    assert_eq!(resolve(&repo.source(Some("stable"), None)).unwrap(), Revision::Commit(second));
 }
 
 #[test]
@@ -595,26 +442,14 @@ fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
     let url = canonical(repo.path());
 
     let err = read_files(&repo.source(Some("nope"), None)).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("{url} has no branch, tag or commit `nope`")
-    );
+    assert_eq!(err.to_string(), format!("{url} has no branch, tag or commit `nope`"));
     let err = read_files(&repo.source(Some("deadbeef"), None)).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("{url} has no branch, tag or commit `deadbeef`")
-    );
+    assert_eq!(err.to_string(), format!("{url} has no branch, tag or commit `deadbeef`"));
 
     let err = read_files(&repo.source(Some("main"), Some("pools"))).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("path `pools` not found in {url} at commit {commit}")
-    );
+    assert_eq!(err.to_string(), format!("path `pools` not found in {url} at commit {commit}"));
     let err = read_files(&repo.source(Some("main"), Some("a.yaml/b"))).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("path `a.yaml/b` not found in {url} at commit {commit}")
-    );
+    assert_eq!(err.to_string(), format!("path `a.yaml/b` not found in {url} at commit {commit}"));
 
     let missing: PathBuf = repo.path().join("missing.git");
     let missing_url = format!("file://{}", missing.display());
@@ -626,18 +461,12 @@ fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
             missing.display()
         )
     );
-    assert!(matches!(
-        resolve(&repo.source_at(&missing_url, None, None)),
-        Err(SourceError::Fetch { .. })
-    ));
+    assert!(matches!(resolve(&repo.source_at(&missing_url, None, None)), Err(SourceError::Fetch { .. })));
 }
 
 #[test]
 fn a_repository_without_commits_has_no_head_to_read() {
     let repo = Repo::new();
     let err = read_files(&repo.source_at(&repo.url(), None, None)).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("{} has no branch, tag or commit `HEAD`", repo.url())
-    );
+    assert_eq!(err.to_string(), format!("{} has no branch, tag or commit `HEAD`", repo.url()));
 }

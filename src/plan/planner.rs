@@ -15,9 +15,5 @@ pub struct PlanOptions {
 /// Compute the plan that takes `world` to `desired`.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let _ = (world, options);
-    Plan {
-        origin: desired.origin.clone(),
-        pools: Vec::new(),
-        summary: Summary::default(),
-    }
+    Plan { origin: desired.origin.clone(), pools: Vec::new(), summary: Summary::default() }
 }

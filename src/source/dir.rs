@@ -15,35 +15,20 @@ pub(super) fn read(root: &Path, path: &str) -> Result<(Origin, Vec<SourceFile>),
             root.display()
         )));
     }
-    let target = if path.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(path)
-    };
+    let target = if path.is_empty() { root.to_path_buf() } else { root.join(path) };
     let meta = fs::metadata(&target).map_err(|e| io_error(&target, e))?;
     let canonical = fs::canonicalize(&target).map_err(|e| io_error(&target, e))?;
-    let origin = Origin::Path {
-        path: canonical.to_string_lossy().into_owned(),
-    };
+    let origin = Origin::Path { path: canonical.to_string_lossy().into_owned() };
 
     if meta.is_file() {
         let relative = if path.is_empty() {
             // A single file is its own root: it is known by its name.
-            canonical
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
+            canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         } else {
             path.to_owned()
         };
         let text = read_text(&target)?;
-        return Ok((
-            origin,
-            vec![SourceFile {
-                path_relative: relative,
-                text,
-            }],
-        ));
+        return Ok((origin, vec![SourceFile { path_relative: relative, text }]));
     }
 
     let mut files = Vec::new();
@@ -62,11 +47,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), Sou
             continue;
         }
         let full = entry.path();
-        let relative = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}/{name}")
-        };
+        let relative = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
         let file_type = entry.file_type().map_err(|e| io_error(&full, e))?;
         if file_type.is_dir() {
             walk(&full, &relative, files)?;
@@ -76,10 +57,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), Sou
             let is_file = file_type.is_file() || fs::metadata(&full).is_ok_and(|m| m.is_file());
             if is_file {
                 let text = read_text(&full)?;
-                files.push(SourceFile {
-                    path_relative: relative,
-                    text,
-                });
+                files.push(SourceFile { path_relative: relative, text });
             }
         }
     }
@@ -88,9 +66,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), Sou
 
 fn read_text(path: &Path) -> Result<String, SourceError> {
     let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
-    String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 {
-        file: path.display().to_string(),
-    })
+    String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 { file: path.display().to_string() })
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> SourceError {

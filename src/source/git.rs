@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use git2::{
-    AutotagOption, Commit, Cred, CredentialType, FetchOptions, FetchPrune, ObjectType, Oid,
-    RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
+    AutotagOption, Commit, Cred, CredentialType, FetchOptions, FetchPrune, ObjectType, Oid, RemoteCallbacks,
+    Repository, TreeWalkMode, TreeWalkResult,
 };
 use sha2::{Digest, Sha256};
 
@@ -29,10 +29,7 @@ pub(super) fn read(
     fetch(&repo, url)?;
     let commit = resolve_ref(&repo, url, reference)?;
     let commit_id = commit.id().to_string();
-    let git_error = |source: git2::Error| SourceError::Git {
-        url: url.to_owned(),
-        source: source.into(),
-    };
+    let git_error = |source: git2::Error| SourceError::Git { url: url.to_owned(), source: source.into() };
     let not_found = || SourceError::PathNotFound {
         url: url.to_owned(),
         commit: commit_id.clone(),
@@ -51,20 +48,11 @@ pub(super) fn read(
     match object.kind() {
         Some(ObjectType::Blob) => {
             let blob = object.peel_to_blob().map_err(git_error)?;
-            files.push(source_file(
-                path.to_owned(),
-                blob.content(),
-                url,
-                &commit_id,
-            )?);
+            files.push(source_file(path.to_owned(), blob.content(), url, &commit_id)?);
         }
         Some(ObjectType::Tree) => {
             let subtree = object.peel_to_tree().map_err(git_error)?;
-            let prefix = if path.is_empty() {
-                String::new()
-            } else {
-                format!("{path}/")
-            };
+            let prefix = if path.is_empty() { String::new() } else { format!("{path}/") };
             let mut failure = None;
             subtree
                 .walk(TreeWalkMode::PreOrder, |dir, entry| {
@@ -76,8 +64,8 @@ pub(super) fn read(
                     }
                     // Only regular files: symlinks (mode 120000) hold a target path, not YAML,
                     // and submodules are commits of another repository.
-                    let regular = entry.kind() == Some(ObjectType::Blob)
-                        && entry.filemode() & 0o170000 == 0o100000;
+                    let regular =
+                        entry.kind() == Some(ObjectType::Blob) && entry.filemode() & 0o170000 == 0o100000;
                     if !regular || !is_pool_file(name) {
                         return TreeWalkResult::Ok;
                     }
@@ -98,13 +86,7 @@ pub(super) fn read(
                         }
                     }
                 })
-                .or_else(|e| {
-                    if failure.is_some() {
-                        Ok(())
-                    } else {
-                        Err(git_error(e))
-                    }
-                })?;
+                .or_else(|e| if failure.is_some() { Ok(()) } else { Err(git_error(e)) })?;
             if let Some(e) = failure {
                 return Err(e);
             }
@@ -125,11 +107,7 @@ pub(super) fn read(
 }
 
 /// Fetch `url` and return the full commit id that `reference` resolves to.
-pub(super) fn resolve(
-    cache_dir: &Path,
-    url: &str,
-    reference: Option<&str>,
-) -> Result<String, SourceError> {
+pub(super) fn resolve(cache_dir: &Path, url: &str, reference: Option<&str>) -> Result<String, SourceError> {
     let repo = open_cache(cache_dir, url)?;
     fetch(&repo, url)?;
     Ok(resolve_ref(&repo, url, reference)?.id().to_string())
@@ -147,49 +125,26 @@ fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, SourceError> {
     if let Ok(repo) = Repository::open_bare(&path) {
         return Ok(repo);
     }
-    std::fs::create_dir_all(&path).map_err(|source| SourceError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    Repository::init_bare(&path).map_err(|source| SourceError::Cache {
-        path,
-        source: source.into(),
-    })
+    std::fs::create_dir_all(&path).map_err(|source| SourceError::Io { path: path.clone(), source })?;
+    Repository::init_bare(&path).map_err(|source| SourceError::Cache { path, source: source.into() })
 }
 
 /// Fetch every branch and tag of `url` into the cache, pruning what the remote deleted, and
 /// record the remote's HEAD.
 fn fetch(repo: &Repository, url: &str) -> Result<(), SourceError> {
-    let fetch_error = |source: git2::Error| SourceError::Fetch {
-        url: url.to_owned(),
-        source: source.into(),
-    };
+    let fetch_error = |source: git2::Error| SourceError::Fetch { url: url.to_owned(), source: source.into() };
     let mut remote = repo.remote_anonymous(url).map_err(fetch_error)?;
     let mut options = FetchOptions::new();
-    options
-        .remote_callbacks(callbacks())
-        .prune(FetchPrune::On)
-        .download_tags(AutotagOption::All);
-    let refspecs = [
-        "+refs/heads/*:refs/remotes/origin/*",
-        "+refs/tags/*:refs/tags/*",
-    ];
-    remote
-        .fetch(&refspecs, Some(&mut options), None)
-        .map_err(fetch_error)?;
+    options.remote_callbacks(callbacks()).prune(FetchPrune::On).download_tags(AutotagOption::All);
+    let refspecs = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"];
+    remote.fetch(&refspecs, Some(&mut options), None).map_err(fetch_error)?;
 
     // The advertised HEAD stays readable after the fetch has disconnected. A detached HEAD's
     // commit is on no branch, so it may not have been fetched: then there is no default ref.
-    let head = remote
-        .list()
-        .map_err(fetch_error)?
-        .iter()
-        .find(|h| h.name() == "HEAD")
-        .map(|h| h.oid());
+    let head = remote.list().map_err(fetch_error)?.iter().find(|h| h.name() == "HEAD").map(|h| h.oid());
     match head.filter(|oid| repo.find_commit(*oid).is_ok()) {
         Some(oid) => {
-            repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD")
-                .map_err(fetch_error)?;
+            repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;
         }
         None => {
             if let Ok(mut stale) = repo.find_reference(REMOTE_HEAD) {
@@ -242,22 +197,17 @@ fn resolve_ref<'r>(
     } else if reference.starts_with("refs/tags/") {
         vec![reference.to_owned()]
     } else {
-        vec![
-            format!("refs/tags/{reference}"),
-            format!("refs/remotes/origin/{reference}"),
-        ]
+        vec![format!("refs/tags/{reference}"), format!("refs/remotes/origin/{reference}")]
     };
     for name in &candidates {
         if let Ok(found) = repo.find_reference(name) {
-            return found.peel_to_commit().map_err(|source| SourceError::Git {
-                url: url.to_owned(),
-                source: source.into(),
-            });
+            return found
+                .peel_to_commit()
+                .map_err(|source| SourceError::Git { url: url.to_owned(), source: source.into() });
         }
     }
-    let is_hex = reference.len() >= 4
-        && reference.len() <= 40
-        && reference.bytes().all(|b| b.is_ascii_hexdigit());
+    let is_hex =
+        reference.len() >= 4 && reference.len() <= 40 && reference.bytes().all(|b| b.is_ascii_hexdigit());
     if is_hex {
         let object = if reference.len() == 40 {
             Oid::from_str(reference).and_then(|oid| repo.find_object(oid, None))
@@ -268,25 +218,12 @@ fn resolve_ref<'r>(
             return Ok(commit);
         }
     }
-    Err(SourceError::RefNotFound {
-        url: url.to_owned(),
-        reference: reference.to_owned(),
-    })
+    Err(SourceError::RefNotFound { url: url.to_owned(), reference: reference.to_owned() })
 }
 
-fn source_file(
-    relative: String,
-    content: &[u8],
-    url: &str,
-    commit: &str,
-) -> Result<SourceFile, SourceError> {
+fn source_file(relative: String, content: &[u8], url: &str, commit: &str) -> Result<SourceFile, SourceError> {
     match std::str::from_utf8(content) {
-        Ok(text) => Ok(SourceFile {
-            path_relative: relative,
-            text: text.to_owned(),
-        }),
-        Err(_) => Err(SourceError::NotUtf8 {
-            file: format!("{relative} in {url} at {commit}"),
-        }),
+        Ok(text) => Ok(SourceFile { path_relative: relative, text: text.to_owned() }),
+        Err(_) => Err(SourceError::NotUtf8 { file: format!("{relative} in {url} at {commit}") }),
     }
 }

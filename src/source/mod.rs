@@ -60,12 +60,7 @@ impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Path { path } => f.write_str(path),
-            Self::Git {
-                url,
-                reference,
-                commit,
-                path,
-            } => {
+            Self::Git { url, reference, commit, path } => {
                 let short = commit.get(..7).unwrap_or(commit);
                 write!(f, "{url} @ {reference} ({short})")?;
                 if !path.is_empty() {
@@ -192,11 +187,7 @@ pub enum SourceError {
     RefNotFound { url: String, reference: String },
     /// `--path` does not exist in the commit that was read.
     #[error("path `{path}` not found in {url} at commit {commit}")]
-    PathNotFound {
-        url: String,
-        commit: String,
-        path: String,
-    },
+    PathNotFound { url: String, commit: String, path: String },
     /// Any other failure while reading a Git source.
     #[error("cannot read {url}")]
     Git {
@@ -253,11 +244,7 @@ impl SourceSpec {
     ///
     /// Only a local Git repository is looked at here (to canonicalize it); everything else is
     /// checked when the source is read, so that a missing directory is reported by every read.
-    pub fn new(
-        source: &str,
-        reference: Option<&str>,
-        path: Option<&str>,
-    ) -> Result<Self, SourceError> {
+    pub fn new(source: &str, reference: Option<&str>, path: Option<&str>) -> Result<Self, SourceError> {
         if source.is_empty() {
             return Err(SourceError::Invalid("--source is empty".into()));
         }
@@ -267,31 +254,15 @@ impl SourceSpec {
         let path = normalize_subpath(path.unwrap_or(""))?;
         let reference = reference.map(str::to_owned);
         let location = if is_url(source) {
-            Location::Git {
-                url: redact_url(source),
-                reference,
-                path,
-            }
+            Location::Git { url: redact_url(source), reference, path }
         } else if reference.is_some() {
-            let canonical =
-                std::fs::canonicalize(source).map_err(|_| SourceError::RepoNotFound {
-                    path: PathBuf::from(source),
-                })?;
-            Location::Git {
-                url: canonical.to_string_lossy().into_owned(),
-                reference,
-                path,
-            }
+            let canonical = std::fs::canonicalize(source)
+                .map_err(|_| SourceError::RepoNotFound { path: PathBuf::from(source) })?;
+            Location::Git { url: canonical.to_string_lossy().into_owned(), reference, path }
         } else {
-            Location::Path {
-                root: PathBuf::from(source),
-                path,
-            }
+            Location::Path { root: PathBuf::from(source), path }
         };
-        Ok(Self {
-            location,
-            cache_dir: default_cache_dir(),
-        })
+        Ok(Self { location, cache_dir: default_cache_dir() })
     }
 
     /// The same source, cached in `cache_dir` instead.
@@ -317,11 +288,7 @@ impl SourceSpec {
 pub fn read_files(spec: &SourceSpec) -> Result<(Origin, Vec<SourceFile>), SourceError> {
     match &spec.location {
         Location::Path { root, path } => dir::read(root, path),
-        Location::Git {
-            url,
-            reference,
-            path,
-        } => git::read(&spec.cache_dir, url, reference.as_deref(), path),
+        Location::Git { url, reference, path } => git::read(&spec.cache_dir, url, reference.as_deref(), path),
     }
 }
 
@@ -333,21 +300,7 @@ pub fn load(spec: &SourceSpec) -> Result<Desired, SourceError> {
 
 /// Parse and validate files that were already read (see [`read_files`]).
 pub fn desired_from_files(origin: Origin, files: &[SourceFile]) -> Result<Desired, SourceError> {
-    let mut documents = Vec::new();
-    let mut errors = Vec::new();
-    for file in files {
-        match spec::load_documents(&file.path_relative, &file.text) {
-            Ok(docs) => documents.extend(docs),
-            Err(errs) => errors.extend(errs),
-        }
-    }
-    // Validated even when some files failed to parse: the user gets every problem in one run.
-    if let Err(errs) = spec::validate_pools(&documents) {
-        errors.extend(errs);
-    }
-    if !errors.is_empty() {
-        return Err(SpecErrors(errors).into());
-    }
+    let documents = spec::load_files(files.iter().map(|f| (f.path_relative.as_str(), f.text.as_str())))?;
     let pools = documents
         .into_iter()
         .map(|doc| DesiredPool {
@@ -374,11 +327,7 @@ pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
                     hasher.update(field.as_bytes());
                 }
             }
-            let hex = hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let hex = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
             Ok(Revision::Content(hex))
         }
         Location::Git { url, reference, .. } => {
@@ -389,15 +338,8 @@ pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
 
 /// Whether `source` is a Git URL rather than a path.
 fn is_url(source: &str) -> bool {
-    const SCHEMES: [&str; 7] = [
-        "file://",
-        "https://",
-        "http://",
-        "ssh://",
-        "git://",
-        "git+ssh://",
-        "ssh+git://",
-    ];
+    const SCHEMES: [&str; 7] =
+        ["file://", "https://", "http://", "ssh://", "git://", "git+ssh://", "ssh+git://"];
     if SCHEMES.iter().any(|s| source.starts_with(s)) {
         return true;
     }
@@ -407,9 +349,7 @@ fn is_url(source: &str) -> bool {
         Some((host, rest)) => {
             !rest.is_empty()
                 && !host.contains('/')
-                && host
-                    .split_once('@')
-                    .is_some_and(|(user, h)| !user.is_empty() && !h.is_empty())
+                && host.split_once('@').is_some_and(|(user, h)| !user.is_empty() && !h.is_empty())
         }
         None => false,
     }
@@ -436,9 +376,7 @@ fn redact_url(url: &str) -> String {
 /// `..` are refused, as they would leave the source.
 fn normalize_subpath(path: &str) -> Result<String, SourceError> {
     if path.starts_with('/') {
-        return Err(SourceError::Invalid(format!(
-            "--path `{path}` must be relative to the source root"
-        )));
+        return Err(SourceError::Invalid(format!("--path `{path}` must be relative to the source root")));
     }
     let mut parts = Vec::new();
     for part in path.split('/') {
@@ -473,28 +411,17 @@ mod tests {
     use super::*;
 
     fn cache_dir(vars: &[(&str, &str)]) -> PathBuf {
-        cache_dir_from(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| OsString::from(v))
-        })
+        cache_dir_from(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| OsString::from(v)))
     }
 
     #[test]
     fn cache_dir_prefers_poolctl_then_xdg_then_home() {
-        let all = [
-            ("POOLCTL_CACHE_DIR", "/p"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
+        let all = [("POOLCTL_CACHE_DIR", "/p"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
         assert_eq!(cache_dir(&all), Path::new("/p"));
         assert_eq!(cache_dir(&all[1..]), Path::new("/x/poolctl"));
         assert_eq!(cache_dir(&all[2..]), Path::new("/h/.cache/poolctl"));
         // An empty variable counts as unset, as in the shell's `${VAR:-...}`.
-        assert_eq!(
-            cache_dir(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]),
-            Path::new("/h/.cache/poolctl")
-        );
+        assert_eq!(cache_dir(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]), Path::new("/h/.cache/poolctl"));
         assert_eq!(cache_dir(&[]), std::env::temp_dir().join("poolctl-cache"));
     }
 
