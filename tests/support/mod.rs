@@ -1,0 +1,3 @@
+//! Shared test support for the integration-test binary.
+
+pub mod fake_kube;
