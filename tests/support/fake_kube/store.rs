@@ -269,6 +269,7 @@ pub struct Store {
     traps: BTreeMap<PodKey, u16>,
     kubelet: BTreeMap<String, KubeletNode>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
+    kubelet_rounds: u64,
     tx: broadcast::Sender<Arc<Change>>,
     version: watch::Sender<u64>,
 }
@@ -453,6 +454,7 @@ impl Store {
             traps: BTreeMap::new(),
             kubelet: BTreeMap::new(),
             prefix_policies: Vec::new(),
+            kubelet_rounds: 0,
             tx,
             version,
         }
@@ -1254,6 +1256,15 @@ impl Store {
             }
             self.set_node_ready(&name, false);
         }
+        self.kubelet_rounds += 1;
+        // Wake waiters even when nothing changed, so a test can wait for "a few rounds later"
+        // to check that something did not happen.
+        self.version.send_modify(|_| {});
+    }
+
+    /// How many kubelet rounds have run.
+    pub fn kubelet_rounds(&self) -> u64 {
+        self.kubelet_rounds
     }
 
     // ---------------------------------------------------------------- logs and faults
