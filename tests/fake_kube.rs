@@ -455,15 +455,11 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
 
     tokio::time::timeout(
         LIMIT,
-        fk.wait_until(|s| s.node(&name).is_some_and(ready_ref)),
+        fk.wait_until(|s| s.node(&name).is_some_and(ready_ref) && s.node(&lazy).is_some()),
     )
     .await
     .unwrap();
     let first_uid = nodes.get(&name).await.unwrap().metadata.uid;
-    assert!(
-        !ready(&nodes.get(&lazy).await.unwrap()),
-        "a never-ready node stays NotReady"
-    );
 
     // Deleting the Node of a running container: the kubelet registers it again.
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
@@ -492,6 +488,10 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
         .await
         .unwrap();
     assert!(fk.node(&name).is_none());
+    assert!(
+        !ready(&nodes.get(&lazy).await.unwrap()),
+        "a never-ready node stays NotReady"
+    );
     let kinds: Vec<_> = fk.events().into_iter().map(|e| e.kind).collect();
     let created = kinds
         .iter()
@@ -505,4 +505,83 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
 
 fn ready_ref(n: &Node) -> bool {
     ready(n)
+}
+
+#[tokio::test]
+async fn with_a_termination_delay_an_evicted_pod_lingers_terminating_then_goes() {
+    let fk = FakeKube::start(FakeKubeOptions {
+        pod_termination_delay: Duration::from_millis(200),
+        ..Default::default()
+    });
+    fk.add_node("n1", true);
+    fk.add_node("n2", true);
+    fk.add_app("default", "web", 2);
+    let pods: Api<Pod> = Api::default_namespaced(fk.client());
+    let victim = fk.pods_with_labels("default", &[("app", "web")])[0].clone();
+    let name = victim.metadata.name.clone().unwrap();
+
+    assert_eq!(evict(&pods, &name).await.unwrap().code, 201);
+    let terminating = pods.get(&name).await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        fk.pods_with_labels("default", &[("app", "web")]).len(),
+        3,
+        "replaced at once"
+    );
+    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.pod("default", &name).is_none()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_watch_with_initial_events_ends_them_with_a_bookmark() {
+    let fk = fake();
+    fk.add_node("n1", true);
+    let nodes: Api<Node> = Api::all(fk.client());
+    let wp = WatchParams::streaming_lists().timeout(60);
+    let mut stream = nodes.watch(&wp, "").await.unwrap().boxed();
+    let added = tokio::time::timeout(LIMIT, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(added, WatchEvent::Added(n) if n.metadata.name.as_deref() == Some("n1")));
+    let end = tokio::time::timeout(LIMIT, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match end {
+        WatchEvent::Bookmark(b) => {
+            assert_eq!(b.metadata.annotations["k8s.io/initial-events-end"], "true");
+        }
+        other => panic!("expected a BOOKMARK, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_api_taken_down_refuses_connections_and_comes_back_on_the_same_port() {
+    let fk = fake();
+    fk.add_node("n1", true);
+    let nodes: Api<Node> = Api::all(fk.client());
+    nodes.get("n1").await.unwrap();
+
+    fk.set_api_down(true);
+    let refused = tokio::net::TcpStream::connect(("127.0.0.1", fk.port()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    let err = nodes.get("n1").await.unwrap_err();
+    assert!(
+        !matches!(err, kube::Error::Api(_)),
+        "no HTTP answer while down: {err:?}"
+    );
+
+    fk.set_api_down(false);
+    let back = nodes.get("n1").await.unwrap();
+    assert_eq!(back.metadata.name.as_deref(), Some("n1"));
+    assert!(
+        fk.requests().iter().all(|r| r.status == 200),
+        "nothing reached the server while down"
+    );
 }

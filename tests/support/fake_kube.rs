@@ -110,6 +110,8 @@ impl FakeKube {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             shutdown: shutdown_rx,
+            down: watch::channel(false).0,
+            listening: (Mutex::new(true), std::sync::Condvar::new()),
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         let thread_shared = shared.clone();
@@ -347,6 +349,14 @@ users:
             .collect()
     }
 
+    /// Takes the API down (`true`: new connections are refused, open ones are closed) or
+    /// brings it back on the same port. The simulated cluster keeps running meanwhile.
+    /// Returns once the listener is closed, or open again.
+    pub fn set_api_down(&self, down: bool) {
+        self.shared.down.send_replace(down);
+        self.shared.wait_listening(!down);
+    }
+
     pub fn events(&self) -> Vec<Event> {
         self.store().events().to_vec()
     }
@@ -431,21 +441,67 @@ fn serve(
             ));
         }
         tokio::spawn(kubelet::controller_loop(shared.clone()));
-        let mut shutdown = shared.shutdown.clone();
-        let app = http::router(shared.clone());
         let _ = ready.send(Ok(()));
-        let mut server_shutdown = shutdown.clone();
+        serve_until_shutdown(shared, listener).await;
+    });
+    // Dropping the runtime here cancels whatever is left: kubelet, controller, connections.
+}
+
+/// Serves HTTP; while the API is taken down, the listener is closed (connections are refused)
+/// and open connections are closed, then the same port is bound again.
+async fn serve_until_shutdown(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
+    let addr = listener.local_addr().expect("the listener has an address");
+    let mut listener = Some(listener);
+    let mut shutdown = shared.shutdown.clone();
+    let mut down = shared.down.subscribe();
+    loop {
+        let l = match listener.take() {
+            Some(l) => l,
+            None => match rebind(addr) {
+                Ok(l) => {
+                    shared.set_listening(true);
+                    l
+                }
+                Err(e) => {
+                    eprintln!("fake API server: cannot bind {addr} again: {e}");
+                    return;
+                }
+            },
+        };
+        let (mut stop_on_down, mut stop_on_shutdown) = (down.clone(), shutdown.clone());
+        let app = http::router(shared.clone());
         let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = server_shutdown.wait_for(|s| *s).await;
+            let serve = axum::serve(l, app).with_graceful_shutdown(async move {
+                tokio::select! {
+                    _ = stop_on_down.wait_for(|d| *d) => {}
+                    _ = stop_on_shutdown.wait_for(|s| *s) => {}
+                }
             });
             if let Err(e) = serve.await {
                 eprintln!("fake API server: {e}");
             }
         });
-        let _ = shutdown.wait_for(|s| *s).await;
-        // A client that keeps a connection busy must not hold the test up for long.
+        let stopping = tokio::select! {
+            _ = down.wait_for(|d| *d) => false,
+            _ = shutdown.wait_for(|s| *s) => true,
+        };
+        // A client that keeps a connection busy must not hold things up for long.
         let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    });
-    // Dropping the runtime here cancels whatever is left: kubelet, controller, connections.
+        if stopping {
+            return;
+        }
+        shared.set_listening(false);
+        tokio::select! {
+            _ = down.wait_for(|d| !*d) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+fn rebind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    // Connections closed a moment ago sit in TIME_WAIT on this port.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }

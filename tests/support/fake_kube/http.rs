@@ -18,10 +18,35 @@ use tokio::sync::{broadcast, watch};
 use super::select::{FieldQuery, LabelQuery, merge_patch};
 use super::store::{Change, RequestRecord, Resource, Store, not_found, status};
 
-/// What the handlers share: the store and the shutdown signal that ends open watches.
+/// What the handlers share: the store, and the signals that end open watches.
 pub struct Shared {
     pub store: Mutex<Store>,
     pub shutdown: watch::Receiver<bool>,
+    /// True while a test has taken the API down (the listener is closed).
+    pub down: watch::Sender<bool>,
+    /// Whether the listener is open; `set_api_down` waits on it so that tests need no sleeps.
+    pub listening: (Mutex<bool>, std::sync::Condvar),
+}
+
+impl Shared {
+    pub fn set_listening(&self, value: bool) {
+        *self.listening.0.lock().expect("listening lock") = value;
+        self.listening.1.notify_all();
+    }
+
+    /// Panics if the server does not get there: a failed re-bind must not hang the test.
+    pub fn wait_listening(&self, value: bool) {
+        let guard = self.listening.0.lock().expect("listening lock");
+        let (_guard, timeout) = self
+            .listening
+            .1
+            .wait_timeout_while(guard, std::time::Duration::from_secs(10), |l| *l != value)
+            .expect("listening lock");
+        assert!(
+            !timeout.timed_out(),
+            "the fake API server did not reach listening={value}"
+        );
+    }
 }
 
 pub type AppState = Arc<Shared>;
@@ -420,6 +445,7 @@ struct WatchStream {
     filter: Filter,
     deadline: tokio::time::Instant,
     shutdown: watch::Receiver<bool>,
+    down: watch::Receiver<bool>,
 }
 
 /// A watch: past events after the given resourceVersion (or synthetic ADDED events for "" and
@@ -468,13 +494,14 @@ fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply
         filter,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
         shutdown: state.shutdown.clone(),
+        down: state.down.subscribe(),
     };
     let body = futures::stream::unfold(stream, |mut s| async move {
         loop {
             if let Some(line) = s.backlog.pop_front() {
                 return Some((Ok::<_, Infallible>(line), s));
             }
-            if *s.shutdown.borrow() {
+            if *s.shutdown.borrow() || *s.down.borrow() {
                 return None;
             }
             tokio::select! {
@@ -491,6 +518,7 @@ fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply
                 },
                 () = tokio::time::sleep_until(s.deadline) => return None,
                 _ = s.shutdown.changed() => return None,
+                _ = s.down.changed() => return None,
             }
         }
     });

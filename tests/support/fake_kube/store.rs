@@ -1111,15 +1111,15 @@ impl Store {
             );
         }
         if let Some(&code) = self.traps.get(&key) {
-            return (
+            // A success code with a Failure body: what a client that only checks the HTTP
+            // status takes for an eviction.
+            let mut st = status(
                 code,
-                status(
-                    500,
-                    "InternalError",
-                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-                )
-                .with_status("Failure"),
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
             );
+            st.status = Some("Failure".into());
+            return (code, st);
         }
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let covering: Vec<PodDisruptionBudget> = self
@@ -1312,16 +1312,5 @@ impl Store {
         let st = f.status;
         self.faults.retain(|f| f.remaining > 0);
         Some(st)
-    }
-}
-
-trait WithStatus {
-    fn with_status(self, s: &str) -> Self;
-}
-
-impl WithStatus for Status {
-    fn with_status(mut self, s: &str) -> Self {
-        self.status = Some(s.into());
-        self
     }
 }
