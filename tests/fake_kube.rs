@@ -369,6 +369,16 @@ async fn an_evicted_pod_is_recreated_on_a_schedulable_node_and_the_budget_refill
         .iter()
         .rposition(|k| matches!(k, EventKind::PodScheduled { node, .. } if node == "new"));
     assert!(evicted.unwrap() < rescheduled.unwrap());
+    let events = fk.events();
+    let after_start = events
+        .iter()
+        .skip_while(|e| e.app_healthy.get("default/api") != Some(&2));
+    assert!(
+        after_start
+            .clone()
+            .all(|e| e.app_healthy["default/api"] >= 1),
+        "the app always kept a healthy replica"
+    );
 }
 
 #[tokio::test]
@@ -584,4 +594,45 @@ async fn an_api_taken_down_refuses_connections_and_comes_back_on_the_same_port()
         fk.requests().iter().all(|r| r.status == 200),
         "nothing reached the server while down"
     );
+}
+
+#[tokio::test]
+async fn a_label_selector_watch_sees_nodes_join_and_leave_the_selection() {
+    let fk = fake();
+    fk.add_node("n1", true);
+    let nodes: Api<Node> = Api::all(fk.client());
+    let rv = nodes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let wp = WatchParams::default()
+        .labels("poolctl.dev/pool=workers")
+        .timeout(60);
+    let mut stream = nodes.watch(&wp, &rv).await.unwrap().boxed();
+    let label =
+        |v: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"poolctl.dev/pool": v}}}));
+
+    nodes
+        .patch("n1", &PatchParams::default(), &label(Some("workers")))
+        .await
+        .unwrap();
+    nodes
+        .patch("n1", &PatchParams::default(), &label(None))
+        .await
+        .unwrap();
+    let joined = tokio::time::timeout(LIMIT, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(joined, WatchEvent::Added(_)), "got {joined:?}");
+    let left = tokio::time::timeout(LIMIT, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(left, WatchEvent::Deleted(_)), "got {left:?}");
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
 use super::select::{FieldQuery, LabelQuery, merge_patch};
-use super::store::{Change, RequestRecord, Resource, Store, not_found, status};
+use super::store::{Change, ChangeKind, RequestRecord, Resource, Store, not_found, status};
 
 /// What the handlers share: the store, and the signals that end open watches.
 pub struct Shared {
@@ -439,6 +439,21 @@ fn bookmark(resource: Resource, rv: u64, initial_end: bool) -> Bytes {
     )
 }
 
+/// The event a watcher with this filter gets for a change, if any: an object that starts
+/// matching is ADDED and one that stops matching is DELETED for it.
+fn watch_line(filter: &Filter, c: &Change) -> Option<Bytes> {
+    let ns = c.namespace.as_deref();
+    let now = filter.matches(ns, &c.object);
+    let before = c.previous.as_ref().map(|p| filter.matches(ns, p));
+    let kind = match (c.kind, before, now) {
+        (ChangeKind::Modified, Some(false), true) => ChangeKind::Added,
+        (ChangeKind::Modified, Some(true), false) => ChangeKind::Deleted,
+        (_, _, true) => c.kind,
+        _ => return None,
+    };
+    Some(event_line(kind.as_str(), &c.object))
+}
+
 struct WatchStream {
     backlog: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<Change>>,
@@ -472,12 +487,7 @@ fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply
         };
         match store.history_since(rv, filter.resource) {
             Some(changes) => {
-                for c in changes
-                    .iter()
-                    .filter(|c| filter.matches(c.namespace.as_deref(), &c.object))
-                {
-                    backlog.push_back(event_line(c.kind.as_str(), &c.object));
-                }
+                backlog.extend(changes.iter().filter_map(|c| watch_line(&filter, c)));
             }
             None => {
                 let st = status(410, "Expired", format!("too old resource version: {rv}"));
@@ -506,10 +516,10 @@ fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply
             }
             tokio::select! {
                 change = s.rx.recv() => match change {
-                    Ok(c) if c.resource == s.filter.resource
-                        && s.filter.matches(c.namespace.as_deref(), &c.object) =>
-                    {
-                        s.backlog.push_back(event_line(c.kind.as_str(), &c.object));
+                    Ok(c) if c.resource == s.filter.resource => {
+                        if let Some(line) = watch_line(&s.filter, &c) {
+                            s.backlog.push_back(line);
+                        }
                     }
                     Ok(_) => {}
                     // A lagging watcher is cut off, as the real server does; the client

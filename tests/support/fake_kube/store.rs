@@ -5,7 +5,7 @@
 //! resourceVersion, is appended to the watch history and broadcast to open watches, and (for
 //! Nodes and Pods) is written to the event log that tests read to check ordering.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, watch};
 use super::select::LabelQuery;
 
 /// The resource types that the fake server stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
     Nodes,
     Pods,
@@ -58,6 +58,9 @@ pub struct Change {
     pub kind: ChangeKind,
     pub namespace: Option<String>,
     pub object: Value,
+    /// The object before a MODIFIED change, so that a watch with a selector can tell an
+    /// object that starts (ADDED) or stops (DELETED) matching, as the real server does.
+    pub previous: Option<Value>,
 }
 
 /// A state change worth asserting on, in the order it happened.
@@ -105,6 +108,13 @@ pub enum EventKind {
         uid: String,
         node: Option<String>,
     },
+    /// A pod's Ready condition changed because its Node's did.
+    PodReadyChanged {
+        namespace: String,
+        name: String,
+        uid: String,
+        ready: bool,
+    },
 }
 
 /// An entry of the event log.
@@ -117,6 +127,9 @@ pub struct Event {
     /// Nodes that are Ready and not cordoned right after this event, so that a test can check
     /// a capacity invariant "at every moment" by scanning the log.
     pub ready_schedulable: BTreeSet<String>,
+    /// Healthy (Running, Ready, not terminating) pods of each app (`namespace/name`) right
+    /// after this event: "never zero available replicas" is a scan of this field.
+    pub app_healthy: BTreeMap<String, usize>,
 }
 
 /// One HTTP request as the server saw it.
@@ -270,6 +283,7 @@ pub struct Store {
     kubelet: BTreeMap<String, KubeletNode>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
     kubelet_rounds: u64,
+    last_published: HashMap<(Resource, String, String), Value>,
     tx: broadcast::Sender<Arc<Change>>,
     version: watch::Sender<u64>,
 }
@@ -455,6 +469,7 @@ impl Store {
             kubelet: BTreeMap::new(),
             prefix_policies: Vec::new(),
             kubelet_rounds: 0,
+            last_published: HashMap::new(),
             tx,
             version,
         }
@@ -504,12 +519,22 @@ impl Store {
     }
 
     fn publish(&mut self, resource: Resource, kind: ChangeKind, ns: Option<String>, object: Value) {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let key = (resource, ns.clone().unwrap_or_default(), name.to_owned());
+        let previous = match kind {
+            ChangeKind::Deleted => self.last_published.remove(&key),
+            _ => self.last_published.insert(key, object.clone()),
+        };
         let change = Arc::new(Change {
             rv: self.rv,
             resource,
             kind,
             namespace: ns,
             object,
+            previous: previous.filter(|_| kind == ChangeKind::Modified),
         });
         self.history.push(change.clone());
         // No receiver is fine: nobody is watching.
@@ -525,7 +550,21 @@ impl Store {
             .filter(|n| node_ready(n) && !node_cordoned(n))
             .filter_map(|n| n.metadata.name.clone())
             .collect();
+        let app_healthy = self
+            .apps
+            .values()
+            .map(|a| {
+                let healthy = self
+                    .pods
+                    .values()
+                    .filter(|p| p.metadata.namespace.as_deref() == Some(a.namespace.as_str()))
+                    .filter(|p| p.metadata.labels.as_ref() == Some(&a.labels) && pod_healthy(p))
+                    .count();
+                (format!("{}/{}", a.namespace, a.name), healthy)
+            })
+            .collect();
         self.events.push(Event {
+            app_healthy,
             seq,
             at: Instant::now(),
             wall: SystemTime::now(),
@@ -652,7 +691,14 @@ impl Store {
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            self.update_pod(&key, |p| set_pod_ready_condition(p, ready));
+            if let Some(pod) = self.update_pod(&key, |p| set_pod_ready_condition(p, ready)) {
+                self.emit(EventKind::PodReadyChanged {
+                    namespace: key.0,
+                    name: key.1,
+                    uid: pod.metadata.uid.unwrap_or_default(),
+                    ready,
+                });
+            }
         }
     }
 
