@@ -1025,8 +1025,7 @@ impl Store {
     }
 
     fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
-        // An absent or empty selector selects nothing in policy/v1... except that an empty
-        // one selects everything; absent is what matters for tests, and it selects nothing.
+        // policy/v1: an empty selector selects every pod of the namespace, an absent one none.
         pdb.spec
             .as_ref()
             .and_then(|s| s.selector.as_ref())
@@ -1233,9 +1232,12 @@ impl Store {
             });
             self.delete_pod(key);
         }
-        let mut st = status(201, "", "");
-        st.reason = None;
-        st.message = None;
+        // The real server answers an accepted eviction with a bare Success Status.
+        let st = Status {
+            code: Some(201),
+            status: Some("Success".into()),
+            ..Default::default()
+        };
         (201, st)
     }
 
