@@ -1,3 +1,4 @@
 //! Test support shared by the integration tests.
 
 pub mod cli;
+pub mod fake_kube;

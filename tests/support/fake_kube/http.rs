@@ -1,0 +1,541 @@
+//! The HTTP face of the fake API server: routing, lists, watches, patches and the eviction
+//! subresource, plus the request log and fault injection around every request.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+use super::select::{FieldQuery, LabelQuery, merge_patch};
+use super::store::{Change, ChangeKind, RequestRecord, Resource, Store, not_found, status};
+
+/// What the handlers share: the store, and the signals that end open watches.
+pub struct Shared {
+    pub store: Mutex<Store>,
+    pub shutdown: watch::Receiver<bool>,
+    /// True while a test has taken the API down (the listener is closed).
+    pub down: watch::Sender<bool>,
+    /// Whether the listener is open; `set_api_down` waits on it so that tests need no sleeps.
+    pub listening: (Mutex<bool>, std::sync::Condvar),
+}
+
+impl Shared {
+    pub fn set_listening(&self, value: bool) {
+        *self.listening.0.lock().expect("listening lock") = value;
+        self.listening.1.notify_all();
+    }
+
+    /// Panics if the server does not get there: a failed re-bind must not hang the test.
+    pub fn wait_listening(&self, value: bool) {
+        let guard = self.listening.0.lock().expect("listening lock");
+        let (_guard, timeout) = self
+            .listening
+            .1
+            .wait_timeout_while(guard, std::time::Duration::from_secs(10), |l| *l != value)
+            .expect("listening lock");
+        assert!(
+            !timeout.timed_out(),
+            "the fake API server did not reach listening={value}"
+        );
+    }
+}
+
+pub type AppState = Arc<Shared>;
+
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(state)
+}
+
+enum Reply {
+    Json(u16, Value),
+    Watch(Response),
+}
+
+fn json_status(code: u16, st: &Status) -> Reply {
+    let mut v = serde_json::to_value(st).expect("a Status serializes");
+    v["kind"] = json!("Status");
+    v["apiVersion"] = json!("v1");
+    Reply::Json(code, v)
+}
+
+fn bad_request(msg: impl Into<String>) -> Reply {
+    json_status(400, &status(400, "BadRequest", msg))
+}
+
+async fn handle(State(state): State<AppState>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, 16 << 20)
+        .await
+        .unwrap_or_default();
+    let body_json: Option<Value> = if bytes.is_empty() {
+        None
+    } else {
+        serde_json::from_slice(&bytes).ok()
+    };
+    let path = parts.uri.path().to_owned();
+    let query_string = parts.uri.query().map(str::to_owned);
+    let query: HashMap<String, String> = Query::try_from_uri(&parts.uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
+    let at = Instant::now();
+    let wall = SystemTime::now();
+
+    let fault = state
+        .store
+        .lock()
+        .expect("store lock")
+        .take_fault(parts.method.as_str(), &path);
+    let reply = match fault {
+        Some(code) => json_status(code, &status(code, "ServiceUnavailable", "injected fault")),
+        None => route(
+            &state,
+            &parts.method,
+            &path,
+            &query,
+            &parts.headers,
+            body_json.as_ref(),
+        ),
+    };
+    let (code, response) = match reply {
+        Reply::Json(code, v) => {
+            let sc = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (
+                code,
+                (
+                    sc,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    v.to_string(),
+                )
+                    .into_response(),
+            )
+        }
+        Reply::Watch(r) => (r.status().as_u16(), r),
+    };
+    state
+        .store
+        .lock()
+        .expect("store lock")
+        .record_request(RequestRecord {
+            seq: 0,
+            at,
+            wall,
+            method: parts.method.to_string(),
+            path,
+            query: query_string,
+            content_type: parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body: body_json,
+            status: code,
+        });
+    response
+}
+
+fn route(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Option<&Value>,
+) -> Reply {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, segs.as_slice()) {
+        (&Method::GET, ["version"]) => Reply::Json(
+            200,
+            json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube", "platform": "linux/amd64"}),
+        ),
+        (&Method::GET, ["api", "v1", "nodes"]) => list_or_watch(state, Resource::Nodes, None, q),
+        (&Method::GET, ["api", "v1", "nodes", name]) => {
+            let store = state.store.lock().expect("store lock");
+            match store.node(name) {
+                Some(n) => Reply::Json(200, to_json(n)),
+                None => json_status(404, &not_found("nodes", name)),
+            }
+        }
+        (&Method::PATCH, ["api", "v1", "nodes", name]) => patch_node(state, name, headers, body),
+        (&Method::DELETE, ["api", "v1", "nodes", name]) => {
+            let mut store = state.store.lock().expect("store lock");
+            let Some(node) = store.node(name) else {
+                return json_status(404, &not_found("nodes", name));
+            };
+            if let Some(r) = precondition_failed(body, node.metadata.uid.as_deref()) {
+                return r;
+            }
+            match store.delete_node(name) {
+                Some(n) => Reply::Json(200, to_json(&n)),
+                None => json_status(404, &not_found("nodes", name)),
+            }
+        }
+        (&Method::GET, ["api", "v1", "pods"]) => list_or_watch(state, Resource::Pods, None, q),
+        (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
+            list_or_watch(state, Resource::Pods, Some(ns), q)
+        }
+        (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let store = state.store.lock().expect("store lock");
+            match store.pod(ns, name) {
+                Some(p) => Reply::Json(200, to_json(p)),
+                None => json_status(404, &not_found("pods", name)),
+            }
+        }
+        (&Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let mut store = state.store.lock().expect("store lock");
+            let Some(pod) = store.pod(ns, name) else {
+                return json_status(404, &not_found("pods", name));
+            };
+            if let Some(r) = precondition_failed(body, pod.metadata.uid.as_deref()) {
+                return r;
+            }
+            match store.delete_pod(&((*ns).to_owned(), (*name).to_owned())) {
+                Some(p) => Reply::Json(200, to_json(&p)),
+                None => json_status(404, &not_found("pods", name)),
+            }
+        }
+        (&Method::POST, ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
+            let (code, st) = state
+                .store
+                .lock()
+                .expect("store lock")
+                .evict(ns, name, body);
+            json_status(code, &st)
+        }
+        (&Method::GET, ["apis", "policy", "v1", "poddisruptionbudgets"]) => {
+            list_or_watch(state, Resource::PodDisruptionBudgets, None, q)
+        }
+        (
+            &Method::GET,
+            [
+                "apis",
+                "policy",
+                "v1",
+                "namespaces",
+                ns,
+                "poddisruptionbudgets",
+            ],
+        ) => list_or_watch(state, Resource::PodDisruptionBudgets, Some(ns), q),
+        (
+            &Method::GET,
+            [
+                "apis",
+                "policy",
+                "v1",
+                "namespaces",
+                ns,
+                "poddisruptionbudgets",
+                name,
+            ],
+        ) => {
+            let store = state.store.lock().expect("store lock");
+            match store.pdb_value(&((*ns).to_owned(), (*name).to_owned())) {
+                Value::Null => json_status(404, &not_found("poddisruptionbudgets", name)),
+                v => Reply::Json(200, v),
+            }
+        }
+        _ => json_status(
+            404,
+            &status(
+                404,
+                "NotFound",
+                format!("the fake API server does not serve {method} {path}"),
+            ),
+        ),
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("a k8s object serializes")
+}
+
+/// DeleteOptions preconditions: a stale UID is a 409, as in the real API.
+fn precondition_failed(body: Option<&Value>, uid: Option<&str>) -> Option<Reply> {
+    let want = body?.pointer("/preconditions/uid")?.as_str()?;
+    (Some(want) != uid).then(|| {
+        json_status(
+            409,
+            &status(
+                409,
+                "Conflict",
+                format!("Precondition failed: UID in precondition: {want}"),
+            ),
+        )
+    })
+}
+
+fn patch_node(state: &AppState, name: &str, headers: &HeaderMap, body: Option<&Value>) -> Reply {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // Server-side apply bodies are merged too: close enough for labels, taints and cordons.
+    let supported = [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ];
+    if !supported.iter().any(|s| ct.starts_with(s)) {
+        return json_status(
+            415,
+            &status(
+                415,
+                "UnsupportedMediaType",
+                format!("the fake API server does not accept {ct}"),
+            ),
+        );
+    }
+    let Some(patch) = body else {
+        return bad_request("the patch body is not JSON");
+    };
+    let mut store = state.store.lock().expect("store lock");
+    let Some(node) = store.node(name) else {
+        return json_status(404, &not_found("nodes", name));
+    };
+    if let Some(want) = patch
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        && Some(want) != node.metadata.resource_version.as_deref()
+    {
+        return json_status(
+            409,
+            &status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on nodes \"{name}\": the object has been modified"
+                ),
+            ),
+        );
+    }
+    let mut value = to_json(node);
+    merge_patch(&mut value, patch);
+    let mut new: Node = match serde_json::from_value(value) {
+        Ok(n) => n,
+        Err(e) => return bad_request(format!("the patched Node does not decode: {e}")),
+    };
+    new.metadata.name = Some(name.to_owned());
+    match store.replace_node(new) {
+        Some(n) => Reply::Json(200, to_json(&n)),
+        None => json_status(404, &not_found("nodes", name)),
+    }
+}
+
+struct Filter {
+    resource: Resource,
+    namespace: Option<String>,
+    labels: LabelQuery,
+    fields: FieldQuery,
+}
+
+impl Filter {
+    fn matches(&self, ns: Option<&str>, obj: &Value) -> bool {
+        (self.namespace.is_none() || self.namespace.as_deref() == ns)
+            && self.labels.matches(obj)
+            && self.fields.matches(obj)
+    }
+}
+
+fn kind_names(r: Resource) -> (&'static str, &'static str) {
+    match r {
+        Resource::Nodes => ("v1", "NodeList"),
+        Resource::Pods => ("v1", "PodList"),
+        Resource::PodDisruptionBudgets => ("policy/v1", "PodDisruptionBudgetList"),
+    }
+}
+
+fn current_objects(store: &Store, f: &Filter) -> Vec<Value> {
+    let objs: Vec<(Option<String>, Value)> = match f.resource {
+        Resource::Nodes => store.nodes().map(|n| (None, to_json(n))).collect(),
+        Resource::Pods => store
+            .pods()
+            .map(|p| (p.metadata.namespace.clone(), to_json(p)))
+            .collect(),
+        Resource::PodDisruptionBudgets => store
+            .pdb_keys()
+            .into_iter()
+            .map(|k| (Some(k.0.clone()), store.pdb_value(&k)))
+            .collect(),
+    };
+    objs.into_iter()
+        .filter(|(ns, v)| f.matches(ns.as_deref(), v))
+        .map(|(_, v)| v)
+        .collect()
+}
+
+fn list_or_watch(
+    state: &AppState,
+    resource: Resource,
+    namespace: Option<&str>,
+    q: &HashMap<String, String>,
+) -> Reply {
+    let labels = match LabelQuery::parse(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return bad_request(e),
+    };
+    let allowed: &[&str] = match resource {
+        Resource::Nodes => &["metadata.name", "spec.unschedulable"],
+        Resource::Pods => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "status.phase",
+            "spec.schedulerName",
+            "spec.restartPolicy",
+        ],
+        Resource::PodDisruptionBudgets => &["metadata.name", "metadata.namespace"],
+    };
+    let fields = match FieldQuery::parse(q.get("fieldSelector").map_or("", String::as_str), allowed)
+    {
+        Ok(f) => f,
+        Err(e) => return bad_request(e),
+    };
+    let filter = Filter {
+        resource,
+        namespace: namespace.map(str::to_owned),
+        labels,
+        fields,
+    };
+    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        return watch(state, filter, q);
+    }
+    let store = state.store.lock().expect("store lock");
+    let (api_version, kind) = kind_names(resource);
+    Reply::Json(
+        200,
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"resourceVersion": store.resource_version().to_string()},
+            "items": current_objects(&store, &filter),
+        }),
+    )
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn bookmark(resource: Resource, rv: u64, initial_end: bool) -> Bytes {
+    let (api_version, list_kind) = kind_names(resource);
+    let kind = list_kind.trim_end_matches("List");
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": meta}),
+    )
+}
+
+/// The event a watcher with this filter gets for a change, if any: an object that starts
+/// matching is ADDED and one that stops matching is DELETED for it.
+fn watch_line(filter: &Filter, c: &Change) -> Option<Bytes> {
+    let ns = c.namespace.as_deref();
+    let now = filter.matches(ns, &c.object);
+    let before = c.previous.as_ref().map(|p| filter.matches(ns, p));
+    let kind = match (c.kind, before, now) {
+        (ChangeKind::Modified, Some(false), true) => ChangeKind::Added,
+        (ChangeKind::Modified, Some(true), false) => ChangeKind::Deleted,
+        (_, _, true) => c.kind,
+        _ => return None,
+    };
+    Some(event_line(kind.as_str(), &c.object))
+}
+
+struct WatchStream {
+    backlog: VecDeque<Bytes>,
+    rx: broadcast::Receiver<Arc<Change>>,
+    filter: Filter,
+    deadline: tokio::time::Instant,
+    shutdown: watch::Receiver<bool>,
+    down: watch::Receiver<bool>,
+}
+
+/// A watch: past events after the given resourceVersion (or synthetic ADDED events for "" and
+/// "0", as the real server sends), then live ones until timeoutSeconds or shutdown.
+fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply {
+    let timeout: u64 = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1800);
+    let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
+    let send_initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let store = state.store.lock().expect("store lock");
+    let mut backlog = VecDeque::new();
+    if rv_param.is_empty() || rv_param == "0" || send_initial {
+        for obj in current_objects(&store, &filter) {
+            backlog.push_back(event_line("ADDED", &obj));
+        }
+        if send_initial {
+            backlog.push_back(bookmark(filter.resource, store.resource_version(), true));
+        }
+    } else {
+        let Ok(rv) = rv_param.parse::<u64>() else {
+            return bad_request(format!("invalid resourceVersion {rv_param:?}"));
+        };
+        match store.history_since(rv, filter.resource) {
+            Some(changes) => {
+                backlog.extend(changes.iter().filter_map(|c| watch_line(&filter, c)));
+            }
+            None => {
+                let st = status(410, "Expired", format!("too old resource version: {rv}"));
+                backlog.push_back(event_line("ERROR", &to_json(&st)));
+            }
+        }
+    }
+    // Subscribing under the lock means no change falls between the backlog and the live feed.
+    let rx = store.subscribe();
+    drop(store);
+    let stream = WatchStream {
+        backlog,
+        rx,
+        filter,
+        deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
+        shutdown: state.shutdown.clone(),
+        down: state.down.subscribe(),
+    };
+    let body = futures::stream::unfold(stream, |mut s| async move {
+        loop {
+            if let Some(line) = s.backlog.pop_front() {
+                return Some((Ok::<_, Infallible>(line), s));
+            }
+            if *s.shutdown.borrow() || *s.down.borrow() {
+                return None;
+            }
+            tokio::select! {
+                change = s.rx.recv() => match change {
+                    Ok(c) if c.resource == s.filter.resource => {
+                        if let Some(line) = watch_line(&s.filter, &c) {
+                            s.backlog.push_back(line);
+                        }
+                    }
+                    Ok(_) => {}
+                    // A lagging watcher is cut off, as the real server does; the client
+                    // re-watches from its last resourceVersion.
+                    Err(_) => return None,
+                },
+                () = tokio::time::sleep_until(s.deadline) => return None,
+                _ = s.shutdown.changed() => return None,
+                _ = s.down.changed() => return None,
+            }
+        }
+    });
+    let response = Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(body))
+        .expect("a watch response builds");
+    Reply::Watch(response)
+}

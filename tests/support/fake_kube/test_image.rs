@@ -1,0 +1,128 @@
+//! A tiny local image for the kubelet tests, and a guard that removes a test's containers.
+//!
+//! No image can be pulled here, so the image is built FROM scratch around Debian's static
+//! busybox. Containers are made with the docker CLI: the cleanup must also work from `Drop`
+//! while a test panics, where no async runtime can be relied on.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+pub const TEST_IMAGE: &str = "poolctl-fakekube-test:latest";
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run the docker CLI")
+}
+
+/// Builds `TEST_IMAGE` unless it exists. Panics with the build output if that fails.
+pub fn ensure_test_image() {
+    let _guard = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if docker(&["image", "inspect", TEST_IMAGE]).status.success() {
+        return;
+    }
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("busybox-static is installed (apt-get install busybox-static)");
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(busybox, dir.path().join("busybox")).expect("copy busybox");
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM scratch\nCOPY busybox /bin/busybox\nCMD [\"/bin/busybox\", \"sleep\", \"3600\"]\n",
+    )
+    .expect("write Dockerfile");
+    let out = docker(&[
+        "build",
+        "-q",
+        "-t",
+        TEST_IMAGE,
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "docker build failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The containers of one test run; all of them are removed on drop, even after a panic.
+pub struct TestContainers {
+    /// `poolctl.dev/test-run=<id>`: the kubelet's `run_label`.
+    pub run_label: String,
+}
+
+impl TestContainers {
+    pub fn new(test_name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let id = format!("{test_name}-{}-{nanos:x}", std::process::id());
+        Self {
+            run_label: format!("poolctl.dev/test-run={id}"),
+        }
+    }
+
+    /// Starts a pool container named `name` from the test image; returns its id.
+    pub fn run(&self, pool: &str, name: &str) -> String {
+        ensure_test_image();
+        let pool_label = format!("{}={pool}", super::POOL_LABEL);
+        let out = docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--hostname",
+            name,
+            "--label",
+            &pool_label,
+            "--label",
+            &self.run_label,
+            TEST_IMAGE,
+        ]);
+        assert!(
+            out.status.success(),
+            "docker run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Stops a container at once (busybox sleep as PID 1 ignores SIGTERM).
+    pub fn kill(&self, name: &str) {
+        let out = docker(&["kill", name]);
+        assert!(
+            out.status.success(),
+            "docker kill failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn remove(&self, name: &str) {
+        let out = docker(&["rm", "-f", name]);
+        assert!(
+            out.status.success(),
+            "docker rm failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for TestContainers {
+    fn drop(&mut self) {
+        let filter = format!("label={}", self.run_label);
+        let out = docker(&["ps", "-aq", "--filter", &filter]);
+        let ids = String::from_utf8_lossy(&out.stdout);
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f"];
+            args.extend(ids);
+            let _ = docker(&args);
+        }
+    }
+}
