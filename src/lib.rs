@@ -6,6 +6,7 @@
 //! [`backend`] (the traits the executor drives), [`docker`] and [`apply`].
 
 pub mod backend;
+pub mod docker;
 pub mod plan;
 pub mod source;
 pub mod spec;
