@@ -208,18 +208,18 @@ impl DockerBackend {
     /// waiting, so that a timeout can say what the container was doing.
     async fn wait_up_inner(&self, name: &str, last: &mut String) -> Result<(), BackendError> {
         let inspect = self.inspect(name).await?;
-        let (id, created) = match &inspect {
-            Some(i) => (i.id.clone().unwrap_or_else(|| name.to_owned()), i.created.clone()),
-            None => return Err(BackendError::NotFound(format!("container {name}"))),
+        let Some(id) = inspect.as_ref().map(|i| i.id.clone().unwrap_or_else(|| name.to_owned())) else {
+            return Err(BackendError::NotFound(format!("container {name}")));
         };
         match Self::judge(inspect.as_ref()) {
             Judgement::Up => return Ok(()),
             Judgement::Failed(why) => return Err(self.not_up(name, &why).await),
             Judgement::Waiting(why) => *last = why,
         }
-        // Docker has no "wait until healthy". Its event stream, replayed from the container's
-        // creation, cannot miss a change that happened after the inspect above; each event only
-        // wakes us, and a fresh inspect decides.
+        // Docker has no "wait until healthy". Its event stream, replayed from the daemon's buffer
+        // (`since` = the epoch; the filter keeps this container's few events), cannot miss a
+        // change that happened after the inspect above; each event only wakes us, and a fresh
+        // inspect decides. `since` takes Unix time only, so the creation date cannot be used.
         let filters = HashMap::from([
             ("type".to_owned(), vec!["container".to_owned()]),
             ("container".to_owned(), vec![id]),
@@ -229,8 +229,11 @@ impl DockerBackend {
             ),
         ]);
         self.count();
-        let mut events =
-            self.docker.events(Some(EventsOptions { since: created, until: None, filters: Some(filters) }));
+        let mut events = self.docker.events(Some(EventsOptions {
+            since: Some("0".to_owned()),
+            until: None,
+            filters: Some(filters),
+        }));
         while let Some(event) = events.next().await {
             event.map_err(|e| self.error(&format!("watch events of {name}"), e))?;
             match Self::judge(self.inspect(name).await?.as_ref()) {
