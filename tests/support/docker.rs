@@ -3,6 +3,7 @@
 //! removed when the test ends, even when it fails.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,16 +15,16 @@ use poolctl::plan::labels;
 
 /// The plain test image: `sh`, `sleep` and friends, and a default command that runs until
 /// SIGTERM and then exits at once, so stopping takes no grace period.
-pub const IMAGE: &str = "poolctl-test-busybox:latest";
+pub(crate) const IMAGE: &str = "poolctl-test-busybox:latest";
 
 /// The test image with a HEALTHCHECK (every second, three retries) that passes once
 /// `/tmp/ready` exists; its default command creates that file.
-pub const HEALTHY_IMAGE: &str = "poolctl-test-busybox:healthy";
+pub(crate) const HEALTHY_IMAGE: &str = "poolctl-test-busybox:healthy";
 
 /// The label that marks every container of this test process.
-pub const RUN_LABEL: &str = "poolctl-test.run";
+pub(crate) const RUN_LABEL: &str = "poolctl-test.run";
 /// The label that marks the containers of one [`TestDocker`] scope.
-pub const CASE_LABEL: &str = "poolctl-test.case";
+pub(crate) const CASE_LABEL: &str = "poolctl-test.case";
 
 /// Where the static busybox comes from (Debian's busybox-static).
 const BUSYBOX: &str = "/bin/busybox";
@@ -32,7 +33,7 @@ const BUSYBOX: &str = "/bin/busybox";
 const IDLE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
 
 /// Identifies this test process among concurrent runs on the same daemon.
-pub fn run_id() -> &'static str {
+pub(crate) fn run_id() -> &'static str {
     static RUN: OnceLock<String> = OnceLock::new();
     RUN.get_or_init(|| {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -47,17 +48,12 @@ fn in_ci() -> bool {
 
 /// Connects to the daemon and makes sure the test images exist. Returns `None` (after a loud
 /// banner) when no daemon answers outside CI; panics when none answers in CI.
-pub async fn docker() -> Option<TestDocker> {
+pub(crate) async fn docker() -> Option<TestDocker> {
     let backend = match DockerBackend::connect().await {
         Ok(backend) => backend,
         Err(e) if in_ci() => panic!("CI is set but no Docker daemon answers: {e}"),
         Err(e) => {
-            eprintln!(
-                "\n==============================================================\n\
-                 SKIPPING a Docker test: {e}\n\
-                 Start a Docker daemon (or set DOCKER_HOST) to run it; in CI (CI=true) this fails.\n\
-                 ==============================================================\n"
-            );
+            skip_banner(&e.to_string());
             return None;
         }
     };
@@ -65,6 +61,21 @@ pub async fn docker() -> Option<TestDocker> {
         panic!("cannot build the test images: {e}");
     }
     Some(TestDocker::new(backend))
+}
+
+/// Says, once per process, that Docker tests are being skipped. Written to the real stderr,
+/// because the test harness swallows `eprintln!` of passing tests.
+fn skip_banner(error: &str) {
+    static SAID: OnceLock<()> = OnceLock::new();
+    SAID.get_or_init(|| {
+        let banner = format!(
+            "\n==============================================================\n\
+             SKIPPING the Docker tests: {error}\n\
+             Start a Docker daemon (or set DOCKER_HOST) to run them; in CI (CI=true) this fails.\n\
+             ==============================================================\n\n"
+        );
+        let _ = std::io::stderr().write_all(banner.as_bytes());
+    });
 }
 
 /// Builds the test images once per process. The build is blocking (the docker CLI) but short,
@@ -117,10 +128,10 @@ fn build_images() -> Result<(), String> {
 
 /// One test's view of Docker: a connected backend and a pool name of its own. Dropping it
 /// removes every container it labelled.
-pub struct TestDocker {
-    pub backend: DockerBackend,
+pub(crate) struct TestDocker {
+    pub(crate) backend: DockerBackend,
     /// A pool name no other test (or concurrent test process) uses.
-    pub pool: String,
+    pub(crate) pool: String,
     case: String,
 }
 
@@ -132,13 +143,13 @@ impl TestDocker {
     }
 
     /// A container name in this test's pool.
-    pub fn name(&self, suffix: &str) -> String {
+    pub(crate) fn name(&self, suffix: &str) -> String {
         format!("{}-{suffix}", self.pool)
     }
 
     /// A container of this test's pool running the plain image's default command, labelled so
     /// that the drop guard finds it.
-    pub fn container(&self, suffix: &str) -> NewContainer {
+    pub(crate) fn container(&self, suffix: &str) -> NewContainer {
         NewContainer {
             name: self.name(suffix),
             image: IMAGE.to_owned(),
