@@ -99,10 +99,10 @@ impl DockerBackend {
     fn error(&self, doing: &str, e: DockerError) -> BackendError {
         match e {
             DockerError::DockerResponseServerError { message, .. } => {
-                BackendError::Failed(format!("{doing}: {}", message.trim()))
+                BackendError::Failed(format!("{doing}: {}", one_line(&message)))
             }
             DockerError::DockerStreamError { error } => {
-                BackendError::Failed(format!("{doing}: {}", error.trim()))
+                BackendError::Failed(format!("{doing}: {}", one_line(&error)))
             }
             DockerError::HyperLegacyError { .. }
             | DockerError::IOError { .. }
@@ -185,7 +185,13 @@ impl DockerBackend {
                     }
                 }
             }
-            Some(ContainerStateStatusEnum::CREATED) => Judgement::Waiting("created, not started".to_owned()),
+            // A start that failed leaves the container "created", with the reason in Error.
+            Some(ContainerStateStatusEnum::CREATED) => {
+                match state.error.as_deref().map(str::trim).filter(|e| !e.is_empty()) {
+                    Some(error) => Judgement::Failed(format!("could not start: {error}")),
+                    None => Judgement::Waiting("created, not started".to_owned()),
+                }
+            }
             Some(ContainerStateStatusEnum::RESTARTING) => Judgement::Waiting("restarting".to_owned()),
             Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD) => {
                 let code = state.exit_code.unwrap_or(-1);
@@ -454,7 +460,12 @@ fn connect_reason(e: &DockerError) -> String {
             deepest.to_string()
         }
     };
-    reason.lines().map(str::trim).collect::<Vec<_>>().join(" ")
+    one_line(&reason)
+}
+
+/// Daemon messages sometimes span lines; an error here is one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Splits an image reference into what the pull API wants: without a tag the daemon would pull
@@ -566,6 +577,52 @@ mod tests {
         assert_eq!(health_from_status("Up 2 minutes"), Health::None);
         assert_eq!(health_from_status("Exited (0) 3 seconds ago"), Health::None);
         assert_eq!(health_from_status(""), Health::None);
+    }
+
+    #[test]
+    fn a_list_entry_maps_to_a_pool_container() {
+        let labels = HashMap::from([
+            (labels::POOL.to_owned(), "workers".to_owned()),
+            (labels::TEMPLATE_HASH.to_owned(), "abc123".to_owned()),
+            (labels::SCOPE.to_owned(), "dir:/x".to_owned()),
+        ]);
+        let summary = ContainerSummary {
+            id: Some("f00".to_owned()),
+            names: Some(vec!["/workers-abc-1".to_owned()]),
+            image: Some("img:1".to_owned()),
+            created: Some(1_700_000_000),
+            labels: Some(labels.clone()),
+            state: Some(ContainerSummaryStateEnum::RUNNING),
+            status: Some("Up 5 minutes (unhealthy)".to_owned()),
+            ..Default::default()
+        };
+        let c = container_from_summary(summary.clone()).expect("a pool container");
+        assert_eq!(
+            c,
+            Container {
+                id: "f00".to_owned(),
+                name: "workers-abc-1".to_owned(),
+                pool: "workers".to_owned(),
+                template_hash: "abc123".to_owned(),
+                state: ContainerState::Running,
+                health: Health::Unhealthy,
+                created: 1_700_000_000,
+                template: None,
+                scope: Some("dir:/x".to_owned()),
+                image: "img:1".to_owned(),
+            }
+        );
+
+        let exited = ContainerSummary {
+            state: Some(ContainerSummaryStateEnum::EXITED),
+            status: Some("Exited (137) 2 seconds ago".to_owned()),
+            ..summary.clone()
+        };
+        let c = container_from_summary(exited).expect("a pool container");
+        assert_eq!((c.state, c.health), (ContainerState::Exited, Health::None));
+
+        let foreign = ContainerSummary { labels: None, ..summary };
+        assert_eq!(container_from_summary(foreign), None);
     }
 
     #[test]

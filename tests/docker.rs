@@ -162,6 +162,9 @@ async fn wait_up_fails_when_the_healthcheck_fails() {
 async fn wait_up_fails_with_the_logs_of_a_container_that_exits() {
     let Some(d) = docker().await else { return };
     let mut spec = d.container("crash");
+    // With a HEALTHCHECK it cannot count as up before a check passes, and no check can pass
+    // (it never creates /tmp/ready): without one, it might be seen running before it exits.
+    spec.image = HEALTHY_IMAGE.to_owned();
     spec.command = Some(argv(&["sh", "-c", "echo first-line; echo about-to-fail >&2; exit 7"]));
     d.backend.create(&spec).await.expect("create");
     let err = d.backend.wait_up(&spec.name, UP).await.expect_err("exits");
@@ -169,6 +172,13 @@ async fn wait_up_fails_with_the_logs_of_a_container_that_exits() {
     assert!(msg.contains(&spec.name), "{msg}");
     assert!(msg.contains("exited with code 7"), "{msg}");
     assert!(msg.contains("first-line") && msg.contains("about-to-fail"), "{msg}");
+}
+
+#[tokio::test]
+async fn wait_up_of_a_missing_container_is_not_found() {
+    let Some(d) = docker().await else { return };
+    let err = d.backend.wait_up(&d.name("ghost"), UP).await.expect_err("no container");
+    assert!(matches!(err, BackendError::NotFound(_)), "{err:?}");
 }
 
 #[tokio::test]
@@ -192,6 +202,29 @@ async fn a_container_that_cannot_start_stays_and_is_reported() {
     assert_eq!(listed.len(), 1);
     assert_ne!(listed[0].state, ContainerState::Running);
     assert!(!listed[0].is_up());
+    // And waiting for it fails at once, with the reason.
+    let err = d.backend.wait_up(&spec.name, UP).await.expect_err("never starts");
+    assert!(err.to_string().contains("could not start"), "{err}");
+}
+
+#[tokio::test]
+async fn wait_up_times_out_saying_what_the_container_was_doing() {
+    let Some(d) = docker().await else { return };
+    let spec = d.container("idle");
+    // Created but never started: it would wait forever.
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        labels: Some(spec.labels.clone().into_iter().collect()),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptions {
+        name: Some(spec.name.clone()),
+        ..Default::default()
+    };
+    d.backend.client().create_container(Some(options), body).await.expect("create");
+    let err = d.backend.wait_up(&spec.name, Duration::from_millis(300)).await.expect_err("never started");
+    assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("created, not started"), "{err}");
 }
 
 #[tokio::test]
