@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod backend;
 pub mod cli;
+pub mod docker;
 pub mod kube;
 pub mod plan;
 pub mod run;

@@ -1,0 +1,192 @@
+//! Docker for integration tests: the daemon (required in CI, skipped loudly elsewhere), the tiny
+//! busybox test images built once per test process, and a per-test scope whose containers are
+//! removed when the test ends, even when it fails.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use poolctl::backend::NewContainer;
+use poolctl::docker::DockerBackend;
+use poolctl::plan::labels;
+
+/// The plain test image: `sh`, `sleep` and friends, and a default command that runs until
+/// SIGTERM and then exits at once, so stopping takes no grace period.
+pub(crate) const IMAGE: &str = "poolctl-test-busybox:latest";
+
+/// The test image with a HEALTHCHECK (every second, three retries) that passes once
+/// `/tmp/ready` exists; its default command creates that file.
+pub(crate) const HEALTHY_IMAGE: &str = "poolctl-test-busybox:healthy";
+
+/// The label that marks every container of this test process.
+pub(crate) const RUN_LABEL: &str = "poolctl-test.run";
+/// The label that marks the containers of one [`TestDocker`] scope.
+pub(crate) const CASE_LABEL: &str = "poolctl-test.case";
+
+/// Where the static busybox comes from (Debian's busybox-static).
+const BUSYBOX: &str = "/bin/busybox";
+
+/// A shell loop that exits 0 on SIGTERM; `sleep & wait` keeps the shell able to run the trap.
+const IDLE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+
+/// Identifies this test process among concurrent runs on the same daemon.
+pub(crate) fn run_id() -> &'static str {
+    static RUN: OnceLock<String> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        format!("{}-{:x}", std::process::id(), nanos % (1 << 40))
+    })
+}
+
+/// Whether we run in CI, where a missing daemon is a failure rather than a reason to skip.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// Connects to the daemon and makes sure the test images exist. Returns `None` (after a loud
+/// banner) when no daemon answers outside CI; panics when none answers in CI.
+pub(crate) async fn docker() -> Option<TestDocker> {
+    let backend = match DockerBackend::connect().await {
+        Ok(backend) => backend,
+        Err(e) if in_ci() => panic!("CI is set but no Docker daemon answers: {e}"),
+        Err(e) => {
+            skip_banner(&e.to_string());
+            return None;
+        }
+    };
+    if let Err(e) = images() {
+        panic!("cannot build the test images: {e}");
+    }
+    Some(TestDocker::new(backend))
+}
+
+/// Says, once per process, that Docker tests are being skipped. Written to the real stderr,
+/// because the test harness swallows `eprintln!` of passing tests.
+fn skip_banner(error: &str) {
+    static SAID: OnceLock<()> = OnceLock::new();
+    SAID.get_or_init(|| {
+        let banner = format!(
+            "\n==============================================================\n\
+             SKIPPING the Docker tests: {error}\n\
+             Start a Docker daemon (or set DOCKER_HOST) to run them; in CI (CI=true) this fails.\n\
+             ==============================================================\n\n"
+        );
+        let _ = std::io::stderr().write_all(banner.as_bytes());
+    });
+}
+
+/// Builds the test images once per process. The build is blocking (the docker CLI) but short,
+/// and runs at most once; every later call only reads the result.
+fn images() -> Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT.get_or_init(build_images).clone()
+}
+
+fn build_images() -> Result<(), String> {
+    let banner = Command::new(BUSYBOX).output().map_err(|e| {
+        format!(
+            "{BUSYBOX} cannot run ({e}); install Debian's busybox-static (apt-get install busybox-static)"
+        )
+    })?;
+    if !String::from_utf8_lossy(&banner.stdout).starts_with("BusyBox")
+        && !String::from_utf8_lossy(&banner.stderr).starts_with("BusyBox")
+    {
+        return Err(format!("{BUSYBOX} is not busybox; install Debian's busybox-static"));
+    }
+    let ctx = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    std::fs::copy(BUSYBOX, ctx.path().join("busybox")).map_err(|e| format!("copy {BUSYBOX}: {e}"))?;
+    let plain = format!(
+        "FROM scratch\n\
+         COPY busybox /bin/busybox\n\
+         RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox --install -s /bin && mkdir -m 1777 /tmp\"]\n\
+         CMD [\"sh\", \"-c\", \"{IDLE}\"]\n"
+    );
+    // Built FROM the plain image, which the daemon has locally by then: no registry is involved.
+    let healthy = format!(
+        "FROM {IMAGE}\n\
+         HEALTHCHECK --interval=1s --timeout=1s --retries=3 CMD [\"test\", \"-f\", \"/tmp/ready\"]\n\
+         CMD [\"sh\", \"-c\", \"touch /tmp/ready; {IDLE}\"]\n"
+    );
+    for (tag, dockerfile) in [(IMAGE, plain), (HEALTHY_IMAGE, healthy)] {
+        let file = ctx.path().join(format!("Dockerfile.{}", tag.rsplit(':').next().unwrap_or("x")));
+        std::fs::write(&file, dockerfile).map_err(|e| format!("write {}: {e}", file.display()))?;
+        let out = Command::new("docker")
+            .args(["build", "-q", "-t", tag, "-f"])
+            .arg(&file)
+            .arg(ctx.path())
+            .output()
+            .map_err(|e| format!("cannot run the docker CLI: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("docker build {tag} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    Ok(())
+}
+
+/// One test's view of Docker: a connected backend and a pool name of its own. Dropping it
+/// removes every container it labelled.
+pub(crate) struct TestDocker {
+    pub(crate) backend: DockerBackend,
+    /// A pool name no other test (or concurrent test process) uses.
+    pub(crate) pool: String,
+    case: String,
+}
+
+impl TestDocker {
+    fn new(backend: DockerBackend) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let case = format!("{}-{}", run_id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        Self { backend, pool: format!("pt{case}"), case }
+    }
+
+    /// A container name in this test's pool.
+    pub(crate) fn name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.pool)
+    }
+
+    /// A container of this test's pool running the plain image's default command, labelled so
+    /// that the drop guard finds it.
+    pub(crate) fn container(&self, suffix: &str) -> NewContainer {
+        NewContainer {
+            name: self.name(suffix),
+            image: IMAGE.to_owned(),
+            command: None,
+            entrypoint: None,
+            env: BTreeMap::new(),
+            labels: BTreeMap::from([
+                (labels::POOL.to_owned(), self.pool.clone()),
+                (labels::TEMPLATE_HASH.to_owned(), "test-hash".to_owned()),
+                (RUN_LABEL.to_owned(), run_id().to_owned()),
+                (CASE_LABEL.to_owned(), self.case.clone()),
+            ]),
+            network: None,
+            privileged: false,
+            volumes: Vec::new(),
+            tmpfs: Vec::new(),
+        }
+    }
+}
+
+impl Drop for TestDocker {
+    /// Removes this test's containers with the docker CLI: Drop cannot await, and blocking on a
+    /// child process (unlike `block_on`) is safe inside the test's runtime.
+    fn drop(&mut self) {
+        let filter = format!("label={CASE_LABEL}={}", self.case);
+        let Ok(out) = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output() else {
+            eprintln!("test cleanup: cannot run `docker ps`; containers labelled {filter} may remain");
+            return;
+        };
+        let ids: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let removed = Command::new("docker").args(["rm", "-f", "-v"]).args(&ids).output();
+        if !removed.is_ok_and(|o| o.status.success()) {
+            eprintln!("test cleanup: `docker rm -f` failed; containers labelled {filter} may remain");
+        }
+    }
+}
