@@ -23,18 +23,11 @@ fn fake() -> FakeKube {
 }
 
 fn eviction(name: &str) -> Eviction {
-    Eviction {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        delete_options: None,
-    }
+    Eviction { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, delete_options: None }
 }
 
 async fn evict(pods: &Api<Pod>, name: &str) -> Result<Status, kube::Error> {
-    pods.create_subresource("eviction", name, &PostParams::default(), &eviction(name))
-        .await
+    pods.create_subresource("eviction", name, &PostParams::default(), &eviction(name)).await
 }
 
 fn api_error(r: Result<Status, kube::Error>) -> Box<Status> {
@@ -61,29 +54,15 @@ async fn nodes_are_listed_by_label_and_name_patched_and_deleted() {
     fk.add_node("c", false);
     let nodes: Api<Node> = Api::all(fk.client());
 
-    let pool = nodes
-        .list(&ListParams::default().labels("poolctl.dev/pool=workers"))
-        .await
-        .unwrap();
-    let names: Vec<_> = pool
-        .items
-        .iter()
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
+    let pool = nodes.list(&ListParams::default().labels("poolctl.dev/pool=workers")).await.unwrap();
+    let names: Vec<_> = pool.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
     assert_eq!(names, ["a", "b"]);
-    let by_name = nodes
-        .list(&ListParams::default().fields("metadata.name=c"))
-        .await
-        .unwrap();
+    let by_name = nodes.list(&ListParams::default().fields("metadata.name=c")).await.unwrap();
     assert_eq!(by_name.items.len(), 1);
     assert!(!ready(&by_name.items[0]));
 
     let cordoned = nodes
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
         .await
         .unwrap();
     assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true));
@@ -101,18 +80,11 @@ async fn nodes_are_listed_by_label_and_name_patched_and_deleted() {
         .unwrap();
     let labels = labelled.metadata.labels.unwrap();
     assert_eq!(labels["role"], "old");
-    assert_eq!(
-        labels["poolctl.dev/pool"], "workers",
-        "a merge keeps the other labels"
-    );
+    assert_eq!(labels["poolctl.dev/pool"], "workers", "a merge keeps the other labels");
     assert_eq!(labelled.spec.as_ref().unwrap().unschedulable, Some(true));
     assert_eq!(labelled.spec.unwrap().taints.unwrap().len(), 1);
     let dropped = nodes
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"role": null}}})),
-        )
+        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"role": null}}})))
         .await
         .unwrap();
     assert!(!dropped.metadata.labels.unwrap().contains_key("role"));
@@ -133,45 +105,26 @@ async fn a_watch_from_a_list_version_sees_a_node_turn_ready() {
     fk.add_node("old", true);
     fk.add_node("new", false);
     let nodes: Api<Node> = Api::all(fk.client());
-    let list = nodes
-        .list(&ListParams::default().fields("metadata.name=new"))
-        .await
-        .unwrap();
+    let list = nodes.list(&ListParams::default().fields("metadata.name=new")).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
-    let wp = WatchParams::default()
-        .fields("metadata.name=new")
-        .timeout(60);
+    let wp = WatchParams::default().fields("metadata.name=new").timeout(60);
     let mut stream = nodes.watch(&wp, &rv).await.unwrap().boxed();
 
     fk.set_node_ready("old", false); // filtered out by the field selector
     fk.set_node_ready("new", true);
-    let event = tokio::time::timeout(LIMIT, stream.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let event = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
     match event {
         WatchEvent::Modified(n) => {
             assert_eq!(n.metadata.name.as_deref(), Some("new"));
             assert!(ready(&n));
-            assert!(
-                n.metadata.resource_version.unwrap().parse::<u64>().unwrap() > rv.parse().unwrap()
-            );
+            assert!(n.metadata.resource_version.unwrap().parse::<u64>().unwrap() > rv.parse().unwrap());
         }
         other => panic!("expected MODIFIED, got {other:?}"),
     }
 
     // Watching from "0" replays the current state first, as the real server does.
-    let mut from_zero = nodes
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap()
-        .boxed();
-    let first = tokio::time::timeout(LIMIT, from_zero.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let mut from_zero = nodes.watch(&WatchParams::default().timeout(60), "0").await.unwrap().boxed();
+    let first = tokio::time::timeout(LIMIT, from_zero.try_next()).await.unwrap().unwrap().unwrap();
     assert!(matches!(first, WatchEvent::Added(_)));
 }
 
@@ -184,27 +137,14 @@ async fn pods_are_listed_by_node() {
     fk.add_pod(&PodSpecBuilder::new("kube-system", "ds", "n1").owner(Some("DaemonSet")));
     fk.add_pod(&PodSpecBuilder::new("default", "p2", "n2"));
     let all: Api<Pod> = Api::all(fk.client());
-    let on_n1 = all
-        .list(&ListParams::default().fields("spec.nodeName=n1"))
-        .await
-        .unwrap();
-    let mut names: Vec<_> = on_n1
-        .items
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let on_n1 = all.list(&ListParams::default().fields("spec.nodeName=n1")).await.unwrap();
+    let mut names: Vec<_> = on_n1.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
     names.sort();
     assert_eq!(names, ["ds", "p1"]);
     let default: Api<Pod> = Api::default_namespaced(fk.client());
-    let labelled = default
-        .list(&ListParams::default().labels("app=x"))
-        .await
-        .unwrap();
+    let labelled = default.list(&ListParams::default().labels("app=x")).await.unwrap();
     assert_eq!(labelled.items.len(), 1);
-    default
-        .delete("p2", &DeleteParams::default())
-        .await
-        .unwrap();
+    default.delete("p2", &DeleteParams::default()).await.unwrap();
     assert!(fk.pod("default", "p2").is_none());
 }
 
@@ -238,10 +178,7 @@ async fn an_eviction_body_without_kind_is_refused_as_kube_evict_sends_it() {
         other => panic!("kube's evict body should be refused, got {other:?}"),
     };
     assert_eq!(err.code, 400);
-    assert!(
-        fk.pod("default", "p").is_some(),
-        "a refused eviction leaves the pod"
-    );
+    assert!(fk.pod("default", "p").is_some(), "a refused eviction leaves the pod");
     assert!(fk.evictions()[0].body.get("delete_options").is_some());
 }
 
@@ -253,27 +190,17 @@ async fn a_pdb_at_its_minimum_answers_429_until_relaxed() {
     fk.add_app("default", "web", 2);
     fk.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(2));
     let pods: Api<Pod> = Api::default_namespaced(fk.client());
-    let victim = fk.pods_with_labels("default", &[("app", "web")])[0]
-        .metadata
-        .name
-        .clone()
-        .unwrap();
+    let victim = fk.pods_with_labels("default", &[("app", "web")])[0].metadata.name.clone().unwrap();
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(fk.client());
     let listed = pdbs.list(&ListParams::default()).await.unwrap();
-    assert_eq!(
-        listed.items[0].status.as_ref().unwrap().disruptions_allowed,
-        Some(0)
-    );
+    assert_eq!(listed.items[0].status.as_ref().unwrap().disruptions_allowed, Some(0));
 
     let refusal = api_error(evict(&pods, &victim).await);
     assert_eq!(refusal.code, 429);
     let cause = &refusal.details.as_ref().unwrap().causes[0];
     assert_eq!(cause.reason, "DisruptionBudget");
-    assert_eq!(
-        cause.message,
-        "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
-    );
+    assert_eq!(cause.message, "The disruption budget web-pdb needs 2 healthy pods and has 2 currently");
     assert!(fk.pod("default", &victim).is_some());
 
     fk.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
@@ -301,14 +228,8 @@ async fn a_pod_under_two_pdbs_answers_500_and_a_trap_answers_2xx_with_failure() 
     fk.delete_pdb("default", "two");
     fk.set_eviction_trap("default", &names[1], 201);
     let st = evict(&pods, &names[1]).await.unwrap();
-    assert_eq!(
-        st.status,
-        Some(kube::core::response::StatusSummary::Failure)
-    );
-    assert!(
-        fk.pod("default", &names[1]).is_some(),
-        "a trapped eviction evicts nothing"
-    );
+    assert_eq!(st.status, Some(kube::core::response::StatusSummary::Failure));
+    assert!(fk.pod("default", &names[1]).is_some(), "a trapped eviction evicts nothing");
 }
 
 #[tokio::test]
@@ -322,11 +243,7 @@ async fn an_evicted_pod_is_recreated_on_a_schedulable_node_and_the_budget_refill
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::default_namespaced(client);
     nodes
-        .patch(
-            "old",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
+        .patch("old", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
         .await
         .unwrap();
     let on_old = |fk: &FakeKube| -> Vec<Pod> {
@@ -339,11 +256,7 @@ async fn an_evicted_pod_is_recreated_on_a_schedulable_node_and_the_budget_refill
     let victim_name = victim.metadata.name.clone().unwrap();
 
     assert_eq!(evict(&pods, &victim_name).await.unwrap().code, 201);
-    assert_eq!(
-        fk.budget("default", "api-pdb").unwrap().allowed,
-        0,
-        "one replica is missing"
-    );
+    assert_eq!(fk.budget("default", "api-pdb").unwrap().allowed, 0, "one replica is missing");
 
     tokio::time::timeout(
         LIMIT,
@@ -356,27 +269,18 @@ async fn an_evicted_pod_is_recreated_on_a_schedulable_node_and_the_budget_refill
     .unwrap();
     let all = fk.pods_with_labels("default", &[("app", "api")]);
     assert_eq!(all.len(), 2);
-    assert!(
-        all.iter()
-            .all(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some("new"))
-    );
+    assert!(all.iter().all(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some("new")));
     assert!(all.iter().all(|p| p.metadata.uid != victim.metadata.uid));
     let kinds: Vec<_> = fk.events().into_iter().map(|e| e.kind).collect();
-    let evicted = kinds
-        .iter()
-        .position(|k| matches!(k, EventKind::PodEvicted { name, .. } if *name == victim_name));
-    let rescheduled = kinds
-        .iter()
-        .rposition(|k| matches!(k, EventKind::PodScheduled { node, .. } if node == "new"));
+    let evicted =
+        kinds.iter().position(|k| matches!(k, EventKind::PodEvicted { name, .. } if *name == victim_name));
+    let rescheduled =
+        kinds.iter().rposition(|k| matches!(k, EventKind::PodScheduled { node, .. } if node == "new"));
     assert!(evicted.unwrap() < rescheduled.unwrap());
     let events = fk.events();
-    let after_start = events
-        .iter()
-        .skip_while(|e| e.app_healthy.get("default/api") != Some(&2));
+    let after_start = events.iter().skip_while(|e| e.app_healthy.get("default/api") != Some(&2));
     assert!(
-        after_start
-            .clone()
-            .all(|e| e.app_healthy["default/api"] >= 1),
+        after_start.clone().all(|e| e.app_healthy["default/api"] >= 1),
         "the app always kept a healthy replica"
     );
 }
@@ -389,25 +293,15 @@ async fn the_request_log_records_every_request_and_faults_are_injected() {
     fk.fail_next(Some("GET"), "/api/v1/nodes", 1, 503);
 
     let err = nodes.get("n1").await.unwrap_err();
-    assert!(
-        matches!(err, kube::Error::Api(s) if s.code == 503),
-        "no retry hides the 503"
-    );
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 503), "no retry hides the 503");
     nodes.get("n1").await.unwrap();
     nodes
-        .patch(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
+        .patch("n1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
         .await
         .unwrap();
 
     let log = fk.requests();
-    let seen: Vec<_> = log
-        .iter()
-        .map(|r| (r.method.as_str(), r.uri(), r.status))
-        .collect();
+    let seen: Vec<_> = log.iter().map(|r| (r.method.as_str(), r.uri(), r.status)).collect();
     assert_eq!(
         seen,
         [
@@ -417,10 +311,7 @@ async fn the_request_log_records_every_request_and_faults_are_injected() {
         ]
     );
     assert_eq!(log[2].body.as_ref().unwrap()["spec"]["unschedulable"], true);
-    assert_eq!(
-        log[2].content_type.as_deref(),
-        Some("application/merge-patch+json")
-    );
+    assert_eq!(log[2].content_type.as_deref(), Some("application/merge-patch+json"));
     assert!(log[0].at <= log[1].at && log[1].at <= log[2].at);
 }
 
@@ -432,19 +323,9 @@ async fn a_written_kubeconfig_reaches_the_server() {
     let path = dir.path().join("kubeconfig");
     fk.write_kubeconfig(&path).unwrap();
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     let nodes: Api<Node> = Api::all(kube::Client::try_from(config).unwrap());
-    assert_eq!(
-        nodes
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .len(),
-        1
-    );
+    assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 1);
 }
 
 #[tokio::test]
@@ -452,10 +333,7 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
     let containers = TestContainers::new("fk-kubelet");
     let mut kubelet = KubeletOptions::new(containers.run_label.clone());
     kubelet.ready_policy = ReadyPolicy::After(Duration::from_millis(200));
-    let fk = FakeKube::start(FakeKubeOptions {
-        kubelet: Some(kubelet),
-        ..Default::default()
-    });
+    let fk = FakeKube::start(FakeKubeOptions { kubelet: Some(kubelet), ..Default::default() });
     let name = format!("fk-kubelet-{}", std::process::id());
     let lazy = format!("{name}-lazy");
     fk.set_ready_policy(&lazy, ReadyPolicy::Never);
@@ -475,42 +353,25 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
     tokio::time::timeout(
         LIMIT,
-        fk.wait_until(|s| {
-            s.node(&name)
-                .is_some_and(|n| n.metadata.uid != first_uid && ready_ref(n))
-        }),
+        fk.wait_until(|s| s.node(&name).is_some_and(|n| n.metadata.uid != first_uid && ready_ref(n))),
     )
     .await
     .unwrap();
 
     // A stopped container's Node turns NotReady; once removed, its deleted Node stays deleted.
     containers.kill(&name);
-    tokio::time::timeout(
-        LIMIT,
-        fk.wait_until(|s| s.node(&name).is_some_and(|n| !ready_ref(n))),
-    )
-    .await
-    .unwrap();
+    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.node(&name).is_some_and(|n| !ready_ref(n))))
+        .await
+        .unwrap();
     containers.remove(&name);
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
     let rounds = fk.store().kubelet_rounds();
-    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.kubelet_rounds() >= rounds + 3))
-        .await
-        .unwrap();
+    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.kubelet_rounds() >= rounds + 3)).await.unwrap();
     assert!(fk.node(&name).is_none());
-    assert!(
-        !ready(&nodes.get(&lazy).await.unwrap()),
-        "a never-ready node stays NotReady"
-    );
+    assert!(!ready(&nodes.get(&lazy).await.unwrap()), "a never-ready node stays NotReady");
     let kinds: Vec<_> = fk.events().into_iter().map(|e| e.kind).collect();
-    let created = kinds
-        .iter()
-        .filter(|k| **k == EventKind::NodeCreated { node: name.clone() })
-        .count();
-    assert_eq!(
-        created, 2,
-        "registered once, and once again after the first delete"
-    );
+    let created = kinds.iter().filter(|k| **k == EventKind::NodeCreated { node: name.clone() }).count();
+    assert_eq!(created, 2, "registered once, and once again after the first delete");
 }
 
 fn ready_ref(n: &Node) -> bool {
@@ -533,14 +394,8 @@ async fn with_a_termination_delay_an_evicted_pod_lingers_terminating_then_goes()
     assert_eq!(evict(&pods, &name).await.unwrap().code, 201);
     let terminating = pods.get(&name).await.unwrap();
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    assert_eq!(
-        fk.pods_with_labels("default", &[("app", "web")]).len(),
-        3,
-        "replaced at once"
-    );
-    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.pod("default", &name).is_none()))
-        .await
-        .unwrap();
+    assert_eq!(fk.pods_with_labels("default", &[("app", "web")]).len(), 3, "replaced at once");
+    tokio::time::timeout(LIMIT, fk.wait_until(|s| s.pod("default", &name).is_none())).await.unwrap();
 }
 
 #[tokio::test]
@@ -550,17 +405,9 @@ async fn a_watch_with_initial_events_ends_them_with_a_bookmark() {
     let nodes: Api<Node> = Api::all(fk.client());
     let wp = WatchParams::streaming_lists().timeout(60);
     let mut stream = nodes.watch(&wp, "").await.unwrap().boxed();
-    let added = tokio::time::timeout(LIMIT, stream.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let added = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
     assert!(matches!(added, WatchEvent::Added(n) if n.metadata.name.as_deref() == Some("n1")));
-    let end = tokio::time::timeout(LIMIT, stream.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let end = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
     match end {
         WatchEvent::Bookmark(b) => {
             assert_eq!(b.metadata.annotations["k8s.io/initial-events-end"], "true");
@@ -577,23 +424,15 @@ async fn an_api_taken_down_refuses_connections_and_comes_back_on_the_same_port()
     nodes.get("n1").await.unwrap();
 
     fk.set_api_down(true);
-    let refused = tokio::net::TcpStream::connect(("127.0.0.1", fk.port()))
-        .await
-        .unwrap_err();
+    let refused = tokio::net::TcpStream::connect(("127.0.0.1", fk.port())).await.unwrap_err();
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     let err = nodes.get("n1").await.unwrap_err();
-    assert!(
-        !matches!(err, kube::Error::Api(_)),
-        "no HTTP answer while down: {err:?}"
-    );
+    assert!(!matches!(err, kube::Error::Api(_)), "no HTTP answer while down: {err:?}");
 
     fk.set_api_down(false);
     let back = nodes.get("n1").await.unwrap();
     assert_eq!(back.metadata.name.as_deref(), Some("n1"));
-    assert!(
-        fk.requests().iter().all(|r| r.status == 200),
-        "nothing reached the server while down"
-    );
+    assert!(fk.requests().iter().all(|r| r.status == 200), "nothing reached the server while down");
 }
 
 #[tokio::test]
@@ -601,38 +440,15 @@ async fn a_label_selector_watch_sees_nodes_join_and_leave_the_selection() {
     let fk = fake();
     fk.add_node("n1", true);
     let nodes: Api<Node> = Api::all(fk.client());
-    let rv = nodes
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let wp = WatchParams::default()
-        .labels("poolctl.dev/pool=workers")
-        .timeout(60);
+    let rv = nodes.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let wp = WatchParams::default().labels("poolctl.dev/pool=workers").timeout(60);
     let mut stream = nodes.watch(&wp, &rv).await.unwrap().boxed();
-    let label =
-        |v: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"poolctl.dev/pool": v}}}));
+    let label = |v: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"poolctl.dev/pool": v}}}));
 
-    nodes
-        .patch("n1", &PatchParams::default(), &label(Some("workers")))
-        .await
-        .unwrap();
-    nodes
-        .patch("n1", &PatchParams::default(), &label(None))
-        .await
-        .unwrap();
-    let joined = tokio::time::timeout(LIMIT, stream.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    nodes.patch("n1", &PatchParams::default(), &label(Some("workers"))).await.unwrap();
+    nodes.patch("n1", &PatchParams::default(), &label(None)).await.unwrap();
+    let joined = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
     assert!(matches!(joined, WatchEvent::Added(_)), "got {joined:?}");
-    let left = tokio::time::timeout(LIMIT, stream.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let left = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
     assert!(matches!(left, WatchEvent::Deleted(_)), "got {left:?}");
 }

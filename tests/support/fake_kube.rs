@@ -33,8 +33,7 @@ use tokio::sync::watch;
 
 pub use kubelet::POOL_LABEL;
 pub use store::{
-    App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord,
-    Store,
+    App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
 };
 
 use http::Shared;
@@ -92,11 +91,8 @@ pub struct FakeKube {
 impl FakeKube {
     /// Starts the server; panics with the reason if it (or the kubelet's Docker) cannot start.
     pub fn start(options: FakeKubeOptions) -> Self {
-        let listener =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake API server");
-        listener
-            .set_nonblocking(true)
-            .expect("make the listener non-blocking");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake API server");
+        listener.set_nonblocking(true).expect("make the listener non-blocking");
         let addr = listener.local_addr().expect("the listener has an address");
         let (shutdown, shutdown_rx) = watch::channel(false);
         let store = Store::new(SimOptions {
@@ -124,12 +120,7 @@ impl FakeKube {
             Ok(Err(e)) => panic!("the fake API server did not start: {e}"),
             Err(_) => panic!("the fake API server thread died while starting"),
         }
-        Self {
-            addr,
-            shared,
-            shutdown,
-            thread: Some(thread),
-        }
+        Self { addr, shared, shutdown, thread: Some(thread) }
     }
 
     pub fn url(&self) -> String {
@@ -144,8 +135,7 @@ impl FakeKube {
     /// answers by itself (up to 15 times, with backoff up to 1000 s) unless it is false; the
     /// config returned here turns it off so tests see every answer.
     pub fn config(&self) -> kube::Config {
-        let mut config =
-            kube::Config::new(self.url().parse().expect("the server URL is a valid URI"));
+        let mut config = kube::Config::new(self.url().parse().expect("the server URL is a valid URI"));
         config.default_namespace = "default".into();
         config.default_retry = false;
         config
@@ -212,10 +202,7 @@ users:
     }
 
     pub fn node_names(&self) -> Vec<String> {
-        self.store()
-            .nodes()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect()
+        self.store().nodes().filter_map(|n| n.metadata.name.clone()).collect()
     }
 
     /// Sets when the kubelet turns Nodes whose name starts with `prefix` Ready.
@@ -250,12 +237,7 @@ users:
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
             .filter(|p| {
                 labels.iter().all(|(k, v)| {
-                    p.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(*k))
-                        .map(String::as_str)
-                        == Some(*v)
+                    p.metadata.labels.as_ref().and_then(|l| l.get(*k)).map(String::as_str) == Some(*v)
                 })
             })
             .cloned()
@@ -314,8 +296,7 @@ users:
         let pdb = store
             .pdbs()
             .find(|p| {
-                p.metadata.namespace.as_deref() == Some(namespace)
-                    && p.metadata.name.as_deref() == Some(name)
+                p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.name.as_deref() == Some(name)
             })?
             .clone();
         Some(store.budget(&pdb))
@@ -407,10 +388,7 @@ fn serve(
     options: FakeKubeOptions,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             let _ = ready.send(Err(format!("tokio runtime: {e}")));
@@ -433,12 +411,7 @@ fn serve(
                     return;
                 }
             };
-            tokio::spawn(kubelet::kubelet_loop(
-                shared.clone(),
-                docker,
-                k.run_label,
-                k.poll_interval,
-            ));
+            tokio::spawn(kubelet::kubelet_loop(shared.clone(), docker, k.run_label, k.poll_interval));
         }
         tokio::spawn(kubelet::controller_loop(shared.clone()));
         let _ = ready.send(Ok(()));

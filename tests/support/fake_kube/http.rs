@@ -42,10 +42,7 @@ impl Shared {
             .1
             .wait_timeout_while(guard, std::time::Duration::from_secs(10), |l| *l != value)
             .expect("listening lock");
-        assert!(
-            !timeout.timed_out(),
-            "the fake API server did not reach listening={value}"
-        );
+        assert!(!timeout.timed_out(), "the fake API server did not reach listening={value}");
     }
 }
 
@@ -73,72 +70,42 @@ fn bad_request(msg: impl Into<String>) -> Reply {
 
 async fn handle(State(state): State<AppState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, 16 << 20)
-        .await
-        .unwrap_or_default();
-    let body_json: Option<Value> = if bytes.is_empty() {
-        None
-    } else {
-        serde_json::from_slice(&bytes).ok()
-    };
+    let bytes = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+    let body_json: Option<Value> = if bytes.is_empty() { None } else { serde_json::from_slice(&bytes).ok() };
     let path = parts.uri.path().to_owned();
     let query_string = parts.uri.query().map(str::to_owned);
-    let query: HashMap<String, String> = Query::try_from_uri(&parts.uri)
-        .map(|Query(q)| q)
-        .unwrap_or_default();
+    let query: HashMap<String, String> =
+        Query::try_from_uri(&parts.uri).map(|Query(q)| q).unwrap_or_default();
     let at = Instant::now();
     let wall = SystemTime::now();
 
-    let fault = state
-        .store
-        .lock()
-        .expect("store lock")
-        .take_fault(parts.method.as_str(), &path);
+    let fault = state.store.lock().expect("store lock").take_fault(parts.method.as_str(), &path);
     let reply = match fault {
         Some(code) => json_status(code, &status(code, "ServiceUnavailable", "injected fault")),
-        None => route(
-            &state,
-            &parts.method,
-            &path,
-            &query,
-            &parts.headers,
-            body_json.as_ref(),
-        ),
+        None => route(&state, &parts.method, &path, &query, &parts.headers, body_json.as_ref()),
     };
     let (code, response) = match reply {
         Reply::Json(code, v) => {
             let sc = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (
-                code,
-                (
-                    sc,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    v.to_string(),
-                )
-                    .into_response(),
-            )
+            (code, (sc, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
         }
         Reply::Watch(r) => (r.status().as_u16(), r),
     };
-    state
-        .store
-        .lock()
-        .expect("store lock")
-        .record_request(RequestRecord {
-            seq: 0,
-            at,
-            wall,
-            method: parts.method.to_string(),
-            path,
-            query: query_string,
-            content_type: parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            body: body_json,
-            status: code,
-        });
+    state.store.lock().expect("store lock").record_request(RequestRecord {
+        seq: 0,
+        at,
+        wall,
+        method: parts.method.to_string(),
+        path,
+        query: query_string,
+        content_type: parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: body_json,
+        status: code,
+    });
     response
 }
 
@@ -203,39 +170,16 @@ fn route(
             }
         }
         (&Method::POST, ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
-            let (code, st) = state
-                .store
-                .lock()
-                .expect("store lock")
-                .evict(ns, name, body);
+            let (code, st) = state.store.lock().expect("store lock").evict(ns, name, body);
             json_status(code, &st)
         }
         (&Method::GET, ["apis", "policy", "v1", "poddisruptionbudgets"]) => {
             list_or_watch(state, Resource::PodDisruptionBudgets, None, q)
         }
-        (
-            &Method::GET,
-            [
-                "apis",
-                "policy",
-                "v1",
-                "namespaces",
-                ns,
-                "poddisruptionbudgets",
-            ],
-        ) => list_or_watch(state, Resource::PodDisruptionBudgets, Some(ns), q),
-        (
-            &Method::GET,
-            [
-                "apis",
-                "policy",
-                "v1",
-                "namespaces",
-                ns,
-                "poddisruptionbudgets",
-                name,
-            ],
-        ) => {
+        (&Method::GET, ["apis", "policy", "v1", "namespaces", ns, "poddisruptionbudgets"]) => {
+            list_or_watch(state, Resource::PodDisruptionBudgets, Some(ns), q)
+        }
+        (&Method::GET, ["apis", "policy", "v1", "namespaces", ns, "poddisruptionbudgets", name]) => {
             let store = state.store.lock().expect("store lock");
             match store.pdb_value(&((*ns).to_owned(), (*name).to_owned())) {
                 Value::Null => json_status(404, &not_found("poddisruptionbudgets", name)),
@@ -244,11 +188,7 @@ fn route(
         }
         _ => json_status(
             404,
-            &status(
-                404,
-                "NotFound",
-                format!("the fake API server does not serve {method} {path}"),
-            ),
+            &status(404, "NotFound", format!("the fake API server does not serve {method} {path}")),
         ),
     }
 }
@@ -263,20 +203,13 @@ fn precondition_failed(body: Option<&Value>, uid: Option<&str>) -> Option<Reply>
     (Some(want) != uid).then(|| {
         json_status(
             409,
-            &status(
-                409,
-                "Conflict",
-                format!("Precondition failed: UID in precondition: {want}"),
-            ),
+            &status(409, "Conflict", format!("Precondition failed: UID in precondition: {want}")),
         )
     })
 }
 
 fn patch_node(state: &AppState, name: &str, headers: &HeaderMap, body: Option<&Value>) -> Reply {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     // Server-side apply bodies are merged too: close enough for labels, taints and cordons.
     let supported = [
         "application/merge-patch+json",
@@ -286,11 +219,7 @@ fn patch_node(state: &AppState, name: &str, headers: &HeaderMap, body: Option<&V
     if !supported.iter().any(|s| ct.starts_with(s)) {
         return json_status(
             415,
-            &status(
-                415,
-                "UnsupportedMediaType",
-                format!("the fake API server does not accept {ct}"),
-            ),
+            &status(415, "UnsupportedMediaType", format!("the fake API server does not accept {ct}")),
         );
     }
     let Some(patch) = body else {
@@ -300,9 +229,7 @@ fn patch_node(state: &AppState, name: &str, headers: &HeaderMap, body: Option<&V
     let Some(node) = store.node(name) else {
         return json_status(404, &not_found("nodes", name));
     };
-    if let Some(want) = patch
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
+    if let Some(want) = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str)
         && Some(want) != node.metadata.resource_version.as_deref()
     {
         return json_status(
@@ -310,9 +237,7 @@ fn patch_node(state: &AppState, name: &str, headers: &HeaderMap, body: Option<&V
             &status(
                 409,
                 "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on nodes \"{name}\": the object has been modified"
-                ),
+                format!("Operation cannot be fulfilled on nodes \"{name}\": the object has been modified"),
             ),
         );
     }
@@ -355,20 +280,12 @@ fn kind_names(r: Resource) -> (&'static str, &'static str) {
 fn current_objects(store: &Store, f: &Filter) -> Vec<Value> {
     let objs: Vec<(Option<String>, Value)> = match f.resource {
         Resource::Nodes => store.nodes().map(|n| (None, to_json(n))).collect(),
-        Resource::Pods => store
-            .pods()
-            .map(|p| (p.metadata.namespace.clone(), to_json(p)))
-            .collect(),
-        Resource::PodDisruptionBudgets => store
-            .pdb_keys()
-            .into_iter()
-            .map(|k| (Some(k.0.clone()), store.pdb_value(&k)))
-            .collect(),
+        Resource::Pods => store.pods().map(|p| (p.metadata.namespace.clone(), to_json(p))).collect(),
+        Resource::PodDisruptionBudgets => {
+            store.pdb_keys().into_iter().map(|k| (Some(k.0.clone()), store.pdb_value(&k))).collect()
+        }
     };
-    objs.into_iter()
-        .filter(|(ns, v)| f.matches(ns.as_deref(), v))
-        .map(|(_, v)| v)
-        .collect()
+    objs.into_iter().filter(|(ns, v)| f.matches(ns.as_deref(), v)).map(|(_, v)| v).collect()
 }
 
 fn list_or_watch(
@@ -393,17 +310,11 @@ fn list_or_watch(
         ],
         Resource::PodDisruptionBudgets => &["metadata.name", "metadata.namespace"],
     };
-    let fields = match FieldQuery::parse(q.get("fieldSelector").map_or("", String::as_str), allowed)
-    {
+    let fields = match FieldQuery::parse(q.get("fieldSelector").map_or("", String::as_str), allowed) {
         Ok(f) => f,
         Err(e) => return bad_request(e),
     };
-    let filter = Filter {
-        resource,
-        namespace: namespace.map(str::to_owned),
-        labels,
-        fields,
-    };
+    let filter = Filter { resource, namespace: namespace.map(str::to_owned), labels, fields };
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return watch(state, filter, q);
     }
@@ -433,10 +344,7 @@ fn bookmark(resource: Resource, rv: u64, initial_end: bool) -> Bytes {
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    event_line(
-        "BOOKMARK",
-        &json!({"apiVersion": api_version, "kind": kind, "metadata": meta}),
-    )
+    event_line("BOOKMARK", &json!({"apiVersion": api_version, "kind": kind, "metadata": meta}))
 }
 
 /// The event a watcher with this filter gets for a change, if any: an object that starts
@@ -466,10 +374,7 @@ struct WatchStream {
 /// A watch: past events after the given resourceVersion (or synthetic ADDED events for "" and
 /// "0", as the real server sends), then live ones until timeoutSeconds or shutdown.
 fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply {
-    let timeout: u64 = q
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(1800);
+    let timeout: u64 = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800);
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
     let send_initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
     let store = state.store.lock().expect("store lock");

@@ -23,17 +23,10 @@ pub async fn connect_docker() -> Result<Docker, bollard::errors::Error> {
 
 async fn running_containers(docker: &Docker, run_label: &str) -> Option<BTreeSet<String>> {
     let filters = HashMap::from([
-        (
-            "label".to_owned(),
-            vec![POOL_LABEL.to_owned(), run_label.to_owned()],
-        ),
+        ("label".to_owned(), vec![POOL_LABEL.to_owned(), run_label.to_owned()]),
         ("status".to_owned(), vec!["running".to_owned()]),
     ]);
-    let opts = ListContainersOptions {
-        all: false,
-        filters: Some(filters),
-        ..Default::default()
-    };
+    let opts = ListContainersOptions { all: false, filters: Some(filters), ..Default::default() };
     match docker.list_containers(Some(opts)).await {
         Ok(list) => Some(
             list.into_iter()
@@ -48,22 +41,13 @@ async fn running_containers(docker: &Docker, run_label: &str) -> Option<BTreeSet
     }
 }
 
-pub async fn kubelet_loop(
-    shared: Arc<Shared>,
-    docker: Docker,
-    run_label: String,
-    interval: Duration,
-) {
+pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, run_label: String, interval: Duration) {
     let mut shutdown = shared.shutdown.clone();
     loop {
         // A failed list leaves the Nodes as they are, like a kubelet that cannot reach its runtime
         // and keeps its last status for a while.
         if let Some(running) = running_containers(&docker, &run_label).await {
-            shared
-                .store
-                .lock()
-                .expect("store lock")
-                .kubelet_sync(&running, Instant::now());
+            shared.store.lock().expect("store lock").kubelet_sync(&running, Instant::now());
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}

@@ -41,11 +41,7 @@ fn split_top_level(s: &str) -> Vec<String> {
         }
     }
     parts.push(cur);
-    parts
-        .into_iter()
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
+    parts.into_iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
 }
 
 fn set_values(s: &str) -> Result<Vec<String>, String> {
@@ -143,11 +139,7 @@ impl FieldQuery {
             if !allowed.contains(&path) {
                 return Err(format!("field label not supported: {path}"));
             }
-            reqs.push((
-                path.split('.').map(str::to_owned).collect(),
-                eq,
-                value.trim().to_owned(),
-            ));
+            reqs.push((path.split('.').map(str::to_owned).collect(), eq, value.trim().to_owned()));
         }
         Ok(Self(reqs))
     }
@@ -181,9 +173,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     if !target.is_object() {
         *target = Value::Object(serde_json::Map::new());
     }
-    let Value::Object(map) = target else {
-        unreachable!("target was just made an object")
-    };
+    let Value::Object(map) = target else { unreachable!("target was just made an object") };
     for (k, v) in patch {
         if k.starts_with('$') {
             continue;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec,
-    PodStatus, Volume,
+    EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Volume,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -305,19 +305,13 @@ pub fn status(code: u16, reason: &str, message: impl Into<String>) -> Status {
 
 pub fn not_found(kind: &str, name: &str) -> Status {
     let mut s = status(404, "NotFound", format!("{kind} \"{name}\" not found"));
-    s.details = Some(StatusDetails {
-        name: Some(name.into()),
-        kind: Some(kind.into()),
-        ..Default::default()
-    });
+    s.details =
+        Some(StatusDetails { name: Some(name.into()), kind: Some(kind.into()), ..Default::default() });
     s
 }
 
 fn condition_true(conds: Option<&Vec<impl HasCondition>>, type_: &str) -> bool {
-    conds
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_() == type_ && c.status() == "True")
+    conds.into_iter().flatten().any(|c| c.type_() == type_ && c.status() == "True")
 }
 
 trait HasCondition {
@@ -342,10 +336,7 @@ impl HasCondition for PodCondition {
 }
 
 pub fn node_ready(n: &Node) -> bool {
-    condition_true(
-        n.status.as_ref().and_then(|s| s.conditions.as_ref()),
-        "Ready",
-    )
+    condition_true(n.status.as_ref().and_then(|s| s.conditions.as_ref()), "Ready")
 }
 
 pub fn node_cordoned(n: &Node) -> bool {
@@ -368,10 +359,7 @@ fn node_schedulable(n: &Node) -> bool {
 pub fn pod_healthy(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        && condition_true(
-            p.status.as_ref().and_then(|s| s.conditions.as_ref()),
-            "Ready",
-        )
+        && condition_true(p.status.as_ref().and_then(|s| s.conditions.as_ref()), "Ready")
 }
 
 fn pod_node(p: &Pod) -> Option<String> {
@@ -379,10 +367,7 @@ fn pod_node(p: &Pod) -> Option<String> {
 }
 
 fn pod_key(p: &Pod) -> PodKey {
-    (
-        p.metadata.namespace.clone().unwrap_or_default(),
-        p.metadata.name.clone().unwrap_or_default(),
-    )
+    (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())
 }
 
 fn set_node_ready_condition(n: &mut Node, ready: bool) {
@@ -392,21 +377,9 @@ fn set_node_ready_condition(n: &mut Node, ready: bool) {
     conds.push(NodeCondition {
         type_: "Ready".into(),
         status: if ready { "True" } else { "False" }.into(),
-        reason: Some(
-            if ready {
-                "KubeletReady"
-            } else {
-                "KubeletNotReady"
-            }
-            .into(),
-        ),
+        reason: Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.into()),
         message: Some(
-            if ready {
-                "kubelet is posting ready status"
-            } else {
-                "container runtime is down"
-            }
-            .into(),
+            if ready { "kubelet is posting ready status" } else { "container runtime is down" }.into(),
         ),
         last_heartbeat_time: Some(now_time()),
         last_transition_time: Some(now_time()),
@@ -494,13 +467,7 @@ impl Store {
         {
             return None;
         }
-        Some(
-            self.history
-                .iter()
-                .filter(|c| c.rv > rv && c.resource == resource)
-                .cloned()
-                .collect(),
-        )
+        Some(self.history.iter().filter(|c| c.rv > rv && c.resource == resource).cloned().collect())
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -519,10 +486,7 @@ impl Store {
     }
 
     fn publish(&mut self, resource: Resource, kind: ChangeKind, ns: Option<String>, object: Value) {
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
         let key = (resource, ns.clone().unwrap_or_default(), name.to_owned());
         let previous = match kind {
             ChangeKind::Deleted => self.last_published.remove(&key),
@@ -719,12 +683,7 @@ impl Store {
         pod.metadata.resource_version = Some(self.bump());
         let value = serde_json::to_value(&pod).expect("a Pod serializes");
         self.pods.insert(key.clone(), pod.clone());
-        self.publish(
-            Resource::Pods,
-            ChangeKind::Added,
-            Some(key.0.clone()),
-            value,
-        );
+        self.publish(Resource::Pods, ChangeKind::Added, Some(key.0.clone()), value);
         self.emit(EventKind::PodCreated {
             namespace: key.0,
             name: key.1,
@@ -737,10 +696,7 @@ impl Store {
     pub fn build_pod(&mut self, b: &PodSpecBuilder) -> Pod {
         let mut annotations = BTreeMap::new();
         if b.mirror {
-            annotations.insert(
-                "kubernetes.io/config.mirror".to_owned(),
-                "mirror".to_owned(),
-            );
+            annotations.insert("kubernetes.io/config.mirror".to_owned(), "mirror".to_owned());
         }
         let owner = b.owner_kind.as_ref().map(|kind| OwnerReference {
             api_version: if kind == "Job" { "batch/v1" } else { "apps/v1" }.into(),
@@ -766,21 +722,10 @@ impl Store {
                 owner_references: owner.map(|o| vec![o]),
                 ..Default::default()
             },
-            spec: Some(PodSpec {
-                node_name: b.node.clone(),
-                volumes,
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some(b.phase.clone()),
-                ..Default::default()
-            }),
+            spec: Some(PodSpec { node_name: b.node.clone(), volumes, ..Default::default() }),
+            status: Some(PodStatus { phase: Some(b.phase.clone()), ..Default::default() }),
         };
-        let node_is_ready = b
-            .node
-            .as_ref()
-            .and_then(|n| self.nodes.get(n))
-            .is_some_and(node_ready);
+        let node_is_ready = b.node.as_ref().and_then(|n| self.nodes.get(n)).is_some_and(node_ready);
         set_pod_ready_condition(&mut pod, b.phase == "Running" && node_is_ready);
         pod
     }
@@ -791,12 +736,7 @@ impl Store {
         pod.metadata.resource_version = Some(self.bump());
         let value = serde_json::to_value(&pod).expect("a Pod serializes");
         self.pods.insert(key.clone(), pod.clone());
-        self.publish(
-            Resource::Pods,
-            ChangeKind::Modified,
-            Some(key.0.clone()),
-            value,
-        );
+        self.publish(Resource::Pods, ChangeKind::Modified, Some(key.0.clone()), value);
         Some(pod)
     }
 
@@ -804,12 +744,7 @@ impl Store {
         let mut pod = self.pods.remove(key)?;
         pod.metadata.resource_version = Some(self.bump());
         let value = serde_json::to_value(&pod).expect("a Pod serializes");
-        self.publish(
-            Resource::Pods,
-            ChangeKind::Deleted,
-            Some(key.0.clone()),
-            value,
-        );
+        self.publish(Resource::Pods, ChangeKind::Deleted, Some(key.0.clone()), value);
         self.emit(EventKind::PodDeleted {
             namespace: key.0.clone(),
             name: key.1.clone(),
@@ -835,13 +770,7 @@ impl Store {
         let pod = self.update_pod(key, |p| p.metadata.deletion_timestamp = Some(now_time()))?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let due = Instant::now() + self.opts.termination_delay;
-        self.timers.push((
-            due,
-            Timer::FinishTermination {
-                key: key.clone(),
-                uid,
-            },
-        ));
+        self.timers.push((due, Timer::FinishTermination { key: key.clone(), uid }));
         self.replace_app_pod(&pod);
         Some(pod)
     }
@@ -875,10 +804,7 @@ impl Store {
                 ..Default::default()
             },
             spec: Some(PodSpec::default()),
-            status: Some(PodStatus {
-                phase: Some("Pending".into()),
-                ..Default::default()
-            }),
+            status: Some(PodStatus { phase: Some("Pending".into()), ..Default::default() }),
         };
         set_pod_ready_condition(&mut pod, false);
         self.create_pod(pod)
@@ -894,8 +820,7 @@ impl Store {
 
     /// Adds an app and places its replicas on schedulable nodes right away.
     pub fn add_app(&mut self, app: App) {
-        self.apps
-            .insert((app.namespace.clone(), app.name.clone()), app.clone());
+        self.apps.insert((app.namespace.clone(), app.name.clone()), app.clone());
         for _ in 0..app.replicas {
             let pod = self.new_app_pod(&app);
             self.unscheduled.push((pod_key(&pod), Instant::now()));
@@ -924,9 +849,8 @@ impl Store {
 
     /// Runs due timers and schedules pending pods; returns when it next needs to run.
     pub fn tick(&mut self, now: Instant) -> Option<Instant> {
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timers)
-            .into_iter()
-            .partition(|(t, _)| *t <= now);
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.timers).into_iter().partition(|(t, _)| *t <= now);
         self.timers = later;
         for (_, timer) in due {
             match timer {
@@ -943,11 +867,7 @@ impl Store {
                 continue;
             };
             let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let node = if due <= now {
-                self.pick_node(&labels)
-            } else {
-                None
-            };
+            let node = if due <= now { self.pick_node(&labels) } else { None };
             let Some(node) = node else {
                 self.unscheduled.push((key, due));
                 continue;
@@ -968,11 +888,7 @@ impl Store {
         }
         // Pods whose delay passed but found no node wait for the next state change instead.
         let timers = self.timers.iter().map(|(t, _)| *t);
-        let waits = self
-            .unscheduled
-            .iter()
-            .map(|(_, t)| *t)
-            .filter(|t| *t > now);
+        let waits = self.unscheduled.iter().map(|(_, t)| *t).filter(|t| *t > now);
         timers.chain(waits).min()
     }
 
@@ -985,10 +901,7 @@ impl Store {
     /// Adds or replaces a PDB (keyed by namespace and name).
     pub fn put_pdb(&mut self, mut pdb: PodDisruptionBudget) {
         let key = (
-            pdb.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
+            pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             pdb.metadata.name.clone().unwrap_or_default(),
         );
         pdb.metadata.namespace = Some(key.0.clone());
@@ -1015,12 +928,7 @@ impl Store {
             return false;
         }
         self.bump();
-        self.publish(
-            Resource::PodDisruptionBudgets,
-            ChangeKind::Deleted,
-            Some(key.0),
-            value,
-        );
+        self.publish(Resource::PodDisruptionBudgets, ChangeKind::Deleted, Some(key.0), value);
         true
     }
 
@@ -1038,9 +946,7 @@ impl Store {
             .pods
             .values()
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .filter(|p| {
-                Self::pdb_selects(pdb, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-            })
+            .filter(|p| Self::pdb_selects(pdb, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
             .collect();
         let app_replicas: usize = self
             .apps
@@ -1050,20 +956,14 @@ impl Store {
             .sum();
         let unowned = matching.iter().filter(|p| self.app_of(p).is_none()).count();
         let expected = i32::try_from(app_replicas + unowned).unwrap_or(i32::MAX);
-        let current =
-            i32::try_from(matching.iter().filter(|p| pod_healthy(p)).count()).unwrap_or(i32::MAX);
+        let current = i32::try_from(matching.iter().filter(|p| pod_healthy(p)).count()).unwrap_or(i32::MAX);
         let spec = pdb.spec.clone().unwrap_or_default();
         let desired = match (&spec.min_available, &spec.max_unavailable) {
             (Some(min), _) => scaled(min, expected),
             (None, Some(max)) => (expected - scaled(max, expected)).max(0),
             (None, None) => expected,
         };
-        Budget {
-            expected,
-            desired,
-            current,
-            allowed: (current - desired).max(0),
-        }
+        Budget { expected, desired, current, allowed: (current - desired).max(0) }
     }
 
     /// The PDB in JSON with its status computed for this moment.
@@ -1125,22 +1025,13 @@ impl Store {
         if let Some(body_name) = body.pointer("/metadata/name").and_then(Value::as_str)
             && body_name != name
         {
-            return (
-                400,
-                status(
-                    400,
-                    "BadRequest",
-                    "name in URL does not match name in Eviction object",
-                ),
-            );
+            return (400, status(400, "BadRequest", "name in URL does not match name in Eviction object"));
         }
         let key = (ns.to_owned(), name.to_owned());
         let Some(pod) = self.pods.get(&key).cloned() else {
             return (404, not_found("pods", name));
         };
-        if let Some(uid) = body
-            .pointer("/deleteOptions/preconditions/uid")
-            .and_then(Value::as_str)
+        if let Some(uid) = body.pointer("/deleteOptions/preconditions/uid").and_then(Value::as_str)
             && pod.metadata.uid.as_deref() != Some(uid)
         {
             return (
@@ -1194,11 +1085,7 @@ impl Store {
         let pdb = &covering[0];
         let b = self.budget(pdb);
         // An unhealthy pod may go when the budget is met (the IfHealthyBudget policy).
-        let allowed = if pod_healthy(&pod) {
-            b.allowed > 0
-        } else {
-            b.current >= b.desired
-        };
+        let allowed = if pod_healthy(&pod) { b.allowed > 0 } else { b.current >= b.desired };
         if !allowed {
             let pdb_name = pdb.metadata.name.clone().unwrap_or_default();
             let mut st = status(
@@ -1233,11 +1120,7 @@ impl Store {
             self.delete_pod(key);
         }
         // The real server answers an accepted eviction with a bare Success Status.
-        let st = Status {
-            code: Some(201),
-            status: Some("Success".into()),
-            ..Default::default()
-        };
+        let st = Status { code: Some(201), status: Some("Success".into()), ..Default::default() };
         (201, st)
     }
 
@@ -1266,13 +1149,7 @@ impl Store {
         for name in running {
             let restarted = self.kubelet.get(name).is_none_or(|k| !k.running);
             if restarted {
-                self.kubelet.insert(
-                    name.clone(),
-                    KubeletNode {
-                        registered_at: now,
-                        running: true,
-                    },
-                );
+                self.kubelet.insert(name.clone(), KubeletNode { registered_at: now, running: true });
             }
             if !self.nodes.contains_key(name) {
                 // A running kubelet registers its Node again after it was deleted.
@@ -1334,13 +1211,7 @@ impl Store {
         &self.evictions
     }
 
-    pub fn add_fault(
-        &mut self,
-        method: Option<&str>,
-        path_prefix: &str,
-        count: usize,
-        status: u16,
-    ) {
+    pub fn add_fault(&mut self, method: Option<&str>, path_prefix: &str, count: usize, status: u16) {
         self.faults.push(Fault {
             method: method.map(str::to_uppercase),
             path_prefix: path_prefix.into(),

@@ -12,17 +12,12 @@ pub const TEST_IMAGE: &str = "poolctl-fakekube-test:latest";
 static BUILD: Mutex<()> = Mutex::new(());
 
 fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run the docker CLI")
+    Command::new("docker").args(args).output().expect("run the docker CLI")
 }
 
 /// Builds `TEST_IMAGE` unless it exists. Panics with the build output if that fails.
 pub fn ensure_test_image() {
-    let _guard = BUILD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if docker(&["image", "inspect", TEST_IMAGE]).status.success() {
         return;
     }
@@ -37,18 +32,8 @@ pub fn ensure_test_image() {
         "FROM scratch\nCOPY busybox /bin/busybox\nCMD [\"/bin/busybox\", \"sleep\", \"3600\"]\n",
     )
     .expect("write Dockerfile");
-    let out = docker(&[
-        "build",
-        "-q",
-        "-t",
-        TEST_IMAGE,
-        dir.path().to_str().expect("utf-8 path"),
-    ]);
-    assert!(
-        out.status.success(),
-        "docker build failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = docker(&["build", "-q", "-t", TEST_IMAGE, dir.path().to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "docker build failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The containers of one test run; all of them are removed on drop, even after a panic.
@@ -59,13 +44,10 @@ pub struct TestContainers {
 
 impl TestContainers {
     pub fn new(test_name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let id = format!("{test_name}-{}-{nanos:x}", std::process::id());
-        Self {
-            run_label: format!("poolctl.dev/test-run={id}"),
-        }
+        Self { run_label: format!("poolctl.dev/test-run={id}") }
     }
 
     /// Starts a pool container named `name` from the test image; returns its id.
@@ -85,31 +67,19 @@ impl TestContainers {
             &self.run_label,
             TEST_IMAGE,
         ]);
-        assert!(
-            out.status.success(),
-            "docker run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "docker run failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     /// Stops a container at once (busybox sleep as PID 1 ignores SIGTERM).
     pub fn kill(&self, name: &str) {
         let out = docker(&["kill", name]);
-        assert!(
-            out.status.success(),
-            "docker kill failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "docker kill failed: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     pub fn remove(&self, name: &str) {
         let out = docker(&["rm", "-f", name]);
-        assert!(
-            out.status.success(),
-            "docker rm failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "docker rm failed: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
 
