@@ -80,7 +80,7 @@ fn skip_banner(error: &str) {
 
 /// Builds the test images once per process. The build is blocking (the docker CLI) but short,
 /// and runs at most once; every later call only reads the result.
-fn images() -> Result<(), String> {
+pub(crate) fn images() -> Result<(), String> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT.get_or_init(build_images).clone()
 }

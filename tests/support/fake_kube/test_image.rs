@@ -5,35 +5,17 @@
 //! while a test panics, where no async runtime can be relied on.
 
 use std::process::Command;
-use std::sync::Mutex;
 
-pub const TEST_IMAGE: &str = "poolctl-fakekube-test:latest";
-
-static BUILD: Mutex<()> = Mutex::new(());
+/// The one test image of the suite (see `support::docker`).
+pub const TEST_IMAGE: &str = crate::support::docker::IMAGE;
 
 fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker").args(args).output().expect("run the docker CLI")
 }
 
-/// Builds `TEST_IMAGE` unless it exists. Panics with the build output if that fails.
+/// Builds the suite's test images unless this process already did. Panics if that fails.
 pub fn ensure_test_image() {
-    let _guard = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if docker(&["image", "inspect", TEST_IMAGE]).status.success() {
-        return;
-    }
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("busybox-static is installed (apt-get install busybox-static)");
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(busybox, dir.path().join("busybox")).expect("copy busybox");
-    std::fs::write(
-        dir.path().join("Dockerfile"),
-        "FROM scratch\nCOPY busybox /bin/busybox\nCMD [\"/bin/busybox\", \"sleep\", \"3600\"]\n",
-    )
-    .expect("write Dockerfile");
-    let out = docker(&["build", "-q", "-t", TEST_IMAGE, dir.path().to_str().expect("utf-8 path")]);
-    assert!(out.status.success(), "docker build failed: {}", String::from_utf8_lossy(&out.stderr));
+    crate::support::docker::images().expect("the test images build");
 }
 
 /// The containers of one test run; all of them are removed on drop, even after a panic.
