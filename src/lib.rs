@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod plan;
+pub mod sim;
 pub mod source;
 pub mod spec;
 pub mod world;

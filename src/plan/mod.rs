@@ -3,12 +3,14 @@
 
 mod planner;
 mod render;
+#[cfg(test)]
+mod tests;
 
 use serde::Serialize;
 
 use crate::source::Origin;
 
-pub use planner::{PlanOptions, plan};
+pub use planner::{PlanOptions, is_up, plan};
 pub use render::{render_json, render_text};
 
 /// Labels poolctl puts on every container (and Node) it manages.
@@ -45,7 +47,9 @@ impl Plan {
 
     /// Every step of every pool, in execution order.
     pub fn steps(&self) -> impl Iterator<Item = (&PoolPlan, &Step)> {
-        self.pools.iter().flat_map(|p| p.steps.iter().map(move |s| (p, s)))
+        self.pools
+            .iter()
+            .flat_map(|p| p.steps.iter().map(move |s| (p, s)))
     }
 }
 
@@ -133,7 +137,10 @@ pub struct Step {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Create and start the container.
-    Create { image: String, template_hash: String },
+    Create {
+        image: String,
+        template_hash: String,
+    },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },
     /// Wait until the instance is up (running, healthy, and its Node Ready when it has one).
@@ -167,7 +174,10 @@ impl Action {
 
     /// Whether the action is part of a retirement.
     pub fn is_retirement(&self) -> bool {
-        matches!(self, Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove)
+        matches!(
+            self,
+            Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove
+        )
     }
 }
 
