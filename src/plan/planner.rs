@@ -357,6 +357,11 @@ fn rollout(
 /// running kubelet re-registers it), and the container goes last so that an interrupted
 /// retirement can be found again from its labels.
 fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &World) -> Vec<Action> {
+    // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
+    // cleaned up once the Node object is deleted.
+    if instance.container.is_none() {
+        return vec![Action::DeleteNode];
+    }
     let node = instance.node.filter(|_| with_nodes);
     // A paused or restarting container still holds a process that must be stopped gracefully.
     let running = instance.container.is_some_and(|c| {
@@ -378,9 +383,7 @@ fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &World) -> Vec<A
     if node.is_some() {
         actions.push(Action::DeleteNode);
     }
-    if instance.container.is_some() {
-        actions.push(Action::Remove);
-    }
+    actions.push(Action::Remove);
     actions
 }
 

@@ -64,11 +64,14 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
             } else {
                 ""
             };
+            let replicas = match pool.replicas {
+                1 => "1 replica".to_owned(),
+                n => format!("{n} replicas"),
+            };
             writeln!(
                 out,
-                "Pool {}{new}: {} replicas, template {hash}{}{up_to_date}",
+                "Pool {}{new}: {replicas}, template {hash}{}{up_to_date}",
                 pool.name,
-                pool.replicas,
                 was.unwrap_or_default()
             )?;
         }
