@@ -5,7 +5,7 @@
 //! then batches alternate "create what the surge allows" with "retire what the availability
 //! budget allows", until the pool has `replicas` current instances and nothing else.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
@@ -27,11 +27,12 @@ pub struct PlanOptions {
 
 /// Compute the plan that takes `world` to `desired`.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let mut names = Names::new(world);
+    let world = &Observed::new(world);
+    let mut names = Names::new(world.world);
     let mut pools: Vec<PoolPlan> = desired
         .pools
         .iter()
-        .map(|dp| plan_pool(&Target::declared(dp, world), world, &mut names))
+        .map(|dp| plan_pool(&Target::declared(dp, world.world), world, &mut names))
         .collect();
 
     // Pools this source created earlier but no longer declares. Pools of other scopes belong to
@@ -39,6 +40,7 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let scope = desired.origin.scope();
     let declared: HashSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
     let undeclared: BTreeSet<&str> = world
+        .world
         .containers
         .iter()
         .filter(|c| {
@@ -47,7 +49,7 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         .map(|c| c.pool.as_str())
         .collect();
     for name in undeclared {
-        let target = Target::undeclared(name, world);
+        let target = Target::undeclared(name, world.world);
         pools.push(if options.prune {
             plan_pool(&target, world, &mut names)
         } else {
@@ -85,6 +87,24 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
 /// rule, so that the capacity invariant is checked against the planner's own notion of "up".
 pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bool {
     container.is_up() && (!with_nodes || node.is_some_and(|n| n.ready && !n.unschedulable))
+}
+
+/// The world with lookups by name, so that planning stays linear in its size.
+struct Observed<'a> {
+    world: &'a World,
+    nodes: HashMap<&'a str, &'a Node>,
+    pods: HashMap<&'a str, Vec<&'a Pod>>,
+}
+
+impl<'a> Observed<'a> {
+    fn new(world: &'a World) -> Self {
+        let nodes = world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        for pod in &world.pods {
+            pods.entry(pod.node.as_str()).or_default().push(pod);
+        }
+        Self { world, nodes, pods }
+    }
 }
 
 /// What a pool should become, reduced to what planning needs.
@@ -175,13 +195,17 @@ impl Instance<'_> {
 
 /// The pool's instances: its containers, joined by name with their Nodes when the pool has
 /// Nodes, plus the orphan Nodes (the pool's label, no container). Sorted by name.
-fn instances<'a>(target: &Target<'_>, world: &'a World) -> Vec<Instance<'a>> {
-    let containers = world.containers.iter().filter(|c| c.pool == target.name);
+fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>> {
+    let containers = world
+        .world
+        .containers
+        .iter()
+        .filter(|c| c.pool == target.name);
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
             let node = target
                 .with_nodes
-                .then(|| world.nodes.iter().find(|n| n.name == c.name))
+                .then(|| world.nodes.get(c.name.as_str()).copied())
                 .flatten();
             Instance {
                 name: &c.name,
@@ -192,8 +216,9 @@ fn instances<'a>(target: &Target<'_>, world: &'a World) -> Vec<Instance<'a>> {
         })
         .collect();
     if target.with_nodes {
-        let orphans = world.nodes.iter().filter(|n| {
-            n.pool.as_deref() == Some(target.name) && !out.iter().any(|i| i.name == n.name)
+        let joined: HashSet<&str> = out.iter().map(|i| i.name).collect();
+        let orphans = world.world.nodes.iter().filter(|n| {
+            n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str())
         });
         out.extend(
             orphans
@@ -210,7 +235,7 @@ fn instances<'a>(target: &Target<'_>, world: &'a World) -> Vec<Instance<'a>> {
     out
 }
 
-fn plan_pool(target: &Target<'_>, world: &World, names: &mut Names) -> PoolPlan {
+fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> PoolPlan {
     let all = instances(target, world);
 
     // Keep the newest current instances that are up, so that the oldest go first.
@@ -237,7 +262,7 @@ fn plan_pool(target: &Target<'_>, world: &World, names: &mut Names) -> PoolPlan 
         status: target.status,
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
-        template_change: target.pool.and_then(|dp| template_change(dp, world)),
+        template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
         instances: all
             .iter()
             .map(|i| status(target, i, kept.contains(i.name)))
@@ -247,7 +272,7 @@ fn plan_pool(target: &Target<'_>, world: &World, names: &mut Names) -> PoolPlan 
 }
 
 /// An undeclared pool without `--prune`: shown, never touched.
-fn keep_pool(target: &Target<'_>, world: &World) -> PoolPlan {
+fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
     let all = instances(target, world);
     let containers = all.iter().filter(|i| i.container.is_some()).count();
     PoolPlan {
@@ -269,7 +294,7 @@ fn rollout(
     all: &[Instance<'_>],
     kept: usize,
     retirees: Vec<&Instance<'_>>,
-    world: &World,
+    world: &Observed<'_>,
     names: &mut Names,
 ) -> Vec<Step> {
     let (replicas, surge, unavailable) =
@@ -356,7 +381,7 @@ fn rollout(
 /// leaving out what is already done. The Node is deleted only once the container is stopped (a
 /// running kubelet re-registers it), and the container goes last so that an interrupted
 /// retirement can be found again from its labels.
-fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &World) -> Vec<Action> {
+fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -> Vec<Action> {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.
     if instance.container.is_none() {
@@ -388,8 +413,8 @@ fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &World) -> Vec<A
 }
 
 /// What `kubectl drain` would do to the node's pods, and which PDBs would make it wait.
-fn drain_preview(node: &str, world: &World) -> DrainPreview {
-    let mut pods: Vec<&Pod> = world.pods.iter().filter(|p| p.node == node).collect();
+fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
+    let mut pods: Vec<&Pod> = world.pods.get(node).cloned().unwrap_or_default();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
     let mut preview = DrainPreview::default();
@@ -423,6 +448,7 @@ fn drain_preview(node: &str, world: &World) -> DrainPreview {
         preview.evict.push(pod_ref(warning));
         blocking.extend(
             world
+                .world
                 .pdbs
                 .iter()
                 .filter(|pdb| pdb.disruptions_allowed <= 0 && pdb.covers(pod))
@@ -496,6 +522,8 @@ fn json_to_yaml(json: &str) -> Option<String> {
 /// drawn at random, so that the planner stays a pure function.
 struct Names {
     used: HashSet<String>,
+    /// Where each pool's counter resumes, so that handing out n names costs O(n).
+    counters: HashMap<String, u64>,
 }
 
 impl Names {
@@ -507,15 +535,20 @@ impl Names {
             used: containers
                 .chain(world.nodes.iter().map(|n| n.name.clone()))
                 .collect(),
+            counters: HashMap::new(),
         }
     }
 
     fn next(&mut self, pool: &str, hash: &str) -> String {
         let prefix = &hash[..hash.len().min(HASH_LEN)];
-        (0u64..)
-            .map(|counter| format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, counter)))
-            .find(|name| self.used.insert(name.clone()))
-            .expect("the counter space is not exhausted")
+        let counter = self.counters.entry(pool.to_owned()).or_default();
+        loop {
+            let name = format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, *counter));
+            *counter += 1;
+            if self.used.insert(name.clone()) {
+                return name;
+            }
+        }
     }
 
     fn suffix(pool: &str, hash: &str, counter: u64) -> String {
