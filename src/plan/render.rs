@@ -45,7 +45,7 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
         PoolStatus::Undeclared { pruned: true } => {
             writeln!(
                 out,
-                "Pool {}: no longer declared by the source; retired (--prune)",
+                "Pool {}: no longer declared by the source; --prune retires it",
                 pool.name
             )?;
         }
@@ -113,7 +113,13 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
         let cordoned = if instance.cordoned { ", cordoned" } else { "" };
         row.push(format!("node {node}{cordoned}"));
     }
-    row.push(instance.template_hash.clone());
+    // An orphan Node has no container, hence no template hash.
+    let hash = if instance.template_hash.is_empty() {
+        "-"
+    } else {
+        &instance.template_hash
+    };
+    row.push(hash.to_owned());
     row.push(match instance.fate {
         Fate::Keep => "keep".to_owned(),
         Fate::Retire => "retire".to_owned(),

@@ -754,6 +754,9 @@ fn an_undeclared_pool_is_kept_unless_pruned() {
     let pruned = plan(&empty, &world, PlanOptions { prune: true });
     let gone = pool_plan(&pruned, "gone");
     assert_eq!(gone.status, PoolStatus::Undeclared { pruned: true });
+    assert!(
+        text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it")
+    );
     assert_eq!(verbs(gone), [("stop", "gone-a"), ("remove", "gone-a")]);
 }
 
