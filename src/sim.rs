@@ -172,3 +172,52 @@ impl SimWorld {
         self.world.nodes.iter_mut().find(|n| n.name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DrainPreview;
+
+    fn step(instance: &str, action: Action) -> Step {
+        Step {
+            batch: 1,
+            instance: instance.to_owned(),
+            action,
+        }
+    }
+
+    #[test]
+    fn creating_and_retiring_an_instance_changes_the_counts() {
+        let mut sim = SimWorld::new(World::default());
+        let create = Action::Create {
+            image: "busybox".to_owned(),
+            template_hash: "abc".to_owned(),
+        };
+        sim.apply_step("k", &step("k-1", create));
+        assert_eq!(
+            (sim.alive("k"), sim.up("k", true)),
+            (1, 0),
+            "no Node registered yet"
+        );
+        sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));
+        assert_eq!(sim.up("k", true), 1);
+
+        sim.apply_step("k", &step("k-1", Action::Cordon));
+        assert_eq!(sim.up("k", true), 0, "a cordoned Node does not serve");
+        assert!(sim.world.nodes[0].cordoned_by_poolctl);
+        sim.apply_step("k", &step("k-1", Action::Drain(DrainPreview::default())));
+        sim.apply_step("k", &step("k-1", Action::Stop));
+        assert_eq!(sim.world.containers[0].state, ContainerState::Exited);
+        assert!(!sim.world.nodes[0].ready);
+        sim.apply_step("k", &step("k-1", Action::DeleteNode));
+        sim.apply_step("k", &step("k-1", Action::Remove));
+        assert_eq!(sim.alive("k"), 0);
+        assert!(sim.world.nodes.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "no container")]
+    fn a_step_on_a_missing_container_is_a_wrong_plan() {
+        SimWorld::new(World::default()).apply_step("k", &step("k-1", Action::Stop));
+    }
+}

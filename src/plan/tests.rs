@@ -409,6 +409,16 @@ fn gen_case() -> impl Strategy<Value = Case> {
 }
 
 impl Case {
+    /// The same case, but every instance serving and at least `replicas` of them: the start the
+    /// capacity invariant speaks of.
+    fn healthy(mut self) -> Self {
+        for g in &mut self.instances {
+            (g.state, g.node) = ((ContainerState::Running, Health::None), GenNode::Ready);
+        }
+        self.replicas = self.replicas.min(self.instances.len() as i64);
+        self
+    }
+
     fn spec(&self) -> PoolArgs {
         PoolArgs {
             replicas: self.replicas,
@@ -495,6 +505,16 @@ proptest! {
 
         // Planning is a function: the same inputs give the same plan.
         prop_assert_eq!(crate::plan::plan(&desired, &world, options), plan);
+    }
+
+    #[test]
+    fn a_healthy_pool_keeps_its_capacity(case in gen_case().prop_map(Case::healthy)) {
+        let spec = case.spec();
+        let dp = spec.build();
+        let world = case.world(&dp.template_hash);
+        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= case.replicas as usize);
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune });
+        execute_checking_capacity(&plan, &world, &spec);
     }
 
     #[test]
