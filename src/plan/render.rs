@@ -35,47 +35,8 @@ pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 }
 
 fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
-    let hash = pool.template_hash.as_deref().unwrap_or_default();
-    match pool.status {
-        PoolStatus::Undeclared { pruned: false } => writeln!(
-            out,
-            "Pool {}: no longer declared by the source; not removed: pass --prune to retire it",
-            pool.name
-        )?,
-        PoolStatus::Undeclared { pruned: true } => {
-            writeln!(
-                out,
-                "Pool {}: no longer declared by the source; --prune retires it",
-                pool.name
-            )?;
-        }
-        PoolStatus::New | PoolStatus::Existing => {
-            let new = if pool.status == PoolStatus::New {
-                " (new)"
-            } else {
-                ""
-            };
-            let was = pool
-                .template_change
-                .as_ref()
-                .map(|c| format!(" (was {})", c.from_hash));
-            let up_to_date = if pool.steps.is_empty() {
-                ", up to date"
-            } else {
-                ""
-            };
-            let replicas = match pool.replicas {
-                1 => "1 replica".to_owned(),
-                n => format!("{n} replicas"),
-            };
-            writeln!(
-                out,
-                "Pool {}{new}: {replicas}, template {hash}{}{up_to_date}",
-                pool.name,
-                was.unwrap_or_default()
-            )?;
-        }
-    }
+    writeln!(out, "{}", pool_header(pool))?;
+    // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
     if pool.steps.is_empty() && pool.status != (PoolStatus::Undeclared { pruned: false }) {
         return Ok(());
     }
@@ -105,6 +66,44 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
         }
     }
     Ok(())
+}
+
+fn pool_header(pool: &PoolPlan) -> String {
+    let name = &pool.name;
+    let gone = "no longer declared by the source";
+    match pool.status {
+        PoolStatus::Undeclared { pruned: false } => {
+            format!("Pool {name}: {gone}; not removed: pass --prune to retire it")
+        }
+        PoolStatus::Undeclared { pruned: true } => {
+            format!("Pool {name}: {gone}; --prune retires it")
+        }
+        PoolStatus::New | PoolStatus::Existing => {
+            let new = if pool.status == PoolStatus::New {
+                " (new)"
+            } else {
+                ""
+            };
+            let replicas = match pool.replicas {
+                1 => "1 replica".to_owned(),
+                n => format!("{n} replicas"),
+            };
+            let hash = pool.template_hash.as_deref().unwrap_or_default();
+            let was = pool
+                .template_change
+                .as_ref()
+                .map(|c| format!(" (was {})", c.from_hash));
+            let up_to_date = if pool.steps.is_empty() {
+                ", up to date"
+            } else {
+                ""
+            };
+            format!(
+                "Pool {name}{new}: {replicas}, template {hash}{}{up_to_date}",
+                was.unwrap_or_default()
+            )
+        }
+    }
 }
 
 fn instance_row(instance: &InstanceStatus) -> Vec<String> {
