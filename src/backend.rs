@@ -12,11 +12,7 @@ use crate::world::{Container, Node, Pdb, Pod};
 pub enum BackendError {
     /// The daemon or API server could not be reached.
     #[error("cannot reach {what} at {at}: {reason}")]
-    Unreachable {
-        what: &'static str,
-        at: String,
-        reason: String,
-    },
+    Unreachable { what: &'static str, at: String, reason: String },
     /// The object does not exist.
     #[error("{0} not found")]
     NotFound(String),
@@ -59,8 +55,7 @@ pub trait Containers: Sync {
     /// Make sure the image is present locally, pulling it if not. Returns whether it pulled.
     fn ensure_image(&self, image: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
     /// Whether the named network exists.
-    fn network_exists(&self, name: &str)
-    -> impl Future<Output = Result<bool, BackendError>> + Send;
+    fn network_exists(&self, name: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
     /// Create and start a container.
     fn create(&self, spec: &NewContainer) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Run a command in a running container and wait for it, up to `timeout`.
@@ -71,18 +66,10 @@ pub trait Containers: Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecOutput, BackendError>> + Send;
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
-    fn wait_up(
-        &self,
-        name: &str,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn wait_up(&self, name: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Stop the container, giving it `grace` between SIGTERM and SIGKILL. Stopping a stopped
     /// container succeeds.
-    fn stop(
-        &self,
-        name: &str,
-        grace: Duration,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Remove the container. Removing a missing container succeeds.
     fn remove(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
@@ -92,7 +79,5 @@ pub trait Cluster: Sync {
     /// Nodes that carry the pool label or whose names are given.
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
     /// Pods bound to any node, and every PDB (for drain previews).
-    fn pods_and_pdbs(
-        &self,
-    ) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
+    fn pods_and_pdbs(&self) -> impl Future<Output = Result<(Vec<Pod>, Vec<Pdb>), BackendError>> + Send;
 }

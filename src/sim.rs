@@ -21,18 +21,8 @@ pub struct SimWorld {
 
 impl SimWorld {
     pub fn new(world: World) -> Self {
-        let clock = world
-            .containers
-            .iter()
-            .map(|c| c.created)
-            .max()
-            .unwrap_or(0)
-            + 1;
-        Self {
-            world,
-            scope: None,
-            clock,
-        }
+        let clock = world.containers.iter().map(|c| c.created).max().unwrap_or(0) + 1;
+        Self { world, scope: None, clock }
     }
 
     /// Carry out every step of the plan, in order, with the plan's source as the scope.
@@ -51,14 +41,8 @@ impl SimWorld {
     pub fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create {
-                image,
-                template_hash,
-            } => {
-                assert!(
-                    self.container(name).is_none(),
-                    "create {name}: the name is taken"
-                );
+            Action::Create { image, template_hash } => {
+                assert!(self.container(name).is_none(), "create {name}: the name is taken");
                 self.world.containers.push(Container {
                     id: format!("sim-{}", self.clock),
                     name: name.to_owned(),
@@ -74,15 +58,11 @@ impl SimWorld {
                 self.clock += 1;
             }
             Action::Bootstrap { .. } => {
-                let c = self
-                    .container(name)
-                    .unwrap_or_else(|| panic!("bootstrap {name}: no container"));
+                let c = self.container(name).unwrap_or_else(|| panic!("bootstrap {name}: no container"));
                 assert!(c.is_up(), "bootstrap {name}: container not up");
             }
             Action::AwaitReady { node } => {
-                let c = self
-                    .container(name)
-                    .unwrap_or_else(|| panic!("await {name}: no container"));
+                let c = self.container(name).unwrap_or_else(|| panic!("await {name}: no container"));
                 assert!(c.is_up(), "await {name}: container not up");
                 // The kubelet in the new container registers its Node, which turns Ready.
                 if *node && self.node_mut(name).is_none() {
@@ -96,9 +76,7 @@ impl SimWorld {
                 }
             }
             Action::Cordon => {
-                let n = self
-                    .node_mut(name)
-                    .unwrap_or_else(|| panic!("cordon {name}: no Node"));
+                let n = self.node_mut(name).unwrap_or_else(|| panic!("cordon {name}: no Node"));
                 n.unschedulable = true;
                 n.cordoned_by_poolctl = true;
             }
@@ -107,9 +85,7 @@ impl SimWorld {
                 self.world.pods.retain(|p| p.node != name);
             }
             Action::Stop => {
-                let c = self
-                    .container_mut(name)
-                    .unwrap_or_else(|| panic!("stop {name}: no container"));
+                let c = self.container_mut(name).unwrap_or_else(|| panic!("stop {name}: no container"));
                 c.state = ContainerState::Exited;
                 if let Some(n) = self.node_mut(name) {
                     n.ready = false;
@@ -118,29 +94,19 @@ impl SimWorld {
             Action::DeleteNode => {
                 let before = self.world.nodes.len();
                 self.world.nodes.retain(|n| n.name != name);
-                assert!(
-                    self.world.nodes.len() < before,
-                    "delete-node {name}: no Node"
-                );
+                assert!(self.world.nodes.len() < before, "delete-node {name}: no Node");
             }
             Action::Remove => {
                 let before = self.world.containers.len();
                 self.world.containers.retain(|c| c.name != name);
-                assert!(
-                    self.world.containers.len() < before,
-                    "remove {name}: no container"
-                );
+                assert!(self.world.containers.len() < before, "remove {name}: no container");
             }
         }
     }
 
     /// Containers of the pool that exist, in any state.
     pub fn alive(&self, pool: &str) -> usize {
-        self.world
-            .containers
-            .iter()
-            .filter(|c| c.pool == pool)
-            .count()
+        self.world.containers.iter().filter(|c| c.pool == pool).count()
     }
 
     /// Instances of the pool that serve, by the planner's rule: container up and, for a pool of
@@ -150,13 +116,7 @@ impl SimWorld {
             .containers
             .iter()
             .filter(|c| c.pool == pool)
-            .filter(|c| {
-                crate::plan::is_up(
-                    c,
-                    self.world.nodes.iter().find(|n| n.name == c.name),
-                    with_nodes,
-                )
-            })
+            .filter(|c| crate::plan::is_up(c, self.world.nodes.iter().find(|n| n.name == c.name), with_nodes))
             .count()
     }
 
@@ -179,26 +139,15 @@ mod tests {
     use crate::plan::DrainPreview;
 
     fn step(instance: &str, action: Action) -> Step {
-        Step {
-            batch: 1,
-            instance: instance.to_owned(),
-            action,
-        }
+        Step { batch: 1, instance: instance.to_owned(), action }
     }
 
     #[test]
     fn creating_and_retiring_an_instance_changes_the_counts() {
         let mut sim = SimWorld::new(World::default());
-        let create = Action::Create {
-            image: "busybox".to_owned(),
-            template_hash: "abc".to_owned(),
-        };
+        let create = Action::Create { image: "busybox".to_owned(), template_hash: "abc".to_owned() };
         sim.apply_step("k", &step("k-1", create));
-        assert_eq!(
-            (sim.alive("k"), sim.up("k", true)),
-            (1, 0),
-            "no Node registered yet"
-        );
+        assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");
         sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));
         assert_eq!(sim.up("k", true), 1);
 

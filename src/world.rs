@@ -41,8 +41,7 @@ pub struct Container {
 impl Container {
     /// Whether the container counts as serving: running and not unhealthy or still starting.
     pub fn is_up(&self) -> bool {
-        self.state == ContainerState::Running
-            && matches!(self.health, Health::None | Health::Healthy)
+        self.state == ContainerState::Running && matches!(self.health, Health::None | Health::Healthy)
     }
 }
 
@@ -133,9 +132,6 @@ impl Pdb {
     pub fn covers(&self, pod: &Pod) -> bool {
         self.namespace == pod.namespace
             && !self.match_labels.is_empty()
-            && self
-                .match_labels
-                .iter()
-                .all(|(k, v)| pod.labels.get(k) == Some(v))
+            && self.match_labels.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
     }
 }

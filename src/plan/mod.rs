@@ -47,9 +47,7 @@ impl Plan {
 
     /// Every step of every pool, in execution order.
     pub fn steps(&self) -> impl Iterator<Item = (&PoolPlan, &Step)> {
-        self.pools
-            .iter()
-            .flat_map(|p| p.steps.iter().map(move |s| (p, s)))
+        self.pools.iter().flat_map(|p| p.steps.iter().map(move |s| (p, s)))
     }
 }
 
@@ -137,10 +135,7 @@ pub struct Step {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Create and start the container.
-    Create {
-        image: String,
-        template_hash: String,
-    },
+    Create { image: String, template_hash: String },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },
     /// Wait until the instance is up (running, healthy, and its Node Ready when it has one).
@@ -174,10 +169,7 @@ impl Action {
 
     /// Whether the action is part of a retirement.
     pub fn is_retirement(&self) -> bool {
-        matches!(
-            self,
-            Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove
-        )
+        matches!(self, Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove)
     }
 }
 

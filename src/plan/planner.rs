@@ -43,9 +43,7 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         .world
         .containers
         .iter()
-        .filter(|c| {
-            c.scope.as_deref() == Some(scope.as_str()) && !declared.contains(c.pool.as_str())
-        })
+        .filter(|c| c.scope.as_deref() == Some(scope.as_str()) && !declared.contains(c.pool.as_str()))
         .map(|c| c.pool.as_str())
         .collect();
     for name in undeclared {
@@ -58,28 +56,12 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     }
 
     let summary = pools.iter().fold(Summary::default(), |mut sum, pool| {
-        sum.create += pool
-            .steps
-            .iter()
-            .filter(|s| matches!(s.action, Action::Create { .. }))
-            .count();
-        sum.retire += pool
-            .instances
-            .iter()
-            .filter(|i| i.fate == Fate::Retire)
-            .count();
-        sum.unchanged += pool
-            .instances
-            .iter()
-            .filter(|i| i.fate == Fate::Keep)
-            .count();
+        sum.create += pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
+        sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
+        sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
         sum
     });
-    Plan {
-        origin: desired.origin.clone(),
-        pools,
-        summary,
-    }
+    Plan { origin: desired.origin.clone(), pools, summary }
 }
 
 /// Whether an instance is serving: its container is up and, for a pool whose instances are
@@ -127,11 +109,7 @@ impl<'a> Target<'a> {
         let exists = world.containers.iter().any(|c| c.pool == dp.name());
         Self {
             name: dp.name(),
-            status: if exists {
-                PoolStatus::Existing
-            } else {
-                PoolStatus::New
-            },
+            status: if exists { PoolStatus::Existing } else { PoolStatus::New },
             hash: Some(&dp.template_hash),
             pool: Some(dp),
             replicas: to_count(spec.replicas),
@@ -145,12 +123,8 @@ impl<'a> Target<'a> {
     /// gone, so whether its instances are Nodes is read from the world: if any Node belongs to
     /// it, every instance is retired the Kubernetes way, never by just removing the container.
     fn undeclared(name: &'a str, world: &World) -> Self {
-        let containers: HashSet<&str> = world
-            .containers
-            .iter()
-            .filter(|c| c.pool == name)
-            .map(|c| c.name.as_str())
-            .collect();
+        let containers: HashSet<&str> =
+            world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
         let with_nodes = world
             .nodes
             .iter()
@@ -168,9 +142,7 @@ impl<'a> Target<'a> {
     }
 
     fn is_current(&self, instance: &Instance<'_>) -> bool {
-        instance
-            .container
-            .is_some_and(|c| Some(c.template_hash.as_str()) == self.hash)
+        instance.container.is_some_and(|c| Some(c.template_hash.as_str()) == self.hash)
     }
 }
 
@@ -196,38 +168,23 @@ impl Instance<'_> {
 /// The pool's instances: its containers, joined by name with their Nodes when the pool has
 /// Nodes, plus the orphan Nodes (the pool's label, no container). Sorted by name.
 fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>> {
-    let containers = world
-        .world
-        .containers
-        .iter()
-        .filter(|c| c.pool == target.name);
+    let containers = world.world.containers.iter().filter(|c| c.pool == target.name);
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
-            let node = target
-                .with_nodes
-                .then(|| world.nodes.get(c.name.as_str()).copied())
-                .flatten();
-            Instance {
-                name: &c.name,
-                container: Some(c),
-                node,
-                up: is_up(c, node, target.with_nodes),
-            }
+            let node = target.with_nodes.then(|| world.nodes.get(c.name.as_str()).copied()).flatten();
+            Instance { name: &c.name, container: Some(c), node, up: is_up(c, node, target.with_nodes) }
         })
         .collect();
     if target.with_nodes {
         let joined: HashSet<&str> = out.iter().map(|i| i.name).collect();
-        let orphans = world.world.nodes.iter().filter(|n| {
-            n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str())
-        });
+        let orphans = world
+            .world
+            .nodes
+            .iter()
+            .filter(|n| n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str()));
         out.extend(
             orphans
-                .map(|n| Instance {
-                    name: &n.name,
-                    container: None,
-                    node: Some(n),
-                    up: false,
-                })
+                .map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false })
                 .collect::<Vec<_>>(),
         );
     }
@@ -239,16 +196,9 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
     let all = instances(target, world);
 
     // Keep the newest current instances that are up, so that the oldest go first.
-    let mut candidates: Vec<&Instance<'_>> = all
-        .iter()
-        .filter(|i| i.up && target.is_current(i))
-        .collect();
+    let mut candidates: Vec<&Instance<'_>> = all.iter().filter(|i| i.up && target.is_current(i)).collect();
     candidates.sort_by_key(|i| std::cmp::Reverse((i.created(), i.name)));
-    let kept: HashSet<&str> = candidates
-        .iter()
-        .take(target.replicas)
-        .map(|i| i.name)
-        .collect();
+    let kept: HashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
     // DESIGN invariant 6. Not-up instances lead because retiring them costs no availability:
     // they clear room for the surge even when no up instance may go yet (an exited current
@@ -263,10 +213,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
-        instances: all
-            .iter()
-            .map(|i| status(target, i, kept.contains(i.name)))
-            .collect(),
+        instances: all.iter().map(|i| status(target, i, kept.contains(i.name))).collect(),
         steps,
     }
 }
@@ -297,8 +244,7 @@ fn rollout(
     world: &Observed<'_>,
     names: &mut Names,
 ) -> Vec<Step> {
-    let (replicas, surge, unavailable) =
-        (target.replicas, target.max_surge, target.max_unavailable);
+    let (replicas, surge, unavailable) = (target.replicas, target.max_surge, target.max_unavailable);
     let mut to_create = replicas.saturating_sub(kept);
     let mut pending: VecDeque<&Instance<'_>> = retirees.into();
     let mut alive = all.iter().filter(|i| i.container.is_some()).count();
@@ -311,42 +257,24 @@ fn rollout(
         }
         let before = steps.len();
         let mut push = |instance: &str, action: Action| {
-            steps.push(Step {
-                batch,
-                instance: instance.to_owned(),
-                action,
-            });
+            steps.push(Step { batch, instance: instance.to_owned(), action });
         };
 
         let n = to_create.min((replicas + surge).saturating_sub(alive));
         if let Some(dp) = target.pool.filter(|_| n > 0) {
-            let new: Vec<String> = (0..n)
-                .map(|_| names.next(dp.name(), &dp.template_hash))
-                .collect();
+            let new: Vec<String> = (0..n).map(|_| names.next(dp.name(), &dp.template_hash)).collect();
             let template = &dp.pool.spec.template;
             for name in &new {
-                let action = Action::Create {
-                    image: template.image.clone(),
-                    template_hash: dp.template_hash.clone(),
-                };
+                let action =
+                    Action::Create { image: template.image.clone(), template_hash: dp.template_hash.clone() };
                 push(name, action);
             }
             let bootstrap = dp.pool.spec.bootstrap.len();
             for name in new.iter().filter(|_| bootstrap > 0) {
-                push(
-                    name,
-                    Action::Bootstrap {
-                        commands: bootstrap,
-                    },
-                );
+                push(name, Action::Bootstrap { commands: bootstrap });
             }
             for name in &new {
-                push(
-                    name,
-                    Action::AwaitReady {
-                        node: target.with_nodes,
-                    },
-                );
+                push(name, Action::AwaitReady { node: target.with_nodes });
             }
             (to_create, alive, ready) = (to_create - n, alive + n, ready + n);
         }
@@ -390,10 +318,7 @@ fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -
     let node = instance.node.filter(|_| with_nodes);
     // A paused or restarting container still holds a process that must be stopped gracefully.
     let running = instance.container.is_some_and(|c| {
-        matches!(
-            c.state,
-            ContainerState::Running | ContainerState::Paused | ContainerState::Restarting
-        )
+        matches!(c.state, ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
     });
     let mut actions = Vec::new();
     if node.is_some_and(|n| !n.unschedulable) {
@@ -470,14 +395,8 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
     });
     InstanceStatus {
         name: instance.name.to_owned(),
-        template_hash: instance
-            .container
-            .map(|c| c.template_hash.clone())
-            .unwrap_or_default(),
-        container: instance
-            .container
-            .map_or("missing", |c| c.state.as_str())
-            .to_owned(),
+        template_hash: instance.container.map(|c| c.template_hash.clone()).unwrap_or_default(),
+        container: instance.container.map_or("missing", |c| c.state.as_str()).to_owned(),
         node,
         cordoned: instance.node.is_some_and(|n| n.unschedulable),
         fate: if keep { Fate::Keep } else { Fate::Retire },
@@ -488,21 +407,14 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
 /// outdated.
 fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
     let mut outdated: BTreeMap<&str, Vec<&Container>> = BTreeMap::new();
-    for c in world
-        .containers
-        .iter()
-        .filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash)
-    {
+    for c in world.containers.iter().filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash) {
         outdated.entry(&c.template_hash).or_default().push(c);
     }
     // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
-    let (from_hash, containers) = outdated
-        .into_iter()
-        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
+    let (from_hash, containers) =
+        outdated.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
     let spec = &dp.pool.spec;
-    let old = containers
-        .iter()
-        .find_map(|c| c.template.as_deref().and_then(json_to_yaml));
+    let old = containers.iter().find_map(|c| c.template.as_deref().and_then(json_to_yaml));
     Some(TemplateChange {
         from_hash: from_hash.to_owned(),
         to_hash: dp.template_hash.clone(),
@@ -532,9 +444,7 @@ impl Names {
     fn new(world: &World) -> Self {
         let containers = world.containers.iter().map(|c| c.name.clone());
         Self {
-            used: containers
-                .chain(world.nodes.iter().map(|n| n.name.clone()))
-                .collect(),
+            used: containers.chain(world.nodes.iter().map(|n| n.name.clone())).collect(),
             counters: HashMap::new(),
         }
     }

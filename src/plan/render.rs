@@ -18,11 +18,7 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     if plan.has_changes() {
         let s = plan.summary;
-        writeln!(
-            out,
-            "Plan: {} to create, {} to retire, {} unchanged.",
-            s.create, s.retire, s.unchanged
-        )
+        writeln!(out, "Plan: {} to create, {} to retire, {} unchanged.", s.create, s.retire, s.unchanged)
     } else {
         writeln!(out, "No changes. The world matches the source.")
     }
@@ -44,10 +40,7 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
         let diff = TextDiff::from_lines(&change.old, &change.new);
         let diff = diff
             .unified_diff()
-            .header(
-                &format!("template {}", change.from_hash),
-                &format!("template {}", change.to_hash),
-            )
+            .header(&format!("template {}", change.from_hash), &format!("template {}", change.to_hash))
             .to_string();
         for line in diff.lines() {
             writeln!(out, "  {line}")?;
@@ -79,29 +72,15 @@ fn pool_header(pool: &PoolPlan) -> String {
             format!("Pool {name}: {gone}; --prune retires it")
         }
         PoolStatus::New | PoolStatus::Existing => {
-            let new = if pool.status == PoolStatus::New {
-                " (new)"
-            } else {
-                ""
-            };
+            let new = if pool.status == PoolStatus::New { " (new)" } else { "" };
             let replicas = match pool.replicas {
                 1 => "1 replica".to_owned(),
                 n => format!("{n} replicas"),
             };
             let hash = pool.template_hash.as_deref().unwrap_or_default();
-            let was = pool
-                .template_change
-                .as_ref()
-                .map(|c| format!(" (was {})", c.from_hash));
-            let up_to_date = if pool.steps.is_empty() {
-                ", up to date"
-            } else {
-                ""
-            };
-            format!(
-                "Pool {name}{new}: {replicas}, template {hash}{}{up_to_date}",
-                was.unwrap_or_default()
-            )
+            let was = pool.template_change.as_ref().map(|c| format!(" (was {})", c.from_hash));
+            let up_to_date = if pool.steps.is_empty() { ", up to date" } else { "" };
+            format!("Pool {name}{new}: {replicas}, template {hash}{}{up_to_date}", was.unwrap_or_default())
         }
     }
 }
@@ -113,11 +92,7 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
         row.push(format!("node {node}{cordoned}"));
     }
     // An orphan Node has no container, hence no template hash.
-    let hash = if instance.template_hash.is_empty() {
-        "-"
-    } else {
-        &instance.template_hash
-    };
+    let hash = if instance.template_hash.is_empty() { "-" } else { &instance.template_hash };
     row.push(hash.to_owned());
     row.push(match instance.fate {
         Fate::Keep => "keep".to_owned(),
@@ -130,20 +105,10 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
 fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<()> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(String::len)
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0))
         .collect();
     for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
         writeln!(out, "{indent}{}", cells.join("  ").trim_end())?;
     }
     Ok(())
@@ -161,13 +126,7 @@ fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> 
         }
         _ => String::new(),
     };
-    writeln!(
-        out,
-        "    {:>2}. {:<11} {}{detail}",
-        number,
-        step.action.verb(),
-        step.instance
-    )?;
+    writeln!(out, "    {:>2}. {:<11} {}{detail}", number, step.action.verb(), step.instance)?;
     if let Action::Drain(preview) = &step.action {
         drain_text(preview, out)?;
     }
@@ -179,11 +138,7 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
     let pod = |verb: &str, p: &PodRef| {
         let mut about: Vec<&str> = p.owner.iter().chain(&p.note).map(String::as_str).collect();
         about.dedup(); // a DaemonSet pod is skipped because of its owner: say it once
-        let about = if about.is_empty() {
-            String::new()
-        } else {
-            format!("  ({})", about.join("; "))
-        };
+        let about = if about.is_empty() { String::new() } else { format!("  ({})", about.join("; ")) };
         format!("{INDENT}{verb} {}{about}", p.pod)
     };
     for p in &preview.evict {
@@ -193,10 +148,7 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "{}", pod("skip ", p))?;
     }
     for pdb in &preview.blocking_pdbs {
-        writeln!(
-            out,
-            "{INDENT}drain will wait: PDB {pdb} allows 0 disruptions"
-        )?;
+        writeln!(out, "{INDENT}drain will wait: PDB {pdb} allows 0 disruptions")?;
     }
     Ok(())
 }

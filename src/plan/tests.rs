@@ -19,15 +19,11 @@ use crate::world::{Container, ContainerState, Health, Node, Pdb, Pod, World};
 // Building inputs
 
 fn origin() -> Origin {
-    Origin::Path {
-        path: "pools/".to_owned(),
-    }
+    Origin::Path { path: "pools/".to_owned() }
 }
 
 fn other_origin() -> Origin {
-    Origin::Path {
-        path: "elsewhere/".to_owned(),
-    }
+    Origin::Path { path: "elsewhere/".to_owned() }
 }
 
 struct PoolArgs {
@@ -42,15 +38,7 @@ struct PoolArgs {
 
 impl PoolArgs {
     fn new(name: &'static str, replicas: i64) -> Self {
-        Self {
-            name,
-            image: "busybox:latest",
-            replicas,
-            surge: 1,
-            unavailable: 0,
-            nodes: false,
-            bootstrap: 0,
-        }
+        Self { name, image: "busybox:latest", replicas, surge: 1, unavailable: 0, nodes: false, bootstrap: 0 }
     }
 
     fn build(&self) -> DesiredPool {
@@ -79,25 +67,14 @@ impl PoolArgs {
             taints: Vec::new(),
         });
         let hash = template_hash(&template, &bootstrap);
-        let rollout = Rollout {
-            max_surge: self.surge,
-            max_unavailable: self.unavailable,
-            ..Rollout::default()
-        };
+        let rollout =
+            Rollout { max_surge: self.surge, max_unavailable: self.unavailable, ..Rollout::default() };
         DesiredPool {
             pool: Pool {
                 api_version: crate::spec::API_VERSION.to_owned(),
                 kind: crate::spec::KIND_POOL.to_owned(),
-                metadata: Metadata {
-                    name: self.name.to_owned(),
-                },
-                spec: PoolSpec {
-                    replicas: self.replicas,
-                    template,
-                    bootstrap,
-                    node,
-                    rollout,
-                },
+                metadata: Metadata { name: self.name.to_owned() },
+                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, rollout },
             },
             file: format!("{}.yaml", self.name),
             template_hash: hash,
@@ -106,10 +83,7 @@ impl PoolArgs {
 }
 
 fn desired(pools: Vec<DesiredPool>) -> Desired {
-    Desired {
-        origin: origin(),
-        pools,
-    }
+    Desired { origin: origin(), pools }
 }
 
 /// A running, healthy container of `pool` created by this test's source.
@@ -144,10 +118,7 @@ fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
         name: name.to_owned(),
         uid: format!("uid-{name}"),
         node: node.to_owned(),
-        labels: BTreeMap::from([(
-            "app".to_owned(),
-            name.split('-').next().unwrap_or(name).to_owned(),
-        )]),
+        labels: BTreeMap::from([("app".to_owned(), name.split('-').next().unwrap_or(name).to_owned())]),
         owner_kind: owner.map(str::to_owned),
         mirror: false,
         finished: false,
@@ -156,26 +127,16 @@ fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
 }
 
 fn pool_plan<'a>(plan: &'a Plan, name: &str) -> &'a PoolPlan {
-    plan.pools
-        .iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("no pool {name} in the plan"))
+    plan.pools.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no pool {name} in the plan"))
 }
 
 /// `(verb, instance)` of every step, to compare against an expected sequence.
 fn verbs(pool: &PoolPlan) -> Vec<(&'static str, &str)> {
-    pool.steps
-        .iter()
-        .map(|s| (s.action.verb(), s.instance.as_str()))
-        .collect()
+    pool.steps.iter().map(|s| (s.action.verb(), s.instance.as_str())).collect()
 }
 
 fn retired(pool: &PoolPlan) -> Vec<&str> {
-    pool.instances
-        .iter()
-        .filter(|i| i.fate == Fate::Retire)
-        .map(|i| i.name.as_str())
-        .collect()
+    pool.instances.iter().filter(|i| i.fate == Fate::Retire).map(|i| i.name.as_str()).collect()
 }
 
 fn text(plan: &Plan) -> String {
@@ -203,15 +164,8 @@ fn retirement_rank(action: &Action) -> Option<u8> {
 fn check_creation_first(steps: &[Step]) {
     for (i, later) in steps.iter().enumerate() {
         if matches!(later.action, Action::Create { .. }) {
-            let earlier = steps[..i]
-                .iter()
-                .find(|s| s.batch == later.batch && s.action.is_retirement());
-            assert!(
-                earlier.is_none(),
-                "batch {}: {earlier:?} before create {}",
-                later.batch,
-                later.instance
-            );
+            let earlier = steps[..i].iter().find(|s| s.batch == later.batch && s.action.is_retirement());
+            assert!(earlier.is_none(), "batch {}: {earlier:?} before create {}", later.batch, later.instance);
         }
     }
 }
@@ -222,12 +176,7 @@ fn check_retirement_order(steps: &[Step]) {
     for step in steps {
         if let Some(rank) = retirement_rank(&step.action) {
             if let Some(&before) = last.get(step.instance.as_str()) {
-                assert!(
-                    before < rank,
-                    "{}: {} out of order",
-                    step.instance,
-                    step.action.verb()
-                );
+                assert!(before < rank, "{}: {} out of order", step.instance, step.action.verb());
             }
             last.insert(&step.instance, rank);
         }
@@ -242,12 +191,7 @@ fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) 
         let n = world.nodes.iter().find(|n| n.name == name);
         let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes));
         let current = c.is_some_and(|c| c.template_hash == hash);
-        (
-            up,
-            current,
-            c.map_or(i64::MIN, |c| c.created),
-            name.to_owned(),
-        )
+        (up, current, c.map_or(i64::MIN, |c| c.created), name.to_owned())
     };
     let mut order: Vec<&str> = Vec::new();
     for step in pool.steps.iter().filter(|s| s.action.is_retirement()) {
@@ -256,29 +200,15 @@ fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) 
         }
     }
     for pair in order.windows(2) {
-        assert!(
-            key(pair[0]) <= key(pair[1]),
-            "{} retired before {}",
-            pair[0],
-            pair[1]
-        );
+        assert!(key(pair[0]) <= key(pair[1]), "{} retired before {}", pair[0], pair[1]);
     }
     for kept in pool.instances.iter().filter(|i| i.fate == Fate::Keep) {
         let k = key(&kept.name);
-        assert!(
-            k.0 && k.1,
-            "kept {} is not a current up instance",
-            kept.name
-        );
+        assert!(k.0 && k.1, "kept {} is not a current up instance", kept.name);
         for gone in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
             let g = key(&gone.name);
             if g.0 && g.1 {
-                assert!(
-                    (g.2, &g.3) < (k.2, &k.3),
-                    "retired {} is newer than kept {}",
-                    gone.name,
-                    kept.name
-                );
+                assert!((g.2, &g.3) < (k.2, &k.3), "retired {} is newer than kept {}", gone.name, kept.name);
             }
         }
     }
@@ -286,11 +216,7 @@ fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) 
 
 /// Invariant 3, step by step in the simulated world; returns the world afterwards.
 fn execute_checking_capacity(plan: &Plan, world: &World, spec: &PoolArgs) -> World {
-    let (r, s, u) = (
-        spec.replicas as usize,
-        spec.surge as usize,
-        spec.unavailable as usize,
-    );
+    let (r, s, u) = (spec.replicas as usize, spec.surge as usize, spec.unavailable as usize);
     let mut sim = SimWorld::new(world.clone());
     sim.scope = Some(plan.origin.scope());
     let max_alive = (r + s).max(sim.alive(spec.name));
@@ -305,12 +231,7 @@ fn execute_checking_capacity(plan: &Plan, world: &World, spec: &PoolArgs) -> Wor
             step.instance
         );
         if healthy {
-            assert!(
-                up + u >= r,
-                "after {} {}: {up} up < {r} - {u}",
-                step.action.verb(),
-                step.instance
-            );
+            assert!(up + u >= r, "after {} {}: {up} up < {r} - {u}", step.action.verb(), step.instance);
         }
     }
     sim.world
@@ -364,21 +285,14 @@ fn gen_instance() -> impl Strategy<Value = GenInstance> {
         1 => Just(GenNode::Missing),
         1 => Just(GenNode::Cordoned),
     ];
-    (any::<bool>(), 0..3usize, state, node, 0..20i64).prop_map(
-        |(current, old_hash, state, node, created)| GenInstance {
-            current,
-            old_hash,
-            state,
-            node,
-            created,
-        },
-    )
+    (any::<bool>(), 0..3usize, state, node, 0..20i64).prop_map(|(current, old_hash, state, node, created)| {
+        GenInstance { current, old_hash, state, node, created }
+    })
 }
 
 fn gen_case() -> impl Strategy<Value = Case> {
     (
-        (0..8i64, 0..3i64, 0..3i64)
-            .prop_filter("maxSurge + maxUnavailable > 0", |(_, s, u)| s + u > 0),
+        (0..8i64, 0..3i64, 0..3i64).prop_filter("maxSurge + maxUnavailable > 0", |(_, s, u)| s + u > 0),
         any::<bool>(),
         0..3usize,
         prop::collection::vec(gen_instance(), 0..10),
@@ -433,11 +347,7 @@ impl Case {
     fn world(&self, hash: &str) -> World {
         let mut world = World::default();
         for (i, g) in self.instances.iter().enumerate() {
-            let h = if g.current {
-                hash.to_owned()
-            } else {
-                format!("old{}", g.old_hash)
-            };
+            let h = if g.current { hash.to_owned() } else { format!("old{}", g.old_hash) };
             let name = format!("workers-{}-i{i}", &h[..4]);
             let mut c = container(&name, "workers", &h, g.created);
             (c.state, c.health) = g.state;
@@ -449,20 +359,14 @@ impl Case {
                 GenNode::Cordoned => n.unschedulable = true,
                 GenNode::Missing => continue,
             }
-            world
-                .pods
-                .push(pod(&format!("app-{i}"), &name, Some("ReplicaSet")));
+            world.pods.push(pod(&format!("app-{i}"), &name, Some("ReplicaSet")));
             world.nodes.push(n);
         }
         for i in 0..self.orphans {
-            world
-                .nodes
-                .push(node(&format!("workers-orphan-{i}"), "workers"));
+            world.nodes.push(node(&format!("workers-orphan-{i}"), "workers"));
         }
         for i in 0..self.undeclared {
-            world
-                .containers
-                .push(container(&format!("gone-x-{i}"), "gone", "cafe", 1));
+            world.containers.push(container(&format!("gone-x-{i}"), "gone", "cafe", 1));
         }
         for i in 0..self.foreign {
             let mut c = container(&format!("theirs-x-{i}"), "theirs", "beef", 1);
@@ -541,36 +445,14 @@ proptest! {
 
 #[test]
 fn a_new_pool_is_created_in_one_surge_batch() {
-    let dp = PoolArgs {
-        bootstrap: 2,
-        ..PoolArgs::new("web", 2)
-    }
-    .build();
-    let plan = plan(
-        &desired(vec![dp]),
-        &World::default(),
-        PlanOptions::default(),
-    );
+    let dp = PoolArgs { bootstrap: 2, ..PoolArgs::new("web", 2) }.build();
+    let plan = plan(&desired(vec![dp]), &World::default(), PlanOptions::default());
     let web = pool_plan(&plan, "web");
     assert_eq!(web.status, PoolStatus::New);
     let v: Vec<&str> = verbs(web).iter().map(|(verb, _)| *verb).collect();
-    assert_eq!(
-        v,
-        [
-            "create",
-            "create",
-            "bootstrap",
-            "bootstrap",
-            "await-ready",
-            "await-ready"
-        ]
-    );
+    assert_eq!(v, ["create", "create", "bootstrap", "bootstrap", "await-ready", "await-ready"]);
     assert!(web.steps.iter().all(|s| s.batch == 1));
-    assert!(
-        web.steps[0]
-            .instance
-            .starts_with(&format!("web-{}-", web.template_hash.as_deref().unwrap()))
-    );
+    assert!(web.steps[0].instance.starts_with(&format!("web-{}-", web.template_hash.as_deref().unwrap())));
     assert_ne!(web.steps[0].instance, web.steps[1].instance);
     assert_eq!(plan.summary.create, 2);
 }
@@ -579,10 +461,7 @@ fn a_new_pool_is_created_in_one_surge_batch() {
 fn scale_up_adds_instances_and_keeps_the_others() {
     let dp = PoolArgs::new("web", 3).build();
     let h = dp.template_hash.clone();
-    let world = World {
-        containers: vec![container("web-a", "web", &h, 1)],
-        ..World::default()
-    };
+    let world = World { containers: vec![container("web-a", "web", &h, 1)], ..World::default() };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let web = pool_plan(&plan, "web");
     assert_eq!(web.status, PoolStatus::Existing);
@@ -605,15 +484,7 @@ fn scale_down_retires_the_oldest_first() {
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let web = pool_plan(&plan, "web");
-    assert_eq!(
-        verbs(web),
-        [
-            ("stop", "web-c"),
-            ("remove", "web-c"),
-            ("stop", "web-b"),
-            ("remove", "web-b")
-        ]
-    );
+    assert_eq!(verbs(web), [("stop", "web-c"), ("remove", "web-c"), ("stop", "web-b"), ("remove", "web-b")]);
     assert_eq!(retired(web), ["web-b", "web-c"]);
 }
 
@@ -621,19 +492,12 @@ fn scale_down_retires_the_oldest_first() {
 fn replacement_creates_one_then_retires_one_per_batch() {
     let dp = PoolArgs::new("web", 2).build();
     let world = World {
-        containers: vec![
-            container("web-old-1", "web", "0ld", 1),
-            container("web-old-2", "web", "0ld", 2),
-        ],
+        containers: vec![container("web-old-1", "web", "0ld", 1), container("web-old-2", "web", "0ld", 2)],
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let web = pool_plan(&plan, "web");
-    let by_batch: Vec<(u32, &str)> = web
-        .steps
-        .iter()
-        .map(|s| (s.batch, s.action.verb()))
-        .collect();
+    let by_batch: Vec<(u32, &str)> = web.steps.iter().map(|s| (s.batch, s.action.verb())).collect();
     assert_eq!(
         by_batch,
         [
@@ -651,46 +515,19 @@ fn replacement_creates_one_then_retires_one_per_batch() {
     let change = web.template_change.as_ref().unwrap();
     assert_eq!(change.from_hash, "0ld");
     assert_eq!(change.old, "", "the old containers carry no template label");
-    assert!(
-        change.new.contains("image: busybox:latest"),
-        "{}",
-        change.new
-    );
+    assert!(change.new.contains("image: busybox:latest"), "{}", change.new);
 }
 
 #[test]
 fn max_unavailable_lets_old_instances_go_before_new_ones_exist() {
-    let dp = PoolArgs {
-        surge: 0,
-        unavailable: 1,
-        ..PoolArgs::new("web", 2)
-    }
-    .build();
+    let dp = PoolArgs { surge: 0, unavailable: 1, ..PoolArgs::new("web", 2) }.build();
     let world = World {
-        containers: vec![
-            container("web-old-1", "web", "0ld", 1),
-            container("web-old-2", "web", "0ld", 2),
-        ],
+        containers: vec![container("web-old-1", "web", "0ld", 1), container("web-old-2", "web", "0ld", 2)],
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
-    let v: Vec<&str> = verbs(pool_plan(&plan, "web"))
-        .iter()
-        .map(|(verb, _)| *verb)
-        .collect();
-    assert_eq!(
-        v,
-        [
-            "stop",
-            "remove",
-            "create",
-            "await-ready",
-            "stop",
-            "remove",
-            "create",
-            "await-ready"
-        ]
-    );
+    let v: Vec<&str> = verbs(pool_plan(&plan, "web")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["stop", "remove", "create", "await-ready", "stop", "remove", "create", "await-ready"]);
 }
 
 #[test]
@@ -698,10 +535,7 @@ fn replicas_zero_retires_everything() {
     let dp = PoolArgs::new("web", 0).build();
     let h = dp.template_hash.clone();
     let world = World {
-        containers: vec![
-            container("web-a", "web", &h, 1),
-            container("web-b", "web", "0ld", 2),
-        ],
+        containers: vec![container("web-a", "web", &h, 1), container("web-b", "web", "0ld", 2)],
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
@@ -717,10 +551,7 @@ fn an_exited_container_is_replaced_without_a_stop() {
     let h = dp.template_hash.clone();
     let mut dead = container("web-dead", "web", &h, 5);
     dead.state = ContainerState::Exited;
-    let world = World {
-        containers: vec![container("web-ok", "web", &h, 1), dead],
-        ..World::default()
-    };
+    let world = World { containers: vec![container("web-ok", "web", &h, 1), dead], ..World::default() };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let web = pool_plan(&plan, "web");
     let v: Vec<&str> = verbs(web).iter().map(|(verb, _)| *verb).collect();
@@ -755,56 +586,37 @@ fn a_dead_instance_goes_first_to_make_room_for_the_surge() {
 
 #[test]
 fn an_undeclared_pool_is_kept_unless_pruned() {
-    let world = World {
-        containers: vec![container("gone-a", "gone", "cafe", 1)],
-        ..World::default()
-    };
+    let world = World { containers: vec![container("gone-a", "gone", "cafe", 1)], ..World::default() };
     let empty = desired(Vec::new());
 
     let kept = plan(&empty, &world, PlanOptions { prune: false });
     let gone = pool_plan(&kept, "gone");
     assert_eq!(gone.status, PoolStatus::Undeclared { pruned: false });
     assert!(gone.steps.is_empty());
-    assert!(
-        text(&kept).contains("not removed: pass --prune to retire it"),
-        "{}",
-        text(&kept)
-    );
+    assert!(text(&kept).contains("not removed: pass --prune to retire it"), "{}", text(&kept));
 
     let pruned = plan(&empty, &world, PlanOptions { prune: true });
     let gone = pool_plan(&pruned, "gone");
     assert_eq!(gone.status, PoolStatus::Undeclared { pruned: true });
-    assert!(
-        text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it")
-    );
+    assert!(text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it"));
     assert_eq!(verbs(gone), [("stop", "gone-a"), ("remove", "gone-a")]);
 }
 
 #[test]
 fn a_pool_dropped_from_the_source_after_an_apply_is_undeclared() {
     let web = PoolArgs::new("web", 1).build();
-    let first = plan(
-        &desired(vec![web]),
-        &World::default(),
-        PlanOptions::default(),
-    );
+    let first = plan(&desired(vec![web]), &World::default(), PlanOptions::default());
     let mut sim = SimWorld::new(World::default());
     sim.apply(&first);
     let after = plan(&desired(Vec::new()), &sim.world, PlanOptions::default());
-    assert_eq!(
-        pool_plan(&after, "web").status,
-        PoolStatus::Undeclared { pruned: false }
-    );
+    assert_eq!(pool_plan(&after, "web").status, PoolStatus::Undeclared { pruned: false });
 }
 
 #[test]
 fn another_sources_pool_is_ignored() {
     let mut c = container("theirs-a", "theirs", "beef", 1);
     c.scope = Some(other_origin().scope());
-    let world = World {
-        containers: vec![c],
-        ..World::default()
-    };
+    let world = World { containers: vec![c], ..World::default() };
     let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true });
     assert!(plan.pools.is_empty());
     assert!(!plan.has_changes());
@@ -812,11 +624,7 @@ fn another_sources_pool_is_ignored() {
 
 #[test]
 fn an_orphan_node_is_deleted() {
-    let dp = PoolArgs {
-        nodes: true,
-        ..PoolArgs::new("k", 1)
-    }
-    .build();
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
     let h = dp.template_hash.clone();
     let world = World {
         containers: vec![container("k-a", "k", &h, 1)],
@@ -827,88 +635,45 @@ fn an_orphan_node_is_deleted() {
     let k = pool_plan(&plan, "k");
     assert_eq!(verbs(k), [("delete-node", "k-orphan")]);
     let orphan = k.instances.iter().find(|i| i.name == "k-orphan").unwrap();
-    assert_eq!(
-        (orphan.container.as_str(), orphan.fate),
-        ("missing", Fate::Retire)
-    );
+    assert_eq!((orphan.container.as_str(), orphan.fate), ("missing", Fate::Retire));
     assert_eq!(plan.summary.retire, 1);
 }
 
 #[test]
 fn a_node_instance_retires_in_the_safe_order() {
-    let dp = PoolArgs {
-        nodes: true,
-        ..PoolArgs::new("k", 1)
-    }
-    .build();
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
     let world = World {
         containers: vec![container("k-old", "k", "0ld", 1)],
         nodes: vec![node("k-old", "k")],
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
-    let v: Vec<&str> = verbs(pool_plan(&plan, "k"))
-        .iter()
-        .map(|(verb, _)| *verb)
-        .collect();
-    assert_eq!(
-        v,
-        [
-            "create",
-            "await-ready",
-            "cordon",
-            "drain",
-            "stop",
-            "delete-node",
-            "remove"
-        ]
-    );
-    assert_eq!(
-        pool_plan(&plan, "k").steps[1].action,
-        Action::AwaitReady { node: true }
-    );
+    let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"]);
+    assert_eq!(pool_plan(&plan, "k").steps[1].action, Action::AwaitReady { node: true });
 }
 
 #[test]
 fn a_cordoned_node_without_its_container_running_is_finished_off() {
     // What an apply killed mid-retirement leaves behind: cordoned Node, stopped container.
-    let dp = PoolArgs {
-        nodes: true,
-        ..PoolArgs::new("k", 0)
-    }
-    .build();
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 0) }.build();
     let mut c = container("k-old", "k", "0ld", 1);
     c.state = ContainerState::Exited;
     let mut n = node("k-old", "k");
     (n.ready, n.unschedulable, n.cordoned_by_poolctl) = (false, true, true);
-    let world = World {
-        containers: vec![c],
-        nodes: vec![n],
-        ..World::default()
-    };
+    let world = World { containers: vec![c], nodes: vec![n], ..World::default() };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
-    let v: Vec<&str> = verbs(pool_plan(&plan, "k"))
-        .iter()
-        .map(|(verb, _)| *verb)
-        .collect();
+    let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
     assert_eq!(v, ["drain", "delete-node", "remove"]);
 }
 
 /// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node.
 fn drain_world() -> (Desired, World) {
-    let dp = PoolArgs {
-        nodes: true,
-        image: "kindest/node:v1.31.0",
-        ..PoolArgs::new("workers", 1)
-    }
-    .build();
+    let dp = PoolArgs { nodes: true, image: "kindest/node:v1.31.0", ..PoolArgs::new("workers", 1) }.build();
     let mut old = container("workers-1a2b3c4d5e-k2x9p", "workers", "1a2b3c4d5e", 1);
     let mut old_template = dp.pool.spec.template.clone();
     old_template.image = "kindest/node:v1.30.0".to_owned();
-    old.template = Some(crate::spec::canonical_template(
-        &old_template,
-        &dp.pool.spec.bootstrap,
-    ));
+    old.template = Some(crate::spec::canonical_template(&old_template, &dp.pool.spec.bootstrap));
     let node_name = old.name.clone();
     let mut mirror = pod("etcd-static", &node_name, Some("Node"));
     mirror.mirror = true;
@@ -959,9 +724,7 @@ fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
         })
         .unwrap();
     let show = |pods: &[crate::plan::PodRef]| -> Vec<String> {
-        pods.iter()
-            .map(|p| format!("{} {:?} {:?}", p.pod, p.owner, p.note))
-            .collect()
+        pods.iter().map(|p| format!("{} {:?} {:?}", p.pod, p.owner, p.note)).collect()
     };
     assert_eq!(
         show(&drain.evict),
@@ -985,27 +748,15 @@ fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
 #[test]
 fn new_names_avoid_every_name_in_use() {
     let dp = PoolArgs::new("web", 1).build();
-    let first = plan(
-        &desired(vec![dp.clone()]),
-        &World::default(),
-        PlanOptions::default(),
-    );
+    let first = plan(&desired(vec![dp.clone()]), &World::default(), PlanOptions::default());
     let taken = first.pools[0].steps[0].instance.clone();
-    let world = World {
-        nodes: vec![node(&taken, "other")],
-        ..World::default()
-    };
+    let world = World { nodes: vec![node(&taken, "other")], ..World::default() };
     let second = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let name = &second.pools[0].steps[0].instance;
     assert_ne!(name, &taken);
     let suffix = name.rsplit('-').next().unwrap();
     assert_eq!(suffix.len(), 5);
-    assert!(
-        suffix
-            .chars()
-            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
-        "{name}"
-    );
+    assert!(suffix.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{name}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1046,18 +797,8 @@ fn snapshot_of_no_changes_from_git() {
         commit: "0123456789abcdef0123456789abcdef01234567".to_owned(),
         path: "pools".to_owned(),
     };
-    let world = World {
-        containers: vec![container("web-a", "web", &h, 1)],
-        ..World::default()
-    };
-    let plan = plan(
-        &Desired {
-            origin,
-            pools: vec![dp],
-        },
-        &world,
-        PlanOptions::default(),
-    );
+    let world = World { containers: vec![container("web-a", "web", &h, 1)], ..World::default() };
+    let plan = plan(&Desired { origin, pools: vec![dp] }, &world, PlanOptions::default());
     insta::assert_snapshot!("no_changes_text", text(&plan));
 }
 

@@ -48,12 +48,7 @@ impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Path { path } => f.write_str(path),
-            Self::Git {
-                url,
-                reference,
-                commit,
-                path,
-            } => {
+            Self::Git { url, reference, commit, path } => {
                 let short = commit.get(..7).unwrap_or(commit);
                 write!(f, "{url} @ {reference} ({short})")?;
                 if !path.is_empty() {

@@ -40,26 +40,20 @@ impl FromStr for Duration {
     type Err = ParseDurationError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseDurationError {
-            input: s.to_owned(),
-        };
+        let err = || ParseDurationError { input: s.to_owned() };
         let mut rest = s.trim();
         if rest.is_empty() {
             return Err(err());
         }
         let mut total_ms: u64 = 0;
         while !rest.is_empty() {
-            let digits = rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len());
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
             if digits == 0 {
                 return Err(err());
             }
             let n: u64 = rest[..digits].parse().map_err(|_| err())?;
             rest = &rest[digits..];
-            let unit_len = rest
-                .find(|c: char| c.is_ascii_digit())
-                .unwrap_or(rest.len());
+            let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
             let per_unit_ms = match &rest[..unit_len] {
                 "ms" => 1,
                 "s" => 1_000,

@@ -19,11 +19,7 @@ struct Hashed<'a> {
 /// The canonical JSON the hash is taken over. Maps are `BTreeMap`s, so the order in which the
 /// YAML wrote them cannot change it.
 pub fn canonical_template(template: &Template, bootstrap: &[BootstrapStep]) -> String {
-    serde_json::to_string(&Hashed {
-        template,
-        bootstrap,
-    })
-    .expect("a template serializes")
+    serde_json::to_string(&Hashed { template, bootstrap }).expect("a template serializes")
 }
 
 /// The template hash of a pool spec: the first [`HASH_LEN`] hex digits of the SHA-256 of its

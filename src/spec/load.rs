@@ -48,11 +48,7 @@ pub struct SpecErrors(pub Vec<SpecError>);
 impl fmt::Display for SpecErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(
-            f,
-            "{n} error{} in the pool spec",
-            if n == 1 { "" } else { "s" }
-        )?;
+        write!(f, "{n} error{} in the pool spec", if n == 1 { "" } else { "s" })?;
         for e in &self.0 {
             write!(f, "\n  {e}")?;
         }

@@ -24,10 +24,7 @@ pub const KIND_POOL: &str = "Pool";
 /// One `Pool` document: a named set of identical containers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(
-    title = "Pool",
-    description = "A poolctl pool: N identical containers, optionally registered as Kubernetes Nodes."
-)]
+#[schemars(title = "Pool", description = "A poolctl pool: N identical containers, optionally registered as Kubernetes Nodes.")]
 pub struct Pool {
     /// Always `poolctl.dev/v1alpha1`.
     pub api_version: String,
