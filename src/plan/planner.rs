@@ -47,7 +47,7 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         .map(|c| c.pool.as_str())
         .collect();
     for name in undeclared {
-        let target = Target::undeclared(name, world.world);
+        let target = Target::undeclared(name, world.world, options.prune);
         pools.push(if options.prune {
             plan_pool(&target, world, &mut names)
         } else {
@@ -122,7 +122,7 @@ impl<'a> Target<'a> {
     /// A pool the source no longer declares, retired as if it had zero replicas. Its spec is
     /// gone, so whether its instances are Nodes is read from the world: if any Node belongs to
     /// it, every instance is retired the Kubernetes way, never by just removing the container.
-    fn undeclared(name: &'a str, world: &World) -> Self {
+    fn undeclared(name: &'a str, world: &World, pruned: bool) -> Self {
         let containers: HashSet<&str> =
             world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
         let with_nodes = world
@@ -131,7 +131,7 @@ impl<'a> Target<'a> {
             .any(|n| n.pool.as_deref() == Some(name) || containers.contains(n.name.as_str()));
         Self {
             name,
-            status: PoolStatus::Undeclared { pruned: true },
+            status: PoolStatus::Undeclared { pruned },
             hash: None,
             pool: None,
             replicas: 0,
@@ -176,17 +176,13 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
         })
         .collect();
     if target.with_nodes {
-        let joined: HashSet<&str> = out.iter().map(|i| i.name).collect();
+        let joined: HashSet<&'a str> = out.iter().map(|i| i.name).collect();
         let orphans = world
             .world
             .nodes
             .iter()
             .filter(|n| n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str()));
-        out.extend(
-            orphans
-                .map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false })
-                .collect::<Vec<_>>(),
-        );
+        out.extend(orphans.map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false }));
     }
     out.sort_by(|a, b| a.name.cmp(b.name));
     out
@@ -224,7 +220,7 @@ fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
     let containers = all.iter().filter(|i| i.container.is_some()).count();
     PoolPlan {
         name: target.name.to_owned(),
-        status: PoolStatus::Undeclared { pruned: false },
+        status: target.status,
         template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,
