@@ -12,6 +12,7 @@ pub mod docker;
 pub mod kube;
 pub mod plan;
 pub mod run;
+pub mod sim;
 pub mod source;
 pub mod spec;
 pub mod world;

@@ -3,12 +3,14 @@
 
 mod planner;
 mod render;
+#[cfg(test)]
+mod tests;
 
 use serde::Serialize;
 
 use crate::source::Origin;
 
-pub use planner::{PlanOptions, plan};
+pub use planner::{PlanOptions, is_up, plan};
 pub use render::{render_json, render_text};
 
 /// Labels poolctl puts on every container (and Node) it manages.

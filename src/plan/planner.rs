@@ -1,9 +1,22 @@
 //! The pure planner: `plan(desired, world) -> Plan`, with no I/O.
+//!
+//! Each pool is planned on its own, like a Deployment's rolling update: instances are split into
+//! the ones to keep (up to `replicas` current, up instances, newest first) and the ones to retire;
+//! then batches alternate "create what the surge allows" with "retire what the availability
+//! budget allows", until the pool has `replicas` current instances and nothing else.
 
-use crate::source::Desired;
-use crate::world::World;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use super::{Plan, Summary};
+use sha2::{Digest, Sha256};
+
+use crate::source::{Desired, DesiredPool};
+use crate::spec::{HASH_LEN, canonical_template};
+use crate::world::{Container, ContainerState, Node, Pod, World};
+
+use super::{
+    Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step, Summary,
+    TemplateChange,
+};
 
 /// Choices the user makes on the command line that change the plan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -14,6 +27,444 @@ pub struct PlanOptions {
 
 /// Compute the plan that takes `world` to `desired`.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let _ = (world, options);
-    Plan { origin: desired.origin.clone(), pools: Vec::new(), summary: Summary::default() }
+    let world = &Observed::new(world);
+    let mut names = Names::new(world.world);
+    let mut pools: Vec<PoolPlan> = desired
+        .pools
+        .iter()
+        .map(|dp| plan_pool(&Target::declared(dp, world.world), world, &mut names))
+        .collect();
+
+    // Pools this source created earlier but no longer declares. Pools of other scopes belong to
+    // another source and are left alone entirely.
+    let scope = desired.origin.scope();
+    let declared: HashSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
+    let undeclared: BTreeSet<&str> = world
+        .world
+        .containers
+        .iter()
+        .filter(|c| c.scope.as_deref() == Some(scope.as_str()) && !declared.contains(c.pool.as_str()))
+        .map(|c| c.pool.as_str())
+        .collect();
+    for name in undeclared {
+        let target = Target::undeclared(name, world.world, options.prune);
+        pools.push(if options.prune {
+            plan_pool(&target, world, &mut names)
+        } else {
+            keep_pool(&target, world)
+        });
+    }
+
+    let summary = pools.iter().fold(Summary::default(), |mut sum, pool| {
+        sum.create += pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
+        sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
+        sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
+        sum
+    });
+    Plan { origin: desired.origin.clone(), pools, summary }
+}
+
+/// Whether an instance is serving: its container is up and, for a pool whose instances are
+/// Nodes, its Node exists, is Ready and is schedulable. The simulated world counts with the same
+/// rule, so that the capacity invariant is checked against the planner's own notion of "up".
+pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bool {
+    container.is_up() && (!with_nodes || node.is_some_and(|n| n.ready && !n.unschedulable))
+}
+
+/// The world with lookups by name, so that planning stays linear in its size.
+struct Observed<'a> {
+    world: &'a World,
+    nodes: HashMap<&'a str, &'a Node>,
+    pods: HashMap<&'a str, Vec<&'a Pod>>,
+}
+
+impl<'a> Observed<'a> {
+    fn new(world: &'a World) -> Self {
+        let nodes = world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        for pod in &world.pods {
+            pods.entry(pod.node.as_str()).or_default().push(pod);
+        }
+        Self { world, nodes, pods }
+    }
+}
+
+/// What a pool should become, reduced to what planning needs.
+struct Target<'a> {
+    name: &'a str,
+    status: PoolStatus,
+    /// `None` for an undeclared pool: every instance is outdated.
+    hash: Option<&'a str>,
+    pool: Option<&'a DesiredPool>,
+    replicas: usize,
+    max_surge: usize,
+    max_unavailable: usize,
+    /// Instances are also Kubernetes Nodes.
+    with_nodes: bool,
+}
+
+impl<'a> Target<'a> {
+    fn declared(dp: &'a DesiredPool, world: &World) -> Self {
+        let spec = &dp.pool.spec;
+        let exists = world.containers.iter().any(|c| c.pool == dp.name());
+        Self {
+            name: dp.name(),
+            status: if exists { PoolStatus::Existing } else { PoolStatus::New },
+            hash: Some(&dp.template_hash),
+            pool: Some(dp),
+            replicas: to_count(spec.replicas),
+            max_surge: to_count(spec.rollout.max_surge),
+            max_unavailable: to_count(spec.rollout.max_unavailable),
+            with_nodes: spec.node.is_some(),
+        }
+    }
+
+    /// A pool the source no longer declares, retired as if it had zero replicas. Its spec is
+    /// gone, so whether its instances are Nodes is read from the world: if any Node belongs to
+    /// it, every instance is retired the Kubernetes way, never by just removing the container.
+    fn undeclared(name: &'a str, world: &World, pruned: bool) -> Self {
+        let containers: HashSet<&str> =
+            world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
+        let with_nodes = world
+            .nodes
+            .iter()
+            .any(|n| n.pool.as_deref() == Some(name) || containers.contains(n.name.as_str()));
+        Self {
+            name,
+            status: PoolStatus::Undeclared { pruned },
+            hash: None,
+            pool: None,
+            replicas: 0,
+            max_surge: 1,
+            max_unavailable: 0,
+            with_nodes,
+        }
+    }
+
+    fn is_current(&self, instance: &Instance<'_>) -> bool {
+        instance.container.is_some_and(|c| Some(c.template_hash.as_str()) == self.hash)
+    }
+}
+
+fn to_count(n: i64) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// One instance as observed: a container, its Node, or (an orphan) a Node alone.
+#[derive(Clone, Copy)]
+struct Instance<'a> {
+    name: &'a str,
+    container: Option<&'a Container>,
+    node: Option<&'a Node>,
+    up: bool,
+}
+
+impl Instance<'_> {
+    fn created(&self) -> i64 {
+        self.container.map_or(i64::MIN, |c| c.created)
+    }
+}
+
+/// The pool's instances: its containers, joined by name with their Nodes when the pool has
+/// Nodes, plus the orphan Nodes (the pool's label, no container). Sorted by name.
+fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>> {
+    let containers = world.world.containers.iter().filter(|c| c.pool == target.name);
+    let mut out: Vec<Instance<'a>> = containers
+        .map(|c| {
+            let node = target.with_nodes.then(|| world.nodes.get(c.name.as_str()).copied()).flatten();
+            Instance { name: &c.name, container: Some(c), node, up: is_up(c, node, target.with_nodes) }
+        })
+        .collect();
+    if target.with_nodes {
+        let joined: HashSet<&'a str> = out.iter().map(|i| i.name).collect();
+        let orphans = world
+            .world
+            .nodes
+            .iter()
+            .filter(|n| n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str()));
+        out.extend(orphans.map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false }));
+    }
+    out.sort_by(|a, b| a.name.cmp(b.name));
+    out
+}
+
+fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> PoolPlan {
+    let all = instances(target, world);
+
+    // Keep the newest current instances that are up, so that the oldest go first.
+    let mut candidates: Vec<&Instance<'_>> = all.iter().filter(|i| i.up && target.is_current(i)).collect();
+    candidates.sort_by_key(|i| std::cmp::Reverse((i.created(), i.name)));
+    let kept: HashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
+
+    // DESIGN invariant 6. Not-up instances lead because retiring them costs no availability:
+    // they clear room for the surge even when no up instance may go yet (an exited current
+    // container next to a full set of outdated ones would otherwise block the rollout).
+    let mut retirees: Vec<&Instance<'_>> = all.iter().filter(|i| !kept.contains(i.name)).collect();
+    retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
+
+    let steps = rollout(target, &all, kept.len(), retirees, world, names);
+    PoolPlan {
+        name: target.name.to_owned(),
+        status: target.status,
+        template_hash: target.hash.map(str::to_owned),
+        replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
+        template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
+        instances: all.iter().map(|i| status(target, i, kept.contains(i.name))).collect(),
+        steps,
+    }
+}
+
+/// An undeclared pool without `--prune`: shown, never touched.
+fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
+    let all = instances(target, world);
+    let containers = all.iter().filter(|i| i.container.is_some()).count();
+    PoolPlan {
+        name: target.name.to_owned(),
+        status: target.status,
+        template_hash: None,
+        replicas: u32::try_from(containers).unwrap_or(u32::MAX),
+        template_change: None,
+        instances: all.iter().map(|i| status(target, i, true)).collect(),
+        steps: Vec::new(),
+    }
+}
+
+/// The batches of a rolling update. Each batch creates what `maxSurge` allows, then retires, in
+/// retirement order, what `maxUnavailable` allows, stopping at the first instance that may not
+/// go yet (so that the order of retirement is the retirement order).
+fn rollout(
+    target: &Target<'_>,
+    all: &[Instance<'_>],
+    kept: usize,
+    retirees: Vec<&Instance<'_>>,
+    world: &Observed<'_>,
+    names: &mut Names,
+) -> Vec<Step> {
+    let (replicas, surge, unavailable) = (target.replicas, target.max_surge, target.max_unavailable);
+    let mut to_create = replicas.saturating_sub(kept);
+    let mut pending: VecDeque<&Instance<'_>> = retirees.into();
+    let mut alive = all.iter().filter(|i| i.container.is_some()).count();
+    let mut ready = all.iter().filter(|i| i.up).count();
+    let mut steps = Vec::new();
+
+    for batch in 1.. {
+        if to_create == 0 && pending.is_empty() {
+            break;
+        }
+        let before = steps.len();
+        let mut push = |instance: &str, action: Action| {
+            steps.push(Step { batch, instance: instance.to_owned(), action });
+        };
+
+        let n = to_create.min((replicas + surge).saturating_sub(alive));
+        if let Some(dp) = target.pool.filter(|_| n > 0) {
+            let new: Vec<String> = (0..n).map(|_| names.next(dp.name(), &dp.template_hash)).collect();
+            let template = &dp.pool.spec.template;
+            for name in &new {
+                let action =
+                    Action::Create { image: template.image.clone(), template_hash: dp.template_hash.clone() };
+                push(name, action);
+            }
+            let bootstrap = dp.pool.spec.bootstrap.len();
+            for name in new.iter().filter(|_| bootstrap > 0) {
+                push(name, Action::Bootstrap { commands: bootstrap });
+            }
+            for name in &new {
+                push(name, Action::AwaitReady { node: target.with_nodes });
+            }
+            (to_create, alive, ready) = (to_create - n, alive + n, ready + n);
+        }
+
+        while let Some(instance) = pending.front() {
+            if instance.up {
+                // Only while at least `replicas - maxUnavailable` stay up without it.
+                if ready + unavailable <= replicas {
+                    break;
+                }
+                ready -= 1;
+            }
+            if instance.container.is_some() {
+                alive -= 1;
+            }
+            for action in retirement(instance, target.with_nodes, world) {
+                push(instance.name, action);
+            }
+            pending.pop_front();
+        }
+
+        // Validation guarantees maxSurge + maxUnavailable > 0, which makes every batch progress;
+        // this guard only keeps a bad input from looping forever.
+        if steps.len() == before {
+            break;
+        }
+    }
+    steps
+}
+
+/// The retirement of one instance, in DESIGN order: Cordon < Drain < Stop < DeleteNode < Remove,
+/// leaving out what is already done. The Node is deleted only once the container is stopped (a
+/// running kubelet re-registers it), and the container goes last so that an interrupted
+/// retirement can be found again from its labels.
+fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -> Vec<Action> {
+    // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
+    // cleaned up once the Node object is deleted.
+    if instance.container.is_none() {
+        return vec![Action::DeleteNode];
+    }
+    let node = instance.node.filter(|_| with_nodes);
+    // A paused or restarting container still holds a process that must be stopped gracefully.
+    let running = instance.container.is_some_and(|c| {
+        matches!(c.state, ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
+    });
+    let mut actions = Vec::new();
+    if node.is_some_and(|n| !n.unschedulable) {
+        actions.push(Action::Cordon);
+    }
+    if let Some(node) = node {
+        actions.push(Action::Drain(drain_preview(&node.name, world)));
+    }
+    if running {
+        actions.push(Action::Stop);
+    }
+    if node.is_some() {
+        actions.push(Action::DeleteNode);
+    }
+    actions.push(Action::Remove);
+    actions
+}
+
+/// What `kubectl drain` would do to the node's pods, and which PDBs would make it wait.
+fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
+    let mut pods: Vec<&Pod> = world.pods.get(node).cloned().unwrap_or_default();
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+    let mut preview = DrainPreview::default();
+    let mut blocking = BTreeSet::new();
+    for pod in pods {
+        let pod_ref = |note: Option<&str>| PodRef {
+            pod: format!("{}/{}", pod.namespace, pod.name),
+            owner: pod.owner_kind.clone(),
+            note: note.map(str::to_owned),
+        };
+        let skip = if pod.owner_kind.as_deref() == Some("DaemonSet") {
+            Some("DaemonSet")
+        } else if pod.mirror {
+            Some("mirror pod")
+        } else if pod.finished {
+            Some("finished")
+        } else {
+            None
+        };
+        if let Some(reason) = skip {
+            preview.skip.push(pod_ref(Some(reason)));
+            continue;
+        }
+        let warning = if pod.owner_kind.is_none() {
+            Some("no controller: will be lost")
+        } else if pod.empty_dir {
+            Some("emptyDir data will be lost")
+        } else {
+            None
+        };
+        preview.evict.push(pod_ref(warning));
+        blocking.extend(
+            world
+                .world
+                .pdbs
+                .iter()
+                .filter(|pdb| pdb.disruptions_allowed <= 0 && pdb.covers(pod))
+                .map(|pdb| format!("{}/{}", pdb.namespace, pdb.name)),
+        );
+    }
+    preview.blocking_pdbs = blocking.into_iter().collect();
+    preview
+}
+
+fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceStatus {
+    let node = target.with_nodes.then(|| {
+        match instance.node {
+            None => "missing",
+            Some(n) if n.ready => "ready",
+            Some(_) => "not-ready",
+        }
+        .to_owned()
+    });
+    InstanceStatus {
+        name: instance.name.to_owned(),
+        template_hash: instance.container.map(|c| c.template_hash.clone()).unwrap_or_default(),
+        container: instance.container.map_or("missing", |c| c.state.as_str()).to_owned(),
+        node,
+        cordoned: instance.node.is_some_and(|n| n.unschedulable),
+        fate: if keep { Fate::Keep } else { Fate::Retire },
+    }
+}
+
+/// The diff between the most common outdated template and the spec's, if any instance is
+/// outdated.
+fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
+    let mut outdated: BTreeMap<&str, Vec<&Container>> = BTreeMap::new();
+    for c in world.containers.iter().filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash) {
+        outdated.entry(&c.template_hash).or_default().push(c);
+    }
+    // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
+    let (from_hash, containers) =
+        outdated.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
+    let spec = &dp.pool.spec;
+    let old = containers.iter().find_map(|c| c.template.as_deref().and_then(json_to_yaml));
+    Some(TemplateChange {
+        from_hash: from_hash.to_owned(),
+        to_hash: dp.template_hash.clone(),
+        old: old.unwrap_or_default(),
+        new: json_to_yaml(&canonical_template(&spec.template, &spec.bootstrap)).unwrap_or_default(),
+    })
+}
+
+/// Both sides of the diff go through the same conversion, so only real changes show.
+fn json_to_yaml(json: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    serde_yaml::to_string(&value).ok()
+}
+
+/// Hands out new instance names, `<pool>-<hash prefix>-<suffix>`, that no container or Node of
+/// the world and no earlier name of this plan uses. The suffix is derived from a counter, not
+/// drawn at random, so that the planner stays a pure function.
+struct Names {
+    used: HashSet<String>,
+    /// Where each pool's counter resumes, so that handing out n names costs O(n).
+    counters: HashMap<String, u64>,
+}
+
+impl Names {
+    const SUFFIX_LEN: u32 = 5;
+
+    fn new(world: &World) -> Self {
+        let containers = world.containers.iter().map(|c| c.name.clone());
+        Self {
+            used: containers.chain(world.nodes.iter().map(|n| n.name.clone())).collect(),
+            counters: HashMap::new(),
+        }
+    }
+
+    fn next(&mut self, pool: &str, hash: &str) -> String {
+        let prefix = &hash[..hash.len().min(HASH_LEN)];
+        let counter = self.counters.entry(pool.to_owned()).or_default();
+        loop {
+            let name = format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, *counter));
+            *counter += 1;
+            if self.used.insert(name.clone()) {
+                return name;
+            }
+        }
+    }
+
+    fn suffix(pool: &str, hash: &str, counter: u64) -> String {
+        let digest = Sha256::digest(format!("{pool}/{hash}/{counter}").as_bytes());
+        let mut n = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        let mut out = String::new();
+        for _ in 0..Self::SUFFIX_LEN {
+            out.push(char::from_digit((n % 36) as u32, 36).expect("a base-36 digit"));
+            n /= 36;
+        }
+        out
+    }
 }

@@ -1,0 +1,813 @@
+//! Tests of the planner: DESIGN invariants 1-6 as properties over generated specs and worlds,
+//! executed step by step in the simulated world; scenarios by example; snapshots of the output.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use crate::plan::{
+    Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
+};
+use crate::sim::SimWorld;
+use crate::source::{Desired, DesiredPool, Origin};
+use crate::spec::{
+    BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
+};
+use crate::world::{Container, ContainerState, Health, Node, Pdb, Pod, World};
+
+// ---------------------------------------------------------------------------------------------
+// Building inputs
+
+fn origin() -> Origin {
+    Origin::Path { path: "pools/".to_owned() }
+}
+
+fn other_origin() -> Origin {
+    Origin::Path { path: "elsewhere/".to_owned() }
+}
+
+struct PoolArgs {
+    name: &'static str,
+    image: &'static str,
+    replicas: i64,
+    surge: i64,
+    unavailable: i64,
+    nodes: bool,
+    bootstrap: usize,
+}
+
+impl PoolArgs {
+    fn new(name: &'static str, replicas: i64) -> Self {
+        Self { name, image: "busybox:latest", replicas, surge: 1, unavailable: 0, nodes: false, bootstrap: 0 }
+    }
+
+    fn build(&self) -> DesiredPool {
+        let template = Template {
+            image: self.image.to_owned(),
+            command: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
+            entrypoint: None,
+            env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
+            labels: BTreeMap::new(),
+            network: None,
+            privileged: false,
+            volumes: Vec::new(),
+            tmpfs: Vec::new(),
+        };
+        let bootstrap: Vec<BootstrapStep> = (0..self.bootstrap)
+            .map(|i| BootstrapStep {
+                exec: vec!["true".to_owned(), i.to_string()],
+                timeout: Duration::from_secs(120),
+            })
+            .collect();
+        let node = self.nodes.then(|| NodeSpec {
+            kubeconfig: None,
+            context: None,
+            ready_timeout: Duration::from_secs(300),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        });
+        let hash = template_hash(&template, &bootstrap);
+        let rollout =
+            Rollout { max_surge: self.surge, max_unavailable: self.unavailable, ..Rollout::default() };
+        DesiredPool {
+            pool: Pool {
+                api_version: crate::spec::API_VERSION.to_owned(),
+                kind: crate::spec::KIND_POOL.to_owned(),
+                metadata: Metadata { name: self.name.to_owned() },
+                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, rollout },
+            },
+            file: format!("{}.yaml", self.name),
+            template_hash: hash,
+        }
+    }
+}
+
+fn desired(pools: Vec<DesiredPool>) -> Desired {
+    Desired { origin: origin(), pools }
+}
+
+/// A running, healthy container of `pool` created by this test's source.
+fn container(name: &str, pool: &str, hash: &str, created: i64) -> Container {
+    Container {
+        id: format!("id-{name}"),
+        name: name.to_owned(),
+        pool: pool.to_owned(),
+        template_hash: hash.to_owned(),
+        state: ContainerState::Running,
+        health: Health::None,
+        created,
+        template: None,
+        scope: Some(origin().scope()),
+        image: "busybox:old".to_owned(),
+    }
+}
+
+fn node(name: &str, pool: &str) -> Node {
+    Node {
+        name: name.to_owned(),
+        pool: Some(pool.to_owned()),
+        ready: true,
+        unschedulable: false,
+        cordoned_by_poolctl: false,
+    }
+}
+
+fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
+    Pod {
+        namespace: "default".to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        node: node.to_owned(),
+        labels: BTreeMap::from([("app".to_owned(), name.split('-').next().unwrap_or(name).to_owned())]),
+        owner_kind: owner.map(str::to_owned),
+        mirror: false,
+        finished: false,
+        empty_dir: false,
+    }
+}
+
+fn pool_plan<'a>(plan: &'a Plan, name: &str) -> &'a PoolPlan {
+    plan.pools.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no pool {name} in the plan"))
+}
+
+/// `(verb, instance)` of every step, to compare against an expected sequence.
+fn verbs(pool: &PoolPlan) -> Vec<(&'static str, &str)> {
+    pool.steps.iter().map(|s| (s.action.verb(), s.instance.as_str())).collect()
+}
+
+fn retired(pool: &PoolPlan) -> Vec<&str> {
+    pool.instances.iter().filter(|i| i.fate == Fate::Retire).map(|i| i.name.as_str()).collect()
+}
+
+fn text(plan: &Plan) -> String {
+    let mut out = Vec::new();
+    render_text(plan, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants, checked on any plan
+
+/// Where an action sits in a retirement (DESIGN invariant 2).
+fn retirement_rank(action: &Action) -> Option<u8> {
+    Some(match action {
+        Action::Cordon => 0,
+        Action::Drain(_) => 1,
+        Action::Stop => 2,
+        Action::DeleteNode => 3,
+        Action::Remove => 4,
+        _ => return None,
+    })
+}
+
+/// Invariant 1: within each batch every Create precedes every retirement step.
+fn check_creation_first(steps: &[Step]) {
+    for (i, later) in steps.iter().enumerate() {
+        if matches!(later.action, Action::Create { .. }) {
+            let earlier = steps[..i].iter().find(|s| s.batch == later.batch && s.action.is_retirement());
+            assert!(earlier.is_none(), "batch {}: {earlier:?} before create {}", later.batch, later.instance);
+        }
+    }
+}
+
+/// Invariant 2: Cordon < Drain < Stop < DeleteNode < Remove, each at most once, per instance.
+fn check_retirement_order(steps: &[Step]) {
+    let mut last: BTreeMap<&str, u8> = BTreeMap::new();
+    for step in steps {
+        if let Some(rank) = retirement_rank(&step.action) {
+            if let Some(&before) = last.get(step.instance.as_str()) {
+                assert!(before < rank, "{}: {} out of order", step.instance, step.action.verb());
+            }
+            last.insert(&step.instance, rank);
+        }
+    }
+}
+
+/// Invariant 6: instances leave in retirement order (not-up before up, then outdated before
+/// current, then oldest first), and the ones kept are the newest current up instances.
+fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) {
+    let key = |name: &str| {
+        let c = world.containers.iter().find(|c| c.name == name);
+        let n = world.nodes.iter().find(|n| n.name == name);
+        let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes));
+        let current = c.is_some_and(|c| c.template_hash == hash);
+        (up, current, c.map_or(i64::MIN, |c| c.created), name.to_owned())
+    };
+    let mut order: Vec<&str> = Vec::new();
+    for step in pool.steps.iter().filter(|s| s.action.is_retirement()) {
+        if !order.contains(&step.instance.as_str()) {
+            order.push(&step.instance);
+        }
+    }
+    for pair in order.windows(2) {
+        assert!(key(pair[0]) <= key(pair[1]), "{} retired before {}", pair[0], pair[1]);
+    }
+    for kept in pool.instances.iter().filter(|i| i.fate == Fate::Keep) {
+        let k = key(&kept.name);
+        assert!(k.0 && k.1, "kept {} is not a current up instance", kept.name);
+        for gone in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
+            let g = key(&gone.name);
+            if g.0 && g.1 {
+                assert!((g.2, &g.3) < (k.2, &k.3), "retired {} is newer than kept {}", gone.name, kept.name);
+            }
+        }
+    }
+}
+
+/// Invariant 3, step by step in the simulated world; returns the world afterwards.
+fn execute_checking_capacity(plan: &Plan, world: &World, spec: &PoolArgs) -> World {
+    let (r, s, u) = (spec.replicas as usize, spec.surge as usize, spec.unavailable as usize);
+    let mut sim = SimWorld::new(world.clone());
+    sim.scope = Some(plan.origin.scope());
+    let max_alive = (r + s).max(sim.alive(spec.name));
+    let healthy = sim.up(spec.name, spec.nodes) >= r;
+    for (pool, step) in plan.steps() {
+        sim.apply_step(&pool.name, step);
+        let (alive, up) = (sim.alive(spec.name), sim.up(spec.name, spec.nodes));
+        assert!(
+            alive <= max_alive,
+            "after {} {}: {alive} containers > {max_alive}",
+            step.action.verb(),
+            step.instance
+        );
+        if healthy {
+            assert!(up + u >= r, "after {} {}: {up} up < {r} - {u}", step.action.verb(), step.instance);
+        }
+    }
+    sim.world
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generated inputs
+
+#[derive(Debug, Clone)]
+struct GenInstance {
+    current: bool,
+    old_hash: usize,
+    state: (ContainerState, Health),
+    node: GenNode,
+    created: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum GenNode {
+    Ready,
+    NotReady,
+    Missing,
+    Cordoned,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    replicas: i64,
+    surge: i64,
+    unavailable: i64,
+    nodes: bool,
+    bootstrap: usize,
+    instances: Vec<GenInstance>,
+    orphans: usize,
+    undeclared: usize,
+    foreign: usize,
+    prune: bool,
+}
+
+fn gen_instance() -> impl Strategy<Value = GenInstance> {
+    let state = prop_oneof![
+        4 => Just((ContainerState::Running, Health::None)),
+        1 => Just((ContainerState::Running, Health::Unhealthy)),
+        1 => Just((ContainerState::Running, Health::Starting)),
+        1 => Just((ContainerState::Exited, Health::None)),
+        1 => Just((ContainerState::Created, Health::None)),
+    ];
+    let node = prop_oneof![
+        4 => Just(GenNode::Ready),
+        1 => Just(GenNode::NotReady),
+        1 => Just(GenNode::Missing),
+        1 => Just(GenNode::Cordoned),
+    ];
+    (any::<bool>(), 0..3usize, state, node, 0..20i64).prop_map(|(current, old_hash, state, node, created)| {
+        GenInstance { current, old_hash, state, node, created }
+    })
+}
+
+fn gen_case() -> impl Strategy<Value = Case> {
+    (
+        (0..8i64, 0..3i64, 0..3i64).prop_filter("maxSurge + maxUnavailable > 0", |(_, s, u)| s + u > 0),
+        any::<bool>(),
+        0..3usize,
+        prop::collection::vec(gen_instance(), 0..10),
+        (0..3usize, 0..3usize, 0..3usize, any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (replicas, surge, unavailable),
+                nodes,
+                bootstrap,
+                instances,
+                (orphans, undeclared, foreign, prune),
+            )| {
+                Case {
+                    replicas,
+                    surge,
+                    unavailable,
+                    nodes,
+                    bootstrap,
+                    instances,
+                    orphans,
+                    undeclared,
+                    foreign,
+                    prune,
+                }
+            },
+        )
+}
+
+impl Case {
+    /// The same case, but every instance serving and at least `replicas` of them: the start the
+    /// capacity invariant speaks of.
+    fn healthy(mut self) -> Self {
+        for g in &mut self.instances {
+            (g.state, g.node) = ((ContainerState::Running, Health::None), GenNode::Ready);
+        }
+        self.replicas = self.replicas.min(self.instances.len() as i64);
+        self
+    }
+
+    fn spec(&self) -> PoolArgs {
+        PoolArgs {
+            replicas: self.replicas,
+            surge: self.surge,
+            unavailable: self.unavailable,
+            nodes: self.nodes,
+            bootstrap: self.bootstrap,
+            ..PoolArgs::new("workers", 0)
+        }
+    }
+
+    fn world(&self, hash: &str) -> World {
+        let mut world = World::default();
+        for (i, g) in self.instances.iter().enumerate() {
+            let h = if g.current { hash.to_owned() } else { format!("old{}", g.old_hash) };
+            let name = format!("workers-{}-i{i}", &h[..4]);
+            let mut c = container(&name, "workers", &h, g.created);
+            (c.state, c.health) = g.state;
+            world.containers.push(c);
+            let mut n = node(&name, "workers");
+            match g.node {
+                GenNode::Ready => {}
+                GenNode::NotReady => n.ready = false,
+                GenNode::Cordoned => n.unschedulable = true,
+                GenNode::Missing => continue,
+            }
+            world.pods.push(pod(&format!("app-{i}"), &name, Some("ReplicaSet")));
+            world.nodes.push(n);
+        }
+        for i in 0..self.orphans {
+            world.nodes.push(node(&format!("workers-orphan-{i}"), "workers"));
+        }
+        for i in 0..self.undeclared {
+            world.containers.push(container(&format!("gone-x-{i}"), "gone", "cafe", 1));
+        }
+        for i in 0..self.foreign {
+            let mut c = container(&format!("theirs-x-{i}"), "theirs", "beef", 1);
+            c.scope = Some(other_origin().scope());
+            world.containers.push(c);
+        }
+        world
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_keep_the_design_invariants(case in gen_case()) {
+        let spec = case.spec();
+        let dp = spec.build();
+        let hash = dp.template_hash.clone();
+        let desired = desired(vec![dp]);
+        let world = case.world(&hash);
+        let options = PlanOptions { prune: case.prune };
+        let plan = plan(&desired, &world, options);
+
+        for pool in &plan.pools {
+            check_creation_first(&pool.steps);
+            check_retirement_order(&pool.steps);
+        }
+        check_which_go(pool_plan(&plan, "workers"), &world, &hash, case.nodes);
+        prop_assert!(plan.pools.iter().all(|p| p.name != "theirs"), "another source's pool was planned");
+        if let Some(gone) = plan.pools.iter().find(|p| p.name == "gone") {
+            prop_assert_eq!(gone.status, PoolStatus::Undeclared { pruned: case.prune });
+            prop_assert_eq!(gone.steps.is_empty(), !case.prune);
+        }
+
+        // Invariants 3 and 4: execute, checking capacity after every step, then plan again.
+        let after = execute_checking_capacity(&plan, &world, &spec);
+        let again = crate::plan::plan(&desired, &after, options);
+        prop_assert!(!again.has_changes(), "not converged: {:#?}", again.steps().collect::<Vec<_>>());
+        prop_assert_eq!(pool_plan(&again, "workers").instances.len(), case.replicas as usize);
+
+        // Planning is a function: the same inputs give the same plan.
+        prop_assert_eq!(crate::plan::plan(&desired, &world, options), plan);
+    }
+
+    #[test]
+    fn a_healthy_pool_keeps_its_capacity(case in gen_case().prop_map(Case::healthy)) {
+        let spec = case.spec();
+        let dp = spec.build();
+        let world = case.world(&dp.template_hash);
+        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= case.replicas as usize);
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune });
+        execute_checking_capacity(&plan, &world, &spec);
+    }
+
+    #[test]
+    fn a_converged_world_plans_no_steps(replicas in 0..8usize, nodes: bool, created in prop::collection::vec(0..50i64, 8)) {
+        let spec = PoolArgs { nodes, ..PoolArgs::new("workers", replicas as i64) };
+        let dp = spec.build();
+        let mut world = World::default();
+        for (i, at) in created.iter().take(replicas).enumerate() {
+            let name = format!("workers-{i}");
+            world.containers.push(container(&name, "workers", &dp.template_hash, *at));
+            if nodes {
+                world.nodes.push(node(&name, "workers"));
+            }
+        }
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: true });
+        prop_assert!(!plan.has_changes());
+        prop_assert_eq!(plan.summary.unchanged, replicas);
+        prop_assert!(text(&plan).ends_with("No changes. The world matches the source.\n"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+#[test]
+fn a_new_pool_is_created_in_one_surge_batch() {
+    let dp = PoolArgs { bootstrap: 2, ..PoolArgs::new("web", 2) }.build();
+    let plan = plan(&desired(vec![dp]), &World::default(), PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    assert_eq!(web.status, PoolStatus::New);
+    let v: Vec<&str> = verbs(web).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "create", "bootstrap", "bootstrap", "await-ready", "await-ready"]);
+    assert!(web.steps.iter().all(|s| s.batch == 1));
+    assert!(web.steps[0].instance.starts_with(&format!("web-{}-", web.template_hash.as_deref().unwrap())));
+    assert_ne!(web.steps[0].instance, web.steps[1].instance);
+    assert_eq!(plan.summary.create, 2);
+}
+
+#[test]
+fn scale_up_adds_instances_and_keeps_the_others() {
+    let dp = PoolArgs::new("web", 3).build();
+    let h = dp.template_hash.clone();
+    let world = World { containers: vec![container("web-a", "web", &h, 1)], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    assert_eq!(web.status, PoolStatus::Existing);
+    assert!(retired(web).is_empty());
+    assert_eq!(plan.summary.create, 2);
+    assert_eq!(plan.summary.unchanged, 1);
+}
+
+#[test]
+fn scale_down_retires_the_oldest_first() {
+    let dp = PoolArgs::new("web", 1).build();
+    let h = dp.template_hash.clone();
+    let world = World {
+        containers: vec![
+            container("web-b", "web", &h, 20),
+            container("web-a", "web", &h, 30),
+            container("web-c", "web", &h, 10),
+        ],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    assert_eq!(verbs(web), [("stop", "web-c"), ("remove", "web-c"), ("stop", "web-b"), ("remove", "web-b")]);
+    assert_eq!(retired(web), ["web-b", "web-c"]);
+}
+
+#[test]
+fn replacement_creates_one_then_retires_one_per_batch() {
+    let dp = PoolArgs::new("web", 2).build();
+    let world = World {
+        containers: vec![container("web-old-1", "web", "0ld", 1), container("web-old-2", "web", "0ld", 2)],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    let by_batch: Vec<(u32, &str)> = web.steps.iter().map(|s| (s.batch, s.action.verb())).collect();
+    assert_eq!(
+        by_batch,
+        [
+            (1, "create"),
+            (1, "await-ready"),
+            (1, "stop"),
+            (1, "remove"),
+            (2, "create"),
+            (2, "await-ready"),
+            (2, "stop"),
+            (2, "remove")
+        ]
+    );
+    assert_eq!(web.steps[2].instance, "web-old-1", "the oldest goes first");
+    let change = web.template_change.as_ref().unwrap();
+    assert_eq!(change.from_hash, "0ld");
+    assert_eq!(change.old, "", "the old containers carry no template label");
+    assert!(change.new.contains("image: busybox:latest"), "{}", change.new);
+}
+
+#[test]
+fn max_unavailable_lets_old_instances_go_before_new_ones_exist() {
+    let dp = PoolArgs { surge: 0, unavailable: 1, ..PoolArgs::new("web", 2) }.build();
+    let world = World {
+        containers: vec![container("web-old-1", "web", "0ld", 1), container("web-old-2", "web", "0ld", 2)],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let v: Vec<&str> = verbs(pool_plan(&plan, "web")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["stop", "remove", "create", "await-ready", "stop", "remove", "create", "await-ready"]);
+}
+
+#[test]
+fn replicas_zero_retires_everything() {
+    let dp = PoolArgs::new("web", 0).build();
+    let h = dp.template_hash.clone();
+    let world = World {
+        containers: vec![container("web-a", "web", &h, 1), container("web-b", "web", "0ld", 2)],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    assert_eq!(retired(web), ["web-a", "web-b"]);
+    assert_eq!(plan.summary.create, 0);
+    assert!(text(&plan).contains("Plan: 0 to create, 2 to retire, 0 unchanged."));
+}
+
+#[test]
+fn an_exited_container_is_replaced_without_a_stop() {
+    let dp = PoolArgs::new("web", 2).build();
+    let h = dp.template_hash.clone();
+    let mut dead = container("web-dead", "web", &h, 5);
+    dead.state = ContainerState::Exited;
+    let world = World { containers: vec![container("web-ok", "web", &h, 1), dead], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    let v: Vec<&str> = verbs(web).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "remove"]);
+    assert_eq!(web.steps[2].instance, "web-dead");
+    assert_eq!(retired(web), ["web-dead"]);
+}
+
+#[test]
+fn a_dead_instance_goes_first_to_make_room_for_the_surge() {
+    // Three containers already fill replicas + maxSurge; the dead one costs no availability, so
+    // it is retired before any up instance, and that lets the rollout start.
+    let dp = PoolArgs::new("web", 2).build();
+    let h = dp.template_hash.clone();
+    let mut dead = container("web-dead", "web", &h, 5);
+    dead.state = ContainerState::Exited;
+    let world = World {
+        containers: vec![
+            container("web-old-1", "web", "0ld", 1),
+            container("web-old-2", "web", "0ld", 2),
+            dead,
+        ],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let web = pool_plan(&plan, "web");
+    assert_eq!(verbs(web)[0], ("remove", "web-dead"));
+    assert_eq!(web.steps[0].batch, 1);
+    assert_eq!(verbs(web)[1].0, "create");
+    assert_eq!(retired(web), ["web-dead", "web-old-1", "web-old-2"]);
+}
+
+#[test]
+fn an_undeclared_pool_is_kept_unless_pruned() {
+    let world = World { containers: vec![container("gone-a", "gone", "cafe", 1)], ..World::default() };
+    let empty = desired(Vec::new());
+
+    let kept = plan(&empty, &world, PlanOptions { prune: false });
+    let gone = pool_plan(&kept, "gone");
+    assert_eq!(gone.status, PoolStatus::Undeclared { pruned: false });
+    assert!(gone.steps.is_empty());
+    assert!(text(&kept).contains("not removed: pass --prune to retire it"), "{}", text(&kept));
+
+    let pruned = plan(&empty, &world, PlanOptions { prune: true });
+    let gone = pool_plan(&pruned, "gone");
+    assert_eq!(gone.status, PoolStatus::Undeclared { pruned: true });
+    assert!(text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it"));
+    assert_eq!(verbs(gone), [("stop", "gone-a"), ("remove", "gone-a")]);
+}
+
+#[test]
+fn a_pool_dropped_from_the_source_after_an_apply_is_undeclared() {
+    let web = PoolArgs::new("web", 1).build();
+    let first = plan(&desired(vec![web]), &World::default(), PlanOptions::default());
+    let mut sim = SimWorld::new(World::default());
+    sim.apply(&first);
+    let after = plan(&desired(Vec::new()), &sim.world, PlanOptions::default());
+    assert_eq!(pool_plan(&after, "web").status, PoolStatus::Undeclared { pruned: false });
+}
+
+#[test]
+fn another_sources_pool_is_ignored() {
+    let mut c = container("theirs-a", "theirs", "beef", 1);
+    c.scope = Some(other_origin().scope());
+    let world = World { containers: vec![c], ..World::default() };
+    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true });
+    assert!(plan.pools.is_empty());
+    assert!(!plan.has_changes());
+}
+
+#[test]
+fn an_orphan_node_is_deleted() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let h = dp.template_hash.clone();
+    let world = World {
+        containers: vec![container("k-a", "k", &h, 1)],
+        nodes: vec![node("k-a", "k"), node("k-orphan", "k")],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    assert_eq!(verbs(k), [("delete-node", "k-orphan")]);
+    let orphan = k.instances.iter().find(|i| i.name == "k-orphan").unwrap();
+    assert_eq!((orphan.container.as_str(), orphan.fate), ("missing", Fate::Retire));
+    assert_eq!(plan.summary.retire, 1);
+}
+
+#[test]
+fn a_node_instance_retires_in_the_safe_order() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let world = World {
+        containers: vec![container("k-old", "k", "0ld", 1)],
+        nodes: vec![node("k-old", "k")],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"]);
+    assert_eq!(pool_plan(&plan, "k").steps[1].action, Action::AwaitReady { node: true });
+}
+
+#[test]
+fn a_cordoned_node_without_its_container_running_is_finished_off() {
+    // What an apply killed mid-retirement leaves behind: cordoned Node, stopped container.
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 0) }.build();
+    let mut c = container("k-old", "k", "0ld", 1);
+    c.state = ContainerState::Exited;
+    let mut n = node("k-old", "k");
+    (n.ready, n.unschedulable, n.cordoned_by_poolctl) = (false, true, true);
+    let world = World { containers: vec![c], nodes: vec![n], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["drain", "delete-node", "remove"]);
+}
+
+/// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node.
+fn drain_world() -> (Desired, World) {
+    let dp = PoolArgs { nodes: true, image: "kindest/node:v1.31.0", ..PoolArgs::new("workers", 1) }.build();
+    let mut old = container("workers-1a2b3c4d5e-k2x9p", "workers", "1a2b3c4d5e", 1);
+    let mut old_template = dp.pool.spec.template.clone();
+    old_template.image = "kindest/node:v1.30.0".to_owned();
+    old.template = Some(crate::spec::canonical_template(&old_template, &dp.pool.spec.bootstrap));
+    let node_name = old.name.clone();
+    let mut mirror = pod("etcd-static", &node_name, Some("Node"));
+    mirror.mirror = true;
+    let mut done = pod("job-done", &node_name, Some("Job"));
+    done.finished = true;
+    let mut cache = pod("cache-0", &node_name, Some("StatefulSet"));
+    cache.empty_dir = true;
+    let world = World {
+        containers: vec![old],
+        nodes: vec![node(&node_name, "workers")],
+        pods: vec![
+            pod("web-7d9f", &node_name, Some("ReplicaSet")),
+            pod("proxy-x1", &node_name, Some("DaemonSet")),
+            pod("solo", &node_name, None),
+            pod("web-elsewhere", "another-node", Some("ReplicaSet")),
+            mirror,
+            done,
+            cache,
+        ],
+        pdbs: vec![
+            Pdb {
+                namespace: "default".to_owned(),
+                name: "web".to_owned(),
+                match_labels: BTreeMap::from([("app".to_owned(), "web".to_owned())]),
+                disruptions_allowed: 0,
+            },
+            Pdb {
+                namespace: "default".to_owned(),
+                name: "cache".to_owned(),
+                match_labels: BTreeMap::from([("app".to_owned(), "cache".to_owned())]),
+                disruptions_allowed: 1,
+            },
+        ],
+    };
+    (desired(vec![dp]), world)
+}
+
+#[test]
+fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
+    let (desired, world) = drain_world();
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let drain = pool_plan(&plan, "workers")
+        .steps
+        .iter()
+        .find_map(|s| match &s.action {
+            Action::Drain(preview) => Some(preview),
+            _ => None,
+        })
+        .unwrap();
+    let show = |pods: &[crate::plan::PodRef]| -> Vec<String> {
+        pods.iter().map(|p| format!("{} {:?} {:?}", p.pod, p.owner, p.note)).collect()
+    };
+    assert_eq!(
+        show(&drain.evict),
+        [
+            "default/cache-0 Some(\"StatefulSet\") Some(\"emptyDir data will be lost\")",
+            "default/solo None Some(\"no controller: will be lost\")",
+            "default/web-7d9f Some(\"ReplicaSet\") None",
+        ]
+    );
+    assert_eq!(
+        show(&drain.skip),
+        [
+            "default/etcd-static Some(\"Node\") Some(\"mirror pod\")",
+            "default/job-done Some(\"Job\") Some(\"finished\")",
+            "default/proxy-x1 Some(\"DaemonSet\") Some(\"DaemonSet\")",
+        ]
+    );
+    assert_eq!(drain.blocking_pdbs, ["default/web"]);
+}
+
+#[test]
+fn new_names_avoid_every_name_in_use() {
+    let dp = PoolArgs::new("web", 1).build();
+    let first = plan(&desired(vec![dp.clone()]), &World::default(), PlanOptions::default());
+    let taken = first.pools[0].steps[0].instance.clone();
+    let world = World { nodes: vec![node(&taken, "other")], ..World::default() };
+    let second = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let name = &second.pools[0].steps[0].instance;
+    assert_ne!(name, &taken);
+    let suffix = name.rsplit('-').next().unwrap();
+    assert_eq!(suffix.len(), 5);
+    assert!(suffix.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{name}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots of the output
+
+#[test]
+fn snapshot_of_a_node_pool_rollout() {
+    let (desired, world) = drain_world();
+    let plan = plan(&desired, &world, PlanOptions::default());
+    insta::assert_snapshot!("node_rollout_text", text(&plan));
+    insta::assert_json_snapshot!("node_rollout_json", plan);
+}
+
+#[test]
+fn snapshot_of_a_scale_down_with_an_undeclared_pool() {
+    let dp = PoolArgs::new("web", 1).build();
+    let h = dp.template_hash.clone();
+    let world = World {
+        containers: vec![
+            container("web-a", "web", &h, 1),
+            container("web-b", "web", &h, 2),
+            container("gone-a", "gone", "cafe", 1),
+        ],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    insta::assert_snapshot!("scale_down_text", text(&plan));
+    insta::assert_json_snapshot!("scale_down_json", plan);
+}
+
+#[test]
+fn snapshot_of_no_changes_from_git() {
+    let dp = PoolArgs::new("web", 1).build();
+    let h = dp.template_hash.clone();
+    let origin = Origin::Git {
+        url: "https://example.com/infra.git".to_owned(),
+        reference: "main".to_owned(),
+        commit: "0123456789abcdef0123456789abcdef01234567".to_owned(),
+        path: "pools".to_owned(),
+    };
+    let world = World { containers: vec![container("web-a", "web", &h, 1)], ..World::default() };
+    let plan = plan(&Desired { origin, pools: vec![dp] }, &world, PlanOptions::default());
+    insta::assert_snapshot!("no_changes_text", text(&plan));
+}
+
+#[test]
+fn json_output_is_the_plan_serialized() {
+    let (desired, world) = drain_world();
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let mut out = Vec::new();
+    render_json(&plan, &mut out).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value, serde_json::to_value(&plan).unwrap());
+}

@@ -1,0 +1,172 @@
+//! An in-memory world that carries out plan steps the way the real executor would, for tests of
+//! the planner's invariants (and, later, of the executor).
+//!
+//! It is deliberately literal: each step changes exactly what its real counterpart changes in
+//! Docker or Kubernetes, and nothing else, so that a plan that relies on an effect it never
+//! asked for shows up as a failed invariant.
+
+use crate::plan::{Action, Plan, Step};
+use crate::world::{Container, ContainerState, Health, Node, World};
+
+/// A [`World`] that plan steps can be applied to.
+#[derive(Debug, Clone)]
+pub struct SimWorld {
+    pub world: World,
+    /// The scope label that created containers carry (see `Origin::scope`).
+    pub scope: Option<String>,
+    /// Creation time of the next container: later than every container of the initial world, so
+    /// that new instances are the newest.
+    clock: i64,
+}
+
+impl SimWorld {
+    pub fn new(world: World) -> Self {
+        let clock = world.containers.iter().map(|c| c.created).max().unwrap_or(0) + 1;
+        Self { world, scope: None, clock }
+    }
+
+    /// Carry out every step of the plan, in order, with the plan's source as the scope.
+    pub fn apply(&mut self, plan: &Plan) {
+        self.scope = Some(plan.origin.scope());
+        for (pool, step) in plan.steps() {
+            self.apply_step(&pool.name, step);
+        }
+    }
+
+    /// Carry out one step of pool `pool`.
+    ///
+    /// # Panics
+    /// When the step makes no sense in this world (awaiting an instance that is not up, acting
+    /// on a container or Node that does not exist): the plan is wrong.
+    pub fn apply_step(&mut self, pool: &str, step: &Step) {
+        let name = step.instance.as_str();
+        match &step.action {
+            Action::Create { image, template_hash } => {
+                assert!(self.container(name).is_none(), "create {name}: the name is taken");
+                self.world.containers.push(Container {
+                    id: format!("sim-{}", self.clock),
+                    name: name.to_owned(),
+                    pool: pool.to_owned(),
+                    template_hash: template_hash.clone(),
+                    state: ContainerState::Running,
+                    health: Health::None,
+                    created: self.clock,
+                    template: None,
+                    scope: self.scope.clone(),
+                    image: image.clone(),
+                });
+                self.clock += 1;
+            }
+            Action::Bootstrap { .. } => {
+                let c = self.container(name).unwrap_or_else(|| panic!("bootstrap {name}: no container"));
+                assert!(c.is_up(), "bootstrap {name}: container not up");
+            }
+            Action::AwaitReady { node } => {
+                let c = self.container(name).unwrap_or_else(|| panic!("await {name}: no container"));
+                assert!(c.is_up(), "await {name}: container not up");
+                // The kubelet in the new container registers its Node, which turns Ready.
+                if *node && self.node_mut(name).is_none() {
+                    self.world.nodes.push(Node {
+                        name: name.to_owned(),
+                        pool: Some(pool.to_owned()),
+                        ready: true,
+                        unschedulable: false,
+                        cordoned_by_poolctl: false,
+                    });
+                }
+            }
+            Action::Cordon => {
+                let n = self.node_mut(name).unwrap_or_else(|| panic!("cordon {name}: no Node"));
+                n.unschedulable = true;
+                n.cordoned_by_poolctl = true;
+            }
+            Action::Drain(_) => {
+                assert!(self.node_mut(name).is_some(), "drain {name}: no Node");
+                self.world.pods.retain(|p| p.node != name);
+            }
+            Action::Stop => {
+                let c = self.container_mut(name).unwrap_or_else(|| panic!("stop {name}: no container"));
+                c.state = ContainerState::Exited;
+                if let Some(n) = self.node_mut(name) {
+                    n.ready = false;
+                }
+            }
+            Action::DeleteNode => {
+                let before = self.world.nodes.len();
+                self.world.nodes.retain(|n| n.name != name);
+                assert!(self.world.nodes.len() < before, "delete-node {name}: no Node");
+            }
+            Action::Remove => {
+                let before = self.world.containers.len();
+                self.world.containers.retain(|c| c.name != name);
+                assert!(self.world.containers.len() < before, "remove {name}: no container");
+            }
+        }
+    }
+
+    /// Containers of the pool that exist, in any state.
+    pub fn alive(&self, pool: &str) -> usize {
+        self.world.containers.iter().filter(|c| c.pool == pool).count()
+    }
+
+    /// Instances of the pool that serve, by the planner's rule: container up and, for a pool of
+    /// Nodes, its Node Ready and schedulable.
+    pub fn up(&self, pool: &str, with_nodes: bool) -> usize {
+        self.world
+            .containers
+            .iter()
+            .filter(|c| c.pool == pool)
+            .filter(|c| crate::plan::is_up(c, self.world.nodes.iter().find(|n| n.name == c.name), with_nodes))
+            .count()
+    }
+
+    fn container(&self, name: &str) -> Option<&Container> {
+        self.world.containers.iter().find(|c| c.name == name)
+    }
+
+    fn container_mut(&mut self, name: &str) -> Option<&mut Container> {
+        self.world.containers.iter_mut().find(|c| c.name == name)
+    }
+
+    fn node_mut(&mut self, name: &str) -> Option<&mut Node> {
+        self.world.nodes.iter_mut().find(|n| n.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DrainPreview;
+
+    fn step(instance: &str, action: Action) -> Step {
+        Step { batch: 1, instance: instance.to_owned(), action }
+    }
+
+    #[test]
+    fn creating_and_retiring_an_instance_changes_the_counts() {
+        let mut sim = SimWorld::new(World::default());
+        let create = Action::Create { image: "busybox".to_owned(), template_hash: "abc".to_owned() };
+        sim.apply_step("k", &step("k-1", create));
+        assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");
+        sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));
+        assert_eq!(sim.up("k", true), 1);
+
+        sim.apply_step("k", &step("k-1", Action::Cordon));
+        assert_eq!(sim.up("k", true), 0, "a cordoned Node does not serve");
+        assert!(sim.world.nodes[0].cordoned_by_poolctl);
+        sim.apply_step("k", &step("k-1", Action::Drain(DrainPreview::default())));
+        sim.apply_step("k", &step("k-1", Action::Stop));
+        assert_eq!(sim.world.containers[0].state, ContainerState::Exited);
+        assert!(!sim.world.nodes[0].ready);
+        sim.apply_step("k", &step("k-1", Action::DeleteNode));
+        sim.apply_step("k", &step("k-1", Action::Remove));
+        assert_eq!(sim.alive("k"), 0);
+        assert!(sim.world.nodes.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "no container")]
+    fn a_step_on_a_missing_container_is_a_wrong_plan() {
+        SimWorld::new(World::default()).apply_step("k", &step("k-1", Action::Stop));
+    }
+}
