@@ -84,8 +84,10 @@ pub enum PoolStatus {
     New,
     /// Declared, and has containers.
     Existing,
-    /// Has containers from this source but is no longer declared; removed only with `--prune`.
-    Undeclared { pruned: bool },
+    /// Has containers from this source but is no longer declared: left alone without `--prune`.
+    Undeclared,
+    /// No longer declared, and retired because of `--prune`.
+    Pruned,
 }
 
 /// A template diff.

@@ -33,7 +33,7 @@ pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "{}", pool_header(pool))?;
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
-    if pool.steps.is_empty() && pool.status != (PoolStatus::Undeclared { pruned: false }) {
+    if pool.steps.is_empty() && pool.status != PoolStatus::Undeclared {
         return Ok(());
     }
     if let Some(change) = &pool.template_change {
@@ -65,10 +65,10 @@ fn pool_header(pool: &PoolPlan) -> String {
     let name = &pool.name;
     let gone = "no longer declared by the source";
     match pool.status {
-        PoolStatus::Undeclared { pruned: false } => {
+        PoolStatus::Undeclared => {
             format!("Pool {name}: {gone}; not removed: pass --prune to retire it")
         }
-        PoolStatus::Undeclared { pruned: true } => {
+        PoolStatus::Pruned => {
             format!("Pool {name}: {gone}; --prune retires it")
         }
         PoolStatus::New | PoolStatus::Existing => {

@@ -397,7 +397,7 @@ proptest! {
         check_which_go(pool_plan(&plan, "workers"), &world, &hash, case.nodes);
         prop_assert!(plan.pools.iter().all(|p| p.name != "theirs"), "another source's pool was planned");
         if let Some(gone) = plan.pools.iter().find(|p| p.name == "gone") {
-            prop_assert_eq!(gone.status, PoolStatus::Undeclared { pruned: case.prune });
+            prop_assert_eq!(gone.status, if case.prune { PoolStatus::Pruned } else { PoolStatus::Undeclared });
             prop_assert_eq!(gone.steps.is_empty(), !case.prune);
         }
 
@@ -591,13 +591,13 @@ fn an_undeclared_pool_is_kept_unless_pruned() {
 
     let kept = plan(&empty, &world, PlanOptions { prune: false });
     let gone = pool_plan(&kept, "gone");
-    assert_eq!(gone.status, PoolStatus::Undeclared { pruned: false });
+    assert_eq!(gone.status, PoolStatus::Undeclared);
     assert!(gone.steps.is_empty());
     assert!(text(&kept).contains("not removed: pass --prune to retire it"), "{}", text(&kept));
 
     let pruned = plan(&empty, &world, PlanOptions { prune: true });
     let gone = pool_plan(&pruned, "gone");
-    assert_eq!(gone.status, PoolStatus::Undeclared { pruned: true });
+    assert_eq!(gone.status, PoolStatus::Pruned);
     assert!(text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it"));
     assert_eq!(verbs(gone), [("stop", "gone-a"), ("remove", "gone-a")]);
 }
@@ -609,7 +609,7 @@ fn a_pool_dropped_from_the_source_after_an_apply_is_undeclared() {
     let mut sim = SimWorld::new(World::default());
     sim.apply(&first);
     let after = plan(&desired(Vec::new()), &sim.world, PlanOptions::default());
-    assert_eq!(pool_plan(&after, "web").status, PoolStatus::Undeclared { pruned: false });
+    assert_eq!(pool_plan(&after, "web").status, PoolStatus::Undeclared);
 }
 
 #[test]
