@@ -6,6 +6,7 @@
 
 mod cli;
 mod docker;
+mod e2e;
 mod fake_kube;
 mod source;
 mod spec;

@@ -132,7 +132,7 @@ pub(crate) struct TestDocker {
     pub(crate) backend: DockerBackend,
     /// A pool name no other test (or concurrent test process) uses.
     pub(crate) pool: String,
-    case: String,
+    pub(crate) case: String,
 }
 
 impl TestDocker {

@@ -1,0 +1,369 @@
+//! End to end: the `poolctl` binary against the real Docker daemon, for container-only pools.
+//!
+//! Each scenario writes pool files into a temporary directory (or Git repository), runs the
+//! binary, and reads the outcome back from Docker: the containers that exist, and the daemon's
+//! own event log for what happened in between.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use poolctl::backend::Containers;
+use poolctl::world::{Container, ContainerState};
+
+use crate::support::cli::{Run, poolctl};
+use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+
+/// One scenario: a pool of its own, a source directory, a Git cache.
+struct Scenario {
+    docker: TestDocker,
+    dir: tempfile::TempDir,
+    cache: tempfile::TempDir,
+}
+
+impl Scenario {
+    async fn new() -> Option<Self> {
+        let docker = docker().await?;
+        Some(Self { docker, dir: tempfile::tempdir().unwrap(), cache: tempfile::tempdir().unwrap() })
+    }
+
+    fn pool(&self) -> &str {
+        &self.docker.pool
+    }
+
+    /// The YAML of this scenario's pool. `extra` is indented under `spec:`.
+    fn pool_yaml(&self, replicas: u32, greeting: &str, extra: &str) -> String {
+        format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {pool}\nspec:\n  replicas: {replicas}\n  \
+             template:\n    image: {IMAGE}\n    env:\n      GREETING: {greeting}\n    labels:\n      \
+             {RUN_LABEL}: \"{run}\"\n      {CASE_LABEL}: \"{case}\"\n  rollout:\n    maxSurge: 1\n    \
+             maxUnavailable: 0\n    stopGracePeriod: 5s\n{extra}",
+            pool = self.pool(),
+            run = run_id(),
+            case = self.docker.case,
+        )
+    }
+
+    fn write(&self, replicas: u32, greeting: &str, extra: &str) {
+        fs::write(self.dir.path().join("pool.yaml"), self.pool_yaml(replicas, greeting, extra)).unwrap();
+    }
+
+    fn source(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+
+    /// `poolctl <command> --source <dir> <args>`.
+    fn run(&self, command: &str, args: &[&str]) -> Run {
+        let out =
+            poolctl(self.cache.path()).arg(command).args(["--source", self.source()]).args(args).output();
+        Run::from_output(out.expect("poolctl runs"))
+    }
+
+    async fn containers(&self) -> Vec<Container> {
+        let mut all: Vec<Container> =
+            self.docker.backend.list().await.unwrap().into_iter().filter(|c| c.pool == self.pool()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    async fn running(&self) -> Vec<Container> {
+        self.containers().await.into_iter().filter(|c| c.state == ContainerState::Running).collect()
+    }
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// One container event from the daemon's log.
+#[derive(Debug)]
+struct Event {
+    action: String,
+    name: String,
+}
+
+/// The daemon's container events for `pool` between two instants, in order. A bounded query
+/// (`--until`) returns once it has replayed them, so nothing races with the apply.
+fn docker_events(pool: &str, since: f64, until: f64) -> Vec<Event> {
+    let out = Command::new("docker")
+        .args(["events", "--since", &format!("{since:.6}"), "--until", &format!("{until:.6}")])
+        .args(["--filter", "type=container", "--filter", &format!("label=poolctl.dev/pool={pool}")])
+        .args(["--format", "{{json .}}"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut events: Vec<(i64, Event)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            let action = v["Action"].as_str().unwrap_or_default().to_owned();
+            let name = v["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned();
+            (v["timeNano"].as_i64().unwrap_or_default(), Event { action, name })
+        })
+        .collect();
+    events.sort_by_key(|(t, _)| *t);
+    events.into_iter().map(|(_, e)| e).collect()
+}
+
+#[tokio::test]
+async fn apply_creates_the_pool_and_then_has_nothing_to_do() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(3, "hello", "");
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
+    assert!(plan.stdout.contains("Plan: 3 to create, 0 to retire, 0 unchanged."), "{}", plan.stdout);
+    assert!(s.containers().await.is_empty(), "plan changed nothing");
+
+    let apply = s.run("apply", &["--yes"]).expect_code(0);
+    assert!(apply.stdout.contains("Apply complete: 6 steps done."), "{}", apply.stdout);
+    assert!(apply.stdout.contains("[1/6] create "), "{}", apply.stdout);
+    let running = s.running().await;
+    assert_eq!(running.len(), 3);
+    let hash = &running[0].template_hash;
+    for c in &running {
+        assert_eq!(&c.template_hash, hash);
+        assert!(c.name.starts_with(&format!("{}-{hash}-", s.pool())), "{}", c.name);
+        assert_eq!(
+            c.scope.as_deref(),
+            Some(format!("path:{}", fs::canonicalize(s.dir.path()).unwrap().display()).as_str())
+        );
+    }
+
+    let again = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    assert!(again.stdout.contains("No changes. The world matches the source."), "{}", again.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(s.running().await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_template_change_rolls_over_without_dropping_below_replicas() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(3, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+
+    s.write(3, "bonjour", "");
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(
+        plan.stdout.contains("-      GREETING: hello") || plan.stdout.contains("-    GREETING: hello"),
+        "{}",
+        plan.stdout
+    );
+    assert!(plan.stdout.contains("GREETING: bonjour"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("Plan: 3 to create, 3 to retire, 0 unchanged."), "{}", plan.stdout);
+
+    let since = now();
+    s.run("apply", &["--yes"]).expect_code(0);
+    let events = docker_events(s.pool(), since, now());
+
+    // Replay the daemon's log from the known start: 3 running, 3 existing.
+    let (mut running, mut existing) = (3i32, 3i32);
+    let (mut min_running, mut max_existing) = (running, existing);
+    for e in &events {
+        match e.action.as_str() {
+            "create" => existing += 1,
+            "destroy" => existing -= 1,
+            "start" => running += 1,
+            "die" => running -= 1,
+            _ => {}
+        }
+        min_running = min_running.min(running);
+        max_existing = max_existing.max(existing);
+    }
+    let count = |a: &str| events.iter().filter(|e| e.action == a).count();
+    assert_eq!((count("create"), count("destroy")), (3, 3), "{events:?}");
+    assert!(min_running >= 3, "running pool containers dropped to {min_running}: {events:?}");
+    assert!(max_existing <= 4, "{max_existing} pool containers existed at once: {events:?}");
+
+    let now_running = s.running().await;
+    assert_eq!(now_running.len(), 3);
+    assert!(now_running.iter().all(|c| !old.contains(&c.name)), "every old instance was replaced");
+    // Each old container was stopped before it was removed.
+    for name in &old {
+        let die = events.iter().position(|e| &e.name == name && e.action == "die");
+        let destroy = events.iter().position(|e| &e.name == name && e.action == "destroy");
+        assert!(die.is_some() && die < destroy, "{name}: {events:?}");
+    }
+}
+
+#[tokio::test]
+async fn scaling_down_retires_the_extra_instances_only() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(3, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before = s.running().await;
+
+    s.write(1, "hello", "");
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains("Plan: 0 to create, 2 to retire, 1 unchanged."), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = s.running().await;
+    assert_eq!(after.len(), 1);
+    assert!(before.iter().any(|c| c.name == after[0].name), "the kept instance is one of the old ones");
+    assert_eq!(s.containers().await.len(), 1, "the retired containers are removed, not just stopped");
+}
+
+#[tokio::test]
+async fn a_killed_container_is_replaced_by_the_next_apply() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(3, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let victim = s.running().await[1].name.clone();
+    let killed = Command::new("docker").args(["kill", &victim]).output().unwrap();
+    assert!(killed.status.success());
+
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
+    assert!(plan.stdout.contains("Plan: 1 to create, 1 to retire, 2 unchanged."), "{}", plan.stdout);
+    assert!(plan.stdout.contains(&victim), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let running = s.running().await;
+    assert_eq!(running.len(), 3);
+    assert!(s.containers().await.iter().all(|c| c.name != victim), "the dead container is removed");
+}
+
+#[tokio::test]
+async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(2, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+
+    s.write(
+        2,
+        "bonjour",
+        "  bootstrap:\n    - exec: [\"sh\", \"-c\", \"echo join refused >&2; exit 7\"]\n      timeout: 5s\n",
+    );
+    let apply = s.run("apply", &["--yes"]).expect_code(1);
+    assert!(apply.stdout.contains("Apply halted:"), "{}", apply.stdout);
+    assert!(apply.stdout.contains("exited with code 7: join refused"), "{}", apply.stdout);
+    assert!(apply.stdout.contains("not started: stop "), "{}", apply.stdout);
+    assert!(apply.stderr.contains("apply halted"), "{}", apply.stderr);
+    let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    for name in &old {
+        assert!(running.contains(name), "old instance {name} still serves: {running:?}");
+    }
+
+    // Fixing the spec converges: the failed instance is retired with the old ones.
+    s.write(2, "bonjour", "  bootstrap:\n    - exec: [\"true\"]\n");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = s.containers().await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.iter().all(|c| c.state == ContainerState::Running && !old.contains(&c.name)));
+}
+
+#[tokio::test]
+async fn a_missing_image_stops_apply_before_anything_changes() {
+    let Some(s) = Scenario::new().await else { return };
+    let yaml = s.pool_yaml(2, "hello", "").replace(IMAGE, "poolctl-test-busybox:no-such-tag");
+    fs::write(s.dir.path().join("pool.yaml"), yaml).unwrap();
+    let apply = s.run("apply", &["--yes"]).expect_code(1);
+    assert!(apply.stderr.contains("poolctl-test-busybox:no-such-tag"), "{}", apply.stderr);
+    assert!(apply.stderr.contains("nothing was changed"), "{}", apply.stderr);
+    assert!(s.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn apply_without_a_terminal_or_yes_refuses() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(1, "hello", "");
+    let apply = s.run("apply", &[]).expect_code(1);
+    assert!(apply.stderr.contains("pass --yes"), "{}", apply.stderr);
+    assert!(s.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_pool_removed_from_the_source_is_kept_unless_pruned() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(2, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    fs::remove_file(s.dir.path().join("pool.yaml")).unwrap();
+
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    assert!(plan.stdout.contains("--prune"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(s.running().await.len(), 2, "a deleted file does not wipe the pool");
+
+    let pruned = s.run("plan", &["--prune", "--detailed-exitcode"]).expect_code(2);
+    assert!(pruned.stdout.contains("2 to retire"), "{}", pruned.stdout);
+    s.run("apply", &["--yes", "--prune"]).expect_code(0);
+    assert!(s.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn json_plans_and_closed_pipes() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(2, "hello", "");
+    let json = s.run("plan", &["-o", "json"]).expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
+    assert_eq!(v["summary"]["create"], 2);
+    assert_eq!(v["pools"][0]["name"], s.pool());
+    assert_eq!(v["pools"][0]["steps"][0]["action"], "create");
+
+    // `poolctl plan | head -1`: the reader goes away early; poolctl must not panic.
+    let mut child = poolctl(s.cache.path())
+        .args(["plan", "--source", s.source()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+/// `git -C dir args...`, which must succeed.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=poolctl tests", "-c", "user.email=tests@poolctl.invalid"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_new_commit_in_a_git_source_changes_the_plan() {
+    let Some(s) = Scenario::new().await else { return };
+    let repo = s.dir.path();
+    git(repo, &["init", "-q", "-b", "main"]);
+    fs::create_dir(repo.join("pools")).unwrap();
+    fs::write(repo.join("pools/pool.yaml"), s.pool_yaml(2, "hello", "")).unwrap();
+    git(repo, &["add", "."]);
+    git(repo, &["commit", "-q", "-m", "two workers"]);
+    let first = git(repo, &["rev-parse", "HEAD"]);
+    let url = format!("file://{}", repo.display());
+    let run = |args: &[&str]| -> Run {
+        let out = poolctl(s.cache.path()).args(args).args(["--source", &url, "--path", "pools"]).output();
+        Run::from_output(out.unwrap())
+    };
+
+    let plan = run(&["plan"]).expect_code(0);
+    assert!(plan.stdout.contains(&first[..7]), "the header names the commit: {}", plan.stdout);
+    run(&["apply", "--yes"]).expect_code(0);
+    assert_eq!(s.running().await.len(), 2);
+
+    // An uncommitted edit is not desired state.
+    fs::write(repo.join("pools/pool.yaml"), s.pool_yaml(2, "bonjour", "")).unwrap();
+    let plan = run(&["plan", "--detailed-exitcode"]).expect_code(0);
+    assert!(plan.stdout.contains("No changes."), "{}", plan.stdout);
+
+    git(repo, &["commit", "-q", "-am", "say bonjour"]);
+    let second = git(repo, &["rev-parse", "HEAD"]);
+    let plan = run(&["plan", "--detailed-exitcode"]).expect_code(2);
+    assert!(plan.stdout.contains(&second[..7]), "{}", plan.stdout);
+    assert!(plan.stdout.contains("Plan: 2 to create, 2 to retire, 0 unchanged."), "{}", plan.stdout);
+    run(&["apply", "--yes"]).expect_code(0);
+    let running = s.running().await;
+    assert_eq!(running.len(), 2);
+    // The new containers say which commit they came from.
+    let out = Command::new("docker")
+        .args(["inspect", "-f", "{{index .Config.Labels \"poolctl.dev/commit\"}}", &running[0].name])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), second);
+}
