@@ -295,6 +295,7 @@ async fn json_plans_and_closed_pipes() {
     s.write(2, "hello", "");
     let json = s.run("plan", &["-o", "json"]).expect_code(0);
     let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
+    assert_eq!(v["format_version"], 1);
     assert_eq!(v["summary"]["create"], 2);
     assert_eq!(v["pools"][0]["name"], s.pool());
     assert_eq!(v["pools"][0]["steps"][0]["action"], "create");

@@ -26,9 +26,20 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 
 /// Write the plan as JSON.
 pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, plan)?;
+    /// The plan with a version of its JSON shape in front, so that consumers can tell when it
+    /// changes incompatibly.
+    #[derive(serde::Serialize)]
+    struct Versioned<'a> {
+        format_version: u32,
+        #[serde(flatten)]
+        plan: &'a Plan,
+    }
+    serde_json::to_writer_pretty(&mut *out, &Versioned { format_version: JSON_FORMAT_VERSION, plan })?;
     writeln!(out)
 }
+
+/// The version of the `-o json` shape (documented in the README).
+const JSON_FORMAT_VERSION: u32 = 1;
 
 fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "{}", pool_header(pool))?;
