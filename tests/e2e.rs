@@ -368,3 +368,56 @@ async fn a_new_commit_in_a_git_source_changes_the_plan() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), second);
 }
+
+#[tokio::test]
+async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converges() {
+    use std::io::{BufRead, BufReader};
+    let Some(s) = Scenario::new().await else { return };
+    s.write(2, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+
+    // A slow bootstrap gives the interrupt a step to land in.
+    s.write(2, "bonjour", "  bootstrap:\n    - exec: [\"sleep\", \"2\"]\n");
+    let mut child = poolctl(s.cache.path())
+        .args(["apply", "--yes", "--source", s.source()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "apply ended before bootstrapping:\n{seen}");
+        seen.push_str(&line);
+        if line.contains("] bootstrap ") && line.trim_end().ends_with("...") {
+            break;
+        }
+    }
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    seen.push_str(&rest);
+    assert_eq!(out.status.code(), Some(1), "{seen}\n{stderr}");
+    assert!(seen.contains("Apply interrupted:"), "{seen}");
+    // The step under way finished; nothing after it started.
+    assert!(seen.contains("bootstrap") && seen.contains("done ("), "{seen}");
+    assert!(!seen.contains("] stop "), "no retirement started after the interrupt: {seen}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    assert!(old.iter().all(|o| running.contains(o)), "old instances untouched: {running:?}");
+
+    let surge: Vec<String> = running.into_iter().filter(|n| !old.contains(n)).collect();
+    assert_eq!(surge.len(), 1, "the surge instance was created before the interrupt");
+
+    // Same spec, new run: it picks up from the world and keeps the surge instance.
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = s.containers().await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.iter().all(|c| c.state == ContainerState::Running && !old.contains(&c.name)));
+    assert!(after.iter().any(|c| c.name == surge[0]), "{after:?}");
+}
