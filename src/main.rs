@@ -28,8 +28,10 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(verbose: u8, format: LogFormat) {
+    // By default poolctl's own progress that is not on stdout (image pulls, evictions) shows,
+    // and other crates speak only to warn.
     let default = match verbose {
-        0 => "warn",
+        0 => "poolctl=info,warn",
         1 => "poolctl=debug,info",
         _ => "trace",
     };

@@ -357,7 +357,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     fn say(&self, line: &str) {
-        tracing::info!("{line}");
+        tracing::debug!("{line}");
         let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Progress is best effort: a closed stdout must not fail the rollout halfway.
         let _ = writeln!(out, "{line}");
