@@ -233,7 +233,7 @@ impl Cluster for KubeCluster {
         let targets: Vec<&K8sPod> = list
             .items
             .iter()
-            .filter(|p| pod_from(p).is_some_and(|p| drain_skip_reason(&p).is_none()))
+            .filter(|p| pod_from(p).is_some_and(|p| p.drain_skip_reason().is_none()))
             .collect();
         tracing::info!(node, pods = targets.len(), "draining");
         let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline))).await;
@@ -455,19 +455,6 @@ fn pod_from(p: &K8sPod) -> Option<Pod> {
         finished: matches!(phase, "Succeeded" | "Failed"),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
     })
-}
-
-/// Why `kubectl drain` would leave a pod alone, if it would.
-pub fn drain_skip_reason(p: &Pod) -> Option<&'static str> {
-    if p.owner_kind.as_deref() == Some("DaemonSet") {
-        Some("DaemonSet")
-    } else if p.mirror {
-        Some("mirror pod")
-    } else if p.finished {
-        Some("finished")
-    } else {
-        None
-    }
 }
 
 fn pdb_from(p: &PodDisruptionBudget) -> Pdb {

@@ -115,6 +115,23 @@ pub struct Pod {
     pub empty_dir: bool,
 }
 
+impl Pod {
+    /// Why a drain leaves this pod alone, as `kubectl drain` does: DaemonSet pods (the
+    /// DaemonSet would recreate them at once), mirror pods (the kubelet owns them) and pods that
+    /// already finished. The planner's preview and the drain itself share this one rule.
+    pub fn drain_skip_reason(&self) -> Option<&'static str> {
+        if self.owner_kind.as_deref() == Some("DaemonSet") {
+            Some("DaemonSet")
+        } else if self.mirror {
+            Some("mirror pod")
+        } else if self.finished {
+            Some("finished")
+        } else {
+            None
+        }
+    }
+}
+
 /// A PodDisruptionBudget, reduced to what a drain preview needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Pdb {

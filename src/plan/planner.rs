@@ -347,16 +347,7 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
             owner: pod.owner_kind.clone(),
             note: note.map(str::to_owned),
         };
-        let skip = if pod.owner_kind.as_deref() == Some("DaemonSet") {
-            Some("DaemonSet")
-        } else if pod.mirror {
-            Some("mirror pod")
-        } else if pod.finished {
-            Some("finished")
-        } else {
-            None
-        };
-        if let Some(reason) = skip {
+        if let Some(reason) = pod.drain_skip_reason() {
             preview.skip.push(pod_ref(Some(reason)));
             continue;
         }
