@@ -803,11 +803,12 @@ fn snapshot_of_no_changes_from_git() {
 }
 
 #[test]
-fn json_output_is_the_plan_serialized() {
+fn json_output_is_the_plan_serialized_with_its_format_version() {
     let (desired, world) = drain_world();
     let plan = plan(&desired, &world, PlanOptions::default());
     let mut out = Vec::new();
     render_json(&plan, &mut out).unwrap();
-    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let mut value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value.as_object_mut().unwrap().remove("format_version"), Some(serde_json::json!(1)));
     assert_eq!(value, serde_json::to_value(&plan).unwrap());
 }
