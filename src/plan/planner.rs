@@ -66,8 +66,9 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
 
 /// Whether an instance is serving: its container is up and, for a pool whose instances are
 /// Nodes, its Node exists, is Ready and is not being retired by poolctl. A cordon that someone
-/// else made is theirs: it neither marks the instance for replacement nor is undone. The simulated world counts with the same
-/// rule, so that the capacity invariant is checked against the planner's own notion of "up".
+/// else made is theirs: it neither marks the instance for replacement nor is undone. The
+/// simulated world counts with the same rule, so that the capacity invariant is checked against
+/// the planner's own notion of "up".
 pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bool {
     container.is_up() && (!with_nodes || node.is_some_and(|n| n.ready && !n.cordoned_by_poolctl))
 }
