@@ -256,11 +256,13 @@ impl Cluster for KubeCluster {
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let params = DeleteParams::default();
-        match self.retrying("delete node", deadline, || api.delete(node, &params)).await {
-            Ok(_) => Ok(()),
-            Err(BackendError::Failed(m)) if m.contains("NotFound") || m.contains("not found") => Ok(()),
-            Err(e) => Err(e),
-        }
+        let delete = || async {
+            match api.delete(node, &params).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                other => other.map(drop),
+            }
+        };
+        self.retrying("delete node", deadline, delete).await
     }
 }
 
@@ -299,7 +301,7 @@ impl KubeCluster {
             "metadata": eviction.metadata,
             "deleteOptions": eviction.delete_options,
         });
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::capped(Duration::from_secs(2));
         let mut last_refusal = None;
         loop {
             if Instant::now() >= deadline {
@@ -320,7 +322,9 @@ impl KubeCluster {
                     ));
                 }
                 Ok(_) => break,
-                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                // 404: gone already. 409: the UID precondition failed, so the pod of that name
+                // is a replacement and the one we meant to evict is gone.
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 429 => {
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
@@ -339,7 +343,7 @@ impl KubeCluster {
         }
         tracing::info!("{id}: evicted");
         // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::capped(Duration::from_secs(1));
         loop {
             match api.get_opt(&name).await {
                 Ok(None) => return Ok(()),
@@ -351,24 +355,33 @@ impl KubeCluster {
     }
 }
 
-/// Exponential backoff from 200ms up to 5s.
-struct Backoff(Duration);
+/// Exponential backoff, doubling from `next` up to `max`.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
 
 impl Backoff {
+    /// For API calls that failed: from 200ms up to 5s.
     fn new() -> Self {
-        Self(Duration::from_millis(200))
+        Self { next: Duration::from_millis(200), max: Duration::from_secs(5) }
+    }
+    /// For waits on the cluster (a budget refilling, a pod going), where every second of
+    /// oversleep is a second added to the rollout: from 100ms up to `max`.
+    fn capped(max: Duration) -> Self {
+        Self { next: Duration::from_millis(100), max }
     }
     fn peek(&self) -> Duration {
-        self.0
+        self.next
     }
     async fn wait(&mut self) {
-        sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
     }
     async fn wait_until(&mut self, deadline: Instant) {
-        let until = (Instant::now() + self.0).min(deadline);
+        let until = (Instant::now() + self.next).min(deadline);
         tokio::time::sleep_until(until).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        self.next = (self.next * 2).min(self.max);
     }
 }
 

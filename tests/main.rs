@@ -7,6 +7,7 @@
 mod cli;
 mod docker;
 mod fake_kube;
+mod kube;
 mod source;
 mod spec;
 mod support;
