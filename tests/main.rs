@@ -6,6 +6,7 @@
 
 mod cli;
 mod docker;
+mod e2e_kube;
 mod fake_kube;
 mod kube;
 mod source;
