@@ -230,13 +230,22 @@ impl Cluster for KubeCluster {
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
+        // On a Node whose kubelet is gone (an apply killed after the Stop step), an evicted pod
+        // stays Terminating until the Node object is deleted: nobody is left to confirm that
+        // its containers ended. Like `kubectl drain --skip-wait-for-delete-timeout`, count such
+        // a pod as gone once its deletion has been accepted.
+        let nodes_api = self.nodes_api();
+        let node_ready = match self.retrying("get node", deadline, || nodes_api.get_opt(node)).await? {
+            Some(n) => node_from(&n).ready,
+            None => false,
+        };
         let targets: Vec<&K8sPod> = list
             .items
             .iter()
             .filter(|p| pod_from(p).is_some_and(|p| drain_skip_reason(&p).is_none()))
             .collect();
         tracing::info!(node, pods = targets.len(), "draining");
-        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline))).await;
+        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline, node_ready))).await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
             return Ok(());
@@ -268,9 +277,15 @@ impl Cluster for KubeCluster {
 
 impl KubeCluster {
     /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
-    /// until `deadline`, then wait until the pod is gone or replaced by a new UID. Errors are
+    /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
+    /// `kubelet_alive` is false, merely terminating). Errors are
     /// returned as a line naming the pod and, for refusals, the budget's own message.
-    async fn evict_and_wait(&self, pod: &K8sPod, deadline: Instant) -> Result<(), String> {
+    async fn evict_and_wait(
+        &self,
+        pod: &K8sPod,
+        deadline: Instant,
+        kubelet_alive: bool,
+    ) -> Result<(), String> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
@@ -348,6 +363,7 @@ impl KubeCluster {
             match api.get_opt(&name).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
+                Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),
                 Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
                 Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
             }

@@ -380,12 +380,27 @@ async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
     }
     let deleted = events.iter().find(|e| node_event(e) == Some(("delete", &old))).expect("old Node deleted");
     let new = rig.containers().into_keys().next().expect("the new instance");
-    let rescheduled = events
+    // Like `kubectl drain`, the drain waits for the evicted pods to go, not for their
+    // replacements to start: the budget is what guarantees that one replica was running on the
+    // new Node before the second one could be evicted, well before the old Node went away.
+    let before: Vec<&Event> = events.iter().filter(|e| e.seq < deleted.seq).collect();
+    let moved = before
         .iter()
-        .filter(|e| e.seq < deleted.seq)
         .filter(|e| matches!(&e.kind, EventKind::PodScheduled { node, .. } if *node == new))
         .count();
-    assert_eq!(rescheduled, 2, "both replicas moved to {new} before {old} went away");
+    assert!(moved >= 1, "a replica runs on {new} before {old} goes away");
+    let evicted_from_old = before
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::PodEvicted { node: Some(n), .. } if *n == old))
+        .count();
+    assert_eq!(evicted_from_old, 2, "both replicas left {old} before its Node was deleted");
+    let both = |s: &crate::support::fake_kube::Store| {
+        s.pods()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new.as_str()))
+            .count()
+            == 2
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(both)).await.expect("both replicas run on the new Node");
     assert_eq!(rig.fake.evictions().iter().filter(|e| e.status == 201).count(), 2);
 }
 
@@ -449,8 +464,10 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
     let nodes = rig.nodes();
     assert_eq!(nodes.keys().collect::<Vec<_>>(), containers.keys().collect::<Vec<_>>(), "no orphan Node");
     // Nothing lost: the app still has its replica, now on the new Node.
-    let web = rig.fake.pods_with_labels("default", &[("app", "web")]);
-    assert_eq!(web.len(), 1);
-    let new = containers.keys().next().unwrap();
-    assert_eq!(web[0].spec.as_ref().and_then(|s| s.node_name.as_deref()), Some(new.as_str()));
+    let new = containers.keys().next().unwrap().clone();
+    let placed = |s: &crate::support::fake_kube::Store| {
+        let web: Vec<_> = s.pods().filter(|p| p.metadata.namespace.as_deref() == Some("default")).collect();
+        web.len() == 1 && web[0].spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new.as_str())
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the replica runs on the new Node");
 }
