@@ -240,7 +240,7 @@ fn node_event(e: &Event) -> Option<(&'static str, &str)> {
 /// When the fake first (or last) saw `what` happen to `node`.
 fn when(events: &[Event], what: &str, node: &str, last: bool) -> Option<SystemTime> {
     let mut hits = events.iter().filter(|e| node_event(e) == Some((what, node))).map(|e| e.wall);
-    if last { hits.last() } else { hits.next() }
+    if last { hits.next_back() } else { hits.next() }
 }
 
 fn docker_when(events: &[DockerEvent], actions: &[&str], name: &str) -> Option<SystemTime> {
@@ -470,4 +470,73 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
         web.len() == 1 && web[0].spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new.as_str())
     };
     tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the replica runs on the new Node");
+}
+
+/// Seconds from `a` to `b` (zero if `b` is earlier).
+fn secs(a: SystemTime, b: SystemTime) -> f64 {
+    b.duration_since(a).unwrap_or_default().as_secs_f64()
+}
+
+/// Prints the wall time of a 3-instance rollout against the sum of the waits it cannot avoid.
+/// Run with `bench/rollout.sh`; see BENCHMARKS.md, "Kubernetes rollout overhead".
+#[tokio::test]
+#[ignore = "a benchmark: run with bench/rollout.sh"]
+async fn bench_rollout_overhead() {
+    let Some(docker) = docker().await else { return };
+    let (key, value) = docker.case_label();
+    let fake = FakeKube::start(FakeKubeOptions {
+        kubelet: Some(KubeletOptions::new(format!("{key}={value}"))),
+        // Pods take a moment to terminate, as real ones do, so that the drain has to wait.
+        pod_termination_delay: Duration::from_millis(300),
+        ..FakeKubeOptions::default()
+    });
+    let dir = tempfile::tempdir().expect("a temp dir");
+    std::fs::create_dir(dir.path().join("pools")).expect("the pools dir");
+    fake.write_kubeconfig(&dir.path().join("kubeconfig")).expect("write the kubeconfig");
+    let rig = Rig { docker, fake, dir };
+    let v1 = PoolFile { drain_timeout: "30s", ..PoolFile::default() };
+    let old = rig.start(&v1);
+    rig.fake.add_app("default", "web", 3);
+    rig.fake.put_pdb("default", "web", "web", PdbBound::MinAvailable(2));
+
+    let from = rig.last_seq();
+    let since = SystemTime::now();
+    rig.write(&PoolFile { version: 2, ..v1 });
+    let started = SystemTime::now();
+    rig.apply().expect_code(0);
+    let wall = secs(started, SystemTime::now());
+    let events = rig.events_after(from);
+    let docker_events = rig.docker_events(since);
+
+    let new: Vec<String> = rig.containers().into_keys().collect();
+    let (mut start, mut ready, mut drain, mut stop) = (0.0, 0.0, 0.0, 0.0);
+    for name in &new {
+        let created = docker_when(&docker_events, &["create"], name).expect("created");
+        let running = docker_when(&docker_events, &["start"], name).expect("started");
+        start += secs(created, running);
+        ready += secs(running, when(&events, "ready", name, false).expect("Ready"));
+    }
+    for name in &old {
+        let first = when(&events, "evict", name, false).expect("evicted");
+        let gone = events
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::PodDeleted { node: Some(n), .. } if n == name))
+            .map(|e| e.wall)
+            .max()
+            .expect("its pods went");
+        drain += secs(first, gone);
+        let killed = docker_when(&docker_events, &["kill"], name).expect("stopping");
+        stop += secs(killed, docker_when(&docker_events, &["die"], name).expect("stopped"));
+    }
+    let waits = start + ready + drain + stop;
+    println!(
+        "rollout of 3 instances (maxSurge 1, maxUnavailable 0, one app pod per Node, PDB minAvailable 2)"
+    );
+    println!("  wall time of `poolctl apply`:        {wall:6.2}s");
+    println!("  container start (create -> running): {start:6.2}s");
+    println!("  Node registration and Ready:         {ready:6.2}s");
+    println!("  drain (first eviction -> pods gone): {drain:6.2}s");
+    println!("  container stop (SIGTERM -> exit):    {stop:6.2}s");
+    println!("  sum of unavoidable waits:            {waits:6.2}s");
+    println!("  overhead ratio (wall / waits):       {:6.2}", wall / waits);
 }
