@@ -1,6 +1,11 @@
 //! Kubernetes through kube-rs: observing a pool's Nodes, and the Node half of an instance's
 //! life (await Ready, label and taint, cordon, PDB-respecting drain, delete).
 //!
+//! Matching rule: an instance's Node is the Node named like its container (the container's
+//! hostname, which a kubelet registers by default). Once Ready, poolctl labels the Node with
+//! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label or is named
+//! after one of its containers; a labelled Node without a container is an orphan, and deleted.
+//!
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
 //! because a 429 to an eviction is a PodDisruptionBudget speaking, which poolctl must report
 //! and bound by the drain timeout. Transient failures are retried by [`retrying`] instead,
