@@ -684,7 +684,7 @@ fn a_node_cordoned_by_someone_else_is_kept_and_left_cordoned() {
     let k = pool_plan(&plan, "k");
     assert!(k.steps.is_empty(), "{:?}", verbs(k));
     let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
-    assert_eq!((a.node.as_deref(), a.cordoned, a.fate), (Some("ready"), true, Fate::Keep));
+    assert_eq!((a.node.as_deref(), a.cordoned, a.retiring, a.fate), (Some("ready"), true, false, Fate::Keep));
     assert!(text(&plan).contains("up to date"));
 }
 
@@ -701,6 +701,7 @@ fn an_outdated_instance_under_a_foreign_cordon_is_retired_without_cordoning_agai
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
     assert_eq!(v, ["create", "await-ready", "drain", "stop", "delete-node", "remove"]);
+    assert!(text(&plan).contains("node ready, cordoned (not by poolctl: left as is)"), "{}", text(&plan));
 }
 
 #[test]
@@ -719,6 +720,9 @@ fn a_current_instance_that_poolctl_cordoned_is_further_along_its_retirement() {
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let k = pool_plan(&plan, "k");
     assert_eq!(verbs(k), [("drain", "k-a"), ("stop", "k-a"), ("delete-node", "k-a"), ("remove", "k-a")]);
+    let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
+    assert!(a.cordoned && a.retiring);
+    assert!(text(&plan).contains("node ready, cordoned by poolctl (retiring)"), "{}", text(&plan));
 }
 
 #[test]
