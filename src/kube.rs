@@ -1,6 +1,11 @@
 //! Kubernetes through kube-rs: observing a pool's Nodes, and the Node half of an instance's
 //! life (await Ready, label and taint, cordon, PDB-respecting drain, delete).
 //!
+//! Matching rule: an instance's Node is the Node named like its container (the container's
+//! hostname, which a kubelet registers by default). Once Ready, poolctl labels the Node with
+//! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label or is named
+//! after one of its containers; a labelled Node without a container is an orphan, and deleted.
+//!
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
 //! because a 429 to an eviction is a PodDisruptionBudget speaking, which poolctl must report
 //! and bound by the drain timeout. Transient failures are retried by [`retrying`] instead,
@@ -230,13 +235,22 @@ impl Cluster for KubeCluster {
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
+        // On a Node whose kubelet is gone (an apply killed after the Stop step), an evicted pod
+        // stays Terminating until the Node object is deleted: nobody is left to confirm that
+        // its containers ended. Like `kubectl drain --skip-wait-for-delete-timeout`, count such
+        // a pod as gone once its deletion has been accepted.
+        let nodes_api = self.nodes_api();
+        let node_ready = match self.retrying("get node", deadline, || nodes_api.get_opt(node)).await? {
+            Some(n) => node_from(&n).ready,
+            None => false,
+        };
         let targets: Vec<&K8sPod> = list
             .items
             .iter()
             .filter(|p| pod_from(p).is_some_and(|p| p.drain_skip_reason().is_none()))
             .collect();
         tracing::info!(node, pods = targets.len(), "draining");
-        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline))).await;
+        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline, node_ready))).await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
             return Ok(());
@@ -256,19 +270,27 @@ impl Cluster for KubeCluster {
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let params = DeleteParams::default();
-        match self.retrying("delete node", deadline, || api.delete(node, &params)).await {
-            Ok(_) => Ok(()),
-            Err(BackendError::Failed(m)) if m.contains("NotFound") || m.contains("not found") => Ok(()),
-            Err(e) => Err(e),
-        }
+        let delete = || async {
+            match api.delete(node, &params).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                other => other.map(drop),
+            }
+        };
+        self.retrying("delete node", deadline, delete).await
     }
 }
 
 impl KubeCluster {
     /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
-    /// until `deadline`, then wait until the pod is gone or replaced by a new UID. Errors are
+    /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
+    /// `kubelet_alive` is false, merely terminating). Errors are
     /// returned as a line naming the pod and, for refusals, the budget's own message.
-    async fn evict_and_wait(&self, pod: &K8sPod, deadline: Instant) -> Result<(), String> {
+    async fn evict_and_wait(
+        &self,
+        pod: &K8sPod,
+        deadline: Instant,
+        kubelet_alive: bool,
+    ) -> Result<(), String> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
@@ -299,7 +321,7 @@ impl KubeCluster {
             "metadata": eviction.metadata,
             "deleteOptions": eviction.delete_options,
         });
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::capped(Duration::from_secs(2));
         let mut last_refusal = None;
         loop {
             if Instant::now() >= deadline {
@@ -320,7 +342,9 @@ impl KubeCluster {
                     ));
                 }
                 Ok(_) => break,
-                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                // 404: gone already. 409: the UID precondition failed, so the pod of that name
+                // is a replacement and the one we meant to evict is gone.
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 429 => {
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
@@ -339,11 +363,12 @@ impl KubeCluster {
         }
         tracing::info!("{id}: evicted");
         // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::capped(Duration::from_secs(1));
         loop {
             match api.get_opt(&name).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
+                Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),
                 Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
                 Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
             }
@@ -351,24 +376,33 @@ impl KubeCluster {
     }
 }
 
-/// Exponential backoff from 200ms up to 5s.
-struct Backoff(Duration);
+/// Exponential backoff, doubling from `next` up to `max`.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
 
 impl Backoff {
+    /// For API calls that failed: from 200ms up to 5s.
     fn new() -> Self {
-        Self(Duration::from_millis(200))
+        Self { next: Duration::from_millis(200), max: Duration::from_secs(5) }
+    }
+    /// For waits on the cluster (a budget refilling, a pod going), where every second of
+    /// oversleep is a second added to the rollout: from 100ms up to `max`.
+    fn capped(max: Duration) -> Self {
+        Self { next: Duration::from_millis(100), max }
     }
     fn peek(&self) -> Duration {
-        self.0
+        self.next
     }
     async fn wait(&mut self) {
-        sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
     }
     async fn wait_until(&mut self, deadline: Instant) {
-        let until = (Instant::now() + self.0).min(deadline);
+        let until = (Instant::now() + self.next).min(deadline);
         tokio::time::sleep_until(until).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        self.next = (self.next * 2).min(self.max);
     }
 }
 

@@ -7,7 +7,9 @@
 mod cli;
 mod docker;
 mod e2e;
+mod e2e_kube;
 mod fake_kube;
+mod kube;
 mod source;
 mod spec;
 mod support;

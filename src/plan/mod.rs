@@ -111,6 +111,10 @@ pub struct InstanceStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     pub cordoned: bool,
+    /// The cordon is poolctl's own (the Node carries the retirement annotation): a retirement
+    /// that an earlier apply began. A cordon without it is someone else's and is left alone.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retiring: bool,
     pub fate: Fate,
 }
 

@@ -388,6 +388,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         container: instance.container.map_or("missing", |c| c.state.as_str()).to_owned(),
         node,
         cordoned: instance.node.is_some_and(|n| n.unschedulable),
+        retiring: instance.node.is_some_and(|n| n.unschedulable && n.cordoned_by_poolctl),
         fate: if keep { Fate::Keep } else { Fate::Retire },
     }
 }

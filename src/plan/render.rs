@@ -99,7 +99,11 @@ fn pool_header(pool: &PoolPlan) -> String {
 fn instance_row(instance: &InstanceStatus) -> Vec<String> {
     let mut row = vec![instance.name.clone(), instance.container.clone()];
     if let Some(node) = &instance.node {
-        let cordoned = if instance.cordoned { ", cordoned" } else { "" };
+        let cordoned = match (instance.cordoned, instance.retiring) {
+            (true, true) => ", cordoned by poolctl (retiring)",
+            (true, false) => ", cordoned (not by poolctl: left as is)",
+            (false, _) => "",
+        };
         row.push(format!("node {node}{cordoned}"));
     }
     // An orphan Node has no container, hence no template hash.

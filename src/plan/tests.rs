@@ -667,6 +667,79 @@ fn a_cordoned_node_without_its_container_running_is_finished_off() {
     assert_eq!(v, ["drain", "delete-node", "remove"]);
 }
 
+#[test]
+fn a_node_cordoned_by_someone_else_is_kept_and_left_cordoned() {
+    // An operator cordoned a current instance by hand: it still counts as serving, and poolctl
+    // neither replaces it for that nor undoes the cordon.
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build();
+    let h = dp.template_hash.clone();
+    let mut theirs = node("k-a", "k");
+    theirs.unschedulable = true;
+    let world = World {
+        containers: vec![container("k-a", "k", &h, 1), container("k-b", "k", &h, 2)],
+        nodes: vec![theirs, node("k-b", "k")],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    assert!(k.steps.is_empty(), "{:?}", verbs(k));
+    let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
+    assert_eq!((a.node.as_deref(), a.cordoned, a.retiring, a.fate), (Some("ready"), true, false, Fate::Keep));
+    assert!(text(&plan).contains("up to date"));
+}
+
+#[test]
+fn an_outdated_instance_under_a_foreign_cordon_is_retired_without_cordoning_again() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let mut theirs = node("k-old", "k");
+    theirs.unschedulable = true;
+    let world = World {
+        containers: vec![container("k-old", "k", "0ld", 1)],
+        nodes: vec![theirs],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let v: Vec<&str> = verbs(pool_plan(&plan, "k")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "drain", "stop", "delete-node", "remove"]);
+    assert!(text(&plan).contains("node ready, cordoned (not by poolctl: left as is)"), "{}", text(&plan));
+}
+
+#[test]
+fn a_current_instance_that_poolctl_cordoned_is_further_along_its_retirement() {
+    // An apply that was scaling down was killed after the cordon: the next plan does not count
+    // the instance as serving (it is on its way out) and finishes it, without a new cordon.
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let h = dp.template_hash.clone();
+    let mut ours = node("k-a", "k");
+    (ours.unschedulable, ours.cordoned_by_poolctl) = (true, true);
+    let world = World {
+        containers: vec![container("k-a", "k", &h, 1), container("k-b", "k", &h, 2)],
+        nodes: vec![ours, node("k-b", "k")],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    assert_eq!(verbs(k), [("drain", "k-a"), ("stop", "k-a"), ("delete-node", "k-a"), ("remove", "k-a")]);
+    let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
+    assert!(a.cordoned && a.retiring);
+    assert!(text(&plan).contains("node ready, cordoned by poolctl (retiring)"), "{}", text(&plan));
+}
+
+#[test]
+fn a_container_whose_node_never_appeared_is_a_failed_instance() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let h = dp.template_hash.clone();
+    let world = World { containers: vec![container("k-a", "k", &h, 1)], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
+    assert_eq!((a.node.as_deref(), a.fate), (Some("missing"), Fate::Retire));
+    // Replaced: there is no Node to cordon or drain, only the container to stop and remove.
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "stop", "remove"]);
+    assert!(text(&plan).contains("node missing"));
+}
+
 /// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node.
 fn drain_world() -> (Desired, World) {
     let dp = PoolArgs { nodes: true, image: "kindest/node:v1.31.0", ..PoolArgs::new("workers", 1) }.build();

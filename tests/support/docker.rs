@@ -142,6 +142,12 @@ impl TestDocker {
         Self { backend, pool: format!("pt{case}"), case }
     }
 
+    /// The `key=value` label that only this scope's containers carry (it also drives the drop
+    /// guard): give it to pool templates and to the fake kubelet.
+    pub(crate) fn case_label(&self) -> (&'static str, &str) {
+        (CASE_LABEL, &self.case)
+    }
+
     /// A container name in this test's pool.
     pub(crate) fn name(&self, suffix: &str) -> String {
         format!("{}-{suffix}", self.pool)

@@ -1002,6 +1002,8 @@ impl Store {
             body: body.cloned().unwrap_or(Value::Null),
             status: code,
         });
+        // A refused eviction changes no state; wake `wait_until` callers all the same.
+        self.version.send_modify(|_| {});
         (code, st)
     }
 
@@ -1197,6 +1199,9 @@ impl Store {
     pub fn record_request(&mut self, mut r: RequestRecord) {
         r.seq = self.next_seq();
         self.requests.push(r);
+        // Wake `wait_until` callers, so that a test can wait for a request (say, the first
+        // eviction or watch) as it waits for a state change.
+        self.version.send_modify(|_| {});
     }
 
     pub fn requests(&self) -> &[RequestRecord] {

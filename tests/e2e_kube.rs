@@ -1,0 +1,542 @@
+//! End-to-end: the poolctl binary against real Docker and the fake Kubernetes API server, whose
+//! simulated kubelet turns the pool's containers into Nodes. The order of what happened is read
+//! back from the fake's event and request logs and from Docker's own event stream.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::support::cli::{self, Run};
+use crate::support::docker::{IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::fake_kube::{
+    Event, EventKind, FakeKube, FakeKubeOptions, KubeletOptions, PdbBound, ReadyPolicy,
+};
+
+/// Guards against a hang only; no assertion depends on it.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// One test's world: its Docker scope, its fake cluster, and a directory with the pool file,
+/// the kubeconfig and the Git cache.
+struct Rig {
+    docker: TestDocker,
+    fake: FakeKube,
+    dir: tempfile::TempDir,
+}
+
+/// The parts of the pool file a test varies.
+#[derive(Clone)]
+struct PoolFile {
+    replicas: u32,
+    version: u32,
+    ready_timeout: &'static str,
+    drain_timeout: &'static str,
+}
+
+impl Default for PoolFile {
+    fn default() -> Self {
+        Self { replicas: 3, version: 1, ready_timeout: "10s", drain_timeout: "3s" }
+    }
+}
+
+/// One Docker event of the test's containers: what happened to which container, when.
+#[derive(Debug)]
+struct DockerEvent {
+    action: String,
+    name: String,
+    at: SystemTime,
+}
+
+impl Rig {
+    async fn new() -> Option<Self> {
+        let docker = docker().await?;
+        let (key, value) = docker.case_label();
+        let fake = FakeKube::start(FakeKubeOptions {
+            kubelet: Some(KubeletOptions::new(format!("{key}={value}"))),
+            ..FakeKubeOptions::default()
+        });
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir(dir.path().join("pools")).expect("the pools dir");
+        fake.write_kubeconfig(&dir.path().join("kubeconfig")).expect("write the kubeconfig");
+        Some(Self { docker, fake, dir })
+    }
+
+    fn pool(&self) -> &str {
+        &self.docker.pool
+    }
+
+    fn write(&self, f: &PoolFile) {
+        let (case_key, case) = self.docker.case_label();
+        let yaml = format!(
+            "apiVersion: poolctl.dev/v1alpha1
+kind: Pool
+metadata:
+  name: {pool}
+spec:
+  replicas: {replicas}
+  template:
+    image: {IMAGE}
+    env: {{VERSION: \"{version}\"}}
+    labels: {{{RUN_LABEL}: \"{run}\", {case_key}: \"{case}\"}}
+  node:
+    kubeconfig: {kubeconfig}
+    readyTimeout: {ready}
+  rollout:
+    maxSurge: 1
+    maxUnavailable: 0
+    drainTimeout: {drain}
+    stopGracePeriod: 2s
+",
+            pool = self.pool(),
+            replicas = f.replicas,
+            version = f.version,
+            run = run_id(),
+            kubeconfig = self.dir.path().join("kubeconfig").display(),
+            ready = f.ready_timeout,
+            drain = f.drain_timeout,
+        );
+        std::fs::write(self.dir.path().join("pools/pool.yaml"), yaml).expect("write the pool file");
+    }
+
+    fn args<'a>(&'a self, command: &'a str, extra: &[&'a str]) -> Vec<String> {
+        let source = self.dir.path().join("pools").display().to_string();
+        let mut args = vec![command.to_owned(), "-s".to_owned(), source];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn poolctl(&self, command: &str, extra: &[&str]) -> Run {
+        let args = self.args(command, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli::run(&self.cache(), &args)
+    }
+
+    fn apply(&self) -> Run {
+        self.poolctl("apply", &["--yes"])
+    }
+
+    /// The spec's template hash, as the plan reports it.
+    fn template_hash(&self) -> String {
+        let run = self.poolctl("plan", &["-o", "json"]).expect_code(0);
+        let plan: Value = serde_json::from_str(&run.stdout).expect("plan JSON");
+        plan["pools"][0]["template_hash"].as_str().expect("a template hash").to_owned()
+    }
+
+    /// The pool's containers: name -> (running, template hash).
+    fn containers(&self) -> BTreeMap<String, (bool, String)> {
+        let filter = format!("label=poolctl.dev/pool={}", self.pool());
+        let out = Command::new("docker")
+            .args(["ps", "-a", "--filter", &filter, "--format"])
+            .arg("{{.Names}}\t{{.State}}\t{{.Label \"poolctl.dev/template-hash\"}}")
+            .output()
+            .expect("docker ps");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.split('\t');
+                let (name, state, hash) = (parts.next()?, parts.next()?, parts.next()?);
+                Some((name.to_owned(), (state == "running", hash.to_owned())))
+            })
+            .collect()
+    }
+
+    /// Docker's events for this test's containers between `since` and now, oldest first.
+    fn docker_events(&self, since: SystemTime) -> Vec<DockerEvent> {
+        let (key, value) = self.docker.case_label();
+        let until = SystemTime::now() + Duration::from_secs(1);
+        let out = Command::new("docker")
+            .args(["events", "--since", &unix(since), "--until", &unix(until), "--filter"])
+            .arg(format!("label={key}={value}"))
+            .args(["--filter", "type=container", "--format", "{{json .}}"])
+            .output()
+            .expect("docker events");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|e| DockerEvent {
+                action: e["Action"].as_str().unwrap_or_default().to_owned(),
+                name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
+                at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
+            })
+            .collect()
+    }
+
+    /// The pool's Nodes in the fake cluster, by name: (Ready, unschedulable, poolctl's cordon).
+    fn nodes(&self) -> BTreeMap<String, (bool, bool, bool)> {
+        self.fake
+            .node_names()
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("{}-", self.pool())))
+            .filter_map(|n| {
+                let node = self.fake.node(&n)?;
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+                let ours = node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("poolctl.dev/retiring"));
+                Some((n, (ready, unschedulable, ours)))
+            })
+            .collect()
+    }
+
+    fn is_pool_node(&self, name: &str) -> bool {
+        name.starts_with(&format!("{}-", self.pool()))
+    }
+
+    /// The fake's events after `seq`.
+    fn events_after(&self, seq: u64) -> Vec<Event> {
+        self.fake.events().into_iter().filter(|e| e.seq > seq).collect()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.fake.events().last().map_or(0, |e| e.seq)
+    }
+
+    /// Apply version 1 of a pool of `replicas` and check that it converged.
+    fn start(&self, f: &PoolFile) -> Vec<String> {
+        self.write(f);
+        self.apply().expect_code(0);
+        let containers = self.containers();
+        assert_eq!(containers.len(), f.replicas as usize);
+        let nodes = self.nodes();
+        assert_eq!(nodes.keys().collect::<Vec<_>>(), containers.keys().collect::<Vec<_>>());
+        assert!(nodes.values().all(|&(ready, unsched, _)| ready && !unsched));
+        // poolctl labelled them once they were Ready, so they are found by label from now on.
+        for name in nodes.keys() {
+            let labels = self.fake.node(name).unwrap().metadata.labels.unwrap_or_default();
+            assert_eq!(labels.get("poolctl.dev/pool").map(String::as_str), Some(self.pool()));
+        }
+        containers.into_keys().collect()
+    }
+}
+
+fn unix(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).expect("after the epoch");
+    format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+}
+
+fn node_event(e: &Event) -> Option<(&'static str, &str)> {
+    match &e.kind {
+        EventKind::NodeReady { node } => Some(("ready", node)),
+        EventKind::NodeCordoned { node } => Some(("cordon", node)),
+        EventKind::NodeDeleted { node } => Some(("delete", node)),
+        EventKind::PodEvicted { node: Some(node), .. } => Some(("evict", node)),
+        _ => None,
+    }
+}
+
+/// When the fake first (or last) saw `what` happen to `node`.
+fn when(events: &[Event], what: &str, node: &str, last: bool) -> Option<SystemTime> {
+    let mut hits = events.iter().filter(|e| node_event(e) == Some((what, node))).map(|e| e.wall);
+    if last { hits.next_back() } else { hits.next() }
+}
+
+fn docker_when(events: &[DockerEvent], actions: &[&str], name: &str) -> Option<SystemTime> {
+    events.iter().filter(|e| e.name == name && actions.contains(&e.action.as_str())).map(|e| e.at).min()
+}
+
+#[tokio::test]
+async fn a_rolling_update_keeps_three_ready_nodes_and_retires_each_in_order() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = PoolFile::default();
+    let old = rig.start(&v1);
+    // One app pod per Node, so that every retirement evicts something.
+    rig.fake.add_app("default", "web", 3);
+    let placed = |s: &crate::support::fake_kube::Store| {
+        s.pods().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count() == 3
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
+
+    let from = rig.last_seq();
+    let since = SystemTime::now();
+    rig.write(&PoolFile { version: 2, ..v1 });
+    let run = rig.apply().expect_code(0);
+    assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
+    let events = rig.events_after(from);
+    let docker_events = rig.docker_events(since);
+
+    // At every moment at least 3 pool Nodes are Ready and schedulable.
+    for e in &events {
+        let serving = e.ready_schedulable.iter().filter(|n| rig.is_pool_node(n)).count();
+        assert!(serving >= 3, "only {serving} pool Nodes serve after {:?}", e.kind);
+    }
+    // The k-th cordon comes after at least k new Nodes turned Ready.
+    let old_set: BTreeSet<&str> = old.iter().map(String::as_str).collect();
+    let mut new_ready = 0;
+    let mut cordons = 0;
+    for e in &events {
+        match node_event(e) {
+            Some(("ready", n)) if !old_set.contains(n) => new_ready += 1,
+            Some(("cordon", n)) if old_set.contains(n) => {
+                cordons += 1;
+                assert!(new_ready >= cordons, "cordon of {n} before its surge Node was Ready");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(cordons, 3);
+    // Per old instance: cordon < evictions < container stop < Node delete < container remove.
+    for name in &old {
+        let cordon = when(&events, "cordon", name, false).expect("cordoned");
+        let first_eviction = when(&events, "evict", name, false).expect("its pod was evicted");
+        let last_eviction = when(&events, "evict", name, true).expect("evicted");
+        let stop = docker_when(&docker_events, &["kill", "die", "stop"], name).expect("stopped");
+        let delete = when(&events, "delete", name, false).expect("Node deleted");
+        let remove = docker_when(&docker_events, &["destroy"], name).expect("removed");
+        assert!(cordon < first_eviction, "{name}: cordon < eviction");
+        assert!(last_eviction < stop, "{name}: evictions < stop");
+        assert!(stop < delete, "{name}: stop < Node delete");
+        assert!(delete < remove, "{name}: Node delete < remove");
+    }
+    // Converged: three new instances, each a labelled, Ready, schedulable Node; no old Node
+    // came back (the kubelet re-registers a deleted Node whose container still runs).
+    let containers = rig.containers();
+    assert_eq!(containers.len(), 3);
+    assert!(containers.keys().all(|n| !old_set.contains(n.as_str())));
+    assert!(containers.values().all(|(running, _)| *running));
+    let nodes = rig.nodes();
+    assert_eq!(nodes.keys().collect::<Vec<_>>(), containers.keys().collect::<Vec<_>>());
+    assert!(nodes.values().all(|&(ready, unsched, _)| ready && !unsched));
+    let run = rig.poolctl("plan", &["--detailed-exitcode"]);
+    assert_eq!(run.code, 0, "nothing left to do:\n{}", run.stdout);
+}
+
+#[tokio::test]
+async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_deleted() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = PoolFile { replicas: 1, ..PoolFile::default() };
+    let old = rig.start(&v1).remove(0);
+    rig.fake.add_app("default", "web", 1);
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
+    let orphan = format!("{}-orphan", rig.pool());
+    rig.fake.add_node_with_labels(&orphan, true, &[("poolctl.dev/pool", rig.pool())]);
+    rig.write(&PoolFile { version: 2, ..v1.clone() });
+
+    // The plan shows the pods to evict and the budget that will make the drain wait.
+    let plan = rig.poolctl("plan", &[]).expect_code(0).stdout;
+    let web = rig.fake.pods_with_labels("default", &[("app", "web")]).remove(0);
+    let web = web.metadata.name.unwrap();
+    assert!(plan.contains(&format!("evict default/{web}  (ReplicaSet)")), "{plan}");
+    assert!(plan.contains("drain will wait: PDB default/web-pdb allows 0 disruptions"), "{plan}");
+    let orphan_row = plan.lines().find(|l| l.contains(&orphan)).expect("the orphan is listed");
+    assert!(orphan_row.contains("missing") && orphan_row.contains("retire"), "{orphan_row}");
+    assert!(plan.contains(&format!("delete-node {orphan}")), "{plan}");
+
+    let run = rig.apply().expect_code(1);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(said.contains("The disruption budget web-pdb needs 1 healthy pods"), "{said}");
+    assert!(said.contains(&format!("failed: drain {old}")), "{said}");
+    // Halted: the orphan is gone, the old container still runs, its Node stays cordoned by us.
+    assert!(rig.fake.node(&orphan).is_none());
+    assert_eq!(rig.containers().get(&old).map(|c| c.0), Some(true));
+    assert_eq!(rig.nodes().get(&old), Some(&(true, true, true)));
+    assert_eq!(rig.fake.pods_with_labels("default", &[("app", "web")]).len(), 1);
+    assert!(rig.fake.evictions().iter().all(|e| e.status == 429), "no PDB was bypassed");
+
+    // Relaxed, the next apply finishes the retirement without cordoning again.
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
+    let from = rig.last_seq();
+    let run = rig.apply().expect_code(0);
+    assert!(!run.stdout.contains(&format!("cordon      {old}")), "{}", run.stdout);
+    assert!(rig.events_after(from).iter().all(|e| node_event(e).is_none_or(|(w, _)| w != "cordon")));
+    let containers = rig.containers();
+    assert_eq!(containers.len(), 1);
+    assert!(!containers.contains_key(&old) && rig.fake.node(&old).is_none());
+}
+
+#[tokio::test]
+async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = PoolFile { replicas: 1, ..PoolFile::default() };
+    let old = rig.start(&v1).remove(0);
+    // The seed's scenario: the cluster's own management components, two replicas and a budget
+    // of one, all on the one Node that is about to be replaced.
+    rig.fake.add_app("capi-system", "manager", 2);
+    rig.fake.put_pdb("capi-system", "manager", "manager", PdbBound::MinAvailable(1));
+    let healthy = |s: &crate::support::fake_kube::Store| {
+        s.events().last().is_some_and(|e| e.app_healthy.get("capi-system/manager") == Some(&2))
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(healthy)).await.expect("the app runs");
+    let from = rig.last_seq();
+    rig.write(&PoolFile { version: 2, ..v1 });
+    rig.apply().expect_code(0);
+
+    let events = rig.events_after(from);
+    for e in &events {
+        let n = e.app_healthy.get("capi-system/manager").copied().unwrap_or(0);
+        assert!(n >= 1, "no manager replica available after {:?}", e.kind);
+    }
+    let deleted = events.iter().find(|e| node_event(e) == Some(("delete", &old))).expect("old Node deleted");
+    let new = rig.containers().into_keys().next().expect("the new instance");
+    // Like `kubectl drain`, the drain waits for the evicted pods to go, not for their
+    // replacements to start: the budget is what guarantees that one replica was running on the
+    // new Node before the second one could be evicted, well before the old Node went away.
+    let before: Vec<&Event> = events.iter().filter(|e| e.seq < deleted.seq).collect();
+    let moved = before
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::PodScheduled { node, .. } if *node == new))
+        .count();
+    assert!(moved >= 1, "a replica runs on {new} before {old} goes away");
+    let evicted_from_old = before
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::PodEvicted { node: Some(n), .. } if *n == old))
+        .count();
+    assert_eq!(evicted_from_old, 2, "both replicas left {old} before its Node was deleted");
+    let both = |s: &crate::support::fake_kube::Store| {
+        s.pods()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new.as_str()))
+            .count()
+            == 2
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(both)).await.expect("both replicas run on the new Node");
+    assert_eq!(rig.fake.evictions().iter().filter(|e| e.status == 201).count(), 2);
+}
+
+#[tokio::test]
+async fn a_new_node_that_never_turns_ready_halts_the_rollout_with_nothing_retired() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = PoolFile { replicas: 2, ready_timeout: "2s", ..PoolFile::default() };
+    let old = rig.start(&v1);
+    let v2 = PoolFile { version: 2, ..v1 };
+    rig.write(&v2);
+    let hash = rig.template_hash();
+    rig.fake.set_ready_policy(&format!("{}-{}", rig.pool(), &hash[..10]), ReadyPolicy::Never);
+    let from = rig.last_seq();
+
+    let run = rig.apply().expect_code(1);
+    assert!(run.stdout.contains("did not turn Ready: timed out after 2s"), "{}", run.stdout);
+    assert!(run.stdout.contains("not started: cordon"), "{}", run.stdout);
+    let events = rig.events_after(from);
+    assert!(events.iter().all(|e| node_event(e).is_none_or(|(what, _)| what == "ready")));
+    let containers = rig.containers();
+    for name in &old {
+        assert_eq!(containers.get(name).map(|c| c.0), Some(true), "{name} still runs");
+        assert_eq!(rig.nodes().get(name), Some(&(true, false, false)), "{name} still serves");
+    }
+}
+
+#[tokio::test]
+async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lost() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = PoolFile { replicas: 1, drain_timeout: "60s", ..PoolFile::default() };
+    let old = rig.start(&v1).remove(0);
+    rig.fake.add_app("default", "web", 1);
+    // The budget holds the drain open, so that the kill lands in the middle of it.
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
+    rig.write(&PoolFile { version: 2, ..v1 });
+
+    let args = rig.args("apply", &["--yes"]);
+    let mut child = cli::poolctl(&rig.cache())
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("poolctl starts");
+    let evicting = rig.fake.wait_until(|s| !s.evictions().is_empty());
+    let seen = tokio::time::timeout(LIMIT, evicting).await;
+    child.kill().expect("SIGKILL"); // kill(2) with SIGKILL: no chance to clean up
+    child.wait().expect("reaped");
+    seen.expect("the drain started");
+
+    // Half-retired: cordoned by poolctl, container running, and a new instance serving.
+    assert_eq!(rig.nodes().get(&old), Some(&(true, true, true)));
+    assert_eq!(rig.containers().len(), 2);
+    let plan = rig.poolctl("plan", &[]).expect_code(0).stdout;
+    let row = plan.lines().find(|l| l.contains(&old)).expect("the old instance is listed");
+    assert!(row.contains("node ready, cordoned by poolctl (retiring)") && row.contains("retire"), "{row}");
+
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
+    rig.apply().expect_code(0);
+    let containers = rig.containers();
+    assert_eq!(containers.len(), 1, "no orphan container: {containers:?}");
+    assert!(!containers.contains_key(&old));
+    let nodes = rig.nodes();
+    assert_eq!(nodes.keys().collect::<Vec<_>>(), containers.keys().collect::<Vec<_>>(), "no orphan Node");
+    // Nothing lost: the app still has its replica, now on the new Node.
+    let new = containers.keys().next().unwrap().clone();
+    let placed = |s: &crate::support::fake_kube::Store| {
+        let web: Vec<_> = s.pods().filter(|p| p.metadata.namespace.as_deref() == Some("default")).collect();
+        web.len() == 1 && web[0].spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new.as_str())
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the replica runs on the new Node");
+}
+
+/// Seconds from `a` to `b` (zero if `b` is earlier).
+fn secs(a: SystemTime, b: SystemTime) -> f64 {
+    b.duration_since(a).unwrap_or_default().as_secs_f64()
+}
+
+/// Prints the wall time of a 3-instance rollout against the sum of the waits it cannot avoid.
+/// Run with `bench/rollout.sh`; see BENCHMARKS.md, "Kubernetes rollout overhead".
+#[tokio::test]
+#[ignore = "a benchmark: run with bench/rollout.sh"]
+async fn bench_rollout_overhead() {
+    let Some(docker) = docker().await else { return };
+    let (key, value) = docker.case_label();
+    let fake = FakeKube::start(FakeKubeOptions {
+        kubelet: Some(KubeletOptions::new(format!("{key}={value}"))),
+        // Pods take a moment to terminate, as real ones do, so that the drain has to wait.
+        pod_termination_delay: Duration::from_millis(300),
+        ..FakeKubeOptions::default()
+    });
+    let dir = tempfile::tempdir().expect("a temp dir");
+    std::fs::create_dir(dir.path().join("pools")).expect("the pools dir");
+    fake.write_kubeconfig(&dir.path().join("kubeconfig")).expect("write the kubeconfig");
+    let rig = Rig { docker, fake, dir };
+    let v1 = PoolFile { drain_timeout: "30s", ..PoolFile::default() };
+    let old = rig.start(&v1);
+    rig.fake.add_app("default", "web", 3);
+    rig.fake.put_pdb("default", "web", "web", PdbBound::MinAvailable(2));
+
+    let from = rig.last_seq();
+    let since = SystemTime::now();
+    rig.write(&PoolFile { version: 2, ..v1 });
+    let started = SystemTime::now();
+    rig.apply().expect_code(0);
+    let wall = secs(started, SystemTime::now());
+    let events = rig.events_after(from);
+    let docker_events = rig.docker_events(since);
+
+    let new: Vec<String> = rig.containers().into_keys().collect();
+    let (mut start, mut ready, mut drain, mut stop) = (0.0, 0.0, 0.0, 0.0);
+    for name in &new {
+        let created = docker_when(&docker_events, &["create"], name).expect("created");
+        let running = docker_when(&docker_events, &["start"], name).expect("started");
+        start += secs(created, running);
+        ready += secs(running, when(&events, "ready", name, false).expect("Ready"));
+    }
+    for name in &old {
+        let first = when(&events, "evict", name, false).expect("evicted");
+        let gone = events
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::PodDeleted { node: Some(n), .. } if n == name))
+            .map(|e| e.wall)
+            .max()
+            .expect("its pods went");
+        drain += secs(first, gone);
+        let killed = docker_when(&docker_events, &["kill"], name).expect("stopping");
+        stop += secs(killed, docker_when(&docker_events, &["die"], name).expect("stopped"));
+    }
+    let waits = start + ready + drain + stop;
+    println!(
+        "rollout of 3 instances (maxSurge 1, maxUnavailable 0, one app pod per Node, PDB minAvailable 2)"
+    );
+    println!("  wall time of `poolctl apply`:        {wall:6.2}s");
+    println!("  container start (create -> running): {start:6.2}s");
+    println!("  Node registration and Ready:         {ready:6.2}s");
+    println!("  drain (first eviction -> pods gone): {drain:6.2}s");
+    println!("  container stop (SIGTERM -> exit):    {stop:6.2}s");
+    println!("  sum of unavoidable waits:            {waits:6.2}s");
+    println!("  overhead ratio (wall / waits):       {:6.2}", wall / waits);
+}
