@@ -3,13 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use poolctl::cli::{Cli, LogFormat};
+use poolctl::cli::{Cli, Command, LogFormat};
 use poolctl::run::{Exit, run};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose, cli.log_format);
+    // watch reports what it does as it goes: its status lines are info, shown by default.
+    let status = matches!(cli.command, Command::Watch(_));
+    init_tracing(cli.verbose, cli.log_format, status);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -27,8 +29,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8, format: LogFormat) {
+fn init_tracing(verbose: u8, format: LogFormat, status: bool) {
     let default = match verbose {
+        0 if status => "poolctl=info,warn",
         0 => "warn",
         1 => "poolctl=debug,info",
         _ => "trace",
