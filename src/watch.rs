@@ -659,13 +659,13 @@ async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String>
             .and_then(|a| a.get("name"))
             .cloned()
             .unwrap_or_default();
-        let mut what = format!("container {name} {}", event.action.unwrap_or_default());
+        let what = format!("container {name} {}", event.action.unwrap_or_default());
         // Let the burst end: the loop observes once for all of it.
-        while let Ok(Some(Ok(more))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
-            debug!("Docker event: {:?}", more.action);
-            what.push_str(" (and more)");
-            what.truncate(200);
+        let mut more = 0;
+        while let Ok(Some(Ok(_))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
+            more += 1;
         }
+        let what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
         if tx.send(what).await.is_err() {
             return Ok(());
         }

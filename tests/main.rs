@@ -10,3 +10,4 @@ mod fake_kube;
 mod source;
 mod spec;
 mod support;
+mod watch;
