@@ -19,7 +19,8 @@ use std::time::Duration;
 use anyhow::Result;
 use bollard::query_parameters::EventsOptions;
 use futures::StreamExt;
-use notify::{RecursiveMode, Watcher};
+use notify::event::ModifyKind;
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -711,7 +712,7 @@ fn watch_files(spec: &SourceSpec, tx: mpsc::Sender<()>) -> Option<notify::Recomm
     };
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
     let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok_and(|e| e.paths.iter().any(|p| relevant(p))) {
+        if event.is_ok_and(|e| changes_content(e.kind) && e.paths.iter().any(|p| relevant(p))) {
             let _ = raw_tx.send(());
         }
     }) {
@@ -737,6 +738,17 @@ fn watch_files(spec: &SourceSpec, tx: mpsc::Sender<()>) -> Option<notify::Recomm
     Some(watcher)
 }
 
+/// Whether an event can change what a file says. Reads are not: our own fetch opens the
+/// watched refs, and counting that as a change would fetch in a loop.
+fn changes_content(kind: EventKind) -> bool {
+    match kind {
+        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Any | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Other => {
+            true
+        }
+    }
+}
+
 /// Whether a changed path can change the source: not Git's index, logs or lock files, nor
 /// hidden editor files in a directory source.
 fn relevant(path: &Path) -> bool {
@@ -750,6 +762,8 @@ fn relevant(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use notify::event::{AccessKind, MetadataKind};
+
     use super::*;
 
     fn step(state: State, event: Event) -> (State, Action) {
@@ -832,6 +846,14 @@ mod tests {
         assert_eq!(a, Action::Wait, "nothing new starts once stopping");
         assert_eq!(step(s, Event::Finished(Outcome::Stopped)).1, Action::Exit);
         assert_eq!(step(s, Event::Signal).1, Action::ExitNow);
+    }
+
+    #[test]
+    fn reads_and_metadata_are_not_changes() {
+        assert!(!changes_content(EventKind::Access(AccessKind::Any)));
+        assert!(!changes_content(EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime))));
+        assert!(changes_content(EventKind::Modify(ModifyKind::Any)));
+        assert!(changes_content(EventKind::Create(notify::event::CreateKind::File)));
     }
 
     #[test]
