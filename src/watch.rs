@@ -743,9 +743,11 @@ fn watch_files(spec: &SourceSpec, tx: mpsc::Sender<()>) -> Option<notify::Recomm
 fn changes_content(kind: EventKind) -> bool {
     match kind {
         EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => false,
-        EventKind::Any | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Other => {
-            true
-        }
+        EventKind::Any
+        | EventKind::Create(_)
+        | EventKind::Modify(_)
+        | EventKind::Remove(_)
+        | EventKind::Other => true,
     }
 }
 

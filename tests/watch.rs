@@ -33,7 +33,12 @@ struct Watch {
 
 impl Watch {
     fn start(cache: &Path, args: &[&str]) -> Self {
-        let mut child = poolctl(cache)
+        Self::spawn(poolctl(cache), args)
+    }
+
+    /// `cmd watch args...`, for a command with its own environment.
+    fn spawn(mut cmd: Command, args: &[&str]) -> Self {
+        let mut child = cmd
             .arg("watch")
             .args(args)
             .stdout(Stdio::piped())
@@ -122,11 +127,16 @@ impl Drop for Watch {
 /// A pool document for this test's pool, labelled so that the test's guard removes what watch
 /// creates.
 fn pool_yaml(d: &TestDocker, replicas: u32, env: &str) -> String {
+    pool_yaml_with(d, replicas, env, "")
+}
+
+/// [`pool_yaml`] with `extra` appended under `spec:` (indented by 2).
+fn pool_yaml_with(d: &TestDocker, replicas: u32, env: &str, extra: &str) -> String {
     let labels = d.container("x").labels;
     format!(
         "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {pool}\nspec:\n  replicas: {replicas}\n  \
          template:\n    image: {image}\n    env: {{V: \"{env}\"}}\n    labels:\n      {RUN_LABEL}: \"{run}\"\n      \
-         {CASE_LABEL}: \"{case}\"\n  rollout:\n    stopGracePeriod: 2s\n    drainTimeout: 5s\n",
+         {CASE_LABEL}: \"{case}\"\n  rollout:\n    stopGracePeriod: 2s\n    drainTimeout: 5s\n{extra}",
         pool = d.pool,
         image = crate::support::docker::IMAGE,
         run = labels[RUN_LABEL],
@@ -285,4 +295,61 @@ async fn sigterm_exits_0_with_the_pool_intact_and_its_state_printed() {
         before.iter().map(|c| &c.id).collect::<Vec<_>>()
     );
     converged(&after, 1);
+}
+
+#[tokio::test]
+async fn a_newer_spec_during_a_rollout_stops_it_at_a_step_boundary_and_is_rolled_out_next() {
+    let Some(d) = docker().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pool.yaml");
+    std::fs::write(&file, pool_yaml(&d, 1, "1")).unwrap();
+    let mut watch = Watch::start(cache.path(), &["--source", dir.path().to_str().unwrap()]);
+    watch.applied();
+    let first = pool(&d).await;
+    converged(&first, 1);
+
+    // The second spec's bootstrap holds its rollout until the test lets it go.
+    let hold = "  bootstrap:\n    - exec: [sh, -c, 'until [ -f /tmp/go ]; do sleep 0.1; done']\n      timeout: 60s\n";
+    std::fs::write(&file, pool_yaml_with(&d, 1, "2", hold)).unwrap();
+    let line = watch.wait_for(Stream::Stdout, "] bootstrap ");
+    let held = line.split_whitespace().nth(2).expect("instance name").to_owned();
+
+    std::fs::write(&file, pool_yaml(&d, 1, "3")).unwrap();
+    watch.wait_for(Stream::Stderr, "a newer desired state arrived");
+    let go = Command::new("docker").args(["exec", &held, "touch", "/tmp/go"]).output().expect("docker exec");
+    assert!(go.status.success(), "{}", String::from_utf8_lossy(&go.stderr));
+    // The bootstrap ends, and nothing after it runs: the old instance was never touched.
+    watch.wait_for(Stream::Stdout, "Apply superseded");
+    let mid = pool(&d).await;
+    assert!(mid.iter().any(|c| c.id == first[0].id && c.state == ContainerState::Running), "{mid:#?}");
+
+    // Re-planned towards the newest spec: the intermediate instance is just outdated.
+    watch.applied();
+    let last = pool(&d).await;
+    let hash = converged(&last, 1);
+    assert_ne!(hash, first[0].template_hash);
+    assert!(last.iter().all(|c| c.name != held && c.id != first[0].id), "{last:#?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_daemon_is_reported_and_retried_until_it_answers() {
+    let Some(d) = docker().await else { return };
+    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| poolctl::docker::DEFAULT_HOST.to_owned());
+    let Some(socket) = host.strip_prefix("unix://") else { return }; // the trick below needs a socket
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pool.yaml"), pool_yaml(&d, 1, "1")).unwrap();
+    // The daemon "comes back" when this path starts leading to its socket.
+    let link = cache.path().join("docker.sock");
+    let mut cmd = poolctl(cache.path());
+    cmd.env("DOCKER_HOST", format!("unix://{}", link.display()));
+    let mut watch = Watch::spawn(cmd, &["--source", dir.path().to_str().unwrap()]);
+    watch.wait_for(Stream::Stderr, "cannot reach Docker");
+    watch.wait_for(Stream::Stderr, "backing off");
+    assert!(pool(&d).await.is_empty());
+
+    std::os::unix::fs::symlink(socket, &link).unwrap();
+    watch.applied();
+    converged(&pool(&d).await, 1);
 }
