@@ -12,6 +12,8 @@
 //! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
 //! seen source revision and a few counters, so memory stays flat over a long run.
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -500,19 +502,14 @@ impl Loop {
             let _ = write_stdout(|out| writeln!(out, "Stopped: no good desired state was ever read."));
             return;
         };
+        // Docker alone: the summary counts containers, and a cluster may be what went away.
+        let no_clusters = BTreeMap::<String, crate::kube::KubeCluster>::new();
         let world = match DockerBackend::connect().await {
-            Ok(docker) => match run::observe(
-                &docker,
-                &std::collections::BTreeMap::<String, crate::kube::KubeCluster>::new(),
-            )
-            .await
-            {
-                Ok(world) => world,
-                Err(e) => {
-                    warn!("cannot observe the pools: {e}");
-                    return;
-                }
-            },
+            Ok(docker) => run::observe(&docker, &no_clusters).await,
+            Err(e) => Err(e),
+        };
+        let world = match world {
+            Ok(world) => world,
             Err(e) => {
                 warn!("cannot observe the pools: {e}");
                 return;
@@ -521,8 +518,6 @@ impl Loop {
         let _ = write_stdout(|out| write_pool_state(desired, &world, out));
     }
 }
-
-use std::io::Write;
 
 /// One line per declared pool: how many instances exist, run, and run the current template.
 fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> std::io::Result<()> {
