@@ -353,3 +353,37 @@ async fn an_unreachable_daemon_is_reported_and_retried_until_it_answers() {
     watch.applied();
     converged(&pool(&d).await, 1);
 }
+
+#[tokio::test]
+async fn a_source_that_cannot_be_fetched_keeps_the_last_good_state_and_is_retried() {
+    let Some(d) = docker().await else { return };
+    let parent = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let repo = parent.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    commit(&repo, &pool_yaml(&d, 1, "1"), "one worker");
+    let url = format!("file://{}", repo.display());
+    let mut watch = Watch::start(
+        cache.path(),
+        &["--source", &url, "--ref", "main", "--interval", "1s", "--resync", "1h"],
+    );
+    watch.applied();
+    let before = pool(&d).await;
+    converged(&before, 1);
+
+    // The remote goes away: reported, retried, the world untouched.
+    let away = parent.path().join("away");
+    std::fs::rename(&repo, &away).unwrap();
+    watch.wait_for(Stream::Stderr, "cannot read the source");
+    watch.wait_for(Stream::Stderr, "keeping the last good state");
+    watch.assert_alive();
+    assert_eq!(pool(&d).await.iter().map(|c| &c.id).collect::<Vec<_>>(), [&before[0].id]);
+
+    // It comes back with a new commit, which is applied.
+    std::fs::rename(&away, &repo).unwrap();
+    let next = commit(&repo, &pool_yaml(&d, 1, "2"), "bump");
+    watch.wait_for(Stream::Stdout, &format!("({next})"));
+    watch.applied();
+    assert_ne!(converged(&pool(&d).await, 1), before[0].template_hash);
+}
