@@ -2,6 +2,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::spec::Duration;
+
 /// Reconcile pools of Docker containers that serve as Kubernetes nodes.
 ///
 /// A pool file (YAML, in a directory or a Git repository) declares N identical containers.
@@ -35,6 +37,17 @@ pub enum Command {
     /// Asks for confirmation unless --yes is given. Stops at the first failure with the old
     /// instances still running; running apply again continues from what the world shows.
     Apply(ApplyArgs),
+    /// Keep the world equal to the source: reconcile now, then whenever the source changes or
+    /// the world drifts, until interrupted.
+    ///
+    /// Each reconcile prints its plan and applies it without asking (--dry-run: prints only).
+    /// A directory is watched for edits; a Git source is fetched every --interval, and a local
+    /// repository's refs are watched so that a commit is seen at once. Containers of the pool
+    /// that die or are removed are replaced at once; the world is re-read every --resync. A bad
+    /// spec or an unreachable source or daemon is reported and retried, keeping the last good
+    /// state. The first Ctrl-C/SIGTERM stops at the next safe step boundary and exits 0; a
+    /// second exits at once.
+    Watch(WatchArgs),
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
     Validate(SourceArgs),
     /// Print the JSON Schema of the pool file.
@@ -85,6 +98,28 @@ pub struct ApplyArgs {
     /// Do not ask for confirmation.
     #[arg(short, long)]
     pub yes: bool,
+
+    /// Also retire pools that this source created and no longer declares.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// For a Git source: how often to fetch.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub interval: Duration,
+
+    /// How often to re-read the world to correct drift (Docker events act at once besides).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub resync: Duration,
+
+    /// Print each plan, apply nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Also retire pools that this source created and no longer declares.
     #[arg(long)]

@@ -15,4 +15,5 @@ pub mod run;
 pub mod sim;
 pub mod source;
 pub mod spec;
+pub mod watch;
 pub mod world;

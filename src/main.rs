@@ -28,15 +28,18 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(verbose: u8, format: LogFormat) {
-    // By default poolctl's own progress that is not on stdout (image pulls, evictions) shows,
-    // and other crates speak only to warn.
+    // By default poolctl's own progress that is not on stdout (image pulls, evictions, watch
+    // status) shows, and other crates speak only to warn.
     let default = match verbose {
         0 => "poolctl=info,warn",
         1 => "poolctl=debug,info",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a terminal: logs that go to a file or a pipe stay greppable.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 
-use crate::apply::{Executor, Interrupt};
+use crate::apply::{Executor, Interrupt, Report};
 use crate::backend::{BackendError, Cluster, Containers};
 use crate::cli::{ApplyArgs, Command, OutputFormat, PlanArgs, SourceArgs};
 use crate::docker::DockerBackend;
 use crate::kube::KubeCluster;
 use crate::plan::{Plan, PlanOptions, plan, render_json, render_text};
+use crate::source::SourceSpec;
 use crate::source::{self, Desired};
 use crate::world::World;
 
@@ -30,6 +31,7 @@ pub async fn run(command: Command) -> Result<Exit> {
         Command::Plan(args) => plan_command(args).await,
         Command::Apply(args) => apply_command(args).await,
         Command::Validate(args) => validate_command(&args),
+        Command::Watch(args) => crate::watch::watch_command(args).await,
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             write_stdout(|out| writeln!(out, "{schema}"))?;
@@ -38,8 +40,13 @@ pub async fn run(command: Command) -> Result<Exit> {
     }
 }
 
+/// The classified `--source`/`--ref`/`--path`.
+pub(crate) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
+    Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?)
+}
+
 fn load_source(args: &SourceArgs) -> Result<Desired> {
-    let spec = source::SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?;
+    let spec = source_spec(args)?;
     let desired = source::load(&spec).with_context(|| format!("cannot read the source {}", args.source))?;
     Ok(desired)
 }
@@ -65,7 +72,7 @@ fn validate_command(args: &SourceArgs) -> Result<Exit> {
 }
 
 /// The Kubernetes clusters of the pools that have a `node:` section, by pool name.
-async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeCluster>> {
+pub(crate) async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeCluster>> {
     let mut clusters = BTreeMap::new();
     for pool in &desired.pools {
         if let Some(node) = &pool.pool.spec.node {
@@ -83,7 +90,7 @@ async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeClus
 
 /// One observation of the world: one Docker list, and per cluster one list of Nodes (plus
 /// pods and PDBs of the nodes that may be drained).
-async fn observe<C: Containers, K: Cluster>(
+pub(crate) async fn observe<C: Containers, K: Cluster>(
     containers: &C,
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
@@ -116,9 +123,35 @@ async fn compute(args: &SourceArgs, prune: bool) -> Result<Planned> {
     let desired = load_source(args)?;
     let docker = DockerBackend::connect().await?;
     let clusters = connect_clusters(&desired).await?;
-    let world = observe(&docker, &clusters).await.context("cannot observe the world")?;
-    let plan = plan(&desired, &world, PlanOptions { prune });
+    let plan = observe_and_plan(&desired, &docker, &clusters, prune).await?;
     Ok(Planned { desired, docker, clusters, plan })
+}
+
+/// Observe the world once and plan towards `desired`: the step that plan, apply and every
+/// reconcile of watch share.
+pub(crate) async fn observe_and_plan<C: Containers, K: Cluster>(
+    desired: &Desired,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    prune: bool,
+) -> Result<Plan> {
+    let world = observe(containers, clusters).await.context("cannot observe the world")?;
+    Ok(plan(desired, &world, PlanOptions { prune }))
+}
+
+/// Carry a plan out after its preflight: what apply does after confirmation, and what watch does
+/// on every reconcile. Progress goes to stdout; the report says how it ended.
+pub(crate) async fn execute<C: Containers, K: Cluster>(
+    desired: &Desired,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    plan: &Plan,
+    interrupt: &Interrupt,
+) -> Result<Report> {
+    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
+    let executor = Executor { desired, containers, clusters, progress: &progress, interrupt };
+    executor.preflight(plan).await.context("preflight failed, nothing was changed")?;
+    Ok(executor.run(plan).await)
 }
 
 async fn plan_command(args: PlanArgs) -> Result<Exit> {
@@ -142,16 +175,7 @@ async fn apply_command(args: ApplyArgs) -> Result<Exit> {
 
     let interrupt = Arc::new(Interrupt::default());
     spawn_interrupt_handler(Arc::clone(&interrupt));
-    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
-    let executor = Executor {
-        desired: &desired,
-        containers: &docker,
-        clusters: &clusters,
-        progress: &progress,
-        interrupt: &interrupt,
-    };
-    executor.preflight(&plan).await.context("preflight failed, nothing was changed")?;
-    let report = executor.run(&plan).await;
+    let report = execute(&desired, &docker, &clusters, &plan, &interrupt).await?;
     write_stdout(|out| report.write_summary(out))?;
     if report.complete() {
         Ok(Exit::Success)
@@ -197,7 +221,7 @@ fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
 }
 
 /// Write to stdout; a closed pipe (`poolctl plan | head`) is not an error.
-fn write_stdout(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+pub(crate) fn write_stdout(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
     let stdout = io::stdout();
     let mut lock = stdout.lock();
     match f(&mut lock).and_then(|()| lock.flush()) {

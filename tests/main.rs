@@ -13,3 +13,4 @@ mod kube;
 mod source;
 mod spec;
 mod support;
+mod watch;

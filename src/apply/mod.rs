@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -64,6 +64,8 @@ pub struct Report {
     pub not_started: Vec<(String, String, &'static str)>,
     /// The run was cut short by an interrupt.
     pub interrupted: bool,
+    /// Why it was cut short, when it was.
+    pub stop_reason: Option<StopReason>,
 }
 
 impl Report {
@@ -84,6 +86,13 @@ impl Report {
             return writeln!(out, "Apply complete: {done} steps done.");
         }
         writeln!(out)?;
+        if self.stop_reason == Some(StopReason::Superseded) {
+            return writeln!(
+                out,
+                "Apply superseded by a newer desired state: {done} steps done, {} not started; re-planning.",
+                self.not_started.len()
+            );
+        }
         if self.interrupted {
             writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
         } else {
@@ -104,16 +113,39 @@ impl Report {
     }
 }
 
+/// Why a run stops at the next step boundary. Neither counts as a failure: nothing is
+/// half-done, because the executor only stops between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopReason {
+    /// A newer desired state arrived (`watch`): the caller re-plans towards it at once.
+    Superseded = 1,
+    /// The user asked to stop (Ctrl-C, SIGTERM). Outranks [`StopReason::Superseded`].
+    Signal = 2,
+}
+
 /// A flag an interrupt handler sets; the executor checks it between steps.
 #[derive(Debug, Default)]
-pub struct Interrupt(AtomicBool);
+pub struct Interrupt(AtomicU8);
 
 impl Interrupt {
+    /// Stop because the user asked to.
     pub fn trigger(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.stop(StopReason::Signal);
+    }
+    /// Stop for `reason`; a signal is never downgraded to a supersede.
+    pub fn stop(&self, reason: StopReason) {
+        self.0.fetch_max(reason as u8, Ordering::SeqCst);
     }
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.load(Ordering::SeqCst) != 0
+    }
+    /// Why the run should stop, if it should.
+    pub fn reason(&self) -> Option<StopReason> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            1 => Some(StopReason::Superseded),
+            _ => Some(StopReason::Signal),
+        }
     }
 }
 
@@ -236,6 +268,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     report.attempted.push(outcome);
                 }
             }
+        }
+        if report.interrupted {
+            report.stop_reason = self.interrupt.reason();
         }
         report
     }

@@ -281,6 +281,25 @@ async fn an_interrupt_stops_at_the_next_step_boundary() {
 }
 
 #[tokio::test]
+async fn a_newer_desired_state_stops_at_the_next_boundary_without_a_failure() {
+    static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();
+    let interrupt = INTERRUPT.get_or_init(Interrupt::default);
+    interrupt.stop(StopReason::Superseded);
+    let fake = Fake::default();
+    let (report, text) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
+    assert_eq!(report.stop_reason, Some(StopReason::Superseded));
+    assert!(report.failure().is_none());
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    let mut summary = Vec::new();
+    report.write_summary(&mut summary).unwrap();
+    assert!(String::from_utf8(summary).unwrap().contains("superseded"), "{text}");
+    // A signal outranks a supersede, and a supersede never hides a signal.
+    interrupt.trigger();
+    interrupt.stop(StopReason::Superseded);
+    assert_eq!(interrupt.reason(), Some(StopReason::Signal));
+}
+
+#[tokio::test]
 async fn node_steps_without_a_cluster_fail_clearly() {
     let fake = Fake::default();
     let mut plan = rolling_plan();
