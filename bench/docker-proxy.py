@@ -75,7 +75,21 @@ async def requests(client: asyncio.StreamReader, daemon: asyncio.StreamWriter) -
     await relay(client, daemon)
 
 
+# asyncio keeps only weak references to the tasks start_server spawns: without a strong one, an
+# idle kept-alive connection's task can be garbage-collected while it waits.
+CONNECTIONS: set = set()
+
+
 async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    task = asyncio.current_task()
+    CONNECTIONS.add(task)
+    try:
+        await forward(client_reader, client_writer)
+    finally:
+        CONNECTIONS.discard(task)
+
+
+async def forward(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
     daemon_reader, daemon_writer = await asyncio.open_unix_connection(SOCKET)
     try:
         await asyncio.gather(
