@@ -7,9 +7,10 @@
 //! counted by a global allocator: the crate forbids `unsafe_code` for every target, and a
 //! `forbid` cannot be lifted by an `allow` in one file. The child builds its inputs, resets the
 //! kernel's peak-RSS mark (`5` into `/proc/self/clear_refs`), plans once, and reports how far
-//! the peak rose above the RSS it had before planning. That figure is a lower bound of the
-//! planner's heap (memory freed while building the inputs may be reused without new pages), and
-//! close to it, because the inputs are built without large temporaries.
+//! the peak rose above the RSS it had before planning: the memory the planner really touched.
+//! That is less than a heap profiler's peak (valgrind's massif), which also counts the capacity a
+//! vector reserved but never wrote, and both the old and the new buffer of every reallocation
+//! (glibc can move a large one with `mremap`, without a copy); BENCHMARKS.md has both figures.
 //!
 //! Usage: `planner` (the whole table), or `planner <scenario> <size>` (one child's line).
 
@@ -127,7 +128,15 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
     let json = canonical_template(template, &[]);
     let hash = template_hash(template, &[]);
     let scope = origin().scope();
-    let mut world = World::default();
+    // Every vector is allocated at its final size: a vector that grew by doubling would leave
+    // freed pages behind that the planner could reuse unseen by the peak-RSS mark.
+    let nodes_len = if nodes { size } else { 0 };
+    let mut world = World {
+        containers: Vec::with_capacity(size),
+        nodes: Vec::with_capacity(nodes_len),
+        pods: Vec::with_capacity(nodes_len * 3),
+        pdbs: Vec::with_capacity(if nodes { PDBS } else { 0 }),
+    };
     for i in 0..size {
         let name = format!("{POOL}-{hash}-{i:05}");
         world.containers.push(Container {
@@ -320,7 +329,7 @@ fn table() -> bool {
         }
     }
     println!();
-    println!("plan mem: how far the peak RSS rose while planning once (a lower bound of the heap used);");
+    println!("plan mem: how far the peak RSS rose while planning once (the pages the planner touched);");
     println!("peak RSS: the whole child process's peak (inputs included).");
     if no_reset {
         println!("note: /proc/self/clear_refs was not writable, so plan mem includes building the inputs.");
