@@ -12,7 +12,8 @@
 //! vector reserved but never wrote, and both the old and the new buffer of every reallocation
 //! (glibc can move a large one with `mremap`, without a copy); BENCHMARKS.md has both figures.
 //!
-//! Usage: `planner` (the whole table), or `planner <scenario> <size>` (one child's line).
+//! Usage: `planner` (the whole table), or `planner <scenario> <size> [runs]` (one child's line;
+//! with `runs`, a fixed number of timed runs, for `perf stat`).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -66,6 +67,12 @@ impl Scenario {
             Self::Converged => "converged",
             Self::RollingNodes => "rolling-nodes",
         }
+    }
+
+    /// Whether the issue-2 target applies: it is about container-only pools. The node pool is
+    /// measured for the next issue's sake, and reported without a verdict.
+    fn has_target(self) -> bool {
+        self != Self::RollingNodes
     }
 
     fn parse(name: &str) -> Option<Self> {
@@ -210,7 +217,9 @@ fn status_kib(field: &str) -> u64 {
 }
 
 /// One child: measure one scenario at one size and print one line of `key=value` fields.
-fn child(scenario: Scenario, size: usize) {
+/// `runs` fixes the number of timed runs (for `perf stat`, whose counts should not depend on
+/// how busy the machine is); `None` uses the time budget.
+fn child(scenario: Scenario, size: usize, runs: Option<usize>) {
     let (desired, world) = inputs(scenario, size);
     let options = PlanOptions::default();
 
@@ -226,7 +235,11 @@ fn child(scenario: Scenario, size: usize) {
 
     let mut times = Vec::new();
     let started = Instant::now();
-    while times.len() < MAX_RUNS && (times.len() < MIN_RUNS || started.elapsed() < TIME_BUDGET) {
+    let more = |done: usize| match runs {
+        Some(n) => done < n,
+        None => done < MAX_RUNS && (done < MIN_RUNS || started.elapsed() < TIME_BUDGET),
+    };
+    while more(times.len()) {
         let t = Instant::now();
         let plan = black_box(plan(black_box(&desired), black_box(&world), options));
         times.push(t.elapsed());
@@ -328,7 +341,10 @@ fn table() -> bool {
                 mib(row.num("peak_kib")),
             );
             no_reset |= row.get("reset") != "true";
-            if size == TARGET_SIZE && Duration::from_micros(row.num("median_us")) >= TARGET {
+            if scenario.has_target()
+                && size == TARGET_SIZE
+                && Duration::from_micros(row.num("median_us")) >= TARGET
+            {
                 met = false;
             }
         }
@@ -347,7 +363,8 @@ fn table() -> bool {
     }
     let verdict = if met { "met" } else { "MISSED" };
     println!(
-        "target: {TARGET_SIZE} instances planned in under {} ms (median, every scenario): {verdict}",
+        "target: {TARGET_SIZE} instances of a container-only pool planned in under {} ms (median of \
+         create, rolling, converged): {verdict}",
         TARGET.as_millis()
     );
     met
@@ -361,12 +378,13 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        [scenario, size] => {
+        [scenario, size, rest @ ..] if rest.len() <= 1 => {
             let scenario = Scenario::parse(scenario).unwrap_or_else(|| panic!("unknown scenario {scenario}"));
-            child(scenario, size.parse().expect("a size"));
+            let runs = rest.first().map(|r| r.parse::<usize>().expect("a number of runs").max(1));
+            child(scenario, size.parse().expect("a size"), runs);
         }
         _ => {
-            eprintln!("usage: planner [SCENARIO SIZE]");
+            eprintln!("usage: planner [SCENARIO SIZE [RUNS]]");
             std::process::exit(2);
         }
     }
