@@ -14,6 +14,8 @@ use crate::spec::Duration;
 #[command(name = "poolctl", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides it.
+    // This doc comment is the --help text, where backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 

@@ -236,7 +236,7 @@ pub async fn watch_command(args: WatchArgs) -> Result<Exit> {
         dry_run: args.dry_run,
         prune: args.prune,
     };
-    Loop::new(spec, config)?.run().await
+    Loop::new(spec, config).run().await
 }
 
 /// What woke the loop up.
@@ -275,11 +275,11 @@ struct Loop {
 }
 
 impl Loop {
-    fn new(spec: SourceSpec, config: Config) -> Result<Self> {
+    fn new(spec: SourceSpec, config: Config) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
         let files = watch_files(&spec, changed_tx);
-        Ok(Self {
+        Self {
             spec,
             config,
             state: State::default(),
@@ -296,7 +296,7 @@ impl Loop {
             drift_rx,
             changed_rx,
             _files: files,
-        })
+        }
     }
 
     async fn run(mut self) -> Result<Exit> {
@@ -334,52 +334,7 @@ impl Loop {
                     _ = sigint.recv() => Wake::Event(Event::Signal),
                 }
             };
-            let event = match wake {
-                Wake::Look => {
-                    self.request_check();
-                    None
-                }
-                Wake::SourceRetry => {
-                    self.source_retry = None;
-                    self.request_check();
-                    None
-                }
-                Wake::Checked(checked) => {
-                    self.check = None;
-                    let event = match checked {
-                        Ok(checked) => self.on_checked(checked),
-                        Err(e) => {
-                            error!("source check failed: {e}");
-                            None
-                        }
-                    };
-                    if std::mem::take(&mut self.recheck) {
-                        self.request_check();
-                    }
-                    event
-                }
-                Wake::Drift(what) => {
-                    if self.state.running {
-                        debug!("drift seen during a reconcile: {what}");
-                    } else {
-                        info!("drift seen: {what}");
-                    }
-                    Some(Event::Trigger(Trigger::Drift))
-                }
-                Wake::Retry => {
-                    self.retry = None;
-                    Some(Event::Trigger(Trigger::Retry))
-                }
-                Wake::Finished(outcome) => {
-                    self.run = None;
-                    Some(Event::Finished(outcome.unwrap_or_else(|e| {
-                        error!("reconcile failed: {e}");
-                        Outcome::Failed
-                    })))
-                }
-                Wake::Event(event) => Some(event),
-            };
-            let Some(event) = event else { continue };
+            let Some(event) = self.on_wake(wake) else { continue };
             let (state, action) = next_action(self.state, event);
             self.state = state;
             debug!(?event, ?action, "watch step");
@@ -412,6 +367,56 @@ impl Loop {
                     std::process::exit(130);
                 }
             }
+        }
+    }
+
+    /// The loop's own bookkeeping for a wake-up, and the event it means to the state machine,
+    /// if any.
+    fn on_wake(&mut self, wake: Wake) -> Option<Event> {
+        match wake {
+            Wake::Look => {
+                self.request_check();
+                None
+            }
+            Wake::SourceRetry => {
+                self.source_retry = None;
+                self.request_check();
+                None
+            }
+            Wake::Checked(checked) => {
+                self.check = None;
+                let event = match checked {
+                    Ok(checked) => self.on_checked(checked),
+                    Err(e) => {
+                        error!("source check failed: {e}");
+                        None
+                    }
+                };
+                if std::mem::take(&mut self.recheck) {
+                    self.request_check();
+                }
+                event
+            }
+            Wake::Drift(what) => {
+                if self.state.running {
+                    debug!("drift seen during a reconcile: {what}");
+                } else {
+                    info!("drift seen: {what}");
+                }
+                Some(Event::Trigger(Trigger::Drift))
+            }
+            Wake::Retry => {
+                self.retry = None;
+                Some(Event::Trigger(Trigger::Retry))
+            }
+            Wake::Finished(outcome) => {
+                self.run = None;
+                Some(Event::Finished(outcome.unwrap_or_else(|e| {
+                    error!("reconcile failed: {e}");
+                    Outcome::Failed
+                })))
+            }
+            Wake::Event(event) => Some(event),
         }
     }
 
@@ -526,7 +531,8 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
         let mine: Vec<_> = world.containers.iter().filter(|c| c.pool == pool.name()).collect();
         let up = mine.iter().filter(|c| c.is_up()).count();
         let current = mine.iter().filter(|c| c.template_hash == pool.template_hash).count();
-        let state = if up == pool.pool.spec.replicas as usize && current == mine.len() && up == mine.len() {
+        let replicas = usize::try_from(pool.pool.spec.replicas).ok();
+        let state = if replicas == Some(up) && current == mine.len() && up == mine.len() {
             "in sync"
         } else {
             "not in sync (a later apply or watch continues)"
@@ -748,6 +754,8 @@ fn changes_content(kind: EventKind) -> bool {
 
 /// Whether a changed path can change the source: not Git's index, logs or lock files, nor
 /// hidden editor files in a directory source.
+// Git names its lock files `*.lock` in lower case; this is a name pattern, not a file type.
+#[allow(clippy::case_sensitive_file_extension_comparisons)]
 fn relevant(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     !(name == "index"

@@ -57,7 +57,7 @@ impl Scenario {
     fn run(&self, command: &str, args: &[&str]) -> Run {
         let out =
             poolctl(self.cache.path()).arg(command).args(["--source", self.source()]).args(args).output();
-        Run::from_output(out.expect("poolctl runs"))
+        Run::from_output(&out.expect("poolctl runs"))
     }
 
     async fn containers(&self) -> Vec<Container> {
@@ -340,7 +340,7 @@ async fn a_new_commit_in_a_git_source_changes_the_plan() {
     let url = format!("file://{}", repo.display());
     let run = |args: &[&str]| -> Run {
         let out = poolctl(s.cache.path()).args(args).args(["--source", &url, "--path", "pools"]).output();
-        Run::from_output(out.unwrap())
+        Run::from_output(&out.unwrap())
     };
 
     let plan = run(&["plan"]).expect_code(0);

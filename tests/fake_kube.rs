@@ -323,7 +323,10 @@ async fn a_written_kubeconfig_reaches_the_server() {
     let path = dir.path().join("kubeconfig");
     fk.write_kubeconfig(&path).unwrap();
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
     let nodes: Api<Node> = Api::all(kube::Client::try_from(config).unwrap());
     assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 1);
 }

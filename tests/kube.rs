@@ -217,7 +217,7 @@ async fn a_relaxed_pdb_lets_a_waiting_drain_finish() {
         fake.wait_until(|s| s.evictions().iter().any(|e| e.status == 429)).await;
         fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
     };
-    let (drained, ()) = bounded(async { tokio::join!(draining, relax) }).await;
+    let (drained, ()) = Box::pin(bounded(async { tokio::join!(draining, relax) })).await;
     drained.unwrap();
     assert_eq!(fake.evictions().last().map(|e| e.status), Some(201));
 }

@@ -1,5 +1,6 @@
 //! Sources: which files, with which contents, a directory, a file or a Git commit yields.
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,7 @@ fn chain(err: &SourceError) -> String {
     let mut text = err.to_string();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
+        let _ = write!(text, ": {cause}");
         source = cause.source();
     }
     text
@@ -40,6 +41,8 @@ fn canonical(path: &Path) -> String {
 }
 
 /// A scratch Git repository with a `main` branch checked out, and a cache directory of its own.
+// `repo` is the git2 `Repository`, named as git2 code names it everywhere.
+#[allow(clippy::struct_field_names)]
 struct Repo {
     dir: TempDir,
     cache: TempDir,

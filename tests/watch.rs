@@ -310,8 +310,8 @@ async fn a_newer_spec_during_a_rollout_stops_it_at_a_step_boundary_and_is_rolled
     converged(&first, 1);
 
     // The second spec's bootstrap holds its rollout until the test lets it go.
-    let hold = "  bootstrap:\n    - exec: [sh, -c, 'until [ -f /tmp/go ]; do sleep 0.1; done']\n      timeout: 60s\n";
-    std::fs::write(&file, pool_yaml_with(&d, 1, "2", hold)).unwrap();
+    let bootstrap = "  bootstrap:\n    - exec: [sh, -c, 'until [ -f /tmp/go ]; do sleep 0.1; done']\n      timeout: 60s\n";
+    std::fs::write(&file, pool_yaml_with(&d, 1, "2", bootstrap)).unwrap();
     let line = watch.wait_for(Stream::Stdout, "] bootstrap ");
     let held = line.split_whitespace().nth(2).expect("instance name").to_owned();
 

@@ -303,10 +303,10 @@ fn rollout(
     steps
 }
 
-/// The retirement of one instance, in DESIGN order: Cordon < Drain < Stop < DeleteNode < Remove,
-/// leaving out what is already done. The Node is deleted only once the container is stopped (a
-/// running kubelet re-registers it), and the container goes last so that an interrupted
-/// retirement can be found again from its labels.
+/// The retirement of one instance, in DESIGN order:
+/// `Cordon` < `Drain` < `Stop` < `DeleteNode` < `Remove`, leaving out what is already done. The
+/// Node is deleted only once the container is stopped (a running kubelet re-registers it), and
+/// the container goes last so that an interrupted retirement can be found again from its labels.
 fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -> Vec<Action> {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.

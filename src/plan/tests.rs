@@ -26,6 +26,11 @@ fn other_origin() -> Origin {
     Origin::Path { path: "elsewhere/".to_owned() }
 }
 
+/// A count of the spec's `i64` fields as a `usize`; the generators only make non-negative ones.
+fn count(n: i64) -> usize {
+    usize::try_from(n).expect("generated counts are non-negative")
+}
+
 struct PoolArgs {
     name: &'static str,
     image: &'static str,
@@ -170,7 +175,7 @@ fn check_creation_first(steps: &[Step]) {
     }
 }
 
-/// Invariant 2: Cordon < Drain < Stop < DeleteNode < Remove, each at most once, per instance.
+/// Invariant 2: `Cordon` < `Drain` < `Stop` < `DeleteNode` < `Remove`, each at most once, per instance.
 fn check_retirement_order(steps: &[Step]) {
     let mut last: BTreeMap<&str, u8> = BTreeMap::new();
     for step in steps {
@@ -216,7 +221,7 @@ fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) 
 
 /// Invariant 3, step by step in the simulated world; returns the world afterwards.
 fn execute_checking_capacity(plan: &Plan, world: &World, spec: &PoolArgs) -> World {
-    let (r, s, u) = (spec.replicas as usize, spec.surge as usize, spec.unavailable as usize);
+    let (r, s, u) = (count(spec.replicas), count(spec.surge), count(spec.unavailable));
     let mut sim = SimWorld::new(world.clone());
     sim.scope = Some(plan.origin.scope());
     let max_alive = (r + s).max(sim.alive(spec.name));
@@ -329,7 +334,7 @@ impl Case {
         for g in &mut self.instances {
             (g.state, g.node) = ((ContainerState::Running, Health::None), GenNode::Ready);
         }
-        self.replicas = self.replicas.min(self.instances.len() as i64);
+        self.replicas = self.replicas.min(i64::try_from(self.instances.len()).expect("a few instances"));
         self
     }
 
@@ -405,7 +410,7 @@ proptest! {
         let after = execute_checking_capacity(&plan, &world, &spec);
         let again = crate::plan::plan(&desired, &after, options);
         prop_assert!(!again.has_changes(), "not converged: {:#?}", again.steps().collect::<Vec<_>>());
-        prop_assert_eq!(pool_plan(&again, "workers").instances.len(), case.replicas as usize);
+        prop_assert_eq!(pool_plan(&again, "workers").instances.len(), count(case.replicas));
 
         // Planning is a function: the same inputs give the same plan.
         prop_assert_eq!(crate::plan::plan(&desired, &world, options), plan);
@@ -416,14 +421,14 @@ proptest! {
         let spec = case.spec();
         let dp = spec.build();
         let world = case.world(&dp.template_hash);
-        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= case.replicas as usize);
+        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= count(case.replicas));
         let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune });
         execute_checking_capacity(&plan, &world, &spec);
     }
 
     #[test]
     fn a_converged_world_plans_no_steps(replicas in 0..8usize, nodes: bool, created in prop::collection::vec(0..50i64, 8)) {
-        let spec = PoolArgs { nodes, ..PoolArgs::new("workers", replicas as i64) };
+        let spec = PoolArgs { nodes, ..PoolArgs::new("workers", i64::try_from(replicas).unwrap()) };
         let dp = spec.build();
         let mut world = World::default();
         for (i, at) in created.iter().take(replicas).enumerate() {

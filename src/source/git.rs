@@ -5,6 +5,7 @@
 //! edits) is not desired state. Branches land under `refs/remotes/origin/`, tags under
 //! `refs/tags/`, and the remote's HEAD as `refs/remotes/origin/HEAD`.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use git2::{
@@ -65,7 +66,7 @@ pub(super) fn read(
                     // Only regular files: symlinks (mode 120000) hold a target path, not YAML,
                     // and submodules are commits of another repository.
                     let regular =
-                        entry.kind() == Some(ObjectType::Blob) && entry.filemode() & 0o170000 == 0o100000;
+                        entry.kind() == Some(ObjectType::Blob) && entry.filemode() & 0o170_000 == 0o100_000;
                     if !regular || !is_pool_file(name) {
                         return TreeWalkResult::Ok;
                     }
@@ -116,7 +117,10 @@ pub(super) fn resolve(cache_dir: &Path, url: &str, reference: Option<&str>) -> R
 /// Where the bare clone of `url` is kept: one directory per URL, named by its hash.
 pub(super) fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
     let digest = Sha256::digest(url.as_bytes());
-    let name: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    let name = digest.iter().take(10).fold(String::new(), |mut name, b| {
+        let _ = write!(name, "{b:02x}");
+        name
+    });
     cache_dir.join("git").join(name)
 }
 
@@ -141,7 +145,8 @@ fn fetch(repo: &Repository, url: &str) -> Result<(), SourceError> {
 
     // The advertised HEAD stays readable after the fetch has disconnected. A detached HEAD's
     // commit is on no branch, so it may not have been fetched: then there is no default ref.
-    let head = remote.list().map_err(fetch_error)?.iter().find(|h| h.name() == "HEAD").map(|h| h.oid());
+    let head =
+        remote.list().map_err(fetch_error)?.iter().find(|h| h.name() == "HEAD").map(git2::RemoteHead::oid);
     match head.filter(|oid| repo.find_commit(*oid).is_ok()) {
         Some(oid) => {
             repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;

@@ -12,6 +12,7 @@
 mod dir;
 mod git;
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -327,7 +328,10 @@ pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
                     hasher.update(field.as_bytes());
                 }
             }
-            let hex = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            let hex = hasher.finalize().iter().fold(String::new(), |mut hex, b| {
+                let _ = write!(hex, "{b:02x}");
+                hex
+            });
             Ok(Revision::Content(hex))
         }
         Location::Git { url, reference, .. } => {
@@ -394,6 +398,9 @@ fn normalize_subpath(path: &str) -> Result<String, SourceError> {
 }
 
 /// Whether a file name is a pool file by its extension.
+// Exactly `.yaml` and `.yml`, as `kubectl apply -f <dir>` reads a directory: a `.YAML` file is
+// not picked up by either.
+#[allow(clippy::case_sensitive_file_extension_comparisons)]
 fn is_pool_file(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml")
 }

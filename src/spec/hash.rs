@@ -1,5 +1,7 @@
 //! The template hash: a short, stable digest of everything that needs a new container.
 
+use std::fmt::Write as _;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -28,7 +30,7 @@ pub fn template_hash(template: &Template, bootstrap: &[BootstrapStep]) -> String
     let digest = Sha256::digest(canonical_template(template, bootstrap).as_bytes());
     let mut hex = String::with_capacity(HASH_LEN);
     for byte in digest.iter().take(HASH_LEN / 2) {
-        hex.push_str(&format!("{byte:02x}"));
+        let _ = write!(hex, "{byte:02x}");
     }
     hex
 }

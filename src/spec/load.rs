@@ -82,7 +82,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    /// Converts a serde_yaml error, moving its position and field path out of the message.
+    /// Converts a `serde_yaml` error, moving its position and field path out of the message.
     fn from_yaml(file: &str, err: &serde_yaml::Error) -> Self {
         let location = err.location();
         let mut text = err.to_string();
@@ -103,7 +103,7 @@ impl SpecError {
     }
 }
 
-/// serde_yaml writes errors as `path: message`; split that, and put the name of an unknown field
+/// `serde_yaml` writes errors as `path: message`; split that, and put the name of an unknown field
 /// into the path, where a reader looks for it.
 fn split_path(text: &str) -> (Option<String>, String) {
     let (path, message) = match text.split_once(": ") {

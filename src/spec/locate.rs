@@ -1,6 +1,6 @@
 //! Field paths (`spec.bootstrap[0].exec`) and finding where one was written in a YAML file.
 //!
-//! serde_yaml does not hand out the positions of the nodes it parses, only the position of an
+//! `serde_yaml` does not hand out the positions of the nodes it parses, only the position of an
 //! error. So to locate a field, the document is parsed again with a visitor that walks down the
 //! path and fails on purpose when it arrives: the error carries the line and column of the node.
 //! This runs only when there is an error to report, so its cost does not matter.
@@ -16,7 +16,7 @@ pub(crate) enum Segment {
     Index(usize),
 }
 
-/// A path from the document root to a field, displayed the way serde_yaml shows paths:
+/// A path from the document root to a field, displayed the way `serde_yaml` shows paths:
 /// `spec.template.volumes[1]`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct FieldPath(Vec<Segment>);
@@ -63,9 +63,8 @@ fn locate_exact(text: &str, index: usize, path: &[Segment]) -> Option<(usize, us
     let document = serde_yaml::Deserializer::from_str(text).nth(index)?;
     let seek = Seek { path };
     match seek.deserialize(document) {
-        Ok(()) => None,
         Err(err) if err.to_string().contains(FOUND) => err.location().map(|at| (at.line(), at.column())),
-        Err(_) => None,
+        Ok(()) | Err(_) => None,
     }
 }
 

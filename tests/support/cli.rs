@@ -12,7 +12,7 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn from_output(out: Output) -> Self {
+    pub fn from_output(out: &Output) -> Self {
         Self {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -37,5 +37,5 @@ pub fn poolctl(cache: &Path) -> Command {
 
 /// Run `poolctl args...` to completion.
 pub fn run(cache: &Path, args: &[&str]) -> Run {
-    Run::from_output(poolctl(cache).args(args).output().expect("poolctl runs"))
+    Run::from_output(&poolctl(cache).args(args).output().expect("poolctl runs"))
 }

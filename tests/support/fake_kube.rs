@@ -118,7 +118,7 @@ impl FakeKube {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("the fake API server did not start: {e}"),
-            Err(_) => panic!("the fake API server thread died while starting"),
+            Err(std::sync::mpsc::RecvError) => panic!("the fake API server thread died while starting"),
         }
         Self { addr, shared, shutdown, thread: Some(thread) }
     }
@@ -253,7 +253,7 @@ users:
             replicas,
             labels: BTreeMap::from([("app".to_owned(), name.to_owned())]),
         };
-        self.store().add_app(app.clone());
+        self.store().add_app(&app);
         app
     }
 

@@ -197,7 +197,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("a k8s object serializes")
 }
 
-/// DeleteOptions preconditions: a stale UID is a 409, as in the real API.
+/// `DeleteOptions` preconditions: a stale UID is a 409, as in the real API.
 fn precondition_failed(body: Option<&Value>, uid: Option<&str>) -> Option<Reply> {
     let want = body?.pointer("/preconditions/uid")?.as_str()?;
     (Some(want) != uid).then(|| {
@@ -390,14 +390,11 @@ fn watch(state: &AppState, filter: Filter, q: &HashMap<String, String>) -> Reply
         let Ok(rv) = rv_param.parse::<u64>() else {
             return bad_request(format!("invalid resourceVersion {rv_param:?}"));
         };
-        match store.history_since(rv, filter.resource) {
-            Some(changes) => {
-                backlog.extend(changes.iter().filter_map(|c| watch_line(&filter, c)));
-            }
-            None => {
-                let st = status(410, "Expired", format!("too old resource version: {rv}"));
-                backlog.push_back(event_line("ERROR", &to_json(&st)));
-            }
+        if let Some(changes) = store.history_since(rv, filter.resource) {
+            backlog.extend(changes.iter().filter_map(|c| watch_line(&filter, c)));
+        } else {
+            let st = status(410, "Expired", format!("too old resource version: {rv}"));
+            backlog.push_back(event_line("ERROR", &to_json(&st)));
         }
     }
     // Subscribing under the lock means no change falls between the backlog and the live feed.

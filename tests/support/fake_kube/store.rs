@@ -587,8 +587,8 @@ impl Store {
     pub fn replace_node(&mut self, mut new: Node) -> Option<Node> {
         let name = new.metadata.name.clone().unwrap_or_default();
         let old = self.nodes.get(&name)?.clone();
-        new.metadata.uid = old.metadata.uid.clone();
-        new.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
+        new.metadata.uid.clone_from(&old.metadata.uid);
+        new.metadata.creation_timestamp.clone_from(&old.metadata.creation_timestamp);
         new.metadata.resource_version = Some(self.bump());
         let value = serde_json::to_value(&new).expect("a Node serializes");
         self.nodes.insert(name.clone(), new.clone());
@@ -645,7 +645,7 @@ impl Store {
         Some(node)
     }
 
-    /// The node lifecycle controller marks pods on a NotReady node not Ready (and back).
+    /// The node lifecycle controller marks pods on a `NotReady` node not Ready (and back).
     fn set_pods_ready_on(&mut self, node: &str, ready: bool) {
         let keys: Vec<PodKey> = self
             .pods
@@ -819,10 +819,10 @@ impl Store {
     }
 
     /// Adds an app and places its replicas on schedulable nodes right away.
-    pub fn add_app(&mut self, app: App) {
+    pub fn add_app(&mut self, app: &App) {
         self.apps.insert((app.namespace.clone(), app.name.clone()), app.clone());
         for _ in 0..app.replicas {
-            let pod = self.new_app_pod(&app);
+            let pod = self.new_app_pod(app);
             self.unscheduled.push((pod_key(&pod), Instant::now()));
         }
         self.tick(Instant::now());
@@ -906,7 +906,7 @@ impl Store {
         );
         pdb.metadata.namespace = Some(key.0.clone());
         let kind = if let Some(old) = self.pdbs.get(&key) {
-            pdb.metadata.uid = old.metadata.uid.clone();
+            pdb.metadata.uid.clone_from(&old.metadata.uid);
             pdb.metadata.generation = Some(old.metadata.generation.unwrap_or(1) + 1);
             ChangeKind::Modified
         } else {
