@@ -297,12 +297,14 @@ fn run_child(scenario: Scenario, size: usize) -> Row {
     Row { fields }
 }
 
+/// Microseconds as milliseconds with three decimals, in integer arithmetic (no float rounding).
 fn ms(us: u64) -> String {
-    format!("{:.3}", us as f64 / 1000.0)
+    format!("{}.{:03}", us / 1000, us % 1000)
 }
 
+/// KiB as MiB with one decimal, rounded down.
 fn mib(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
+    format!("{}.{}", kib / 1024, kib % 1024 * 10 / 1024)
 }
 
 /// Prints the table; returns whether the target was met. An unoptimized build (`cargo test
