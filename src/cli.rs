@@ -11,7 +11,14 @@ use crate::spec::Duration;
 /// `poolctl apply` does it, creating new instances first and retiring old ones in the safe
 /// order: cordon, drain, stop the container, delete the Node, remove the container.
 #[derive(Debug, Parser)]
-#[command(name = "poolctl", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "poolctl",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = "Exit status: 0 success (plan --detailed-exitcode: no changes), 2 changes pending \
+                  (plan --detailed-exitcode), 1 error."
+)]
 pub struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides it.
     // This doc comment is the --help text, where backticks would be printed as they are.
@@ -69,7 +76,8 @@ pub struct SourceArgs {
     #[arg(long = "ref", value_name = "REF")]
     pub reference: Option<String>,
 
-    /// For a Git source: the file or folder inside the repository (default: its root).
+    /// The file or folder to read inside the repository, or below the source directory
+    /// (default: all of it).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
 }
