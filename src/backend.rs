@@ -18,7 +18,7 @@ pub enum BackendError {
     #[error("{0} not found")]
     NotFound(String),
     /// The operation did not finish in time.
-    #[error("{what}: timed out after {}s", after.as_secs())]
+    #[error("{what}: timed out after {}", crate::spec::Duration::from(*after))]
     Timeout { what: String, after: Duration },
     /// Anything else, with the backend's own words.
     #[error("{0}")]

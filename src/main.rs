@@ -8,7 +8,17 @@ use poolctl::run::{Exit, run};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap exits 2 on a usage error, which `plan --detailed-exitcode` means as "changes
+        // pending": a typo in a CI script must read as an error instead.
+        Err(e) => {
+            let code = if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+            // Printing help or an error to a closed pipe is nothing to report.
+            let _ = e.print();
+            return code;
+        }
+    };
     init_tracing(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

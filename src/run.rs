@@ -47,8 +47,22 @@ pub(crate) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
 
 fn load_source(args: &SourceArgs) -> Result<Desired> {
     let spec = source_spec(args)?;
-    let desired = source::load(&spec).with_context(|| format!("cannot read the source {}", args.source))?;
-    Ok(desired)
+    match source::load(&spec) {
+        Ok(desired) => Ok(desired),
+        // Spec errors are the user's to fix, one per line with its place; "cannot read" would
+        // send them looking for an I/O problem.
+        Err(source::SourceError::Spec(errors)) => {
+            let n = errors.0.len();
+            let lines: Vec<String> = errors.0.iter().map(|e| format!("  {e}")).collect();
+            bail!(
+                "the pool spec in {} has {n} error{}:\n{}",
+                args.source,
+                if n == 1 { "" } else { "s" },
+                lines.join("\n")
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read the source {}", args.source)),
+    }
 }
 
 fn validate_command(args: &SourceArgs) -> Result<Exit> {

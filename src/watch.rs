@@ -678,7 +678,7 @@ async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String>
 fn describe(spec: &SourceSpec) -> String {
     match &spec.location {
         Location::Path { .. } => spec.local_path().map_or_else(String::new, |p| p.display().to_string()),
-        Location::Git { url, reference, path } => {
+        Location::Git { url, reference, path, .. } => {
             format!(
                 "{url} @ {}{}",
                 reference.as_deref().unwrap_or("HEAD"),

@@ -98,3 +98,12 @@ fn help_explains_the_commands() {
     let out = run(cache.path(), &["plan", "--help"]).expect_code(0);
     assert!(out.stdout.contains("--detailed-exitcode"), "{}", out.stdout);
 }
+
+#[test]
+fn a_usage_error_exits_1_not_2() {
+    // 2 means "changes pending" with --detailed-exitcode; a typo must not read as that.
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cache.path(), &["plan", "--detailed-exitcod", "--source", "x"]).expect_code(1);
+    assert!(out.stderr.contains("--detailed-exitcod"), "{}", out.stderr);
+    run(cache.path(), &["--version"]).expect_code(0);
+}

@@ -223,7 +223,7 @@ fn directory_revision_changes_with_the_files_and_only_then() {
 #[test]
 fn urls_are_git_sources_and_plain_paths_are_not() {
     let git = |source: &str| match SourceSpec::new(source, None, None).unwrap().location {
-        Location::Git { url, reference, path } => {
+        Location::Git { url, reference, path, .. } => {
             assert_eq!((reference, path.as_str()), (None, ""));
             Some(url)
         }
@@ -242,11 +242,14 @@ fn urls_are_git_sources_and_plain_paths_are_not() {
     for path in ["pools", "./pools", "/etc/pools", "pools/a.yaml", "./a@b:c", "C:pools", "@host:x"] {
         assert_eq!(git(path), None, "{path}");
     }
-    // A password never reaches the plan or the container labels.
+    // A password never reaches the plan or the container labels, but is still what is fetched.
     assert_eq!(
         git("https://bot:s3cret@git.example.com/pools.git").as_deref(),
         Some("https://bot@git.example.com/pools.git")
     );
+    let spec = SourceSpec::new("https://bot:s3cret@git.example.com/pools.git", None, None).unwrap();
+    let Location::Git { fetch_url, .. } = spec.location else { panic!("a Git source") };
+    assert_eq!(fetch_url, "https://bot:s3cret@git.example.com/pools.git");
 }
 
 #[test]
@@ -256,7 +259,12 @@ fn a_path_with_a_ref_is_a_git_source_with_its_canonical_path_as_url() {
     let spec = SourceSpec::new(&spaced, Some("main"), Some("pools/")).unwrap();
     assert_eq!(
         spec.location,
-        Location::Git { url: canonical(repo.path()), reference: Some("main".into()), path: "pools".into() }
+        Location::Git {
+            url: canonical(repo.path()),
+            fetch_url: canonical(repo.path()),
+            reference: Some("main".into()),
+            path: "pools".into()
+        }
     );
 
     let missing = repo.path().join("nope");

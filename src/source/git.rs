@@ -18,16 +18,24 @@ use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file};
 
 const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
 
+/// A repository to fetch: `url` names it everywhere (cache key, messages, plan, labels);
+/// `fetch_url` is what is fetched, and may carry credentials.
+pub(super) struct Remote<'a> {
+    pub(super) url: &'a str,
+    pub(super) fetch_url: &'a str,
+}
+
 /// Fetch `url` and read the pool files at `reference` (the remote's HEAD when `None`) and `path`.
 /// File paths are relative to the repository root, as they appear in the repository.
 pub(super) fn read(
     cache_dir: &Path,
-    url: &str,
+    remote: &Remote<'_>,
     reference: Option<&str>,
     path: &str,
 ) -> Result<(Origin, Vec<SourceFile>), SourceError> {
+    let url = remote.url;
     let repo = open_cache(cache_dir, url)?;
-    fetch(&repo, url)?;
+    fetch(&repo, remote)?;
     let commit = resolve_ref(&repo, url, reference)?;
     let commit_id = commit.id().to_string();
     let git_error = |source: git2::Error| SourceError::Git { url: url.to_owned(), source: source.into() };
@@ -108,10 +116,14 @@ pub(super) fn read(
 }
 
 /// Fetch `url` and return the full commit id that `reference` resolves to.
-pub(super) fn resolve(cache_dir: &Path, url: &str, reference: Option<&str>) -> Result<String, SourceError> {
-    let repo = open_cache(cache_dir, url)?;
-    fetch(&repo, url)?;
-    Ok(resolve_ref(&repo, url, reference)?.id().to_string())
+pub(super) fn resolve(
+    cache_dir: &Path,
+    remote: &Remote<'_>,
+    reference: Option<&str>,
+) -> Result<String, SourceError> {
+    let repo = open_cache(cache_dir, remote.url)?;
+    fetch(&repo, remote)?;
+    Ok(resolve_ref(&repo, remote.url, reference)?.id().to_string())
 }
 
 /// Where the bare clone of `url` is kept: one directory per URL, named by its hash.
@@ -135,9 +147,10 @@ fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, SourceError> {
 
 /// Fetch every branch and tag of `url` into the cache, pruning what the remote deleted, and
 /// record the remote's HEAD.
-fn fetch(repo: &Repository, url: &str) -> Result<(), SourceError> {
-    let fetch_error = |source: git2::Error| SourceError::Fetch { url: url.to_owned(), source: source.into() };
-    let mut remote = repo.remote_anonymous(url).map_err(fetch_error)?;
+fn fetch(repo: &Repository, from: &Remote<'_>) -> Result<(), SourceError> {
+    let fetch_error =
+        |source: git2::Error| SourceError::Fetch { url: from.url.to_owned(), source: source.into() };
+    let mut remote = repo.remote_anonymous(from.fetch_url).map_err(fetch_error)?;
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks()).prune(FetchPrune::On).download_tags(AutotagOption::All);
     let refspecs = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"];

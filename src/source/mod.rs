@@ -121,6 +121,8 @@ pub enum Location {
         /// spelling it shares one cache and one prune scope; a password in an URL is dropped, so
         /// that it never reaches the plan output or container labels.
         url: String,
+        /// The URL as given, credentials included: used to fetch, and nowhere else.
+        fetch_url: String,
         /// `--ref`; `None` means the remote's HEAD.
         reference: Option<String>,
         /// `--path` inside the repository (`""` for the root).
@@ -255,11 +257,12 @@ impl SourceSpec {
         let path = normalize_subpath(path.unwrap_or(""))?;
         let reference = reference.map(str::to_owned);
         let location = if is_url(source) {
-            Location::Git { url: redact_url(source), reference, path }
+            Location::Git { url: redact_url(source), fetch_url: source.to_owned(), reference, path }
         } else if reference.is_some() {
             let canonical = std::fs::canonicalize(source)
                 .map_err(|_| SourceError::RepoNotFound { path: PathBuf::from(source) })?;
-            Location::Git { url: canonical.to_string_lossy().into_owned(), reference, path }
+            let url = canonical.to_string_lossy().into_owned();
+            Location::Git { fetch_url: url.clone(), url, reference, path }
         } else {
             Location::Path { root: PathBuf::from(source), path }
         };
@@ -289,7 +292,9 @@ impl SourceSpec {
 pub fn read_files(spec: &SourceSpec) -> Result<(Origin, Vec<SourceFile>), SourceError> {
     match &spec.location {
         Location::Path { root, path } => dir::read(root, path),
-        Location::Git { url, reference, path } => git::read(&spec.cache_dir, url, reference.as_deref(), path),
+        Location::Git { url, fetch_url, reference, path } => {
+            git::read(&spec.cache_dir, &git::Remote { url, fetch_url }, reference.as_deref(), path)
+        }
     }
 }
 
@@ -334,8 +339,9 @@ pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
             });
             Ok(Revision::Content(hex))
         }
-        Location::Git { url, reference, .. } => {
-            git::resolve(&spec.cache_dir, url, reference.as_deref()).map(Revision::Commit)
+        Location::Git { url, fetch_url, reference, .. } => {
+            git::resolve(&spec.cache_dir, &git::Remote { url, fetch_url }, reference.as_deref())
+                .map(Revision::Commit)
         }
     }
 }

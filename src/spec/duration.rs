@@ -23,6 +23,13 @@ impl Duration {
     }
 }
 
+impl From<std::time::Duration> for Duration {
+    /// Kept to whole milliseconds, as everywhere else.
+    fn from(d: std::time::Duration) -> Self {
+        Self::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
 impl From<Duration> for std::time::Duration {
     fn from(d: Duration) -> Self {
         d.0
