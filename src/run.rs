@@ -193,7 +193,7 @@ async fn apply_command(args: ApplyArgs) -> Result<Exit> {
     write_stdout(|out| report.write_summary(out))?;
     if report.complete() {
         Ok(Exit::Success)
-    } else if report.interrupted {
+    } else if report.interrupted() {
         bail!("apply was interrupted; run it again to continue")
     } else {
         bail!("apply halted at a failed step; see above")

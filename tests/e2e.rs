@@ -228,27 +228,40 @@ async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
     s.run("apply", &["--yes"]).expect_code(0);
     let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
 
-    s.write(
-        2,
-        "bonjour",
-        "  bootstrap:\n    - exec: [\"sh\", \"-c\", \"echo join refused >&2; exit 7\"]\n      timeout: 5s\n",
-    );
+    // The bootstrap passes only once the gate file exists on the host: the same spec fails
+    // first and succeeds later, so the retry below is not helped by a changed template.
+    let gate = tempfile::tempdir().unwrap();
+    let spec = s
+        .pool_yaml(
+            2,
+            "bonjour",
+            "  bootstrap:\n    - exec: [\"sh\", \"-c\", \"test -f /gate/open || { echo join refused >&2; exit 7; }\"]\n      timeout: 5s\n",
+        )
+        .replace("    env:\n", &format!("    volumes: [\"{}:/gate:ro\"]\n    env:\n", gate.path().display()));
+    fs::write(s.dir.path().join("pool.yaml"), spec).unwrap();
     let apply = s.run("apply", &["--yes"]).expect_code(1);
     assert!(apply.stdout.contains("Apply halted:"), "{}", apply.stdout);
     assert!(apply.stdout.contains("exited with code 7: join refused"), "{}", apply.stdout);
     assert!(apply.stdout.contains("not started: stop "), "{}", apply.stdout);
     assert!(apply.stderr.contains("apply halted"), "{}", apply.stderr);
     let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(running.len(), 2, "only the old instances run: {running:?}");
     for name in &old {
         assert!(running.contains(name), "old instance {name} still serves: {running:?}");
     }
+    let failed: Vec<String> =
+        s.containers().await.into_iter().map(|c| c.name).filter(|n| !old.contains(n)).collect();
+    assert_eq!(failed.len(), 1, "the failed instance is kept, stopped, for its logs");
 
-    // Fixing the spec converges: the failed instance is retired with the old ones.
-    s.write(2, "bonjour", "  bootstrap:\n    - exec: [\"true\"]\n");
+    // Same spec, gate open: the next apply replaces the failed instance and converges.
+    fs::write(gate.path().join("open"), "").unwrap();
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&failed[0]), "the failed instance is retired: {}", plan.stdout);
     s.run("apply", &["--yes"]).expect_code(0);
     let after = s.containers().await;
     assert_eq!(after.len(), 2, "{after:?}");
     assert!(after.iter().all(|c| c.state == ContainerState::Running && !old.contains(&c.name)));
+    assert!(after.iter().all(|c| c.name != failed[0]), "{after:?}");
 }
 
 #[tokio::test]
@@ -411,13 +424,16 @@ async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converge
     let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
     assert!(old.iter().all(|o| running.contains(o)), "old instances untouched: {running:?}");
 
-    let surge: Vec<String> = running.into_iter().filter(|n| !old.contains(n)).collect();
-    assert_eq!(surge.len(), 1, "the surge instance was created before the interrupt");
+    // The surge instance got as far as its bootstrap, never served, and was stopped.
+    let surge: Vec<Container> = s.containers().await.into_iter().filter(|c| !old.contains(&c.name)).collect();
+    assert_eq!(surge.len(), 1, "{surge:?}");
+    assert_ne!(surge[0].state, ContainerState::Running, "{surge:?}");
+    assert!(seen.contains(&format!("stopped {}: it never served", surge[0].name)), "{seen}");
 
-    // Same spec, new run: it picks up from the world and keeps the surge instance.
+    // Same spec, new run: it picks up from the world, replacing the unfinished instance too.
     s.run("apply", &["--yes"]).expect_code(0);
     let after = s.containers().await;
     assert_eq!(after.len(), 2, "{after:?}");
     assert!(after.iter().all(|c| c.state == ContainerState::Running && !old.contains(&c.name)));
-    assert!(after.iter().any(|c| c.name == surge[0]), "{after:?}");
+    assert!(after.iter().all(|c| c.name != surge[0].name), "{after:?}");
 }

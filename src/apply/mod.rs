@@ -17,6 +17,10 @@ use crate::backend::{BackendError, Cluster, Containers, NewContainer};
 use crate::plan::{Action, Plan, PoolPlan, Step, labels};
 use crate::source::{Desired, DesiredPool, Origin};
 
+/// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
+/// section use their `readyTimeout` instead; bootstrap commands have their own timeouts.
+const CONTAINER_UP_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Why a step failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StepError {
@@ -30,7 +34,7 @@ pub enum StepError {
     #[error("pool {0} is not declared by the source")]
     UnknownPool(String),
     /// The step needs a Kubernetes cluster but the pool has none configured.
-    #[error("pool {0} has no cluster to talk to")]
+    #[error("pool {0}: this step acts on a Kubernetes Node, but no cluster is configured for the pool")]
     NoCluster(String),
 }
 
@@ -62,9 +66,7 @@ pub struct Report {
     pub attempted: Vec<Outcome>,
     /// Steps never started: `(pool, instance, verb)`.
     pub not_started: Vec<(String, String, &'static str)>,
-    /// The run was cut short by an interrupt.
-    pub interrupted: bool,
-    /// Why it was cut short, when it was.
+    /// Why the run stopped early without a failure (an interrupt, or a newer spec).
     pub stop_reason: Option<StopReason>,
 }
 
@@ -76,7 +78,12 @@ impl Report {
 
     /// Whether every step ran and succeeded.
     pub fn complete(&self) -> bool {
-        self.failure().is_none() && self.not_started.is_empty() && !self.interrupted
+        self.failure().is_none() && self.not_started.is_empty()
+    }
+
+    /// Whether the user stopped the run (Ctrl-C, SIGTERM) before it was done.
+    pub fn interrupted(&self) -> bool {
+        self.stop_reason == Some(StopReason::Signal)
     }
 
     /// Write the closing summary: what was done, what failed and why, what was left.
@@ -93,10 +100,21 @@ impl Report {
                 self.not_started.len()
             );
         }
-        if self.interrupted {
+        if self.interrupted() {
             writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
         } else {
             writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
+        }
+        // What was done, by instance, in order: the progress lines above have the details.
+        let mut done_by_instance: Vec<(&str, Vec<&str>)> = Vec::new();
+        for o in self.attempted.iter().filter(|o| o.error.is_none()) {
+            match done_by_instance.iter_mut().find(|(name, _)| *name == o.instance) {
+                Some((_, verbs)) => verbs.push(o.verb),
+                None => done_by_instance.push((&o.instance, vec![o.verb])),
+            }
+        }
+        for (instance, verbs) in done_by_instance {
+            writeln!(out, "  done: {instance} ({})", verbs.join(", "))?;
         }
         for o in self.attempted.iter().filter(|o| o.error.is_some()) {
             let e = o.error.as_ref().expect("filtered on errors");
@@ -229,53 +247,45 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     pub async fn run(&self, plan: &Plan) -> Report {
         let total = plan.steps().count();
         let mut report = Report::default();
-        let mut halted = false;
+        let mut failed = false;
         let mut offset = 0;
         for pool in &plan.pools {
             let groups = batches(pool, offset);
             offset += pool.steps.len();
+            let not_started = |s: &Step| (pool.name.clone(), s.instance.clone(), s.action.verb());
             for group in groups {
-                if halted || self.interrupt.is_set() {
-                    report.interrupted |= !halted && self.interrupt.is_set();
-                    halted = true;
-                    report.not_started.extend(
-                        group.all().map(|(_, s)| (pool.name.clone(), s.instance.clone(), s.action.verb())),
-                    );
+                if failed || self.interrupt.is_set() {
+                    report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
                     continue;
                 }
                 // The creation chains of a batch run side by side; each chain is sequential.
                 let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
                 for (outcomes, skipped) in join_all(chains).await {
-                    halted |= outcomes.iter().any(|o| o.error.is_some());
+                    failed |= outcomes.iter().any(|o| o.error.is_some());
                     report.attempted.extend(outcomes);
-                    report.not_started.extend(
-                        skipped.into_iter().map(|s| (pool.name.clone(), s.instance.clone(), s.action.verb())),
-                    );
+                    report.not_started.extend(skipped.into_iter().map(not_started));
                 }
                 for &(n, step) in &group.retirements {
-                    if halted || self.interrupt.is_set() {
-                        report.interrupted |= !halted && self.interrupt.is_set();
-                        halted = true;
-                        report.not_started.push((
-                            pool.name.clone(),
-                            step.instance.clone(),
-                            step.action.verb(),
-                        ));
+                    if failed || self.interrupt.is_set() {
+                        report.not_started.push(not_started(step));
                         continue;
                     }
                     let outcome = self.run_step(pool, step, n, total).await;
-                    halted |= outcome.error.is_some();
+                    failed |= outcome.error.is_some();
                     report.attempted.push(outcome);
                 }
             }
         }
-        if report.interrupted {
+        if !failed && !report.not_started.is_empty() {
             report.stop_reason = self.interrupt.reason();
         }
         report
     }
 
-    /// Run one new instance's steps in order; stop the chain at its first failure.
+    /// Run one new instance's steps in order; stop the chain at its first failure or at an
+    /// interrupt. A new container whose chain did not finish never served: it is stopped, so
+    /// that the next plan sees it as down and replaces it, rather than keeping a container
+    /// whose bootstrap never ran or failed. It stays for its logs until then.
     async fn run_chain<'s>(
         &self,
         pool: &PoolPlan,
@@ -283,18 +293,39 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         total: usize,
     ) -> (Vec<Outcome>, Vec<&'s Step>) {
         let mut outcomes = Vec::new();
+        let mut created = None;
         for (i, &(n, step)) in chain.iter().enumerate() {
-            if self.interrupt.is_set() {
-                return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
+            let cut_short = self.interrupt.is_set();
+            if !cut_short {
+                let outcome = self.run_step(pool, step, n, total).await;
+                let ok = outcome.error.is_none();
+                outcomes.push(outcome);
+                if ok {
+                    if matches!(step.action, Action::Create { .. }) {
+                        created = Some(step.instance.as_str());
+                    }
+                    continue;
+                }
             }
-            let outcome = self.run_step(pool, step, n, total).await;
-            let failed = outcome.error.is_some();
-            outcomes.push(outcome);
-            if failed {
-                return (outcomes, chain[i + 1..].iter().map(|&(_, s)| s).collect());
+            if let Some(name) = created {
+                self.abandon(&pool.name, name).await;
             }
+            let rest = if cut_short { &chain[i..] } else { &chain[i + 1..] };
+            return (outcomes, rest.iter().map(|&(_, s)| s).collect());
         }
         (outcomes, Vec::new())
+    }
+
+    /// Stop a new container whose creation chain did not finish. Best effort: if this fails
+    /// too, the container keeps running un-bootstrapped, which the message says.
+    async fn abandon(&self, pool: &str, name: &str) {
+        let grace = self.rollout_of(pool).stop_grace_period.get();
+        match self.containers.stop(name, grace).await {
+            Ok(()) => self.say(&format!("stopped {name}: it never served; the next plan replaces it")),
+            Err(e) => self.say(&format!(
+                "could not stop {name} ({e}): it never finished starting; remove it, or run apply again"
+            )),
+        }
     }
 
     async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> Outcome {
@@ -345,14 +376,22 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::AwaitReady { node } => {
                 let pool = self.pool(pool_name)?;
-                let up_timeout =
-                    pool.pool.spec.node.as_ref().map_or(Duration::from_secs(300), |n| n.ready_timeout.get());
-                self.containers.wait_up(name, up_timeout).await?;
+                // One deadline for the whole step: the container coming up and its Node turning
+                // Ready share the pool's readyTimeout.
+                let timeout =
+                    pool.pool.spec.node.as_ref().map_or(CONTAINER_UP_TIMEOUT, |n| n.ready_timeout.get());
+                let deadline = Instant::now() + timeout;
+                self.containers.wait_up(name, timeout).await?;
                 if *node {
                     let spec =
                         pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
                     let cluster = self.cluster(pool_name)?;
-                    cluster.await_ready(name, spec.ready_timeout.get()).await?;
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    cluster.await_ready(name, remaining).await.map_err(|e| match e {
+                        // Say the timeout the user set, not what was left of it.
+                        BackendError::Timeout { what, .. } => BackendError::Timeout { what, after: timeout },
+                        other => other,
+                    })?;
                     let mut node_labels = spec.labels.clone();
                     node_labels.insert(labels::POOL.into(), pool_name.into());
                     cluster.configure(name, &node_labels, &spec.taints).await?;

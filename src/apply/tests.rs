@@ -233,7 +233,11 @@ async fn a_failed_creation_halts_before_any_retirement() {
     let failure = report.failure().expect("a failure");
     assert_eq!((failure.verb, failure.instance.as_str()), ("await-ready", "n2"));
     let calls = fake.calls();
-    assert!(calls.iter().all(|c| !c.starts_with("stop") && !c.starts_with("remove")), "{calls:?}");
+    // No old instance was touched; the new one that never came up was stopped, and only it.
+    let stops: Vec<&String> =
+        calls.iter().filter(|c| c.starts_with("stop") || c.starts_with("remove")).collect();
+    assert_eq!(stops, ["stop n2"], "{calls:?}");
+    assert!(text.contains("stopped n2: it never served; the next plan replaces it"), "{text}");
     // The other creation of the batch still finished; everything after was never started.
     assert!(calls.contains(&"wait-up n1".to_owned()));
     assert_eq!(report.not_started.len(), 8);
@@ -244,6 +248,8 @@ async fn a_failed_creation_halts_before_any_retirement() {
     assert!(summary.contains("Apply halted: 3 steps done, 8 not started."), "{summary}");
     assert!(summary.contains("failed: await-ready n2 (w): wait-up n2 refused"), "{summary}");
     assert!(summary.contains("not started: stop o1 (w)"), "{summary}");
+    assert!(summary.contains("done: n1 (create, await-ready)"), "{summary}");
+    assert!(summary.contains("done: n2 (create)"), "{summary}");
 }
 
 #[tokio::test]
@@ -256,7 +262,10 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
     assert_eq!(failure.verb, "bootstrap");
     let message = failure.error.as_ref().unwrap().to_string();
     assert_eq!(message, "bootstrap command [\"true\"] exited with code 3: join failed");
-    assert!(fake.calls().iter().all(|c| !c.starts_with("stop")));
+    // The container whose bootstrap failed is stopped, so the next plan replaces it instead of
+    // keeping an instance that was never bootstrapped; the old ones are untouched.
+    let stops: Vec<String> = fake.calls().into_iter().filter(|c| c.starts_with("stop")).collect();
+    assert_eq!(stops, ["stop n1"]);
 }
 
 #[tokio::test]
@@ -274,7 +283,7 @@ async fn an_interrupt_stops_at_the_next_step_boundary() {
     let interrupt = INTERRUPT.get_or_init(Interrupt::default);
     let fake = Fake { interrupt_after: Some(("stop o1".into(), interrupt)), ..Fake::default() };
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
-    assert!(report.interrupted);
+    assert!(report.interrupted());
     assert!(report.failure().is_none());
     assert_eq!(fake.calls().last().unwrap(), "stop o1", "nothing runs after the interrupted step");
     assert_eq!(report.not_started.len(), 7);
@@ -308,7 +317,7 @@ async fn node_steps_without_a_cluster_fail_clearly() {
     let (report, _) = run(&fake, &desired(0, None), &plan, &Interrupt::default()).await;
     assert_eq!(
         report.failure().unwrap().error.as_ref().unwrap().to_string(),
-        "pool w has no cluster to talk to"
+        "pool w: this step acts on a Kubernetes Node, but no cluster is configured for the pool"
     );
     assert_eq!(report.not_started, vec![("w".to_owned(), "o1".to_owned(), "drain")]);
 }
@@ -345,4 +354,21 @@ fn new_containers_carry_the_pool_labels() {
     assert!(c.labels[labels::TEMPLATE].contains("\"image\":\"img:1\""));
     assert_eq!(c.network.as_deref(), Some("kind"));
     assert!(!c.labels.contains_key(labels::COMMIT));
+}
+
+#[tokio::test]
+async fn an_interrupt_inside_a_creation_chain_stops_the_unfinished_containers() {
+    static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();
+    let interrupt = INTERRUPT.get_or_init(Interrupt::default);
+    let fake = Fake { interrupt_after: Some(("create n1".into(), interrupt)), ..Fake::default() };
+    let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
+    assert!(report.interrupted(), "{report:?}");
+    assert!(report.failure().is_none());
+    let calls = fake.calls();
+    // Both creations were under way; neither reached await-ready, so both containers are
+    // stopped, and no old instance is touched.
+    let mut stops: Vec<&String> = calls.iter().filter(|c| c.starts_with("stop")).collect();
+    stops.sort();
+    assert_eq!(stops, ["stop n1", "stop n2"], "{calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("wait-up") || c.contains(" o")), "{calls:?}");
 }
