@@ -488,6 +488,8 @@ impl Loop {
             self.state.running = false;
             return;
         };
+        // A reconcile that starts now does what a pending retry would have done.
+        self.retry = None;
         let interrupt = Arc::new(Interrupt::default());
         let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt)));
         self.run = Some((task, interrupt));
