@@ -157,7 +157,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             template: Some(json.clone()),
             scope: Some(scope.clone()),
             image: template.image.clone(),
-            cluster: nodes.then(|| ClusterRef { kubeconfig: None, context: None }),
+            cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
         });
         if nodes {
             world.nodes.push(Node {
