@@ -26,7 +26,7 @@ use poolctl::spec::{
     API_VERSION, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, canonical_template,
     template_hash,
 };
-use poolctl::world::{Container, ContainerState, Health, Node, Pdb, Pod, World};
+use poolctl::world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
 
 const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
 
@@ -157,6 +157,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             template: Some(json.clone()),
             scope: Some(scope.clone()),
             image: template.image.clone(),
+            cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
         });
         if nodes {
             world.nodes.push(Node {

@@ -24,7 +24,7 @@ use futures::StreamExt;
 
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer};
 use crate::plan::labels;
-use crate::world::{Container, ContainerState, Health};
+use crate::world::{ClusterRef, Container, ContainerState, Health};
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -518,7 +518,19 @@ fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         template: labels.get(labels::TEMPLATE).cloned(),
         scope: labels.get(labels::SCOPE).cloned(),
         image: s.image.unwrap_or_default(),
+        cluster: cluster_from_labels(&labels),
     })
+}
+
+/// The cluster a container was created to join, from the labels `new_container` sets on the
+/// instances of a pool with a `node:` section; an empty value stands for the default.
+fn cluster_from_labels(labels: &HashMap<String, String>) -> Option<ClusterRef> {
+    let (kubeconfig, context) = (labels.get(labels::KUBECONFIG), labels.get(labels::CONTEXT));
+    if kubeconfig.is_none() && context.is_none() {
+        return None;
+    }
+    let non_empty = |v: Option<&String>| v.filter(|v| !v.is_empty()).cloned();
+    Some(ClusterRef { kubeconfig: non_empty(kubeconfig), context: non_empty(context) })
 }
 
 /// Reads the health out of the list's status text ("Up 3 seconds (healthy)"): API 1.41 has no
@@ -610,8 +622,16 @@ mod tests {
                 template: None,
                 scope: Some("dir:/x".to_owned()),
                 image: "img:1".to_owned(),
+                cluster: None,
             }
         );
+
+        let mut node_labels = labels.clone();
+        node_labels.insert(labels::KUBECONFIG.to_owned(), String::new());
+        node_labels.insert(labels::CONTEXT.to_owned(), "kind-a".to_owned());
+        let node = ContainerSummary { labels: Some(node_labels), ..summary.clone() };
+        let c = container_from_summary(node).expect("a pool container");
+        assert_eq!(c.cluster, Some(ClusterRef { kubeconfig: None, context: Some("kind-a".to_owned()) }));
 
         let exited = ContainerSummary {
             state: Some(ContainerSummaryStateEnum::EXITED),

@@ -1,7 +1,7 @@
 //! The commands: load the source, observe the world, plan, and (for apply) execute. This is
 //! the CLI edge, where library errors gain context and become exit codes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +15,7 @@ use crate::kube::KubeCluster;
 use crate::plan::{Plan, PlanOptions, plan, render_json, render_text};
 use crate::source::SourceSpec;
 use crate::source::{self, Desired};
-use crate::world::World;
+use crate::world::{ClusterRef, Container, World};
 
 /// How the process should exit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,19 +85,76 @@ fn validate_command(args: &SourceArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// The Kubernetes clusters of the pools that have a `node:` section, by pool name.
-pub(crate) async fn connect_clusters(desired: &Desired) -> Result<BTreeMap<String, KubeCluster>> {
-    let mut clusters = BTreeMap::new();
+/// The cluster each pool's Nodes live in, by pool name: a declared pool's `node:` section, or,
+/// for a pool whose spec has none (its `node:` section or its file was removed), the cluster its
+/// containers were created to join (their labels). Without the latter, their Nodes would never
+/// be observed and their retirement could not cordon, drain or delete them. The pools are the
+/// ones the planner plans: every declared pool, and the undeclared pools of this source.
+pub(crate) fn cluster_refs(
+    desired: &Desired,
+    containers: &[Container],
+) -> Result<BTreeMap<String, ClusterRef>> {
+    let mut refs = BTreeMap::new();
+    let mut labelled: BTreeMap<&str, BTreeSet<&ClusterRef>> = BTreeMap::new();
+    let scope = desired.origin.scope();
+    for c in containers {
+        let declared = desired.pools.iter().find(|p| p.name() == c.pool);
+        let spec_node = declared.and_then(|p| p.pool.spec.node.as_ref());
+        let planned = declared.is_some() || c.scope.as_deref() == Some(scope.as_str());
+        if let (Some(cluster), None, true) = (&c.cluster, spec_node, planned) {
+            labelled.entry(&c.pool).or_default().insert(cluster);
+        }
+    }
     for pool in &desired.pools {
         if let Some(node) = &pool.pool.spec.node {
-            let cluster =
-                KubeCluster::connect(node.kubeconfig.as_deref(), node.context.as_deref(), pool.name())
-                    .await
-                    .with_context(|| {
-                        format!("pool {}: cannot connect to its Kubernetes cluster", pool.name())
-                    })?;
-            clusters.insert(pool.name().to_owned(), cluster);
+            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+            refs.insert(pool.name().to_owned(), cluster);
         }
+    }
+    for (pool, clusters) in labelled {
+        let mut clusters = clusters.into_iter();
+        let first = clusters.next().expect("an entry has one cluster at least");
+        if let Some(second) = clusters.next() {
+            bail!(
+                "pool {pool}: its instances are Nodes of more than one cluster ({} and {}); retire \
+                 them one cluster at a time (declare the pool again with a `node:` section naming one)",
+                describe(first),
+                describe(second)
+            );
+        }
+        refs.insert(pool.to_owned(), first.clone());
+    }
+    Ok(refs)
+}
+
+fn describe(cluster: &ClusterRef) -> String {
+    format!(
+        "kubeconfig {}, context {}",
+        cluster.kubeconfig.as_deref().unwrap_or("(default)"),
+        cluster.context.as_deref().unwrap_or("(current)")
+    )
+}
+
+/// Connect to the cluster of every pool that [`cluster_refs`] names. A cluster that cannot be
+/// reached fails the plan: retiring Nodes without them would skip the drain.
+pub(crate) async fn connect_clusters(
+    desired: &Desired,
+    containers: &[Container],
+) -> Result<BTreeMap<String, KubeCluster>> {
+    let mut clusters = BTreeMap::new();
+    for (pool, cluster) in cluster_refs(desired, containers)? {
+        let declared = desired.pools.iter().any(|p| p.name() == pool);
+        let connected =
+            KubeCluster::connect(cluster.kubeconfig.as_deref(), cluster.context.as_deref(), &pool)
+                .await
+                .with_context(|| {
+                    let why = if declared { "" } else { " (no longer declared, its instances are Nodes)" };
+                    format!(
+                        "pool {pool}{why}: cannot connect to its Kubernetes cluster ({})",
+                        describe(&cluster)
+                    )
+                })?;
+        clusters.insert(pool, connected);
     }
     Ok(clusters)
 }
@@ -108,7 +165,15 @@ pub(crate) async fn observe<C: Containers, K: Cluster>(
     containers: &C,
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
-    let mut world = World { containers: containers.list().await?, ..World::default() };
+    observe_clusters(containers.list().await?, clusters).await
+}
+
+/// The rest of an observation once Docker's list is in: per cluster, its list of Nodes.
+async fn observe_clusters<K: Cluster>(
+    containers: Vec<Container>,
+    clusters: &BTreeMap<String, K>,
+) -> Result<World, BackendError> {
+    let mut world = World { containers, ..World::default() };
     for (pool, cluster) in clusters {
         let names: Vec<String> =
             world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
@@ -136,21 +201,23 @@ struct Planned {
 async fn compute(args: &SourceArgs, prune: bool) -> Result<Planned> {
     let desired = load_source(args)?;
     let docker = DockerBackend::connect().await?;
-    let clusters = connect_clusters(&desired).await?;
-    let plan = observe_and_plan(&desired, &docker, &clusters, prune).await?;
+    let (clusters, plan) = observe_and_plan(&desired, &docker, prune).await?;
     Ok(Planned { desired, docker, clusters, plan })
 }
 
 /// Observe the world once and plan towards `desired`: the step that plan, apply and every
-/// reconcile of watch share.
-pub(crate) async fn observe_and_plan<C: Containers, K: Cluster>(
+/// reconcile of watch share. Docker is listed first, because which clusters to observe also
+/// depends on the containers (see [`cluster_refs`]); the clusters are returned for the
+/// executor.
+pub(crate) async fn observe_and_plan<C: Containers>(
     desired: &Desired,
     containers: &C,
-    clusters: &BTreeMap<String, K>,
     prune: bool,
-) -> Result<Plan> {
-    let world = observe(containers, clusters).await.context("cannot observe the world")?;
-    Ok(plan(desired, &world, PlanOptions { prune }))
+) -> Result<(BTreeMap<String, KubeCluster>, Plan)> {
+    let listed = containers.list().await.context("cannot observe the world")?;
+    let clusters = connect_clusters(desired, &listed).await?;
+    let world = observe_clusters(listed, &clusters).await.context("cannot observe the world")?;
+    Ok((clusters, plan(desired, &world, PlanOptions { prune })))
 }
 
 /// Carry a plan out after its preflight: what apply does after confirmation, and what watch does
@@ -241,5 +308,116 @@ pub(crate) fn write_stdout(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> 
     match f(&mut lock).and_then(|()| lock.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to stdout"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{DesiredPool, Origin};
+    use crate::spec::{Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template};
+    use crate::world::{ContainerState, Health};
+
+    fn pool(name: &str, node: Option<NodeSpec>) -> DesiredPool {
+        let template = Template {
+            image: "img".into(),
+            command: None,
+            entrypoint: None,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            network: None,
+            privileged: false,
+            volumes: Vec::new(),
+            tmpfs: Vec::new(),
+        };
+        DesiredPool {
+            pool: Pool {
+                api_version: crate::spec::API_VERSION.into(),
+                kind: crate::spec::KIND_POOL.into(),
+                metadata: Metadata { name: name.into() },
+                spec: PoolSpec {
+                    replicas: 1,
+                    template,
+                    bootstrap: Vec::new(),
+                    node,
+                    rollout: Rollout::default(),
+                },
+            },
+            file: format!("{name}.yaml"),
+            template_hash: "h".into(),
+        }
+    }
+
+    fn node_spec(context: &str) -> NodeSpec {
+        NodeSpec {
+            kubeconfig: Some("/k".into()),
+            context: Some(context.into()),
+            ready_timeout: crate::spec::Duration::from_secs(1),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        }
+    }
+
+    fn container(name: &str, pool: &str, scope: &str, context: Option<&str>) -> Container {
+        Container {
+            id: name.into(),
+            name: name.into(),
+            pool: pool.into(),
+            template_hash: "old".into(),
+            state: ContainerState::Running,
+            health: Health::None,
+            created: 1,
+            template: None,
+            scope: Some(scope.into()),
+            image: "img".into(),
+            cluster: context.map(|c| ClusterRef { kubeconfig: None, context: Some(c.into()) }),
+        }
+    }
+
+    fn cluster(kubeconfig: Option<&str>, context: &str) -> ClusterRef {
+        ClusterRef { kubeconfig: kubeconfig.map(str::to_owned), context: Some(context.into()) }
+    }
+
+    #[test]
+    fn clusters_come_from_the_spec_else_from_the_containers_labels() {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let desired = Desired {
+            origin,
+            pools: vec![pool("spec", Some(node_spec("from-spec"))), pool("lost", None), pool("plain", None)],
+        };
+        let containers = [
+            // The spec wins over the labels of older instances.
+            container("spec-a", "spec", &scope, Some("from-label")),
+            // `node:` was deleted from the spec; the labels remember the cluster.
+            container("lost-a", "lost", &scope, Some("lost-ctx")),
+            container("plain-a", "plain", &scope, None),
+            // The file was deleted.
+            container("gone-a", "gone", &scope, Some("gone-ctx")),
+            // Another source's pool is none of this plan's business.
+            container("theirs-a", "theirs", "path:/elsewhere", Some("theirs-ctx")),
+        ];
+        let refs = cluster_refs(&desired, &containers).unwrap();
+        assert_eq!(
+            refs,
+            BTreeMap::from([
+                ("gone".to_owned(), cluster(None, "gone-ctx")),
+                ("lost".to_owned(), cluster(None, "lost-ctx")),
+                ("spec".to_owned(), cluster(Some("/k"), "from-spec")),
+            ])
+        );
+    }
+
+    #[test]
+    fn instances_of_two_clusters_without_a_spec_to_choose_are_refused() {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let desired = Desired { origin, pools: Vec::new() };
+        let containers = [
+            container("gone-a", "gone", &scope, Some("one")),
+            container("gone-b", "gone", &scope, Some("two")),
+        ];
+        let err = cluster_refs(&desired, &containers).unwrap_err().to_string();
+        assert!(err.contains("pool gone: its instances are Nodes of more than one cluster"), "{err}");
     }
 }

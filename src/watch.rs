@@ -568,15 +568,8 @@ async fn reconcile(
             return Outcome::Failed;
         }
     };
-    let clusters = match run::connect_clusters(&desired).await {
-        Ok(c) => c,
-        Err(e) => {
-            error!("{e:#}");
-            return Outcome::Failed;
-        }
-    };
-    let plan = match run::observe_and_plan(&desired, &docker, &clusters, config.prune).await {
-        Ok(p) => p,
+    let (clusters, plan) = match run::observe_and_plan(&desired, &docker, config.prune).await {
+        Ok(planned) => planned,
         Err(e) => {
             error!("{e:#}");
             return Outcome::Failed;

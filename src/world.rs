@@ -36,6 +36,18 @@ pub struct Container {
     pub scope: Option<String>,
     /// The image it runs.
     pub image: String,
+    /// The cluster its Node registers with (labels), when it was created as a Node: it is
+    /// retired the Kubernetes way even after its pool's `node:` section or file is gone.
+    pub cluster: Option<ClusterRef>,
+}
+
+/// Where a container's Node lives, as its pool's `node:` section named it at creation time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ClusterRef {
+    /// The kubeconfig file as written in the spec; `None` for the default one.
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig context; `None` for the current one.
+    pub context: Option<String>,
 }
 
 impl Container {

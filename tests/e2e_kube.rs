@@ -472,6 +472,45 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
     tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the replica runs on the new Node");
 }
 
+#[tokio::test]
+async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
+    let Some(rig) = Rig::new().await else { return };
+    let old = rig.start(&PoolFile { replicas: 1, ..PoolFile::default() }).remove(0);
+    rig.fake.add_app("default", "web", 1);
+    let placed = |s: &crate::support::fake_kube::Store| {
+        s.pods().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
+    // The pool file goes, and with it the `node:` section: only the container's labels still
+    // say that it is a Node, and of which cluster.
+    std::fs::remove_file(rig.dir.path().join("pools/pool.yaml")).expect("remove the pool file");
+
+    let plan = rig.poolctl("plan", &["--prune"]).expect_code(0).stdout;
+    for verb in ["cordon", "drain", "stop", "delete-node", "remove"] {
+        assert!(plan.contains(&format!("{verb:<11} {old}")), "{verb} {old}:\n{plan}");
+    }
+    let web = rig.fake.pods_with_labels("default", &[("app", "web")]).remove(0).metadata.name.unwrap();
+    assert!(plan.contains(&format!("evict default/{web}")), "{plan}");
+
+    let from = rig.last_seq();
+    let since = SystemTime::now();
+    let run = rig.poolctl("apply", &["--yes", "--prune"]).expect_code(0);
+    assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
+    let events = rig.events_after(from);
+    let docker_events = rig.docker_events(since);
+    let cordon = when(&events, "cordon", &old, false).expect("cordoned");
+    let eviction = when(&events, "evict", &old, true).expect("its pod was evicted");
+    let stop = docker_when(&docker_events, &["kill", "die", "stop"], &old).expect("stopped");
+    let delete = when(&events, "delete", &old, false).expect("Node deleted");
+    let remove = docker_when(&docker_events, &["destroy"], &old).expect("removed");
+    assert!(cordon < eviction, "cordon < eviction");
+    assert!(eviction < stop, "eviction < stop");
+    assert!(stop < delete, "stop < Node delete");
+    assert!(delete < remove, "Node delete < remove");
+    assert!(rig.containers().is_empty());
+    assert!(rig.nodes().is_empty(), "no Node left: {:?}", rig.nodes());
+}
+
 /// Seconds from `a` to `b` (zero if `b` is earlier).
 fn secs(a: SystemTime, b: SystemTime) -> f64 {
     b.duration_since(a).unwrap_or_default().as_secs_f64()

@@ -191,6 +191,10 @@ pub fn new_container(pool: &DesiredPool, origin: &Origin, name: &str) -> NewCont
     if let Some(commit) = origin.commit() {
         all_labels.insert(labels::COMMIT.into(), commit.into());
     }
+    if let Some(node) = &spec.node {
+        all_labels.insert(labels::KUBECONFIG.into(), node.kubeconfig.clone().unwrap_or_default());
+        all_labels.insert(labels::CONTEXT.into(), node.context.clone().unwrap_or_default());
+    }
     NewContainer {
         name: name.into(),
         image: t.image.clone(),

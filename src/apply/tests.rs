@@ -354,6 +354,22 @@ fn new_containers_carry_the_pool_labels() {
     assert!(c.labels[labels::TEMPLATE].contains("\"image\":\"img:1\""));
     assert_eq!(c.network.as_deref(), Some("kind"));
     assert!(!c.labels.contains_key(labels::COMMIT));
+    assert!(!c.labels.contains_key(labels::KUBECONFIG), "not a Node");
+}
+
+#[test]
+fn new_nodes_record_their_cluster() {
+    let mut d = desired(0, None);
+    d.pools[0].pool.spec.node = Some(crate::spec::NodeSpec {
+        kubeconfig: None,
+        context: Some("kind-a".into()),
+        ready_timeout: crate::spec::Duration::from_secs(1),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+    });
+    let c = new_container(&d.pools[0], &d.origin, "w-new-abcde");
+    assert_eq!(c.labels[labels::KUBECONFIG], "", "the default kubeconfig");
+    assert_eq!(c.labels[labels::CONTEXT], "kind-a");
 }
 
 #[tokio::test]

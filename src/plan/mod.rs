@@ -27,6 +27,12 @@ pub mod labels {
     pub const SOURCE: &str = "poolctl.dev/source";
     /// The Git commit the spec came from.
     pub const COMMIT: &str = "poolctl.dev/commit";
+    /// On a container created as a Node: the pool's kubeconfig as written (`""` for the default),
+    /// so that it is still cordoned, drained and deleted as a Node once the pool's `node:`
+    /// section or file is gone.
+    pub const KUBECONFIG: &str = "poolctl.dev/kubeconfig";
+    /// On a container created as a Node: the kubeconfig context (`""` for the current one).
+    pub const CONTEXT: &str = "poolctl.dev/context";
     /// Annotation on a Node that poolctl cordoned for retirement.
     pub const RETIRING: &str = "poolctl.dev/retiring";
 }

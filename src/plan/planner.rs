@@ -101,14 +101,19 @@ struct Target<'a> {
     replicas: usize,
     max_surge: usize,
     max_unavailable: usize,
-    /// Instances are also Kubernetes Nodes.
+    /// Instances are also Kubernetes Nodes: new ones are awaited as Nodes, and an instance
+    /// serves only while its Node is Ready (the capacity accounting).
     with_nodes: bool,
+    /// Some instance is a Node, by the spec or by its container's cluster labels: Nodes are
+    /// observed and joined to containers, and orphan Nodes of the pool are cleaned up.
+    any_nodes: bool,
 }
 
 impl<'a> Target<'a> {
     fn declared(dp: &'a DesiredPool, world: &World) -> Self {
         let spec = &dp.pool.spec;
         let exists = world.containers.iter().any(|c| c.pool == dp.name());
+        let labelled = world.containers.iter().any(|c| c.pool == dp.name() && c.cluster.is_some());
         Self {
             name: dp.name(),
             status: if exists { PoolStatus::Existing } else { PoolStatus::New },
@@ -118,19 +123,22 @@ impl<'a> Target<'a> {
             max_surge: to_count(spec.rollout.max_surge),
             max_unavailable: to_count(spec.rollout.max_unavailable),
             with_nodes: spec.node.is_some(),
+            any_nodes: spec.node.is_some() || labelled,
         }
     }
 
     /// A pool the source no longer declares, retired as if it had zero replicas. Its spec is
-    /// gone, so whether its instances are Nodes is read from the world: if any Node belongs to
-    /// it, every instance is retired the Kubernetes way, never by just removing the container.
+    /// gone, so whether its instances are Nodes is read from the world: if a container says it
+    /// was created as a Node (its cluster labels) or any Node belongs to the pool, every
+    /// instance is retired the Kubernetes way, never by just removing the container.
     fn undeclared(name: &'a str, world: &World, pruned: bool) -> Self {
         let containers: HashSet<&str> =
             world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
-        let with_nodes = world
-            .nodes
-            .iter()
-            .any(|n| n.pool.as_deref() == Some(name) || containers.contains(n.name.as_str()));
+        let with_nodes = world.containers.iter().any(|c| c.pool == name && c.cluster.is_some())
+            || world
+                .nodes
+                .iter()
+                .any(|n| n.pool.as_deref() == Some(name) || containers.contains(n.name.as_str()));
         Self {
             name,
             status: if pruned { PoolStatus::Pruned } else { PoolStatus::Undeclared },
@@ -140,11 +148,20 @@ impl<'a> Target<'a> {
             max_surge: 1,
             max_unavailable: 0,
             with_nodes,
+            any_nodes: with_nodes,
         }
     }
 
     fn is_current(&self, instance: &Instance<'_>) -> bool {
         instance.container.is_some_and(|c| Some(c.template_hash.as_str()) == self.hash)
+    }
+
+    /// Whether the instance is a Node, and so is retired with cordon, drain and Node deletion:
+    /// the spec says the pool's instances are Nodes, or the container was created as one, or
+    /// its Node was observed. Whichever holds, dropping only the container would leave the
+    /// Node's pods to die undrained.
+    fn is_node(&self, instance: &Instance<'_>) -> bool {
+        self.with_nodes || instance.node.is_some() || instance.container.is_some_and(|c| c.cluster.is_some())
     }
 }
 
@@ -173,11 +190,11 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
     let containers = world.world.containers.iter().filter(|c| c.pool == target.name);
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
-            let node = target.with_nodes.then(|| world.nodes.get(c.name.as_str()).copied()).flatten();
+            let node = target.any_nodes.then(|| world.nodes.get(c.name.as_str()).copied()).flatten();
             Instance { name: &c.name, container: Some(c), node, up: is_up(c, node, target.with_nodes) }
         })
         .collect();
-    if target.with_nodes {
+    if target.any_nodes {
         let joined: HashSet<&'a str> = out.iter().map(|i| i.name).collect();
         let orphans = world
             .world
@@ -288,7 +305,7 @@ fn rollout(
             if instance.container.is_some() {
                 alive -= 1;
             }
-            for action in retirement(instance, target.with_nodes, world) {
+            for action in retirement(instance, target.is_node(instance), world) {
                 push(instance.name, action);
             }
             pending.pop_front();
@@ -307,13 +324,15 @@ fn rollout(
 /// `Cordon` < `Drain` < `Stop` < `DeleteNode` < `Remove`, leaving out what is already done. The
 /// Node is deleted only once the container is stopped (a running kubelet re-registers it), and
 /// the container goes last so that an interrupted retirement can be found again from its labels.
-fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -> Vec<Action> {
+/// A Node instance always gets its `DeleteNode`, even when no Node was observed: its kubelet
+/// may register one after the observation, and deleting a missing Node succeeds.
+fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>) -> Vec<Action> {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.
     if instance.container.is_none() {
         return vec![Action::DeleteNode];
     }
-    let node = instance.node.filter(|_| with_nodes);
+    let node = instance.node.filter(|_| is_node);
     // A paused or restarting container still holds a process that must be stopped gracefully.
     let running = instance.container.is_some_and(|c| {
         matches!(c.state, ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
@@ -328,7 +347,7 @@ fn retirement(instance: &Instance<'_>, with_nodes: bool, world: &Observed<'_>) -
     if running {
         actions.push(Action::Stop);
     }
-    if node.is_some() {
+    if is_node {
         actions.push(Action::DeleteNode);
     }
     actions.push(Action::Remove);
@@ -374,7 +393,7 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
 }
 
 fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceStatus {
-    let node = target.with_nodes.then(|| {
+    let node = target.is_node(instance).then(|| {
         match instance.node {
             None => "missing",
             Some(n) if n.ready => "ready",

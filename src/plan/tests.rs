@@ -13,7 +13,7 @@ use crate::source::{Desired, DesiredPool, Origin};
 use crate::spec::{
     BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
 };
-use crate::world::{Container, ContainerState, Health, Node, Pdb, Pod, World};
+use crate::world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
 
 // ---------------------------------------------------------------------------------------------
 // Building inputs
@@ -104,7 +104,15 @@ fn container(name: &str, pool: &str, hash: &str, created: i64) -> Container {
         template: None,
         scope: Some(origin().scope()),
         image: "busybox:old".to_owned(),
+        cluster: None,
     }
+}
+
+/// The container, created as a Node: it carries the cluster labels.
+fn labelled(mut c: Container) -> Container {
+    c.cluster =
+        Some(ClusterRef { kubeconfig: Some("~/.kube/old".to_owned()), context: Some("kind-a".to_owned()) });
+    c
 }
 
 fn node(name: &str, pool: &str) -> Node {
@@ -274,6 +282,8 @@ struct Case {
     undeclared: usize,
     foreign: usize,
     prune: bool,
+    /// The containers were created as Nodes (cluster labels), whatever the spec says now.
+    labelled: bool,
 }
 
 fn gen_instance() -> impl Strategy<Value = GenInstance> {
@@ -301,7 +311,7 @@ fn gen_case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         0..3usize,
         prop::collection::vec(gen_instance(), 0..10),
-        (0..3usize, 0..3usize, 0..3usize, any::<bool>()),
+        (0..3usize, 0..3usize, 0..3usize, any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
@@ -309,7 +319,7 @@ fn gen_case() -> impl Strategy<Value = Case> {
                 nodes,
                 bootstrap,
                 instances,
-                (orphans, undeclared, foreign, prune),
+                (orphans, undeclared, foreign, prune, labelled),
             )| {
                 Case {
                     replicas,
@@ -322,6 +332,7 @@ fn gen_case() -> impl Strategy<Value = Case> {
                     undeclared,
                     foreign,
                     prune,
+                    labelled,
                 }
             },
         )
@@ -355,6 +366,9 @@ impl Case {
             let h = if g.current { hash.to_owned() } else { format!("old{}", g.old_hash) };
             let name = format!("workers-{}-i{i}", &h[..4]);
             let mut c = container(&name, "workers", &h, g.created);
+            if self.labelled {
+                c = labelled(c);
+            }
             (c.state, c.health) = g.state;
             world.containers.push(c);
             let mut n = node(&name, "workers");
@@ -371,7 +385,14 @@ impl Case {
             world.nodes.push(node(&format!("workers-orphan-{i}"), "workers"));
         }
         for i in 0..self.undeclared {
-            world.containers.push(container(&format!("gone-x-{i}"), "gone", "cafe", 1));
+            let name = format!("gone-x-{i}");
+            let c = container(&name, "gone", "cafe", 1);
+            world.containers.push(if self.labelled { labelled(c) } else { c });
+            // Every other Node registered; the rest are still to come (or never will).
+            if self.labelled && i % 2 == 0 {
+                world.nodes.push(node(&name, "gone"));
+                world.pods.push(pod(&format!("gone-{i}"), &name, Some("ReplicaSet")));
+            }
         }
         for i in 0..self.foreign {
             let mut c = container(&format!("theirs-x-{i}"), "theirs", "beef", 1);
@@ -404,6 +425,15 @@ proptest! {
         if let Some(gone) = plan.pools.iter().find(|p| p.name == "gone") {
             prop_assert_eq!(gone.status, if case.prune { PoolStatus::Pruned } else { PoolStatus::Undeclared });
             prop_assert_eq!(gone.steps.is_empty(), !case.prune);
+            // Instances created as Nodes never lose their Node steps with their pool's spec.
+            if case.prune && case.labelled {
+                for i in 0..case.undeclared {
+                    let name = format!("gone-x-{i}");
+                    let has = |verb: &str| gone.steps.iter().any(|s| s.instance == name && s.action.verb() == verb);
+                    prop_assert!(has("delete-node"), "{name}: no delete-node");
+                    prop_assert_eq!(has("drain"), i % 2 == 0, "{}: drain only when its Node is observed", name);
+                }
+            }
         }
 
         // Invariants 3 and 4: execute, checking capacity after every step, then plan again.
@@ -739,10 +769,94 @@ fn a_container_whose_node_never_appeared_is_a_failed_instance() {
     let k = pool_plan(&plan, "k");
     let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
     assert_eq!((a.node.as_deref(), a.fate), (Some("missing"), Fate::Retire));
-    // Replaced: there is no Node to cordon or drain, only the container to stop and remove.
+    // Replaced: there is no Node to cordon or drain, but its kubelet may still register one
+    // after this observation, so the Node is deleted all the same (a missing one is no error).
     let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
-    assert_eq!(v, ["create", "await-ready", "stop", "remove"]);
+    assert_eq!(v, ["create", "await-ready", "stop", "delete-node", "remove"]);
     assert!(text(&plan).contains("node missing"));
+}
+
+#[test]
+fn a_pruned_pool_of_nodes_is_cordoned_drained_and_deleted() {
+    // The pool's file is gone, and with it the `node:` section: the containers' cluster labels
+    // say they are Nodes.
+    let world = World {
+        containers: vec![
+            labelled(container("gone-a", "gone", "cafe", 1)),
+            labelled(container("gone-b", "gone", "cafe", 2)),
+        ],
+        nodes: vec![node("gone-a", "gone")],
+        pods: vec![pod("web-1", "gone-a", Some("ReplicaSet"))],
+        ..World::default()
+    };
+    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true });
+    let gone = pool_plan(&plan, "gone");
+    assert_eq!(gone.status, PoolStatus::Pruned);
+    assert_eq!(
+        verbs(gone),
+        [
+            // Its Node was not observed: nothing to cordon or drain, but it may register yet.
+            // Not serving, it goes first.
+            ("stop", "gone-b"),
+            ("delete-node", "gone-b"),
+            ("remove", "gone-b"),
+            ("cordon", "gone-a"),
+            ("drain", "gone-a"),
+            ("stop", "gone-a"),
+            ("delete-node", "gone-a"),
+            ("remove", "gone-a"),
+        ]
+    );
+    let Action::Drain(preview) = &gone.steps[4].action else { panic!("not a drain: {:?}", gone.steps[4]) };
+    assert_eq!(preview.evict[0].pod, "default/web-1");
+    let b = gone.instances.iter().find(|i| i.name == "gone-b").unwrap();
+    assert_eq!(b.node.as_deref(), Some("missing"));
+
+    // Without --prune, the same pool is shown with its Nodes and left alone.
+    let kept = crate::plan::plan(&desired(Vec::new()), &world, PlanOptions { prune: false });
+    let gone = pool_plan(&kept, "gone");
+    assert!(gone.steps.is_empty());
+    assert_eq!(gone.instances[0].node.as_deref(), Some("ready"));
+}
+
+#[test]
+fn a_pool_that_lost_its_node_section_still_retires_its_nodes_safely() {
+    // The user deleted `node:` and changed the template in one edit: the new instances are
+    // plain containers, the old ones are still Nodes with pods on them.
+    let dp = PoolArgs::new("k", 1).build();
+    let world = World {
+        containers: vec![labelled(container("k-old", "k", "0ld", 1))],
+        nodes: vec![node("k-old", "k"), node("k-orphan", "k")],
+        pods: vec![pod("web-1", "k-old", Some("ReplicaSet"))],
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    // The orphan Node (no container) serves nothing and goes first.
+    assert_eq!(
+        v,
+        ["create", "await-ready", "delete-node", "cordon", "drain", "stop", "delete-node", "remove"]
+    );
+    assert_eq!(k.steps[1].action, Action::AwaitReady { node: false }, "creation follows the spec");
+    assert_eq!(k.steps[2].instance, "k-orphan");
+    assert!(k.steps[3..].iter().all(|s| s.instance == "k-old"));
+
+    // Once the old instances are gone, the new ones are plain containers again.
+    let mut sim = SimWorld::new(world);
+    sim.apply(&plan);
+    let again =
+        crate::plan::plan(&desired(vec![PoolArgs::new("k", 1).build()]), &sim.world, PlanOptions::default());
+    assert!(!again.has_changes());
+    assert_eq!(pool_plan(&again, "k").instances[0].node, None);
+}
+
+#[test]
+fn a_container_without_cluster_labels_in_a_plain_pool_is_only_stopped_and_removed() {
+    let dp = PoolArgs::new("w", 0).build();
+    let world = World { containers: vec![container("w-a", "w", "0ld", 1)], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    assert_eq!(verbs(pool_plan(&plan, "w")), [("stop", "w-a"), ("remove", "w-a")]);
 }
 
 /// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node.
