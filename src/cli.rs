@@ -95,9 +95,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub detailed_exitcode: bool,
 
-    /// Also retire pools that this source created and no longer declares.
-    #[arg(long)]
-    pub prune: bool,
+    #[command(flatten)]
+    pub planning: PlanningArgs,
 }
 
 #[derive(Debug, Args)]
@@ -109,9 +108,8 @@ pub struct ApplyArgs {
     #[arg(short, long)]
     pub yes: bool,
 
-    /// Also retire pools that this source created and no longer declares.
-    #[arg(long)]
-    pub prune: bool,
+    #[command(flatten)]
+    pub planning: PlanningArgs,
 }
 
 #[derive(Debug, Args)]
@@ -131,9 +129,27 @@ pub struct WatchArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    #[command(flatten)]
+    pub planning: PlanningArgs,
+}
+
+/// Choices that change what the plan does, shared by plan, apply and watch.
+#[derive(Debug, Args)]
+pub struct PlanningArgs {
     /// Also retire pools that this source created and no longer declares.
     #[arg(long)]
     pub prune: bool,
+
+    /// Take over a declared pool whose containers were created from another source (another
+    /// directory, repository or path). Without it such a pool is left alone.
+    #[arg(long)]
+    pub adopt: bool,
+}
+
+impl PlanningArgs {
+    pub fn options(&self) -> crate::plan::PlanOptions {
+        crate::plan::PlanOptions { prune: self.prune, adopt: self.adopt }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

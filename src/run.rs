@@ -198,10 +198,10 @@ struct Planned {
     plan: Plan,
 }
 
-async fn compute(args: &SourceArgs, prune: bool) -> Result<Planned> {
+async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<Planned> {
     let desired = load_source(args)?;
     let docker = DockerBackend::connect().await?;
-    let (clusters, plan) = observe_and_plan(&desired, &docker, prune).await?;
+    let (clusters, plan) = observe_and_plan(&desired, &docker, options).await?;
     Ok(Planned { desired, docker, clusters, plan })
 }
 
@@ -212,12 +212,12 @@ async fn compute(args: &SourceArgs, prune: bool) -> Result<Planned> {
 pub(crate) async fn observe_and_plan<C: Containers>(
     desired: &Desired,
     containers: &C,
-    prune: bool,
+    options: PlanOptions,
 ) -> Result<(BTreeMap<String, KubeCluster>, Plan)> {
     let listed = containers.list().await.context("cannot observe the world")?;
     let clusters = connect_clusters(desired, &listed).await?;
     let world = observe_clusters(listed, &clusters).await.context("cannot observe the world")?;
-    Ok((clusters, plan(desired, &world, PlanOptions { prune })))
+    Ok((clusters, plan(desired, &world, options)))
 }
 
 /// Carry a plan out after its preflight: what apply does after confirmation, and what watch does
@@ -236,7 +236,7 @@ pub(crate) async fn execute<C: Containers, K: Cluster>(
 }
 
 async fn plan_command(args: PlanArgs) -> Result<Exit> {
-    let Planned { plan, .. } = compute(&args.source, args.prune).await?;
+    let Planned { plan, .. } = compute(&args.source, args.planning.options()).await?;
     write_stdout(|out| match args.output {
         OutputFormat::Text => render_text(&plan, out),
         OutputFormat::Json => render_json(&plan, out),
@@ -245,7 +245,7 @@ async fn plan_command(args: PlanArgs) -> Result<Exit> {
 }
 
 async fn apply_command(args: ApplyArgs) -> Result<Exit> {
-    let Planned { desired, docker, clusters, plan } = compute(&args.source, args.prune).await?;
+    let Planned { desired, docker, clusters, plan } = compute(&args.source, args.planning.options()).await?;
     write_stdout(|out| render_text(&plan, out))?;
     if !plan.has_changes() {
         return Ok(Exit::Success);

@@ -180,7 +180,7 @@ struct Config {
     interval: Duration,
     resync: Duration,
     dry_run: bool,
-    prune: bool,
+    options: crate::plan::PlanOptions,
 }
 
 /// The shortest interval accepted: a zero period would spin (and tokio refuses it).
@@ -234,7 +234,7 @@ pub async fn watch_command(args: WatchArgs) -> Result<Exit> {
         interval: args.interval.get().max(MIN_PERIOD),
         resync: args.resync.get().max(MIN_PERIOD),
         dry_run: args.dry_run,
-        prune: args.prune,
+        options: args.planning.options(),
     };
     Loop::new(spec, config).run().await
 }
@@ -568,7 +568,7 @@ async fn reconcile(
             return Outcome::Failed;
         }
     };
-    let (clusters, plan) = match run::observe_and_plan(&desired, &docker, config.prune).await {
+    let (clusters, plan) = match run::observe_and_plan(&desired, &docker, config.options).await {
         Ok(planned) => planned,
         Err(e) => {
             error!("{e:#}");

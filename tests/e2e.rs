@@ -437,3 +437,33 @@ async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converge
     assert!(after.iter().all(|c| c.state == ContainerState::Running && !old.contains(&c.name)));
     assert!(after.iter().all(|c| c.name != surge[0].name), "{after:?}");
 }
+
+#[tokio::test]
+async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopts_it() {
+    let Some(s) = Scenario::new().await else { return };
+    s.write(2, "hello", "");
+    s.run("apply", &["--yes"]).expect_code(0);
+    let first: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+
+    // The same pool, declared differently, in another directory.
+    let other = tempfile::tempdir().unwrap();
+    fs::write(other.path().join("pool.yaml"), s.pool_yaml(2, "bonjour", "")).unwrap();
+    let from_other = |args: &[&str]| {
+        let out =
+            poolctl(s.cache.path()).args(args).args(["--source", other.path().to_str().unwrap()]).output();
+        Run::from_output(&out.unwrap())
+    };
+    let plan = from_other(&["plan", "--detailed-exitcode"]).expect_code(0);
+    assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
+    from_other(&["apply", "--yes"]).expect_code(0);
+    let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(running, first, "the other source touched nothing");
+
+    from_other(&["apply", "--yes", "--adopt"]).expect_code(0);
+    let adopted = s.running().await;
+    assert_eq!(adopted.len(), 2);
+    assert!(adopted.iter().all(|c| !first.contains(&c.name)), "replaced under the adopting source");
+    // Now the first source is the stranger.
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
+}

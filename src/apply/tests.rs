@@ -162,6 +162,7 @@ fn rolling_plan() -> Plan {
     Plan {
         origin: Origin::Path { path: "/pools".into() },
         pools: vec![PoolPlan {
+            managed_by: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),

@@ -73,6 +73,9 @@ pub struct PoolPlan {
     /// The spec's template hash (`None` for a pool that is no longer declared).
     pub template_hash: Option<String>,
     pub replicas: u32,
+    /// For a [`PoolStatus::Foreign`] pool: the source scope its containers came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +95,9 @@ pub enum PoolStatus {
     Existing,
     /// Has containers from this source but is no longer declared: left alone without `--prune`.
     Undeclared,
+    /// Declared, but its containers were created from another source: left alone without
+    /// `--adopt`, so that two sources declaring the same pool never fight over it.
+    Foreign,
     /// No longer declared, and retired because of `--prune`.
     Pruned,
 }

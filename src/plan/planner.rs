@@ -23,21 +23,39 @@ use super::{
 pub struct PlanOptions {
     /// Retire pools of this source that the source no longer declares.
     pub prune: bool,
+    /// Take over declared pools whose containers another source created.
+    pub adopt: bool,
 }
 
 /// Compute the plan that takes `world` to `desired`.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let world = &Observed::new(world);
     let mut names = Names::new(world.world);
+    let scope = desired.origin.scope();
     let mut pools: Vec<PoolPlan> = desired
         .pools
         .iter()
-        .map(|dp| plan_pool(&Target::declared(dp, world.world), world, &mut names))
+        .map(|dp| {
+            let target = Target::declared(dp, world.world);
+            // Another source's containers of the same pool name are not ours to replace.
+            let owner = world
+                .world
+                .containers
+                .iter()
+                .find_map(|c| c.scope.as_deref().filter(|s| c.pool == dp.name() && *s != scope));
+            match owner {
+                Some(owner) if !options.adopt => PoolPlan {
+                    status: PoolStatus::Foreign,
+                    managed_by: Some(owner.to_owned()),
+                    ..keep_pool(&target, world)
+                },
+                _ => plan_pool(&target, world, &mut names),
+            }
+        })
         .collect();
 
     // Pools this source created earlier but no longer declares. Pools of other scopes belong to
     // another source and are left alone entirely.
-    let scope = desired.origin.scope();
     let declared: HashSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
     let undeclared: BTreeSet<&str> = world
         .world
@@ -225,6 +243,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
+        managed_by: None,
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
@@ -233,13 +252,15 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
     }
 }
 
-/// An undeclared pool without `--prune`: shown, never touched.
+/// A pool that is shown, never touched: undeclared without `--prune`, or another source's
+/// without `--adopt`.
 fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
     let all = instances(target, world);
     let containers = all.iter().filter(|i| i.container.is_some()).count();
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
+        managed_by: None,
         template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,

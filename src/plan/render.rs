@@ -44,7 +44,7 @@ const JSON_FORMAT_VERSION: u32 = 1;
 fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "{}", pool_header(pool))?;
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
-    if pool.steps.is_empty() && pool.status != PoolStatus::Undeclared {
+    if pool.steps.is_empty() && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign) {
         return Ok(());
     }
     if let Some(change) = &pool.template_change {
@@ -82,6 +82,11 @@ fn pool_header(pool: &PoolPlan) -> String {
         PoolStatus::Pruned => {
             format!("Pool {name}: {gone}; --prune retires it")
         }
+        PoolStatus::Foreign => format!(
+            "Pool {name}: its containers were created from another source ({}); not touched: pass \
+             --adopt to manage them from this one",
+            pool.managed_by.as_deref().unwrap_or("unknown")
+        ),
         PoolStatus::New | PoolStatus::Existing => {
             let new = if pool.status == PoolStatus::New { " (new)" } else { "" };
             let replicas = match pool.replicas {

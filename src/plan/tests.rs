@@ -413,7 +413,7 @@ proptest! {
         let hash = dp.template_hash.clone();
         let desired = desired(vec![dp]);
         let world = case.world(&hash);
-        let options = PlanOptions { prune: case.prune };
+        let options = PlanOptions { prune: case.prune, ..PlanOptions::default() };
         let plan = plan(&desired, &world, options);
 
         for pool in &plan.pools {
@@ -452,7 +452,7 @@ proptest! {
         let dp = spec.build();
         let world = case.world(&dp.template_hash);
         prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= count(case.replicas));
-        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune });
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune, ..PlanOptions::default() });
         execute_checking_capacity(&plan, &world, &spec);
     }
 
@@ -468,7 +468,7 @@ proptest! {
                 world.nodes.push(node(&name, "workers"));
             }
         }
-        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: true });
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: true, ..PlanOptions::default() });
         prop_assert!(!plan.has_changes());
         prop_assert_eq!(plan.summary.unchanged, replicas);
         prop_assert!(text(&plan).ends_with("No changes. The world matches the source.\n"));
@@ -624,13 +624,13 @@ fn an_undeclared_pool_is_kept_unless_pruned() {
     let world = World { containers: vec![container("gone-a", "gone", "cafe", 1)], ..World::default() };
     let empty = desired(Vec::new());
 
-    let kept = plan(&empty, &world, PlanOptions { prune: false });
+    let kept = plan(&empty, &world, PlanOptions { prune: false, ..PlanOptions::default() });
     let gone = pool_plan(&kept, "gone");
     assert_eq!(gone.status, PoolStatus::Undeclared);
     assert!(gone.steps.is_empty());
     assert!(text(&kept).contains("not removed: pass --prune to retire it"), "{}", text(&kept));
 
-    let pruned = plan(&empty, &world, PlanOptions { prune: true });
+    let pruned = plan(&empty, &world, PlanOptions { prune: true, ..PlanOptions::default() });
     let gone = pool_plan(&pruned, "gone");
     assert_eq!(gone.status, PoolStatus::Pruned);
     assert!(text(&pruned).contains("Pool gone: no longer declared by the source; --prune retires it"));
@@ -652,7 +652,7 @@ fn another_sources_pool_is_ignored() {
     let mut c = container("theirs-a", "theirs", "beef", 1);
     c.scope = Some(other_origin().scope());
     let world = World { containers: vec![c], ..World::default() };
-    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true });
+    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true, ..PlanOptions::default() });
     assert!(plan.pools.is_empty());
     assert!(!plan.has_changes());
 }
@@ -789,7 +789,7 @@ fn a_pruned_pool_of_nodes_is_cordoned_drained_and_deleted() {
         pods: vec![pod("web-1", "gone-a", Some("ReplicaSet"))],
         ..World::default()
     };
-    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true });
+    let plan = plan(&desired(Vec::new()), &world, PlanOptions { prune: true, ..PlanOptions::default() });
     let gone = pool_plan(&plan, "gone");
     assert_eq!(gone.status, PoolStatus::Pruned);
     assert_eq!(
@@ -813,7 +813,11 @@ fn a_pruned_pool_of_nodes_is_cordoned_drained_and_deleted() {
     assert_eq!(b.node.as_deref(), Some("missing"));
 
     // Without --prune, the same pool is shown with its Nodes and left alone.
-    let kept = crate::plan::plan(&desired(Vec::new()), &world, PlanOptions { prune: false });
+    let kept = crate::plan::plan(
+        &desired(Vec::new()),
+        &world,
+        PlanOptions { prune: false, ..PlanOptions::default() },
+    );
     let gone = pool_plan(&kept, "gone");
     assert!(gone.steps.is_empty());
     assert_eq!(gone.instances[0].node.as_deref(), Some("ready"));
@@ -989,9 +993,38 @@ fn snapshot_of_no_changes_from_git() {
         commit: "0123456789abcdef0123456789abcdef01234567".to_owned(),
         path: "pools".to_owned(),
     };
-    let world = World { containers: vec![container("web-a", "web", &h, 1)], ..World::default() };
+    let mut web = container("web-a", "web", &h, 1);
+    web.scope = Some(origin.scope());
+    let world = World { containers: vec![web], ..World::default() };
     let plan = plan(&Desired { origin, pools: vec![dp] }, &world, PlanOptions::default());
     insta::assert_snapshot!("no_changes_text", text(&plan));
+}
+
+#[test]
+fn a_pool_another_source_created_is_left_alone_unless_adopted() {
+    let dp = PoolArgs::new("web", 2).build();
+    let mut theirs = container("web-a", "web", "0ther0ther", 1);
+    theirs.scope = Some("git:https://example.com/other.git//pools".to_owned());
+    let world = World { containers: vec![theirs], ..World::default() };
+
+    let left = plan(&desired(vec![dp.clone()]), &world, PlanOptions::default());
+    let pool = pool_plan(&left, "web");
+    assert_eq!(pool.status, PoolStatus::Foreign);
+    assert_eq!(pool.managed_by.as_deref(), Some("git:https://example.com/other.git//pools"));
+    assert!(pool.steps.is_empty(), "{:?}", pool.steps);
+    assert!(!left.has_changes());
+    let shown = text(&left);
+    assert!(
+        shown.contains("created from another source (git:https://example.com/other.git//pools)"),
+        "{shown}"
+    );
+    assert!(shown.contains("--adopt"), "{shown}");
+
+    let adopted = plan(&desired(vec![dp]), &world, PlanOptions { adopt: true, ..PlanOptions::default() });
+    let pool = pool_plan(&adopted, "web");
+    assert_eq!(pool.status, PoolStatus::Existing);
+    assert_eq!(adopted.summary.create, 2);
+    assert_eq!(adopted.summary.retire, 1, "the outdated foreign instance is replaced once adopted");
 }
 
 #[test]
