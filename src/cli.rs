@@ -148,7 +148,11 @@ pub struct PlanningArgs {
 
 impl PlanningArgs {
     pub fn options(&self) -> crate::plan::PlanOptions {
-        crate::plan::PlanOptions { prune: self.prune, adopt: self.adopt }
+        crate::plan::PlanOptions {
+            prune: self.prune,
+            adopt: self.adopt,
+            seed: crate::plan::PlanOptions::fresh_seed(),
+        }
     }
 }
 

@@ -222,17 +222,62 @@ pub(crate) async fn observe_and_plan<C: Containers>(
 
 /// Carry a plan out after its preflight: what apply does after confirmation, and what watch does
 /// on every reconcile. Progress goes to stdout; the report says how it ended.
+///
+/// The plan runs one batch at a time. Between batches the world is observed again and the rest
+/// re-planned from it: a new instance that died after it came up, or an instance someone
+/// removed, changes what the next batch may safely retire, and a plan made before the first
+/// batch cannot know that.
 pub(crate) async fn execute<C: Containers, K: Cluster>(
     desired: &Desired,
     containers: &C,
     clusters: &BTreeMap<String, K>,
     plan: &Plan,
+    options: PlanOptions,
     interrupt: &Interrupt,
 ) -> Result<Report> {
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
     let executor = Executor { desired, containers, clusters, progress: &progress, interrupt };
     executor.preflight(plan).await.context("preflight failed, nothing was changed")?;
-    Ok(executor.run(plan).await)
+    // Every round finishes at least one step, so a plan that keeps changing under our feet
+    // (an image that crashes right after it comes up, say) ends instead of looping.
+    let max_rounds = plan.steps().count();
+    let mut report = Report::default();
+    let mut current = plan.clone();
+    for round in 1.. {
+        let (batch, rest) = current.split_first_batch();
+        let done = executor.run(&batch).await;
+        let complete = done.complete();
+        report.attempted.extend(done.attempted);
+        report.not_started.extend(done.not_started);
+        report.stop_reason = done.stop_reason;
+        if !complete {
+            report
+                .not_started
+                .extend(rest.steps().map(|(p, s)| (p.name.clone(), s.instance.clone(), s.action.verb())));
+            break;
+        }
+        if !rest.has_changes() {
+            break;
+        }
+        let world =
+            observe(containers, clusters).await.context("cannot observe the world between batches")?;
+        current = crate::plan::plan(desired, &world, options.reseeded());
+        if !current.has_changes() {
+            break;
+        }
+        if round >= max_rounds {
+            bail!(
+                "the world keeps changing under the rollout: still {} steps to go after {round} batches; see the plan above",
+                current.steps().count()
+            );
+        }
+        let _ = writeln!(
+            progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            "-- looked at the world again: {} steps to go",
+            current.steps().count()
+        );
+    }
+    Ok(report)
 }
 
 async fn plan_command(args: PlanArgs) -> Result<Exit> {
@@ -256,7 +301,7 @@ async fn apply_command(args: ApplyArgs) -> Result<Exit> {
 
     let interrupt = Arc::new(Interrupt::default());
     spawn_interrupt_handler(Arc::clone(&interrupt));
-    let report = execute(&desired, &docker, &clusters, &plan, &interrupt).await?;
+    let report = execute(&desired, &docker, &clusters, &plan, args.planning.options(), &interrupt).await?;
     write_stdout(|out| report.write_summary(out))?;
     if report.complete() {
         Ok(Exit::Success)
@@ -317,6 +362,7 @@ mod tests {
     use crate::source::{DesiredPool, Origin};
     use crate::spec::{Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template};
     use crate::world::{ContainerState, Health};
+    use std::time::Duration;
 
     fn pool(name: &str, node: Option<NodeSpec>) -> DesiredPool {
         let template = Template {
@@ -419,5 +465,112 @@ mod tests {
         ];
         let err = cluster_refs(&desired, &containers).unwrap_err().to_string();
         assert!(err.contains("pool gone: its instances are Nodes of more than one cluster"), "{err}");
+    }
+
+    /// Docker as a world in memory: creates run, stops exit, removes remove. `die_after`
+    /// makes one container exit when a given call has happened, the way an instance can die
+    /// after it came up.
+    struct World1 {
+        containers: Mutex<Vec<Container>>,
+        calls: Mutex<Vec<String>>,
+        die_after: (String, String),
+    }
+
+    impl World1 {
+        fn record(&self, call: String) {
+            if call == self.die_after.0 {
+                let mut all = self.containers.lock().unwrap();
+                if let Some(c) = all.iter_mut().find(|c| c.name == self.die_after.1) {
+                    c.state = ContainerState::Exited;
+                }
+            }
+            self.calls.lock().unwrap().push(call);
+        }
+        fn running(&self) -> usize {
+            self.containers.lock().unwrap().iter().filter(|c| c.state == ContainerState::Running).count()
+        }
+    }
+
+    impl Containers for World1 {
+        async fn list(&self) -> Result<Vec<Container>, BackendError> {
+            Ok(self.containers.lock().unwrap().clone())
+        }
+        async fn ensure_image(&self, _: &str) -> Result<bool, BackendError> {
+            Ok(false)
+        }
+        async fn network_exists(&self, _: &str) -> Result<bool, BackendError> {
+            Ok(true)
+        }
+        async fn create(&self, spec: &crate::backend::NewContainer) -> Result<(), BackendError> {
+            let mut c = container(&spec.name, "w", &spec.labels[crate::plan::labels::SCOPE], None);
+            c.template_hash.clone_from(&spec.labels[crate::plan::labels::TEMPLATE_HASH]);
+            c.created = i64::try_from(self.calls.lock().unwrap().len()).unwrap() + 10;
+            self.containers.lock().unwrap().push(c);
+            self.record(format!("create {}", spec.name));
+            Ok(())
+        }
+        async fn exec(
+            &self,
+            _: &str,
+            _: &[String],
+            _: Duration,
+        ) -> Result<crate::backend::ExecOutput, BackendError> {
+            unreachable!("no bootstrap in this pool")
+        }
+        async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {
+            self.record(format!("wait-up {name}"));
+            Ok(())
+        }
+        async fn stop(&self, name: &str, _: Duration) -> Result<(), BackendError> {
+            // The capacity check: an up instance is stopped only while enough others run.
+            assert!(self.running() > 2, "stopping {name} would leave fewer than 2 running");
+            if let Some(c) = self.containers.lock().unwrap().iter_mut().find(|c| c.name == name) {
+                c.state = ContainerState::Exited;
+            }
+            self.record(format!("stop {name}"));
+            Ok(())
+        }
+        async fn remove(&self, name: &str) -> Result<(), BackendError> {
+            self.containers.lock().unwrap().retain(|c| c.name != name);
+            self.record(format!("remove {name}"));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_world_is_observed_again_between_batches() {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let mut w = pool("w", None);
+        w.pool.spec.replicas = 2;
+        w.template_hash = "new".into();
+        let desired = Desired { origin, pools: vec![w] };
+        let old = vec![container("w-old-1", "w", &scope, None), container("w-old-2", "w", &scope, None)];
+        let plan = crate::plan::plan(
+            &desired,
+            &World { containers: old.clone(), ..World::default() },
+            PlanOptions::default(),
+        );
+        let first_new = plan.pools[0].steps[0].instance.clone();
+        // The first new instance dies once the first old one is gone. A plan carried out
+        // blindly would go on to stop w-old-2 with one instance up (the stop assertion).
+        let docker = World1 {
+            containers: Mutex::new(old),
+            calls: Mutex::new(Vec::new()),
+            die_after: ("remove w-old-1".into(), first_new.clone()),
+        };
+        let clusters: BTreeMap<String, KubeCluster> = BTreeMap::new();
+        let interrupt = Interrupt::default();
+        let report =
+            execute(&desired, &docker, &clusters, &plan, PlanOptions::default(), &interrupt).await.unwrap();
+        assert!(report.complete(), "{report:?}");
+        let calls = docker.calls.lock().unwrap().clone();
+        assert!(calls.contains(&format!("remove {first_new}")), "the dead instance was replaced: {calls:?}");
+        let left = docker.containers.lock().unwrap().clone();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(
+            left.iter().all(|c| c.state == ContainerState::Running && c.template_hash == "new"),
+            "{left:?}"
+        );
     }
 }

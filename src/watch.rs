@@ -568,7 +568,7 @@ async fn reconcile(
             return Outcome::Failed;
         }
     };
-    let (clusters, plan) = match run::observe_and_plan(&desired, &docker, config.options).await {
+    let (clusters, plan) = match run::observe_and_plan(&desired, &docker, config.options.reseeded()).await {
         Ok(planned) => planned,
         Err(e) => {
             error!("{e:#}");
@@ -588,7 +588,7 @@ async fn reconcile(
     if config.dry_run {
         return Outcome::Converged;
     }
-    let report = match run::execute(&desired, &docker, &clusters, &plan, &interrupt).await {
+    let report = match run::execute(&desired, &docker, &clusters, &plan, config.options, &interrupt).await {
         Ok(r) => r,
         Err(e) => {
             error!("{e:#}");

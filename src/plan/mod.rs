@@ -51,6 +51,18 @@ impl Plan {
         self.pools.iter().any(|p| !p.steps.is_empty())
     }
 
+    /// Split off each pool's first batch: the part to carry out before the world is looked at
+    /// again. Returns that part and the rest.
+    pub fn split_first_batch(&self) -> (Plan, Plan) {
+        let (mut first, mut rest) = (self.clone(), self.clone());
+        for (f, r) in first.pools.iter_mut().zip(&mut rest.pools) {
+            let batch = f.steps.first().map(|s| s.batch);
+            f.steps.retain(|s| Some(s.batch) == batch);
+            r.steps.retain(|s| Some(s.batch) != batch);
+        }
+        (first, rest)
+    }
+
     /// Every step of every pool, in execution order.
     pub fn steps(&self) -> impl Iterator<Item = (&PoolPlan, &Step)> {
         self.pools.iter().flat_map(|p| p.steps.iter().map(move |s| (p, s)))

@@ -25,12 +25,30 @@ pub struct PlanOptions {
     pub prune: bool,
     /// Take over declared pools whose containers another source created.
     pub adopt: bool,
+    /// Varies the random part of new instance names. The planner stays a pure function of its
+    /// inputs; the CLI passes a fresh seed each time it plans, so that a name given up by a
+    /// retired instance is not handed straight to its replacement.
+    pub seed: u64,
+}
+
+impl PlanOptions {
+    /// A seed that differs from one call to the next (std's per-map random keys).
+    pub fn fresh_seed() -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new().build_hasher().finish()
+    }
+
+    /// The same choices with a fresh seed, for planning again.
+    #[must_use]
+    pub fn reseeded(self) -> Self {
+        Self { seed: Self::fresh_seed(), ..self }
+    }
 }
 
 /// Compute the plan that takes `world` to `desired`.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let world = &Observed::new(world);
-    let mut names = Names::new(world.world);
+    let mut names = Names::new(world.world, options.seed);
     let scope = desired.origin.scope();
     let mut pools: Vec<PoolPlan> = desired
         .pools
@@ -463,6 +481,7 @@ fn json_to_yaml(json: &str) -> Option<String> {
 /// the world and no earlier name of this plan uses. The suffix is derived from a counter, not
 /// drawn at random, so that the planner stays a pure function.
 struct Names {
+    seed: u64,
     used: HashSet<String>,
     /// Where each pool's counter resumes, so that handing out n names costs O(n).
     counters: HashMap<String, u64>,
@@ -471,9 +490,10 @@ struct Names {
 impl Names {
     const SUFFIX_LEN: u32 = 5;
 
-    fn new(world: &World) -> Self {
+    fn new(world: &World, seed: u64) -> Self {
         let containers = world.containers.iter().map(|c| c.name.clone());
         Self {
+            seed,
             used: containers.chain(world.nodes.iter().map(|n| n.name.clone())).collect(),
             counters: HashMap::new(),
         }
@@ -483,7 +503,7 @@ impl Names {
         let prefix = &hash[..hash.len().min(HASH_LEN)];
         let counter = self.counters.entry(pool.to_owned()).or_default();
         loop {
-            let name = format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, *counter));
+            let name = format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, self.seed, *counter));
             *counter += 1;
             if self.used.insert(name.clone()) {
                 return name;
@@ -491,8 +511,8 @@ impl Names {
         }
     }
 
-    fn suffix(pool: &str, hash: &str, counter: u64) -> String {
-        let digest = Sha256::digest(format!("{pool}/{hash}/{counter}").as_bytes());
+    fn suffix(pool: &str, hash: &str, seed: u64, counter: u64) -> String {
+        let digest = Sha256::digest(format!("{pool}/{hash}/{seed}/{counter}").as_bytes());
         let mut n = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
         let mut out = String::new();
         for _ in 0..Self::SUFFIX_LEN {
