@@ -688,7 +688,19 @@ fn describe(spec: &SourceSpec) -> String {
 /// again". Without notify (e.g. no inotify left) the source is still fetched on the interval.
 fn watch_files(spec: &SourceSpec, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
     let (paths, debounce): (Vec<(PathBuf, RecursiveMode)>, Duration) = match &spec.location {
-        Location::Path { .. } => (vec![(spec.local_path()?, RecursiveMode::Recursive)], DIR_DEBOUNCE),
+        Location::Path { .. } => {
+            let path = spec.local_path()?;
+            // A file is watched through its directory: editors that save by writing a new file
+            // and renaming it over the old one would leave a watch on the file itself blind
+            // after the first save. A look at an unchanged spec costs one read and changes
+            // nothing.
+            let watched = if path.is_file() {
+                (path.parent()?.to_path_buf(), RecursiveMode::NonRecursive)
+            } else {
+                (path, RecursiveMode::Recursive)
+            };
+            (vec![watched], DIR_DEBOUNCE)
+        }
         Location::Git { url, .. } => {
             let local = url.strip_prefix("file://").unwrap_or(url);
             if !local.starts_with('/') {

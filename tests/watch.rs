@@ -387,3 +387,28 @@ async fn a_source_that_cannot_be_fetched_keeps_the_last_good_state_and_is_retrie
     watch.applied();
     assert_ne!(converged(&pool(&d).await, 1), before[0].template_hash);
 }
+
+#[tokio::test]
+async fn a_single_file_source_saved_by_rename_is_followed_across_saves() {
+    let Some(d) = docker().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pool.yaml");
+    std::fs::write(&file, pool_yaml(&d, 1, "1")).unwrap();
+    let mut watch = Watch::start(cache.path(), &["--source", file.to_str().unwrap()]);
+    watch.applied();
+    let mut seen = vec![converged(&pool(&d).await, 1)];
+
+    // Editors save by writing a new file and renaming it over the old one; a watch on the
+    // first file's inode would miss the second save.
+    for version in ["2", "3"] {
+        let tmp = dir.path().join(".pool.yaml.swp");
+        std::fs::write(&tmp, pool_yaml(&d, 1, version)).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        watch.wait_for(Stream::Stderr, "source changed");
+        watch.applied();
+        let now = converged(&pool(&d).await, 1);
+        assert!(!seen.contains(&now), "version {version} was rolled out");
+        seen.push(now);
+    }
+}
