@@ -173,22 +173,34 @@ impl Cluster for KubeCluster {
             let remaining = deadline.saturating_duration_since(Instant::now()).as_secs().clamp(1, 290);
             let params =
                 WatchParams::default().fields(&fields).timeout(u32::try_from(remaining).unwrap_or(290));
+            // Ok(true): Ready. Ok(false): the watch ended; list again. Err: a refusal that
+            // another try will not change (forbidden, say), which must not pass for a Node that
+            // is merely slow.
             let watched = timeout_at(deadline, async {
-                let Ok(stream) = api.watch(&params, &version).await else { return false };
-                let mut stream = stream.boxed();
-                while let Some(Ok(event)) = stream.next().await {
-                    if let WatchEvent::Added(n) | WatchEvent::Modified(n) = event
-                        && node_from(&n).ready
-                    {
-                        return true;
+                let mut stream = match api.watch(&params, &version).await {
+                    Ok(stream) => stream.boxed(),
+                    Err(e) if is_transient(&e) => return Ok(false),
+                    Err(e) => return Err(self.error(&format!("watch node {node}"), &e)),
+                };
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(n) | WatchEvent::Modified(n)) if node_from(&n).ready => {
+                            return Ok(true);
+                        }
+                        // The server ended the watch (410 Gone, say): list again.
+                        Ok(WatchEvent::Error(_)) => return Ok(false),
+                        Ok(_) => {}
+                        Err(e) if is_transient(&e) => return Ok(false),
+                        Err(e) => return Err(self.error(&format!("watch node {node}"), &e)),
                     }
                 }
-                false
+                Ok(false)
             })
             .await;
             match watched {
-                Ok(true) => return Ok(()),
-                Ok(false) => sleep(Duration::from_millis(200)).await,
+                Ok(Ok(true)) => return Ok(()),
+                Ok(Ok(false)) => sleep(Duration::from_millis(200)).await,
+                Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(timed_out()),
             }
         }
