@@ -20,13 +20,13 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use poolctl::model::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
+use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
-use poolctl::source::{Desired, DesiredPool, Origin};
 use poolctl::spec::{
     API_VERSION, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, canonical_template,
     template_hash,
 };
-use poolctl::world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
 
 const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
 

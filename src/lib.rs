@@ -1,19 +1,27 @@
 //! poolctl: reconcile pools of Docker containers that serve as Kubernetes nodes, retiring each
 //! instance in the safe order (cordon, drain, stop, delete the Node, remove the container).
 //!
-//! Layers, from pure to I/O: [`spec`] (the pool file), [`world`] (observed state),
-//! [`plan`] (the pure planner and its rendering); then the edges: [`source`] (files and Git),
-//! [`backend`] (the traits the executor drives), [`docker`] and [`apply`].
+//! The pipeline, each stage in one place, dependencies pointing one way
+//! (spec <- model <- {source, backend, plan} <- observe <- execute <- commands):
+//! - [`spec`]: the pool file: types, parsing with locations, validation, the template hash.
+//! - [`model`]: the plain data every stage shares: desired state, the observed world, labels.
+//! - [`source`]: reading desired state from a file, a directory or a Git commit.
+//! - [`backend`]: the traits observe and the executor drive, Docker and Kubernetes behind them.
+//! - [`plan`]: the pure planner, `plan(desired, world) -> Plan`, and its rendering.
+//! - [`observe`]: from a desired state to the world, over the backend traits.
+//! - [`execute`]: carries a plan out batch by batch, looking at the world again in between.
+//! - [`commands`]: plan, apply, validate, schema and watch, over the stages above.
+//! - [`cli`]: the clap types.
 
-pub mod apply;
 pub mod backend;
 pub mod cli;
-pub mod docker;
-pub mod kube;
+pub mod commands;
+pub mod execute;
+pub mod model;
+pub mod observe;
 pub mod plan;
-pub mod run;
-pub mod sim;
 pub mod source;
 pub mod spec;
-pub mod watch;
-pub mod world;
+
+#[cfg(test)]
+mod testing;

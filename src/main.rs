@@ -1,10 +1,10 @@
-//! The `poolctl` binary: arguments -> tracing -> run -> exit code.
+//! The `poolctl` binary: arguments -> tracing -> a command -> exit status.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use poolctl::cli::{Cli, LogFormat};
-use poolctl::run::{Exit, run};
+use poolctl::commands::{EXIT_ERROR, dispatch};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         // clap exits 2 on a usage error, which `plan --detailed-exitcode` means as "changes
         // pending": a typo in a CI script must read as an error instead.
         Err(e) => {
-            let code = if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+            let code = if e.use_stderr() { ExitCode::from(EXIT_ERROR) } else { ExitCode::SUCCESS };
             // Printing help or an error to a closed pipe is nothing to report.
             let _ = e.print();
             return code;
@@ -24,15 +24,14 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(EXIT_ERROR);
         }
     };
-    match runtime.block_on(run(cli.command)) {
-        Ok(Exit::Success) => ExitCode::SUCCESS,
-        Ok(Exit::Changes) => ExitCode::from(2),
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }

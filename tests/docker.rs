@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use poolctl::backend::docker::DockerBackend;
 use poolctl::backend::{BackendError, Containers};
-use poolctl::docker::DockerBackend;
-use poolctl::plan::labels;
-use poolctl::world::{Container, ContainerState, Health};
+use poolctl::model::labels;
+use poolctl::model::{Container, ContainerState, Health};
 
 use crate::support::docker::{HEALTHY_IMAGE, IMAGE, TestDocker, docker};
 

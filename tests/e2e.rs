@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use poolctl::backend::Containers;
-use poolctl::world::{Container, ContainerState};
+use poolctl::model::{Container, ContainerState};
 
 use crate::support::cli::{Run, poolctl};
 use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
-use poolctl::kube::KubeCluster;
 use poolctl::spec::Taint;
 use serde_json::Value;
 

@@ -5,7 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, RepositoryInitOptions, Signature};
-use poolctl::source::{Location, Origin, Revision, SourceError, SourceSpec, load, read_files, resolve};
+use poolctl::model::Origin;
+use poolctl::source::{Location, Revision, SourceError, SourceSpec, load, read_files, resolve};
 use tempfile::TempDir;
 
 /// Write `text` to `root/relative`, creating parent directories.

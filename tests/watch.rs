@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use poolctl::backend::Containers;
-use poolctl::world::{Container, ContainerState};
+use poolctl::model::{Container, ContainerState};
 
 use crate::support::cli::poolctl;
 use crate::support::docker::{CASE_LABEL, RUN_LABEL, TestDocker, docker};
@@ -335,7 +335,8 @@ async fn a_newer_spec_during_a_rollout_stops_it_at_a_step_boundary_and_is_rolled
 #[tokio::test]
 async fn an_unreachable_daemon_is_reported_and_retried_until_it_answers() {
     let Some(d) = docker().await else { return };
-    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| poolctl::docker::DEFAULT_HOST.to_owned());
+    let host =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| poolctl::backend::docker::DEFAULT_HOST.to_owned());
     let Some(socket) = host.strip_prefix("unix://") else { return }; // the trick below needs a socket
     let dir = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();

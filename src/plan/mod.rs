@@ -8,34 +8,10 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::source::Origin;
+use crate::model::Origin;
 
 pub use planner::{PlanOptions, is_up, plan};
 pub use render::{render_json, render_text};
-
-/// Labels poolctl puts on every container (and Node) it manages.
-pub mod labels {
-    /// The pool's name.
-    pub const POOL: &str = "poolctl.dev/pool";
-    /// The template hash the container was created from.
-    pub const TEMPLATE_HASH: &str = "poolctl.dev/template-hash";
-    /// The canonical template JSON, so that a later plan can diff old against new.
-    pub const TEMPLATE: &str = "poolctl.dev/template";
-    /// The source scope (see `Origin::scope`), for `--prune`.
-    pub const SCOPE: &str = "poolctl.dev/scope";
-    /// Where the spec came from, human-readable (file, or repo and path).
-    pub const SOURCE: &str = "poolctl.dev/source";
-    /// The Git commit the spec came from.
-    pub const COMMIT: &str = "poolctl.dev/commit";
-    /// On a container created as a Node: the pool's kubeconfig as written (`""` for the default),
-    /// so that it is still cordoned, drained and deleted as a Node once the pool's `node:`
-    /// section or file is gone.
-    pub const KUBECONFIG: &str = "poolctl.dev/kubeconfig";
-    /// On a container created as a Node: the kubeconfig context (`""` for the current one).
-    pub const CONTEXT: &str = "poolctl.dev/context";
-    /// Annotation on a Node that poolctl cordoned for retirement.
-    pub const RETIRING: &str = "poolctl.dev/retiring";
-}
 
 /// The whole plan for one source.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
-use crate::source::{Desired, DesiredPool};
+use crate::model::{Container, ContainerState, Node, Pod, World};
+use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
-use crate::world::{Container, ContainerState, Node, Pod, World};
 
 use super::{
     Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step, Summary,

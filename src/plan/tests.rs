@@ -5,139 +5,15 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use crate::model::{ContainerState, Desired, Health, Origin, Pdb, World};
 use crate::plan::{
     Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
 };
-use crate::sim::SimWorld;
-use crate::source::{Desired, DesiredPool, Origin};
-use crate::spec::{
-    BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
-};
-use crate::world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
+use crate::testing::build::{PoolArgs, container, count, desired, labelled, node, other_origin, pod};
+use crate::testing::sim::SimWorld;
 
 // ---------------------------------------------------------------------------------------------
-// Building inputs
-
-fn origin() -> Origin {
-    Origin::Path { path: "pools/".to_owned() }
-}
-
-fn other_origin() -> Origin {
-    Origin::Path { path: "elsewhere/".to_owned() }
-}
-
-/// A count of the spec's `i64` fields as a `usize`; the generators only make non-negative ones.
-fn count(n: i64) -> usize {
-    usize::try_from(n).expect("generated counts are non-negative")
-}
-
-struct PoolArgs {
-    name: &'static str,
-    image: &'static str,
-    replicas: i64,
-    surge: i64,
-    unavailable: i64,
-    nodes: bool,
-    bootstrap: usize,
-}
-
-impl PoolArgs {
-    fn new(name: &'static str, replicas: i64) -> Self {
-        Self { name, image: "busybox:latest", replicas, surge: 1, unavailable: 0, nodes: false, bootstrap: 0 }
-    }
-
-    fn build(&self) -> DesiredPool {
-        let template = Template {
-            image: self.image.to_owned(),
-            command: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
-            entrypoint: None,
-            env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
-            labels: BTreeMap::new(),
-            network: None,
-            privileged: false,
-            volumes: Vec::new(),
-            tmpfs: Vec::new(),
-        };
-        let bootstrap: Vec<BootstrapStep> = (0..self.bootstrap)
-            .map(|i| BootstrapStep {
-                exec: vec!["true".to_owned(), i.to_string()],
-                timeout: Duration::from_secs(120),
-            })
-            .collect();
-        let node = self.nodes.then(|| NodeSpec {
-            kubeconfig: None,
-            context: None,
-            ready_timeout: Duration::from_secs(300),
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
-        });
-        let hash = template_hash(&template, &bootstrap);
-        let rollout =
-            Rollout { max_surge: self.surge, max_unavailable: self.unavailable, ..Rollout::default() };
-        DesiredPool {
-            pool: Pool {
-                api_version: crate::spec::API_VERSION.to_owned(),
-                kind: crate::spec::KIND_POOL.to_owned(),
-                metadata: Metadata { name: self.name.to_owned() },
-                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, rollout },
-            },
-            file: format!("{}.yaml", self.name),
-            template_hash: hash,
-        }
-    }
-}
-
-fn desired(pools: Vec<DesiredPool>) -> Desired {
-    Desired { origin: origin(), pools }
-}
-
-/// A running, healthy container of `pool` created by this test's source.
-fn container(name: &str, pool: &str, hash: &str, created: i64) -> Container {
-    Container {
-        id: format!("id-{name}"),
-        name: name.to_owned(),
-        pool: pool.to_owned(),
-        template_hash: hash.to_owned(),
-        state: ContainerState::Running,
-        health: Health::None,
-        created,
-        template: None,
-        scope: Some(origin().scope()),
-        image: "busybox:old".to_owned(),
-        cluster: None,
-    }
-}
-
-/// The container, created as a Node: it carries the cluster labels.
-fn labelled(mut c: Container) -> Container {
-    c.cluster =
-        Some(ClusterRef { kubeconfig: Some("~/.kube/old".to_owned()), context: Some("kind-a".to_owned()) });
-    c
-}
-
-fn node(name: &str, pool: &str) -> Node {
-    Node {
-        name: name.to_owned(),
-        pool: Some(pool.to_owned()),
-        ready: true,
-        unschedulable: false,
-        cordoned_by_poolctl: false,
-    }
-}
-
-fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
-    Pod {
-        namespace: "default".to_owned(),
-        name: name.to_owned(),
-        uid: format!("uid-{name}"),
-        node: node.to_owned(),
-        labels: BTreeMap::from([("app".to_owned(), name.split('-').next().unwrap_or(name).to_owned())]),
-        owner_kind: owner.map(str::to_owned),
-        mirror: false,
-        finished: false,
-        empty_dir: false,
-    }
-}
+// Reading plans
 
 fn pool_plan<'a>(plan: &'a Plan, name: &str) -> &'a PoolPlan {
     plan.pools.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no pool {name} in the plan"))

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use poolctl::backend::NewContainer;
-use poolctl::docker::DockerBackend;
-use poolctl::plan::labels;
+use poolctl::backend::docker::DockerBackend;
+use poolctl::model::labels;
 
 /// The plain test image: `sh`, `sleep` and friends, and a default command that runs until
 /// SIGTERM and then exits at once, so stopping takes no grace period.

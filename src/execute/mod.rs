@@ -5,17 +5,21 @@
 //! creations of a batch run concurrently, everything else runs in plan order, and a failure
 //! or an interrupt halts before the next step, so that nothing more is retired.
 
+mod report;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
 use crate::backend::{BackendError, Cluster, Containers, NewContainer};
-use crate::plan::{Action, Plan, PoolPlan, Step, labels};
-use crate::source::{Desired, DesiredPool, Origin};
+use crate::model::{Desired, DesiredPool, Origin, labels};
+use crate::observe::observe_again;
+use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
+
+pub use report::{Interrupt, Report, StepOutcome, StopReason};
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
 /// section use their `readyTimeout` instead; bootstrap commands have their own timeouts.
@@ -38,133 +42,28 @@ pub enum StepError {
     NoCluster(String),
 }
 
+/// Why a rollout ended in an error rather than a report.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    #[error("preflight failed, nothing was changed")]
+    Preflight(#[from] PreflightError),
+    #[error("cannot observe the world between batches")]
+    Observe(#[source] BackendError),
+    #[error(
+        "the world keeps changing under the rollout: still {left} steps to go after {rounds} batches; see the plan above"
+    )]
+    KeepsChanging { left: usize, rounds: usize },
+}
+
 /// Why the run could not start: nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PreflightError {
-    #[error("image {image} is not available: {source}")]
+    #[error("image {image} is not available")]
     Image { image: String, source: BackendError },
     #[error("network {0} does not exist (create it first, e.g. `docker network create {0}`)")]
     NoNetwork(String),
-    #[error("cannot check network {network}: {source}")]
+    #[error("cannot check network {network}")]
     Network { network: String, source: BackendError },
-}
-
-/// One step and how it ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub pool: String,
-    pub instance: String,
-    pub verb: &'static str,
-    pub elapsed: Duration,
-    pub error: Option<StepError>,
-}
-
-/// What a run did, did not do, and why it stopped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Steps that were attempted, in the order they ended.
-    pub attempted: Vec<Outcome>,
-    /// Steps never started: `(pool, instance, verb)`.
-    pub not_started: Vec<(String, String, &'static str)>,
-    /// Why the run stopped early without a failure (an interrupt, or a newer spec).
-    pub stop_reason: Option<StopReason>,
-}
-
-impl Report {
-    /// The first failure, if any.
-    pub fn failure(&self) -> Option<&Outcome> {
-        self.attempted.iter().find(|o| o.error.is_some())
-    }
-
-    /// Whether every step ran and succeeded.
-    pub fn complete(&self) -> bool {
-        self.failure().is_none() && self.not_started.is_empty()
-    }
-
-    /// Whether the user stopped the run (Ctrl-C, SIGTERM) before it was done.
-    pub fn interrupted(&self) -> bool {
-        self.stop_reason == Some(StopReason::Signal)
-    }
-
-    /// Write the closing summary: what was done, what failed and why, what was left.
-    pub fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let done = self.attempted.iter().filter(|o| o.error.is_none()).count();
-        if self.complete() {
-            return writeln!(out, "Apply complete: {done} steps done.");
-        }
-        writeln!(out)?;
-        if self.stop_reason == Some(StopReason::Superseded) {
-            return writeln!(
-                out,
-                "Apply superseded by a newer desired state: {done} steps done, {} not started; re-planning.",
-                self.not_started.len()
-            );
-        }
-        if self.interrupted() {
-            writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
-        } else {
-            writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
-        }
-        // What was done, by instance, in order: the progress lines above have the details.
-        let mut done_by_instance: Vec<(&str, Vec<&str>)> = Vec::new();
-        for o in self.attempted.iter().filter(|o| o.error.is_none()) {
-            match done_by_instance.iter_mut().find(|(name, _)| *name == o.instance) {
-                Some((_, verbs)) => verbs.push(o.verb),
-                None => done_by_instance.push((&o.instance, vec![o.verb])),
-            }
-        }
-        for (instance, verbs) in done_by_instance {
-            writeln!(out, "  done: {instance} ({})", verbs.join(", "))?;
-        }
-        for o in self.attempted.iter().filter(|o| o.error.is_some()) {
-            let e = o.error.as_ref().expect("filtered on errors");
-            writeln!(out, "  failed: {} {} ({}): {e}", o.verb, o.instance, o.pool)?;
-        }
-        for (pool, instance, verb) in &self.not_started {
-            writeln!(out, "  not started: {verb} {instance} ({pool})")?;
-        }
-        writeln!(
-            out,
-            "Instances not yet retired keep running. Run apply again to continue; the next plan \
-             replaces any instance that failed."
-        )
-    }
-}
-
-/// Why a run stops at the next step boundary. Neither counts as a failure: nothing is
-/// half-done, because the executor only stops between steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum StopReason {
-    /// A newer desired state arrived (`watch`): the caller re-plans towards it at once.
-    Superseded = 1,
-    /// The user asked to stop (Ctrl-C, SIGTERM). Outranks [`StopReason::Superseded`].
-    Signal = 2,
-}
-
-/// A flag an interrupt handler sets; the executor checks it between steps.
-#[derive(Debug, Default)]
-pub struct Interrupt(AtomicU8);
-
-impl Interrupt {
-    /// Stop because the user asked to.
-    pub fn trigger(&self) {
-        self.stop(StopReason::Signal);
-    }
-    /// Stop for `reason`; a signal is never downgraded to a supersede.
-    pub fn stop(&self, reason: StopReason) {
-        self.0.fetch_max(reason as u8, Ordering::SeqCst);
-    }
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst) != 0
-    }
-    /// Why the run should stop, if it should.
-    pub fn reason(&self) -> Option<StopReason> {
-        match self.0.load(Ordering::SeqCst) {
-            0 => None,
-            1 => Some(StopReason::Superseded),
-            _ => Some(StopReason::Signal),
-        }
-    }
 }
 
 /// Everything a run needs besides the plan.
@@ -210,6 +109,49 @@ pub fn new_container(pool: &DesiredPool, origin: &Origin, name: &str) -> NewCont
 }
 
 impl<C: Containers, K: Cluster> Executor<'_, C, K> {
+    /// Carry a plan out after its preflight: what apply does after confirmation, and what
+    /// watch does on every reconcile. Progress goes to `progress`; the report says how it ended.
+    ///
+    /// The plan runs one batch at a time. Between batches the world is observed again and the
+    /// rest re-planned from it: a new instance that died after it came up, or an instance
+    /// someone removed, changes what the next batch may safely retire, and a plan made before
+    /// the first batch cannot know that.
+    pub async fn execute(&self, plan: &Plan, options: PlanOptions) -> Result<Report, ExecuteError> {
+        self.preflight(plan).await?;
+        // Every round finishes at least one step, so a plan that keeps changing under our feet
+        // (an image that crashes right after it comes up, say) ends instead of looping.
+        let max_rounds = plan.steps().count();
+        let mut report = Report::default();
+        let mut current = plan.clone();
+        for round in 1.. {
+            let (batch, rest) = current.split_first_batch();
+            let done = self.run_batch(&batch).await;
+            let complete = done.complete();
+            report.attempted.extend(done.attempted);
+            report.not_started.extend(done.not_started);
+            report.stop_reason = done.stop_reason;
+            if !complete {
+                report
+                    .not_started
+                    .extend(rest.steps().map(|(p, s)| (p.name.clone(), s.instance.clone(), s.action.verb())));
+                break;
+            }
+            if !rest.has_changes() {
+                break;
+            }
+            let world = observe_again(self.containers, self.clusters).await.map_err(ExecuteError::Observe)?;
+            current = crate::plan::plan(self.desired, &world, options.reseeded());
+            if !current.has_changes() {
+                break;
+            }
+            if round >= max_rounds {
+                return Err(ExecuteError::KeepsChanging { left: current.steps().count(), rounds: round });
+            }
+            self.say(&format!("-- looked at the world again: {} steps to go", current.steps().count()));
+        }
+        Ok(report)
+    }
+
     /// Check, before anything changes, that every image a Create needs is there (pulling the
     /// missing ones) and every network exists.
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
@@ -247,8 +189,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// Carry the plan out. Stops at the first failed step or at an interrupt.
-    pub async fn run(&self, plan: &Plan) -> Report {
+    /// Carry one batch out. Stops at the first failed step or at an interrupt.
+    pub async fn run_batch(&self, plan: &Plan) -> Report {
         let total = plan.steps().count();
         let mut report = Report::default();
         let mut failed = false;
@@ -295,7 +237,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         pool: &PoolPlan,
         chain: &[Numbered<'s>],
         total: usize,
-    ) -> (Vec<Outcome>, Vec<&'s Step>) {
+    ) -> (Vec<StepOutcome>, Vec<&'s Step>) {
         let mut outcomes = Vec::new();
         let mut created = None;
         for (i, &(n, step)) in chain.iter().enumerate() {
@@ -332,7 +274,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
     }
 
-    async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> Outcome {
+    async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> StepOutcome {
         let verb = step.action.verb();
         self.say(&format!("[{n}/{total}] {verb} {} ...", step.instance));
         let started = Instant::now();
@@ -350,7 +292,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 elapsed.as_secs_f64()
             )),
         }
-        Outcome {
+        StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.clone(),
             verb,

@@ -13,8 +13,7 @@ use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary,
-    ContainerSummaryStateEnum, HealthStatusEnum, HostConfig,
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum, HostConfig,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, EventsOptions, InspectContainerOptions,
@@ -23,8 +22,14 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer};
-use crate::plan::labels;
-use crate::world::{ClusterRef, Container, ContainerState, Health};
+use crate::model::{Container, labels};
+
+mod convert;
+mod events;
+
+use convert::container_from_summary;
+pub use convert::health_from_status;
+pub use events::drift_events;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -481,72 +486,6 @@ fn split_reference(image: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// Maps one list entry; entries without an id or pool label (which the filter excludes) are
-/// skipped rather than invented.
-fn container_from_summary(s: ContainerSummary) -> Option<Container> {
-    let labels = s.labels.unwrap_or_default();
-    let pool = labels.get(labels::POOL)?.clone();
-    let name = s
-        .names
-        .as_ref()
-        .and_then(|n| n.first())
-        .map(|n| n.trim_start_matches('/').to_owned())
-        .unwrap_or_default();
-    let state = match s.state {
-        Some(ContainerSummaryStateEnum::CREATED) => ContainerState::Created,
-        // A stopping container still runs (only newer daemons report it).
-        Some(ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::STOPPING) => {
-            ContainerState::Running
-        }
-        Some(ContainerSummaryStateEnum::PAUSED) => ContainerState::Paused,
-        Some(ContainerSummaryStateEnum::RESTARTING) => ContainerState::Restarting,
-        Some(ContainerSummaryStateEnum::REMOVING) => ContainerState::Removing,
-        Some(ContainerSummaryStateEnum::EXITED) => ContainerState::Exited,
-        // An unknown state is treated as gone, so the planner replaces it.
-        Some(ContainerSummaryStateEnum::DEAD | ContainerSummaryStateEnum::EMPTY) | None => {
-            ContainerState::Dead
-        }
-    };
-    Some(Container {
-        id: s.id?,
-        name,
-        pool,
-        template_hash: labels.get(labels::TEMPLATE_HASH).cloned().unwrap_or_default(),
-        state,
-        health: health_from_status(s.status.as_deref().unwrap_or_default()),
-        created: s.created.unwrap_or_default(),
-        template: labels.get(labels::TEMPLATE).cloned(),
-        scope: labels.get(labels::SCOPE).cloned(),
-        image: s.image.unwrap_or_default(),
-        cluster: cluster_from_labels(&labels),
-    })
-}
-
-/// The cluster a container was created to join, from the labels `new_container` sets on the
-/// instances of a pool with a `node:` section; an empty value stands for the default.
-fn cluster_from_labels(labels: &HashMap<String, String>) -> Option<ClusterRef> {
-    let (kubeconfig, context) = (labels.get(labels::KUBECONFIG), labels.get(labels::CONTEXT));
-    if kubeconfig.is_none() && context.is_none() {
-        return None;
-    }
-    let non_empty = |v: Option<&String>| v.filter(|v| !v.is_empty()).cloned();
-    Some(ClusterRef { kubeconfig: non_empty(kubeconfig), context: non_empty(context) })
-}
-
-/// Reads the health out of the list's status text ("Up 3 seconds (healthy)"): API 1.41 has no
-/// health field in the list, and an inspect per container would make observation O(n).
-pub fn health_from_status(status: &str) -> Health {
-    if status.contains("(healthy)") {
-        Health::Healthy
-    } else if status.contains("(unhealthy)") {
-        Health::Unhealthy
-    } else if status.contains("(health: starting)") {
-        Health::Starting
-    } else {
-        Health::None
-    }
-}
-
 /// Keeps the last [`OUTPUT_CAP`] bytes of a stream: the end of a failing command's output is
 /// where its error is.
 #[derive(Default)]
@@ -580,70 +519,6 @@ impl Tail {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn health_is_read_from_the_status_text() {
-        assert_eq!(health_from_status("Up 3 seconds (healthy)"), Health::Healthy);
-        assert_eq!(health_from_status("Up 1 second (health: starting)"), Health::Starting);
-        assert_eq!(health_from_status("Up 2 minutes (unhealthy)"), Health::Unhealthy);
-        assert_eq!(health_from_status("Up 2 minutes"), Health::None);
-        assert_eq!(health_from_status("Exited (0) 3 seconds ago"), Health::None);
-        assert_eq!(health_from_status(""), Health::None);
-    }
-
-    #[test]
-    fn a_list_entry_maps_to_a_pool_container() {
-        let labels = HashMap::from([
-            (labels::POOL.to_owned(), "workers".to_owned()),
-            (labels::TEMPLATE_HASH.to_owned(), "abc123".to_owned()),
-            (labels::SCOPE.to_owned(), "dir:/x".to_owned()),
-        ]);
-        let summary = ContainerSummary {
-            id: Some("f00".to_owned()),
-            names: Some(vec!["/workers-abc-1".to_owned()]),
-            image: Some("img:1".to_owned()),
-            created: Some(1_700_000_000),
-            labels: Some(labels.clone()),
-            state: Some(ContainerSummaryStateEnum::RUNNING),
-            status: Some("Up 5 minutes (unhealthy)".to_owned()),
-            ..Default::default()
-        };
-        let c = container_from_summary(summary.clone()).expect("a pool container");
-        assert_eq!(
-            c,
-            Container {
-                id: "f00".to_owned(),
-                name: "workers-abc-1".to_owned(),
-                pool: "workers".to_owned(),
-                template_hash: "abc123".to_owned(),
-                state: ContainerState::Running,
-                health: Health::Unhealthy,
-                created: 1_700_000_000,
-                template: None,
-                scope: Some("dir:/x".to_owned()),
-                image: "img:1".to_owned(),
-                cluster: None,
-            }
-        );
-
-        let mut node_labels = labels.clone();
-        node_labels.insert(labels::KUBECONFIG.to_owned(), String::new());
-        node_labels.insert(labels::CONTEXT.to_owned(), "kind-a".to_owned());
-        let node = ContainerSummary { labels: Some(node_labels), ..summary.clone() };
-        let c = container_from_summary(node).expect("a pool container");
-        assert_eq!(c.cluster, Some(ClusterRef { kubeconfig: None, context: Some("kind-a".to_owned()) }));
-
-        let exited = ContainerSummary {
-            state: Some(ContainerSummaryStateEnum::EXITED),
-            status: Some("Exited (137) 2 seconds ago".to_owned()),
-            ..summary.clone()
-        };
-        let c = container_from_summary(exited).expect("a pool container");
-        assert_eq!((c.state, c.health), (ContainerState::Exited, Health::None));
-
-        let foreign = ContainerSummary { labels: None, ..summary };
-        assert_eq!(container_from_summary(foreign), None);
-    }
 
     #[test]
     fn references_without_a_tag_pull_latest() {

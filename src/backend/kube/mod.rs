@@ -16,20 +16,23 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTaint};
-use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
 use tokio::time::{Instant, sleep, timeout_at};
 
-use crate::backend::{BackendError, Cluster};
-use crate::plan::labels;
+use crate::backend::retry::Backoff;
+use crate::backend::{BackendError, Cluster, Connect};
+use crate::model::{ClusterRef, Node, Pdb, Pod, labels};
 use crate::spec::Taint;
-use crate::world::{Node, Pdb, Pod};
+
+mod convert;
+mod drain;
+
+use convert::{node_from, pdb_from, pod_from};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
@@ -103,7 +106,7 @@ impl KubeCluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::api();
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
@@ -121,6 +124,17 @@ impl KubeCluster {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
         self.retrying(what, deadline, || api.patch(node, &params, &patch)).await.map(drop)
+    }
+}
+
+/// Connects with kube-rs, through kubeconfig files, as kubectl would.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KubeConnect;
+
+impl Connect for KubeConnect {
+    type Cluster = KubeCluster;
+    async fn connect(&self, cluster: &ClusterRef, pool: &str) -> Result<KubeCluster, BackendError> {
+        KubeCluster::connect(cluster.kubeconfig.as_deref(), cluster.context.as_deref(), pool).await
     }
 }
 
@@ -243,39 +257,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
-        let deadline = Instant::now() + timeout;
-        let pods_api: Api<K8sPod> = Api::all(self.client.clone());
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
-        // On a Node whose kubelet is gone (an apply killed after the Stop step), an evicted pod
-        // stays Terminating until the Node object is deleted: nobody is left to confirm that
-        // its containers ended. Like `kubectl drain --skip-wait-for-delete-timeout`, count such
-        // a pod as gone once its deletion has been accepted.
-        let nodes_api = self.nodes_api();
-        let node_ready = match self.retrying("get node", deadline, || nodes_api.get_opt(node)).await? {
-            Some(n) => node_from(&n).ready,
-            None => false,
-        };
-        let targets: Vec<&K8sPod> = list
-            .items
-            .iter()
-            .filter(|p| pod_from(p).is_some_and(|p| p.drain_skip_reason().is_none()))
-            .collect();
-        tracing::info!(node, pods = targets.len(), "draining");
-        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline, node_ready))).await;
-        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-        if failures.is_empty() {
-            return Ok(());
-        }
-        let detail = failures.join("; ");
-        if Instant::now() >= deadline {
-            Err(BackendError::Timeout {
-                what: format!("drain of {node} (no PodDisruptionBudget was bypassed): {detail}"),
-                after: timeout,
-            })
-        } else {
-            Err(BackendError::Failed(format!("drain of {node}: {detail}")))
-        }
+        self.drain_node(node, timeout).await
     }
 
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
@@ -289,132 +271,6 @@ impl Cluster for KubeCluster {
             }
         };
         self.retrying("delete node", deadline, delete).await
-    }
-}
-
-impl KubeCluster {
-    /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
-    /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
-    /// `kubelet_alive` is false, merely terminating). Errors are
-    /// returned as a line naming the pod and, for refusals, the budget's own message.
-    async fn evict_and_wait(
-        &self,
-        pod: &K8sPod,
-        deadline: Instant,
-        kubelet_alive: bool,
-    ) -> Result<(), String> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let uid = pod.metadata.uid.clone();
-        let id = format!("pod {ns}/{name}");
-        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &ns);
-        // kube's `Api::evict` sends its options in a shape the server ignores, so post a
-        // complete policy/v1 Eviction, with a UID precondition so a replacement pod of the
-        // same name is never evicted by mistake.
-        let eviction = Eviction {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            delete_options: uid.as_ref().map(|uid| {
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
-                    preconditions: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                }
-            }),
-        };
-        let body = json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": eviction.metadata,
-            "deleteOptions": eviction.delete_options,
-        });
-        let mut backoff = Backoff::capped(Duration::from_secs(2));
-        let mut last_refusal = None;
-        loop {
-            if Instant::now() >= deadline {
-                return Err(last_refusal.map_or_else(
-                    || format!("{id}: not evicted in time"),
-                    |m| format!("{id} not evicted: {m}"),
-                ));
-            }
-            let answer: Result<serde_json::Value, kube::Error> =
-                api.create_subresource("eviction", &name, &PostParams::default(), &body).await;
-            match answer {
-                // A 2xx can still carry a Failure status (a pod under several budgets, on
-                // some API server versions): that is not an eviction.
-                Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
-                    return Err(format!(
-                        "{id}: eviction failed: {}",
-                        v.get("message").and_then(|m| m.as_str()).unwrap_or("no message")
-                    ));
-                }
-                Ok(_) => break,
-                // 404: gone already. 409: the UID precondition failed, so the pod of that name
-                // is a replacement and the one we meant to evict is gone.
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
-                Err(kube::Error::Api(status)) if status.code == 429 => {
-                    let message = refusal_message(&status);
-                    tracing::warn!("{id}: eviction refused, will retry: {message}");
-                    last_refusal = Some(message);
-                    backoff.wait_until(deadline).await;
-                }
-                Err(kube::Error::Api(status)) if status.code == 500 || (400..500).contains(&status.code) => {
-                    return Err(format!("{id}: eviction failed: {}", status.message));
-                }
-                Err(e) => {
-                    tracing::warn!("{id}: eviction request failed, will retry: {e}");
-                    last_refusal = Some(e.to_string());
-                    backoff.wait_until(deadline).await;
-                }
-            }
-        }
-        tracing::info!("{id}: evicted");
-        // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
-        let mut backoff = Backoff::capped(Duration::from_secs(1));
-        loop {
-            match api.get_opt(&name).await {
-                Ok(None) => return Ok(()),
-                Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
-                Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),
-                Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
-                Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
-            }
-        }
-    }
-}
-
-/// Exponential backoff, doubling from `next` up to `max`.
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// For API calls that failed: from 200ms up to 5s.
-    fn new() -> Self {
-        Self { next: Duration::from_millis(200), max: Duration::from_secs(5) }
-    }
-    /// For waits on the cluster (a budget refilling, a pod going), where every second of
-    /// oversleep is a second added to the rollout: from 100ms up to `max`.
-    fn capped(max: Duration) -> Self {
-        Self { next: Duration::from_millis(100), max }
-    }
-    fn peek(&self) -> Duration {
-        self.next
-    }
-    async fn wait(&mut self) {
-        sleep(self.next).await;
-        self.next = (self.next * 2).min(self.max);
-    }
-    async fn wait_until(&mut self, deadline: Instant) {
-        let until = (Instant::now() + self.next).min(deadline);
-        tokio::time::sleep_until(until).await;
-        self.next = (self.next * 2).min(self.max);
     }
 }
 
@@ -435,84 +291,9 @@ fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// The PodDisruptionBudget's words from a 429, e.g. "The disruption budget web needs 2
-/// healthy pods and has 2 currently".
-fn refusal_message(status: &kube::core::Status) -> String {
-    let causes: Vec<&str> = status
-        .details
-        .iter()
-        .flat_map(|d| d.causes.iter())
-        .filter(|c| c.reason == "DisruptionBudget")
-        .map(|c| c.message.as_str())
-        .collect();
-    if causes.is_empty() {
-        status.message.clone()
-    } else {
-        format!("{} ({})", status.message, causes.join("; "))
-    }
-}
-
 fn expand_home(path: &str) -> String {
     match (path.strip_prefix("~/"), std::env::var("HOME")) {
         (Some(rest), Ok(home)) => format!("{home}/{rest}"),
         _ => path.to_owned(),
-    }
-}
-
-fn node_from(n: &K8sNode) -> Node {
-    let ready = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    Node {
-        name: n.metadata.name.clone().unwrap_or_default(),
-        pool: n.metadata.labels.as_ref().and_then(|l| l.get(labels::POOL).cloned()),
-        ready,
-        unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        cordoned_by_poolctl: n
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(labels::RETIRING)),
-    }
-}
-
-fn pod_from(p: &K8sPod) -> Option<Pod> {
-    let spec = p.spec.as_ref()?;
-    let owner_kind = p
-        .metadata
-        .owner_references
-        .as_ref()
-        .and_then(|os| os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()));
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-    Some(Pod {
-        namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-        name: p.metadata.name.clone().unwrap_or_default(),
-        uid: p.metadata.uid.clone().unwrap_or_default(),
-        node: spec.node_name.clone().unwrap_or_default(),
-        labels: p.metadata.labels.clone().unwrap_or_default(),
-        owner_kind,
-        mirror: p
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
-        finished: matches!(phase, "Succeeded" | "Failed"),
-        empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
-    })
-}
-
-fn pdb_from(p: &PodDisruptionBudget) -> Pdb {
-    Pdb {
-        namespace: p.metadata.namespace.clone().unwrap_or_default(),
-        name: p.metadata.name.clone().unwrap_or_default(),
-        match_labels: p
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .and_then(|s| s.match_labels.clone())
-            .unwrap_or_default(),
-        disruptions_allowed: p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0),
     }
 }

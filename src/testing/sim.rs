@@ -1,32 +1,33 @@
 //! An in-memory world that carries out plan steps the way the real executor would, for tests of
-//! the planner's invariants (and, later, of the executor).
+//! the planner's invariants; the fake backend ([`super::fake`]) is this world behind the
+//! backend traits.
 //!
 //! It is deliberately literal: each step changes exactly what its real counterpart changes in
 //! Docker or Kubernetes, and nothing else, so that a plan that relies on an effect it never
 //! asked for shows up as a failed invariant.
 
+use crate::model::{Container, ContainerState, Health, Node, World};
 use crate::plan::{Action, Plan, Step};
-use crate::world::{Container, ContainerState, Health, Node, World};
 
 /// A [`World`] that plan steps can be applied to.
-#[derive(Debug, Clone)]
-pub struct SimWorld {
-    pub world: World,
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SimWorld {
+    pub(crate) world: World,
     /// The scope label that created containers carry (see `Origin::scope`).
-    pub scope: Option<String>,
+    pub(crate) scope: Option<String>,
     /// Creation time of the next container: later than every container of the initial world, so
     /// that new instances are the newest.
     clock: i64,
 }
 
 impl SimWorld {
-    pub fn new(world: World) -> Self {
+    pub(crate) fn new(world: World) -> Self {
         let clock = world.containers.iter().map(|c| c.created).max().unwrap_or(0) + 1;
         Self { world, scope: None, clock }
     }
 
     /// Carry out every step of the plan, in order, with the plan's source as the scope.
-    pub fn apply(&mut self, plan: &Plan) {
+    pub(crate) fn apply(&mut self, plan: &Plan) {
         self.scope = Some(plan.origin.scope());
         for (pool, step) in plan.steps() {
             self.apply_step(&pool.name, step);
@@ -38,25 +39,20 @@ impl SimWorld {
     /// # Panics
     /// When the step makes no sense in this world (awaiting an instance that is not up, acting
     /// on a container or Node that does not exist): the plan is wrong.
-    pub fn apply_step(&mut self, pool: &str, step: &Step) {
+    pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
             Action::Create { image, template_hash } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
-                self.world.containers.push(Container {
-                    id: format!("sim-{}", self.clock),
-                    name: name.to_owned(),
+                let scope = self.scope.clone();
+                let container = Container {
                     pool: pool.to_owned(),
                     template_hash: template_hash.clone(),
-                    state: ContainerState::Running,
-                    health: Health::None,
-                    created: self.clock,
-                    template: None,
-                    scope: self.scope.clone(),
+                    scope,
                     image: image.clone(),
-                    cluster: None,
-                });
-                self.clock += 1;
+                    ..self.new_container(name)
+                };
+                self.create(container);
             }
             Action::Bootstrap { .. } => {
                 let c = self.container(name).unwrap_or_else(|| panic!("bootstrap {name}: no container"));
@@ -65,52 +61,114 @@ impl SimWorld {
             Action::AwaitReady { node } => {
                 let c = self.container(name).unwrap_or_else(|| panic!("await {name}: no container"));
                 assert!(c.is_up(), "await {name}: container not up");
-                // The kubelet in the new container registers its Node, which turns Ready.
-                if *node && self.node_mut(name).is_none() {
-                    self.world.nodes.push(Node {
-                        name: name.to_owned(),
-                        pool: Some(pool.to_owned()),
-                        ready: true,
-                        unschedulable: false,
-                        cordoned_by_poolctl: false,
-                    });
+                // The kubelet in the new container registers its Node, which turns Ready, and
+                // the executor labels it.
+                if *node {
+                    self.register_node(name);
+                    self.label_node(name, pool);
                 }
             }
-            Action::Cordon => {
-                let n = self.node_mut(name).unwrap_or_else(|| panic!("cordon {name}: no Node"));
-                n.unschedulable = true;
-                n.cordoned_by_poolctl = true;
-            }
-            Action::Drain(_) => {
-                assert!(self.node_mut(name).is_some(), "drain {name}: no Node");
-                self.world.pods.retain(|p| p.node != name);
-            }
-            Action::Stop => {
-                let c = self.container_mut(name).unwrap_or_else(|| panic!("stop {name}: no container"));
-                c.state = ContainerState::Exited;
-                if let Some(n) = self.node_mut(name) {
-                    n.ready = false;
-                }
-            }
+            Action::Cordon => assert!(self.cordon(name), "cordon {name}: no Node"),
+            Action::Drain(_) => assert!(self.drain(name), "drain {name}: no Node"),
+            Action::Stop => assert!(self.stop(name), "stop {name}: no container"),
             // Like the API call (a 404 is success): the plan deletes a Node that may have
             // registered after it was observed, so a missing one is no error.
-            Action::DeleteNode => self.world.nodes.retain(|n| n.name != name),
-            Action::Remove => {
-                let before = self.world.containers.len();
-                self.world.containers.retain(|c| c.name != name);
-                assert!(self.world.containers.len() < before, "remove {name}: no container");
-            }
+            Action::DeleteNode => self.delete_node(name),
+            Action::Remove => assert!(self.remove(name), "remove {name}: no container"),
         }
     }
 
+    // The effects, each what its real counterpart changes and nothing else. They do not judge
+    // (a missing object is reported, not a panic): [`Self::apply_step`] judges a plan, and the
+    // fake backend answers as Docker and Kubernetes would.
+
+    /// A running container named `name`, of no pool yet, created now.
+    pub(crate) fn new_container(&mut self, name: &str) -> Container {
+        let c = Container {
+            id: format!("sim-{}", self.clock),
+            name: name.to_owned(),
+            pool: String::new(),
+            template_hash: String::new(),
+            state: ContainerState::Running,
+            health: Health::None,
+            created: self.clock,
+            template: None,
+            scope: None,
+            image: String::new(),
+            cluster: None,
+        };
+        self.clock += 1;
+        c
+    }
+
+    pub(crate) fn create(&mut self, container: Container) {
+        self.world.containers.push(container);
+    }
+
+    /// The kubelet registers a Ready Node, without poolctl's label, if the container is up.
+    pub(crate) fn register_node(&mut self, name: &str) -> bool {
+        if !self.container(name).is_some_and(Container::is_up) {
+            return false;
+        }
+        if self.node_mut(name).is_none() {
+            self.world.nodes.push(Node {
+                name: name.to_owned(),
+                pool: None,
+                ready: true,
+                unschedulable: false,
+                cordoned_by_poolctl: false,
+            });
+        }
+        true
+    }
+
+    pub(crate) fn label_node(&mut self, name: &str, pool: &str) -> bool {
+        self.node_mut(name).map(|n| n.pool = Some(pool.to_owned())).is_some()
+    }
+
+    pub(crate) fn cordon(&mut self, name: &str) -> bool {
+        self.node_mut(name)
+            .map(|n| {
+                n.unschedulable = true;
+                n.cordoned_by_poolctl = true;
+            })
+            .is_some()
+    }
+
+    pub(crate) fn drain(&mut self, name: &str) -> bool {
+        let exists = self.node_mut(name).is_some();
+        self.world.pods.retain(|p| p.node != name);
+        exists
+    }
+
+    /// The container exits, and its kubelet with it.
+    pub(crate) fn stop(&mut self, name: &str) -> bool {
+        let Some(c) = self.container_mut(name) else { return false };
+        c.state = ContainerState::Exited;
+        if let Some(n) = self.node_mut(name) {
+            n.ready = false;
+        }
+        true
+    }
+
+    pub(crate) fn delete_node(&mut self, name: &str) {
+        self.world.nodes.retain(|n| n.name != name);
+    }
+
+    pub(crate) fn remove(&mut self, name: &str) -> bool {
+        let before = self.world.containers.len();
+        self.world.containers.retain(|c| c.name != name);
+        self.world.containers.len() < before
+    }
+
     /// Containers of the pool that exist, in any state.
-    pub fn alive(&self, pool: &str) -> usize {
+    pub(crate) fn alive(&self, pool: &str) -> usize {
         self.world.containers.iter().filter(|c| c.pool == pool).count()
     }
 
     /// Instances of the pool that serve, by the planner's rule: container up and, for a pool of
     /// Nodes, its Node Ready and schedulable.
-    pub fn up(&self, pool: &str, with_nodes: bool) -> usize {
+    pub(crate) fn up(&self, pool: &str, with_nodes: bool) -> usize {
         self.world
             .containers
             .iter()
@@ -119,7 +177,7 @@ impl SimWorld {
             .count()
     }
 
-    fn container(&self, name: &str) -> Option<&Container> {
+    pub(crate) fn container(&self, name: &str) -> Option<&Container> {
         self.world.containers.iter().find(|c| c.name == name)
     }
 

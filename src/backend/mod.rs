@@ -1,12 +1,18 @@
-//! The small traits the executor drives, in the project's own types, so that the same executor
-//! runs against Docker + Kubernetes and against in-memory fakes.
+//! The backends: the small traits that observe and the executor drive, in the project's own
+//! types, so that the same code runs against Docker + Kubernetes and against in-memory fakes;
+//! their two implementations ([`docker`] with bollard, [`kube`] with kube-rs); and the one
+//! [`retry`] policy both use.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::model::{ClusterRef, Container, Node, Pdb, Pod};
 use crate::spec::Taint;
-use crate::world::{Container, Node, Pdb, Pod};
+
+pub mod docker;
+pub mod kube;
+pub mod retry;
 
 /// Why a backend call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,4 +111,16 @@ pub trait Cluster: Sync {
     fn drain(&self, node: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Connecting to the cluster a pool's Nodes live in, as a pool's `node:` section (or its
+/// containers' labels) name it.
+pub trait Connect: Sync {
+    type Cluster: Cluster + Send + Sync;
+    /// Connect to `cluster` on behalf of `pool` (the pool's label selects its Nodes).
+    fn connect(
+        &self,
+        cluster: &ClusterRef,
+        pool: &str,
+    ) -> impl Future<Output = Result<Self::Cluster, BackendError>> + Send;
 }

@@ -1,140 +1,21 @@
-//! Executor tests against in-memory backends that record every call.
+//! Executor tests against the fake world, which records every call.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::backend::ExecOutput;
+use crate::model::{Container, World};
 use crate::plan::{DrainPreview, PoolStatus, Summary};
-use crate::spec::{BootstrapStep, Metadata, Pool, PoolSpec, Rollout, Template};
-use crate::world::{Container, Node, Pdb, Pod};
+use crate::spec::BootstrapStep;
+use crate::testing::build::{PoolArgs, container, node_spec};
+use crate::testing::fake::{FakeCluster, FakeWorld};
 
-/// Records calls; fails the ones named in `fail` (as `verb name`).
-#[derive(Default)]
-struct Fake {
-    calls: Mutex<Vec<String>>,
-    fail: BTreeSet<String>,
-    /// Calls in flight at once, at most, to see that creations overlap.
-    in_flight: Mutex<(usize, usize)>,
-    exit_code: i64,
-    interrupt_after: Option<(String, &'static Interrupt)>,
-}
-
-impl Fake {
-    async fn call(&self, what: String) -> Result<(), BackendError> {
-        {
-            let mut f = self.in_flight.lock().unwrap();
-            f.0 += 1;
-            f.1 = f.1.max(f.0);
-        }
-        // Yield so that concurrent calls can overlap.
-        tokio::task::yield_now().await;
-        tokio::task::yield_now().await;
-        self.in_flight.lock().unwrap().0 -= 1;
-        self.calls.lock().unwrap().push(what.clone());
-        if let Some((after, interrupt)) = &self.interrupt_after
-            && *after == what
-        {
-            interrupt.trigger();
-        }
-        if self.fail.contains(&what) { Err(BackendError::Failed(format!("{what} refused"))) } else { Ok(()) }
-    }
-
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-}
-
-impl Containers for Fake {
-    async fn list(&self) -> Result<Vec<Container>, BackendError> {
-        Ok(Vec::new())
-    }
-    async fn ensure_image(&self, image: &str) -> Result<bool, BackendError> {
-        self.call(format!("image {image}")).await.map(|()| false)
-    }
-    async fn network_exists(&self, name: &str) -> Result<bool, BackendError> {
-        Ok(name != "missing")
-    }
-    async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
-        self.call(format!("create {}", spec.name)).await
-    }
-    async fn exec(&self, name: &str, _: &[String], _: Duration) -> Result<ExecOutput, BackendError> {
-        self.call(format!("exec {name}")).await?;
-        Ok(ExecOutput { exit_code: self.exit_code, output: "join failed\n".into() })
-    }
-    async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {
-        self.call(format!("wait-up {name}")).await
-    }
-    async fn stop(&self, name: &str, _: Duration) -> Result<(), BackendError> {
-        self.call(format!("stop {name}")).await
-    }
-    async fn remove(&self, name: &str) -> Result<(), BackendError> {
-        self.call(format!("remove {name}")).await
-    }
-}
-
-impl Cluster for Fake {
-    async fn nodes(&self, _: &[String]) -> Result<Vec<Node>, BackendError> {
-        Ok(Vec::new())
-    }
-    async fn pods_and_pdbs(&self, _: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
-        Ok((Vec::new(), Vec::new()))
-    }
-    async fn await_ready(&self, node: &str, _: Duration) -> Result<(), BackendError> {
-        self.call(format!("node-ready {node}")).await
-    }
-    async fn configure(
-        &self,
-        node: &str,
-        _: &BTreeMap<String, String>,
-        _: &[crate::spec::Taint],
-    ) -> Result<(), BackendError> {
-        self.call(format!("configure {node}")).await
-    }
-    async fn cordon(&self, node: &str) -> Result<(), BackendError> {
-        self.call(format!("cordon {node}")).await
-    }
-    async fn drain(&self, node: &str, _: Duration) -> Result<(), BackendError> {
-        self.call(format!("drain {node}")).await
-    }
-    async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
-        self.call(format!("delete-node {node}")).await
-    }
-}
-
-fn desired(bootstrap: usize, network: Option<&str>) -> Desired {
-    let pool = Pool {
-        api_version: crate::spec::API_VERSION.into(),
-        kind: crate::spec::KIND_POOL.into(),
-        metadata: Metadata { name: "w".into() },
-        spec: PoolSpec {
-            replicas: 2,
-            template: Template {
-                image: "img:1".into(),
-                command: None,
-                entrypoint: None,
-                env: BTreeMap::new(),
-                labels: BTreeMap::new(),
-                network: network.map(str::to_owned),
-                privileged: false,
-                volumes: Vec::new(),
-                tmpfs: Vec::new(),
-            },
-            bootstrap: (0..bootstrap)
-                .map(|_| BootstrapStep {
-                    exec: vec!["true".into()],
-                    timeout: crate::spec::Duration::from_secs(1),
-                })
-                .collect(),
-            node: None,
-            rollout: Rollout::default(),
-        },
-    };
-    Desired {
-        origin: Origin::Path { path: "/pools".into() },
-        pools: vec![DesiredPool { pool, file: "w.yaml".into(), template_hash: "new".into() }],
-    }
+fn desired(bootstrap: usize, network: Option<&'static str>) -> Desired {
+    let mut pool = PoolArgs { image: "img:1", network, hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    pool.pool.spec.bootstrap = (0..bootstrap)
+        .map(|_| BootstrapStep { exec: vec!["true".into()], timeout: crate::spec::Duration::from_secs(1) })
+        .collect();
+    Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![pool] }
 }
 
 fn step(batch: u32, instance: &str, action: Action) -> Step {
@@ -175,13 +56,13 @@ fn rolling_plan() -> Plan {
     }
 }
 
-async fn run(fake: &Fake, desired: &Desired, plan: &Plan, interrupt: &Interrupt) -> (Report, String) {
-    let clusters: BTreeMap<String, Fake> = BTreeMap::new();
+async fn run(fake: &FakeWorld, desired: &Desired, plan: &Plan, interrupt: &Interrupt) -> (Report, String) {
+    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
     let buffer = std::sync::Arc::new(Mutex::new(Vec::new()));
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(SharedBuf(buffer.clone())));
     let executor =
         Executor { desired, containers: fake, clusters: &clusters, progress: &progress, interrupt };
-    let report = executor.run(plan).await;
+    let report = executor.run_batch(plan).await;
     let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
     (report, text)
 }
@@ -200,7 +81,7 @@ impl Write for SharedBuf {
 
 #[tokio::test]
 async fn runs_every_step_in_plan_order_with_progress() {
-    let fake = Fake::default();
+    let fake = FakeWorld::default();
     let (report, text) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
     assert!(report.complete(), "{report:?}");
     let calls = fake.calls();
@@ -220,15 +101,15 @@ async fn runs_every_step_in_plan_order_with_progress() {
 
 #[tokio::test]
 async fn creations_of_a_batch_overlap() {
-    let fake = Fake::default();
+    let fake = FakeWorld::default();
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
     assert!(report.complete());
-    assert_eq!(fake.in_flight.lock().unwrap().1, 2, "the two creations of batch 0 should run at once");
+    assert_eq!(fake.max_in_flight(), 2, "the two creations of batch 0 should run at once");
 }
 
 #[tokio::test]
 async fn a_failed_creation_halts_before_any_retirement() {
-    let fake = Fake { fail: ["wait-up n2".to_owned()].into(), ..Fake::default() };
+    let fake = FakeWorld::default().failing("wait-up n2");
     let (report, text) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
     assert!(!report.complete());
     let failure = report.failure().expect("a failure");
@@ -255,7 +136,7 @@ async fn a_failed_creation_halts_before_any_retirement() {
 
 #[tokio::test]
 async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
-    let fake = Fake { exit_code: 3, ..Fake::default() };
+    let fake = FakeWorld::default().exit_code(3);
     let mut plan = rolling_plan();
     plan.pools[0].steps.insert(2, step(0, "n1", Action::Bootstrap { commands: 1 }));
     let (report, _) = run(&fake, &desired(1, None), &plan, &Interrupt::default()).await;
@@ -271,7 +152,7 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
 
 #[tokio::test]
 async fn a_failed_retirement_step_stops_the_rest() {
-    let fake = Fake { fail: ["stop o1".to_owned()].into(), ..Fake::default() };
+    let fake = FakeWorld::default().failing("stop o1");
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
     assert_eq!(report.failure().unwrap().instance, "o1");
     assert!(!fake.calls().contains(&"remove o1".to_owned()), "a container that did not stop is not removed");
@@ -280,10 +161,9 @@ async fn a_failed_retirement_step_stops_the_rest() {
 
 #[tokio::test]
 async fn an_interrupt_stops_at_the_next_step_boundary() {
-    static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();
-    let interrupt = INTERRUPT.get_or_init(Interrupt::default);
-    let fake = Fake { interrupt_after: Some(("stop o1".into(), interrupt)), ..Fake::default() };
-    let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
+    let interrupt = Arc::new(Interrupt::default());
+    let fake = FakeWorld::default().interrupt_after("stop o1", Arc::clone(&interrupt));
+    let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &interrupt).await;
     assert!(report.interrupted());
     assert!(report.failure().is_none());
     assert_eq!(fake.calls().last().unwrap(), "stop o1", "nothing runs after the interrupted step");
@@ -295,7 +175,7 @@ async fn a_newer_desired_state_stops_at_the_next_boundary_without_a_failure() {
     static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();
     let interrupt = INTERRUPT.get_or_init(Interrupt::default);
     interrupt.stop(StopReason::Superseded);
-    let fake = Fake::default();
+    let fake = FakeWorld::default();
     let (report, text) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
     assert_eq!(report.stop_reason, Some(StopReason::Superseded));
     assert!(report.failure().is_none());
@@ -311,7 +191,7 @@ async fn a_newer_desired_state_stops_at_the_next_boundary_without_a_failure() {
 
 #[tokio::test]
 async fn node_steps_without_a_cluster_fail_clearly() {
-    let fake = Fake::default();
+    let fake = FakeWorld::default();
     let mut plan = rolling_plan();
     plan.pools[0].steps =
         vec![step(0, "o1", Action::Cordon), step(0, "o1", Action::Drain(DrainPreview::default()))];
@@ -325,8 +205,8 @@ async fn node_steps_without_a_cluster_fail_clearly() {
 
 #[tokio::test]
 async fn preflight_checks_images_and_networks_before_anything_changes() {
-    let fake = Fake::default();
-    let clusters: BTreeMap<String, Fake> = BTreeMap::new();
+    let fake = FakeWorld::default();
+    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
     let interrupt = Interrupt::default();
     let desired = desired(0, Some("missing"));
@@ -361,13 +241,7 @@ fn new_containers_carry_the_pool_labels() {
 #[test]
 fn new_nodes_record_their_cluster() {
     let mut d = desired(0, None);
-    d.pools[0].pool.spec.node = Some(crate::spec::NodeSpec {
-        kubeconfig: None,
-        context: Some("kind-a".into()),
-        ready_timeout: crate::spec::Duration::from_secs(1),
-        labels: BTreeMap::new(),
-        taints: Vec::new(),
-    });
+    d.pools[0].pool.spec.node = Some(node_spec(None, Some("kind-a")));
     let c = new_container(&d.pools[0], &d.origin, "w-new-abcde");
     assert_eq!(c.labels[labels::KUBECONFIG], "", "the default kubeconfig");
     assert_eq!(c.labels[labels::CONTEXT], "kind-a");
@@ -375,10 +249,9 @@ fn new_nodes_record_their_cluster() {
 
 #[tokio::test]
 async fn an_interrupt_inside_a_creation_chain_stops_the_unfinished_containers() {
-    static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();
-    let interrupt = INTERRUPT.get_or_init(Interrupt::default);
-    let fake = Fake { interrupt_after: Some(("create n1".into(), interrupt)), ..Fake::default() };
-    let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), interrupt).await;
+    let interrupt = Arc::new(Interrupt::default());
+    let fake = FakeWorld::default().interrupt_after("create n1", Arc::clone(&interrupt));
+    let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &interrupt).await;
     assert!(report.interrupted(), "{report:?}");
     assert!(report.failure().is_none());
     let calls = fake.calls();
@@ -388,4 +261,39 @@ async fn an_interrupt_inside_a_creation_chain_stops_the_unfinished_containers() 
     stops.sort();
     assert_eq!(stops, ["stop n1", "stop n2"], "{calls:?}");
     assert!(!calls.iter().any(|c| c.starts_with("wait-up") || c.contains(" o")), "{calls:?}");
+}
+
+#[tokio::test]
+async fn the_world_is_observed_again_between_batches() {
+    let origin = Origin::Path { path: "/pools".into() };
+    let scope = origin.scope();
+    let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let desired = Desired { origin, pools: vec![w] };
+    let old = |name: &str| Container { scope: Some(scope.clone()), ..container(name, "w", "old", 1) };
+    let world = World { containers: vec![old("w-old-1"), old("w-old-2")], ..World::default() };
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let first_new = plan.pools[0].steps[0].instance.clone();
+    // The first new instance dies once the first old one is gone. A plan carried out blindly
+    // would go on to stop w-old-2 with one instance up, which the fake refuses.
+    let docker = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
+    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
+    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
+    let interrupt = Interrupt::default();
+    let executor = Executor {
+        desired: &desired,
+        containers: &docker,
+        clusters: &clusters,
+        progress: &progress,
+        interrupt: &interrupt,
+    };
+    let report = executor.execute(&plan, PlanOptions::default()).await.unwrap();
+    assert!(report.complete(), "{report:?}");
+    let calls = docker.calls();
+    assert!(calls.contains(&format!("remove {first_new}")), "the dead instance was replaced: {calls:?}");
+    let left = docker.world().containers;
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left.iter().all(|c| c.state == crate::model::ContainerState::Running && c.template_hash == "new"),
+        "{left:?}"
+    );
 }

@@ -1,0 +1,76 @@
+//! Docker's event stream as drift signals for `watch`: the die, stop and destroy events of one
+//! source's containers, debounced into one-line descriptions, re-subscribed with backoff
+//! whenever the daemon goes away.
+
+use std::time::Duration;
+
+use bollard::query_parameters::EventsOptions;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::DockerBackend;
+use crate::backend::retry;
+use crate::model::labels;
+
+/// `docker rm -f` sends kill, die and destroy: let the burst end before reporting it.
+const DRIFT_DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// The longest wait before subscribing again.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Forward the drift events of the containers whose scope label is `scope` to `tx`, until `tx`
+/// is closed.
+pub async fn drift_events(scope: String, tx: mpsc::Sender<String>) {
+    let mut failures = 0;
+    loop {
+        match subscribe(&scope, &tx).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                let after = retry::delay(failures, Duration::from_secs(1), MAX_BACKOFF);
+                warn!("Docker events: {e}; backing off, re-subscribing in {}s", after.as_secs());
+                tokio::time::sleep(after).await;
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String> {
+    let docker = DockerBackend::connect().await.map_err(|e| e.to_string())?;
+    let filters = [
+        ("type", vec!["container".to_owned()]),
+        ("event", vec!["die".to_owned(), "stop".to_owned(), "destroy".to_owned()]),
+        ("label", vec![format!("{}={scope}", labels::SCOPE)]),
+    ];
+    let options = EventsOptions {
+        filters: Some(filters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+        ..Default::default()
+    };
+    let mut events = docker.client().events(Some(options));
+    debug!("following Docker events of {scope}");
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| format!("the event stream failed: {e}"))?;
+        let name = event
+            .actor
+            .as_ref()
+            .and_then(|a| a.attributes.as_ref())
+            .and_then(|a| a.get("name"))
+            .cloned()
+            .unwrap_or_default();
+        let what = format!("container {name} {}", event.action.unwrap_or_default());
+        // Let the burst end: the loop observes once for all of it.
+        let mut more = 0;
+        while let Ok(Some(Ok(_))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
+            more += 1;
+        }
+        let what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
+        if tx.send(what).await.is_err() {
+            return Ok(());
+        }
+    }
+    Err("the daemon closed the event stream".into())
+}

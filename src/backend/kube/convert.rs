@@ -1,0 +1,65 @@
+//! Kubernetes objects reduced to the world's plain data: a Node's readiness and poolctl's
+//! marks, a Pod's owner and what a drain needs to know, a PDB's selector and budget.
+
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::model::{Node, Pdb, Pod, labels};
+
+pub(super) fn node_from(n: &K8sNode) -> Node {
+    let ready = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Node {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        pool: n.metadata.labels.as_ref().and_then(|l| l.get(labels::POOL).cloned()),
+        ready,
+        unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+        cordoned_by_poolctl: n
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(labels::RETIRING)),
+    }
+}
+
+pub(super) fn pod_from(p: &K8sPod) -> Option<Pod> {
+    let spec = p.spec.as_ref()?;
+    let owner_kind = p
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|os| os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()));
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    Some(Pod {
+        namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+        node: spec.node_name.clone().unwrap_or_default(),
+        labels: p.metadata.labels.clone().unwrap_or_default(),
+        owner_kind,
+        mirror: p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
+        finished: matches!(phase, "Succeeded" | "Failed"),
+        empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
+    })
+}
+
+pub(super) fn pdb_from(p: &PodDisruptionBudget) -> Pdb {
+    Pdb {
+        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        match_labels: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .and_then(|s| s.match_labels.clone())
+            .unwrap_or_default(),
+        disruptions_allowed: p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0),
+    }
+}

@@ -1,0 +1,169 @@
+//! The drain, as `kubectl drain` does it: evict every pod that is not skipped through the
+//! policy/v1 Eviction subresource, retry PodDisruptionBudget refusals until the drain timeout,
+//! and wait until each evicted pod is gone.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod as K8sPod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::KubeCluster;
+use super::convert::{node_from, pod_from};
+use crate::backend::BackendError;
+use crate::backend::retry::Backoff;
+
+impl KubeCluster {
+    /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
+    /// until they are gone, within `timeout`.
+    pub(super) async fn drain_node(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+        let deadline = Instant::now() + timeout;
+        let pods_api: Api<K8sPod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
+        // On a Node whose kubelet is gone (an apply killed after the Stop step), an evicted pod
+        // stays Terminating until the Node object is deleted: nobody is left to confirm that
+        // its containers ended. Like `kubectl drain --skip-wait-for-delete-timeout`, count such
+        // a pod as gone once its deletion has been accepted.
+        let nodes_api = self.nodes_api();
+        let node_ready = match self.retrying("get node", deadline, || nodes_api.get_opt(node)).await? {
+            Some(n) => node_from(&n).ready,
+            None => false,
+        };
+        let targets: Vec<&K8sPod> = list
+            .items
+            .iter()
+            .filter(|p| pod_from(p).is_some_and(|p| p.drain_skip_reason().is_none()))
+            .collect();
+        tracing::info!(node, pods = targets.len(), "draining");
+        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline, node_ready))).await;
+        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let detail = failures.join("; ");
+        if Instant::now() >= deadline {
+            Err(BackendError::Timeout {
+                what: format!("drain of {node} (no PodDisruptionBudget was bypassed): {detail}"),
+                after: timeout,
+            })
+        } else {
+            Err(BackendError::Failed(format!("drain of {node}: {detail}")))
+        }
+    }
+
+    /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
+    /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
+    /// `kubelet_alive` is false, merely terminating). Errors are
+    /// returned as a line naming the pod and, for refusals, the budget's own message.
+    async fn evict_and_wait(
+        &self,
+        pod: &K8sPod,
+        deadline: Instant,
+        kubelet_alive: bool,
+    ) -> Result<(), String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone();
+        let id = format!("pod {ns}/{name}");
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &ns);
+        // kube's `Api::evict` sends its options in a shape the server ignores, so post a
+        // complete policy/v1 Eviction, with a UID precondition so a replacement pod of the
+        // same name is never evicted by mistake.
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            delete_options: uid.as_ref().map(|uid| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+                    preconditions: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                }
+            }),
+        };
+        let body = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": eviction.metadata,
+            "deleteOptions": eviction.delete_options,
+        });
+        let mut backoff = Backoff::capped(Duration::from_secs(2));
+        let mut last_refusal = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(last_refusal.map_or_else(
+                    || format!("{id}: not evicted in time"),
+                    |m| format!("{id} not evicted: {m}"),
+                ));
+            }
+            let answer: Result<serde_json::Value, kube::Error> =
+                api.create_subresource("eviction", &name, &PostParams::default(), &body).await;
+            match answer {
+                // A 2xx can still carry a Failure status (a pod under several budgets, on
+                // some API server versions): that is not an eviction.
+                Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
+                    return Err(format!(
+                        "{id}: eviction failed: {}",
+                        v.get("message").and_then(|m| m.as_str()).unwrap_or("no message")
+                    ));
+                }
+                Ok(_) => break,
+                // 404: gone already. 409: the UID precondition failed, so the pod of that name
+                // is a replacement and the one we meant to evict is gone.
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 429 => {
+                    let message = refusal_message(&status);
+                    tracing::warn!("{id}: eviction refused, will retry: {message}");
+                    last_refusal = Some(message);
+                    backoff.wait_until(deadline).await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 500 || (400..500).contains(&status.code) => {
+                    return Err(format!("{id}: eviction failed: {}", status.message));
+                }
+                Err(e) => {
+                    tracing::warn!("{id}: eviction request failed, will retry: {e}");
+                    last_refusal = Some(e.to_string());
+                    backoff.wait_until(deadline).await;
+                }
+            }
+        }
+        tracing::info!("{id}: evicted");
+        // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
+        let mut backoff = Backoff::capped(Duration::from_secs(1));
+        loop {
+            match api.get_opt(&name).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
+                Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),
+                Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
+                Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
+            }
+        }
+    }
+}
+
+/// The PodDisruptionBudget's words from a 429, e.g. "The disruption budget web needs 2
+/// healthy pods and has 2 currently".
+fn refusal_message(status: &kube::core::Status) -> String {
+    let causes: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .filter(|c| c.reason == "DisruptionBudget")
+        .map(|c| c.message.as_str())
+        .collect();
+    if causes.is_empty() {
+        status.message.clone()
+    } else {
+        format!("{} ({})", status.message, causes.join("; "))
+    }
+}

@@ -1,0 +1,27 @@
+//! `poolctl validate`: read and check a source offline, for a GitOps repository's own CI.
+
+use anyhow::Result;
+
+use super::Exit;
+use super::common::{load_source, write_stdout};
+use crate::cli::SourceArgs;
+
+pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {
+    let desired = load_source(args)?;
+    let n = desired.pools.len();
+    write_stdout(|out| {
+        writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;
+        for p in &desired.pools {
+            writeln!(
+                out,
+                "  {} ({}, {} replicas, template {})",
+                p.name(),
+                p.file,
+                p.pool.spec.replicas,
+                p.template_hash
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok(Exit::Success)
+}

@@ -1,0 +1,309 @@
+//! The watcher's decisions, as a pure state machine: where it is and what happened ->
+//! where it is now and what to do. No I/O, no clock: the loop turns what it hears into
+//! [`Event`]s and carries out the [`Decision`]s, so every decision is tested here.
+
+use std::time::Duration;
+
+use crate::backend::retry;
+
+/// Why a reconcile starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Trigger {
+    /// The first good desired state was read.
+    Start,
+    /// A new desired state differs from the last one (hash-wise).
+    SourceChanged,
+    /// Docker reported that a container of the pool died, stopped or went away.
+    Drift,
+    /// The periodic re-observation of the world.
+    Resync,
+    /// A failed reconcile's backoff ran out.
+    Retry,
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// The plan was carried out (or was empty, or `--dry-run` printed it).
+    Converged,
+    /// A newer desired state stopped it at a step boundary.
+    Superseded,
+    /// A signal stopped it at a step boundary.
+    Stopped,
+    /// Observing, a preflight or a step failed; the world is as far as it got.
+    Failed,
+}
+
+/// What one look at the source found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SourceNews {
+    /// The same revision as last time, or a new one whose pools are the same.
+    Unchanged,
+    /// A valid desired state that asks for a different world than the last good one (or the
+    /// first good one).
+    Changed,
+    /// The new revision's pool files are invalid: the last good state is kept.
+    Invalid,
+    /// The source could not be read or fetched at all.
+    Unreachable,
+}
+
+/// What the loop tells the state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Event {
+    Trigger(Trigger),
+    Source(SourceNews),
+    Finished(Ended),
+    /// SIGINT or SIGTERM.
+    Signal,
+}
+
+/// What the loop should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Start a reconcile.
+    Reconcile(Trigger),
+    /// Ask the running reconcile to stop at its next step boundary; a reconcile towards the
+    /// newest state follows when it has.
+    Supersede,
+    /// Nothing now (the event was absorbed or queued).
+    Wait,
+    /// Schedule a [`Trigger::Retry`] after this long.
+    RetryAfter(Duration),
+    /// Look at the source again after this long (it could not be read).
+    LookAgainAfter(Duration),
+    /// Ask the running reconcile to stop at its next step boundary, then exit.
+    StopRun,
+    /// Print the pool state and exit 0.
+    Exit,
+    /// A second signal: exit at once.
+    ExitNow,
+}
+
+/// The longest wait between retries of a failed reconcile.
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Everything the decisions depend on: a handful of values, never a history.
+// Each flag is an independent fact that the transitions read; an enum of their combinations
+// would be harder to follow.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct State {
+    /// A good desired state was read: there is something to reconcile towards.
+    pub has_desired: bool,
+    /// A reconcile is in flight.
+    pub running: bool,
+    /// What to reconcile for once the running one ends (triggers coalesce).
+    pub pending: Option<Trigger>,
+    /// Consecutive failed reconciles, for the backoff.
+    pub failures: u32,
+    /// Waiting out a backoff: drift and resync are absorbed, the retry re-observes anyway.
+    pub backing_off: bool,
+    /// A signal arrived: no new reconcile starts.
+    pub stopping: bool,
+    /// Consecutive failed reads of the source, for its own backoff.
+    pub source_failures: u32,
+    /// The longest wait between reads of an unreadable source (the fetch interval).
+    pub source_cap: Duration,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            has_desired: false,
+            running: false,
+            pending: None,
+            failures: 0,
+            backing_off: false,
+            stopping: false,
+            source_failures: 0,
+            source_cap: MAX_BACKOFF,
+        }
+    }
+}
+
+/// Exponential backoff after `failures` consecutive failures: 1s, 2s, 4s... up to `cap`.
+fn backoff(failures: u32, cap: Duration) -> Duration {
+    retry::delay(failures, Duration::from_secs(1), cap)
+}
+
+/// The watcher's one step function.
+pub(super) fn next_action(mut state: State, event: Event) -> (State, Decision) {
+    let decision = match event {
+        Event::Signal if state.stopping => Decision::ExitNow,
+        Event::Signal => {
+            state.stopping = true;
+            if state.running { Decision::StopRun } else { Decision::Exit }
+        }
+        Event::Source(news) => {
+            if news == SourceNews::Unreachable {
+                state.source_failures += 1;
+                return (state, Decision::LookAgainAfter(backoff(state.source_failures, state.source_cap)));
+            }
+            state.source_failures = 0;
+            match news {
+                SourceNews::Changed if !state.has_desired => {
+                    return next_action(state, Event::Trigger(Trigger::Start));
+                }
+                SourceNews::Changed => return next_action(state, Event::Trigger(Trigger::SourceChanged)),
+                _ => Decision::Wait,
+            }
+        }
+        Event::Trigger(_) if state.stopping => Decision::Wait,
+        // Nothing good was ever read: there is no desired state to reconcile towards.
+        Event::Trigger(trigger) if !state.has_desired && trigger != Trigger::Start => Decision::Wait,
+        Event::Trigger(trigger) if state.running => {
+            // A newer spec outranks whatever was queued; drift and resyncs coalesce into one.
+            if trigger == Trigger::SourceChanged || state.pending.is_none() {
+                state.pending = Some(trigger);
+            }
+            if trigger == Trigger::SourceChanged { Decision::Supersede } else { Decision::Wait }
+        }
+        Event::Trigger(Trigger::Drift | Trigger::Resync) if state.backing_off => Decision::Wait,
+        Event::Trigger(trigger) => {
+            state.has_desired = true;
+            state.running = true;
+            state.backing_off = false;
+            Decision::Reconcile(trigger)
+        }
+        Event::Finished(_) if state.stopping => {
+            state.running = false;
+            Decision::Exit
+        }
+        Event::Finished(ended) => {
+            state.running = false;
+            let pending = state.pending.take();
+            match (ended, pending) {
+                (Ended::Failed, Some(Trigger::SourceChanged)) => {
+                    // A new spec may be exactly the fix: try it at once.
+                    state.failures += 1;
+                    state.running = true;
+                    Decision::Reconcile(Trigger::SourceChanged)
+                }
+                (Ended::Failed, _) => {
+                    state.failures += 1;
+                    state.backing_off = true;
+                    Decision::RetryAfter(backoff(state.failures, MAX_BACKOFF))
+                }
+                (_, Some(trigger)) => {
+                    state.failures = 0;
+                    state.running = true;
+                    Decision::Reconcile(trigger)
+                }
+                (_, None) => {
+                    state.failures = 0;
+                    Decision::Wait
+                }
+            }
+        }
+    };
+    (state, decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(state: State, event: Event) -> (State, Decision) {
+        next_action(state, event)
+    }
+
+    #[test]
+    fn start_reconciles_once_at_a_time_and_coalesces_drift() {
+        let (s, a) = step(State::default(), Event::Trigger(Trigger::Start));
+        assert_eq!(a, Decision::Reconcile(Trigger::Start));
+        let (s, a) = step(s, Event::Trigger(Trigger::Drift));
+        assert_eq!(a, Decision::Wait);
+        let (s, a) = step(s, Event::Trigger(Trigger::Resync));
+        assert_eq!(a, Decision::Wait);
+        assert_eq!(s.pending, Some(Trigger::Drift));
+        let (s, a) = step(s, Event::Finished(Ended::Converged));
+        assert_eq!(a, Decision::Reconcile(Trigger::Drift), "one more look for everything that came in");
+        let (s, a) = step(s, Event::Finished(Ended::Converged));
+        assert_eq!(a, Decision::Wait);
+        assert_eq!(s, State { has_desired: true, ..State::default() });
+    }
+
+    #[test]
+    fn a_new_spec_during_a_rollout_supersedes_it_and_is_planned_next() {
+        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, a) = step(s, Event::Trigger(Trigger::Drift));
+        assert_eq!(a, Decision::Wait);
+        let (s, a) = step(s, Event::Trigger(Trigger::SourceChanged));
+        assert_eq!(a, Decision::Supersede);
+        let (s, a) = step(s, Event::Trigger(Trigger::Drift));
+        assert_eq!(a, Decision::Wait);
+        assert_eq!(s.pending, Some(Trigger::SourceChanged), "the newer spec is not downgraded to a drift");
+        let (s, a) = step(s, Event::Finished(Ended::Superseded));
+        assert_eq!(a, Decision::Reconcile(Trigger::SourceChanged));
+        assert!(s.running);
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_and_a_new_spec_skips_the_wait() {
+        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, a) = step(s, Event::Finished(Ended::Failed));
+        assert_eq!(a, Decision::RetryAfter(Duration::from_secs(1)));
+        let (s, a) = step(s, Event::Trigger(Trigger::Resync));
+        assert_eq!(a, Decision::Wait, "the retry re-observes anyway");
+        let (s, a) = step(s, Event::Trigger(Trigger::Retry));
+        assert_eq!(a, Decision::Reconcile(Trigger::Retry));
+        let (s, a) = step(s, Event::Finished(Ended::Failed));
+        assert_eq!(a, Decision::RetryAfter(Duration::from_secs(2)));
+        let (s, a) = step(s, Event::Trigger(Trigger::SourceChanged));
+        assert_eq!(a, Decision::Reconcile(Trigger::SourceChanged));
+        let (s, a) = step(s, Event::Finished(Ended::Converged));
+        assert_eq!(a, Decision::Wait);
+        assert_eq!(s.failures, 0);
+
+        // A new spec queued behind a failing run is tried at once, not after a backoff.
+        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(s, Event::Trigger(Trigger::SourceChanged));
+        let (_, a) = step(s, Event::Finished(Ended::Failed));
+        assert_eq!(a, Decision::Reconcile(Trigger::SourceChanged));
+    }
+
+    #[test]
+    fn a_signal_stops_the_run_at_a_boundary_then_exits_and_a_second_exits_at_once() {
+        let (s, a) = step(State::default(), Event::Signal);
+        assert_eq!(a, Decision::Exit, "idle: nothing to wait for");
+        assert_eq!(step(s, Event::Signal).1, Decision::ExitNow);
+
+        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, a) = step(s, Event::Signal);
+        assert_eq!(a, Decision::StopRun);
+        let (s, a) = step(s, Event::Trigger(Trigger::SourceChanged));
+        assert_eq!(a, Decision::Wait, "nothing new starts once stopping");
+        assert_eq!(step(s, Event::Finished(Ended::Stopped)).1, Decision::Exit);
+        assert_eq!(step(s, Event::Signal).1, Decision::ExitNow);
+    }
+
+    #[test]
+    fn the_first_good_source_starts_and_a_changed_one_supersedes() {
+        let (s, a) = step(State::default(), Event::Trigger(Trigger::Resync));
+        assert_eq!(a, Decision::Wait, "no desired state yet: nothing to reconcile towards");
+        let (s, a) = step(s, Event::Source(SourceNews::Invalid));
+        assert_eq!(a, Decision::Wait);
+        let (s, a) = step(s, Event::Source(SourceNews::Changed));
+        assert_eq!(a, Decision::Reconcile(Trigger::Start));
+        let (s, a) = step(s, Event::Source(SourceNews::Unchanged));
+        assert_eq!(a, Decision::Wait);
+        let (_, a) = step(s, Event::Source(SourceNews::Changed));
+        assert_eq!(a, Decision::Supersede);
+    }
+
+    #[test]
+    fn an_unreadable_source_is_read_again_with_backoff_up_to_the_interval() {
+        let s = State { source_cap: Duration::from_secs(3), ..State::default() };
+        let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
+        assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
+        let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
+        assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(2)));
+        let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
+        assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(3)), "capped");
+        let (s, _) = step(s, Event::Source(SourceNews::Unchanged));
+        assert_eq!(s.source_failures, 0, "a good read resets the backoff");
+        let (_, a) = step(s, Event::Source(SourceNews::Unreachable));
+        assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
+    }
+}

@@ -1,0 +1,174 @@
+//! One reconcile of `watch`: observe, plan, print, and (unless `--dry-run`) carry the plan out.
+//! Generic over the backends, so that a whole reconcile runs against fakes in tests.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use tracing::{error, info};
+
+use super::machine::{Ended, Trigger};
+use crate::backend::{Connect, Containers};
+use crate::execute::{Executor, Interrupt, StopReason};
+use crate::model::Desired;
+use crate::observe::observe_and_plan;
+use crate::plan::{PlanOptions, render_text};
+
+/// What a reconcile needs besides the desired state.
+pub(super) struct Reconcile<'a, C, N> {
+    pub containers: &'a C,
+    pub connect: &'a N,
+    pub options: PlanOptions,
+    pub dry_run: bool,
+    /// Where the plan and the progress lines go (stdout).
+    pub out: &'a Mutex<Box<dyn Write + Send>>,
+}
+
+impl<C: Containers, N: Connect> Reconcile<'_, C, N> {
+    /// Observe, plan and apply once; `interrupt` stops it between steps.
+    pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
+        let (clusters, plan) =
+            match observe_and_plan(desired, self.containers, self.connect, self.options.reseeded()).await {
+                Ok(planned) => planned,
+                Err(e) => {
+                    error!("{:#}", anyhow::Error::from(e));
+                    return Ended::Failed;
+                }
+            };
+        let s = plan.summary;
+        if !plan.has_changes() {
+            if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
+                self.print(|out| render_text(&plan, out));
+            }
+            info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
+            return Ended::Converged;
+        }
+        info!(
+            "plan ({trigger:?}): {} to create, {} to retire, {} unchanged",
+            s.create, s.retire, s.unchanged
+        );
+        self.print(|out| render_text(&plan, out));
+        if self.dry_run {
+            return Ended::Converged;
+        }
+        let executor = Executor {
+            desired,
+            containers: self.containers,
+            clusters: &clusters,
+            progress: self.out,
+            interrupt,
+        };
+        let report = match executor.execute(&plan, self.options).await {
+            Ok(r) => r,
+            Err(e) => {
+                error!("{:#}", anyhow::Error::from(e));
+                return Ended::Failed;
+            }
+        };
+        self.print(|out| report.write_summary(out));
+        match report.stop_reason {
+            _ if report.complete() => Ended::Converged,
+            Some(StopReason::Superseded) if report.failure().is_none() => Ended::Superseded,
+            Some(StopReason::Signal) if report.failure().is_none() => Ended::Stopped,
+            _ => {
+                if let Some(f) = report.failure() {
+                    error!(
+                        "step {} {} failed: {}",
+                        f.verb,
+                        f.instance,
+                        f.error.as_ref().map_or_else(String::new, ToString::to_string)
+                    );
+                }
+                Ended::Failed
+            }
+        }
+    }
+
+    /// Output is best effort: a closed stdout must not stop the watch.
+    fn print(&self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) {
+        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = f(&mut *out).and_then(|()| out.flush());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::build::{PoolArgs, desired};
+    use crate::testing::fake::FakeWorld;
+
+    fn output() -> Mutex<Box<dyn Write + Send>> {
+        Mutex::new(Box::new(std::io::sink()))
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_creates_a_node_pool_then_rolls_it_over_with_drains() {
+        let fake = FakeWorld::default();
+        let out = output();
+        let reconcile = Reconcile {
+            containers: &fake,
+            connect: &fake,
+            options: PlanOptions::default(),
+            dry_run: false,
+            out: &out,
+        };
+        let v1 = desired(vec![PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build()]);
+        let interrupt = Interrupt::default();
+
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
+        let world = fake.world();
+        assert_eq!(world.containers.len(), 2);
+        assert!(world.nodes.iter().all(|n| n.ready && n.pool.as_deref() == Some("k")), "{:?}", world.nodes);
+        let first = fake.calls();
+
+        // Converged: the next reconcile changes nothing.
+        assert_eq!(reconcile.run(&v1, Trigger::Resync, &interrupt).await, Ended::Converged);
+        assert_eq!(fake.calls(), first);
+
+        // A new template: every old instance is cordoned and drained before its container stops.
+        let v2 = desired(vec![PoolArgs { nodes: true, image: "busybox:2", ..PoolArgs::new("k", 2) }.build()]);
+        assert_eq!(reconcile.run(&v2, Trigger::SourceChanged, &interrupt).await, Ended::Converged);
+        let calls = fake.calls()[first.len()..].to_vec();
+        let pos =
+            |c: String| calls.iter().position(|x| *x == c).unwrap_or_else(|| panic!("no {c}: {calls:?}"));
+        for old in &world.containers {
+            let name = &old.name;
+            assert!(pos(format!("cordon {name}")) < pos(format!("drain {name}")));
+            assert!(pos(format!("drain {name}")) < pos(format!("stop {name}")));
+            assert!(pos(format!("stop {name}")) < pos(format!("delete-node {name}")));
+            assert!(pos(format!("delete-node {name}")) < pos(format!("remove {name}")));
+        }
+        let after = fake.world();
+        assert_eq!(after.containers.len(), 2);
+        assert!(after.containers.iter().all(|c| c.image == "busybox:2"), "{:?}", after.containers);
+        assert_eq!(after.nodes.len(), 2, "the old Nodes are deleted: {:?}", after.nodes);
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_reconcile_changes_nothing_and_a_failed_step_ends_failed() {
+        let v1 = desired(vec![PoolArgs::new("w", 1).build()]);
+        let interrupt = Interrupt::default();
+        let out = output();
+
+        let fake = FakeWorld::default();
+        let dry = Reconcile {
+            containers: &fake,
+            connect: &fake,
+            options: PlanOptions::default(),
+            dry_run: true,
+            out: &out,
+        };
+        assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
+        assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+
+        let fake = FakeWorld::default().failing("image busybox:latest");
+        let failing = Reconcile {
+            containers: &fake,
+            connect: &fake,
+            options: PlanOptions::default(),
+            dry_run: false,
+            out: &out,
+        };
+        assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
+        assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
+    }
+}

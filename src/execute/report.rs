@@ -1,0 +1,126 @@
+//! How a run ended: each step's outcome, what was never started and why the run stopped, and
+//! the interrupt flag that stops a run between steps.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use super::StepError;
+
+/// One step and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepOutcome {
+    pub pool: String,
+    pub instance: String,
+    pub verb: &'static str,
+    pub elapsed: Duration,
+    pub error: Option<StepError>,
+}
+
+/// What a run did, did not do, and why it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Steps that were attempted, in the order they ended.
+    pub attempted: Vec<StepOutcome>,
+    /// Steps never started: `(pool, instance, verb)`.
+    pub not_started: Vec<(String, String, &'static str)>,
+    /// Why the run stopped early without a failure (an interrupt, or a newer spec).
+    pub stop_reason: Option<StopReason>,
+}
+
+impl Report {
+    /// The first failure, if any.
+    pub fn failure(&self) -> Option<&StepOutcome> {
+        self.attempted.iter().find(|o| o.error.is_some())
+    }
+
+    /// Whether every step ran and succeeded.
+    pub fn complete(&self) -> bool {
+        self.failure().is_none() && self.not_started.is_empty()
+    }
+
+    /// Whether the user stopped the run (Ctrl-C, SIGTERM) before it was done.
+    pub fn interrupted(&self) -> bool {
+        self.stop_reason == Some(StopReason::Signal)
+    }
+
+    /// Write the closing summary: what was done, what failed and why, what was left.
+    pub fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let done = self.attempted.iter().filter(|o| o.error.is_none()).count();
+        if self.complete() {
+            return writeln!(out, "Apply complete: {done} steps done.");
+        }
+        writeln!(out)?;
+        if self.stop_reason == Some(StopReason::Superseded) {
+            return writeln!(
+                out,
+                "Apply superseded by a newer desired state: {done} steps done, {} not started; re-planning.",
+                self.not_started.len()
+            );
+        }
+        if self.interrupted() {
+            writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
+        } else {
+            writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
+        }
+        // What was done, by instance, in order: the progress lines above have the details.
+        let mut done_by_instance: Vec<(&str, Vec<&str>)> = Vec::new();
+        for o in self.attempted.iter().filter(|o| o.error.is_none()) {
+            match done_by_instance.iter_mut().find(|(name, _)| *name == o.instance) {
+                Some((_, verbs)) => verbs.push(o.verb),
+                None => done_by_instance.push((&o.instance, vec![o.verb])),
+            }
+        }
+        for (instance, verbs) in done_by_instance {
+            writeln!(out, "  done: {instance} ({})", verbs.join(", "))?;
+        }
+        for o in self.attempted.iter().filter(|o| o.error.is_some()) {
+            let e = o.error.as_ref().expect("filtered on errors");
+            writeln!(out, "  failed: {} {} ({}): {e}", o.verb, o.instance, o.pool)?;
+        }
+        for (pool, instance, verb) in &self.not_started {
+            writeln!(out, "  not started: {verb} {instance} ({pool})")?;
+        }
+        writeln!(
+            out,
+            "Instances not yet retired keep running. Run apply again to continue; the next plan \
+             replaces any instance that failed."
+        )
+    }
+}
+
+/// Why a run stops at the next step boundary. Neither counts as a failure: nothing is
+/// half-done, because the executor only stops between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopReason {
+    /// A newer desired state arrived (`watch`): the caller re-plans towards it at once.
+    Superseded = 1,
+    /// The user asked to stop (Ctrl-C, SIGTERM). Outranks [`StopReason::Superseded`].
+    Signal = 2,
+}
+
+/// A flag an interrupt handler sets; the executor checks it between steps.
+#[derive(Debug, Default)]
+pub struct Interrupt(AtomicU8);
+
+impl Interrupt {
+    /// Stop because the user asked to.
+    pub fn trigger(&self) {
+        self.stop(StopReason::Signal);
+    }
+    /// Stop for `reason`; a signal is never downgraded to a supersede.
+    pub fn stop(&self, reason: StopReason) {
+        self.0.fetch_max(reason as u8, Ordering::SeqCst);
+    }
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst) != 0
+    }
+    /// Why the run should stop, if it should.
+    pub fn reason(&self) -> Option<StopReason> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            1 => Some(StopReason::Superseded),
+            _ => Some(StopReason::Signal),
+        }
+    }
+}

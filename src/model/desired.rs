@@ -1,0 +1,80 @@
+//! Desired state: the validated pools a source declares, and where they were read from.
+
+use serde::Serialize;
+
+use crate::spec::Pool;
+
+/// Where the desired state was read from, as shown in the plan header and container labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Origin {
+    /// A single file or a directory on disk.
+    Path { path: String },
+    /// A path inside one commit of a Git repository.
+    Git {
+        url: String,
+        /// What the user asked for (`HEAD` when none).
+        reference: String,
+        /// The full commit id that was read.
+        commit: String,
+        /// The path inside the repository (`""` for the root).
+        path: String,
+    },
+}
+
+impl Origin {
+    /// Identifies the source independently of the commit: pools that carry this scope and are no
+    /// longer declared are the ones `--prune` may remove.
+    pub fn scope(&self) -> String {
+        match self {
+            Self::Path { path } => format!("path:{path}"),
+            Self::Git { url, path, .. } => format!("git:{url}//{path}"),
+        }
+    }
+
+    /// The commit id, for Git sources.
+    pub fn commit(&self) -> Option<&str> {
+        match self {
+            Self::Path { .. } => None,
+            Self::Git { commit, .. } => Some(commit),
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Path { path } => f.write_str(path),
+            Self::Git { url, reference, commit, path } => {
+                let short = commit.get(..7).unwrap_or(commit);
+                write!(f, "{url} @ {reference} ({short})")?;
+                if !path.is_empty() {
+                    write!(f, " path {path}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A validated pool, with where it was declared and its template hash.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DesiredPool {
+    pub pool: Pool,
+    /// The file that declares it, relative to the source root.
+    pub file: String,
+    pub template_hash: String,
+}
+
+impl DesiredPool {
+    pub fn name(&self) -> &str {
+        &self.pool.metadata.name
+    }
+}
+
+/// Everything a source declares, validated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Desired {
+    pub origin: Origin,
+    pub pools: Vec<DesiredPool>,
+}

@@ -1,0 +1,294 @@
+//! Observe: from a desired state to the world it is compared with. One Docker list, then, for
+//! every pool whose instances are Nodes, a connection to its cluster and one list of its Nodes
+//! (plus the pods and PodDisruptionBudgets a drain preview needs). Runs over the backend traits,
+//! so that tests plug in fakes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::backend::{BackendError, Cluster, Connect, Containers};
+use crate::model::{ClusterRef, Container, Desired, World};
+use crate::plan::{Plan, PlanOptions, plan};
+
+/// Why the world could not be observed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// Docker or a cluster did not answer a list.
+    #[error("cannot observe the world")]
+    List(#[source] BackendError),
+    /// A pool's containers name more than one cluster.
+    #[error(
+        "pool {pool}: its instances are Nodes of more than one cluster ({first} and {second}); retire \
+         them one cluster at a time (declare the pool again with a `node:` section naming one)"
+    )]
+    MixedClusters { pool: String, first: String, second: String },
+    /// A pool's cluster could not be reached: retiring its Nodes without it would skip the drain.
+    #[error(
+        "pool {pool}{}: cannot connect to its Kubernetes cluster ({cluster})",
+        if *.declared { "" } else { " (no longer declared, its instances are Nodes)" }
+    )]
+    Connect { pool: String, declared: bool, cluster: String, source: BackendError },
+}
+
+/// The world as one reconcile sees it, and the clusters it was read from (for the executor).
+pub struct Observed<K> {
+    pub world: World,
+    /// The cluster of each pool whose instances are Nodes, by pool name.
+    pub clusters: BTreeMap<String, K>,
+}
+
+/// The cluster each pool's Nodes live in, by pool name: a declared pool's `node:` section, or,
+/// for a pool whose spec has none (its `node:` section or its file was removed), the cluster its
+/// containers were created to join (their labels). Without the latter, their Nodes would never
+/// be observed and their retirement could not cordon, drain or delete them. The pools are the
+/// ones the planner plans: every declared pool, and the undeclared pools of this source.
+pub fn cluster_refs(
+    desired: &Desired,
+    containers: &[Container],
+) -> Result<BTreeMap<String, ClusterRef>, ObserveError> {
+    let mut refs = BTreeMap::new();
+    let mut labelled: BTreeMap<&str, BTreeSet<&ClusterRef>> = BTreeMap::new();
+    let scope = desired.origin.scope();
+    for c in containers {
+        let declared = desired.pools.iter().find(|p| p.name() == c.pool);
+        let spec_node = declared.and_then(|p| p.pool.spec.node.as_ref());
+        let planned = declared.is_some() || c.scope.as_deref() == Some(scope.as_str());
+        if let (Some(cluster), None, true) = (&c.cluster, spec_node, planned) {
+            labelled.entry(&c.pool).or_default().insert(cluster);
+        }
+    }
+    for pool in &desired.pools {
+        if let Some(node) = &pool.pool.spec.node {
+            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+            refs.insert(pool.name().to_owned(), cluster);
+        }
+    }
+    for (pool, clusters) in labelled {
+        let mut clusters = clusters.into_iter();
+        let first = clusters.next().expect("an entry has one cluster at least");
+        if let Some(second) = clusters.next() {
+            return Err(ObserveError::MixedClusters {
+                pool: pool.to_owned(),
+                first: describe(first),
+                second: describe(second),
+            });
+        }
+        refs.insert(pool.to_owned(), first.clone());
+    }
+    Ok(refs)
+}
+
+fn describe(cluster: &ClusterRef) -> String {
+    format!(
+        "kubeconfig {}, context {}",
+        cluster.kubeconfig.as_deref().unwrap_or("(default)"),
+        cluster.context.as_deref().unwrap_or("(current)")
+    )
+}
+
+/// Connect to the cluster of every pool that [`cluster_refs`] names. A cluster that cannot be
+/// reached fails the observation: retiring Nodes without it would skip the drain.
+pub async fn connect_clusters<N: Connect>(
+    connect: &N,
+    desired: &Desired,
+    containers: &[Container],
+) -> Result<BTreeMap<String, N::Cluster>, ObserveError> {
+    let mut clusters = BTreeMap::new();
+    for (pool, cluster) in cluster_refs(desired, containers)? {
+        let declared = desired.pools.iter().any(|p| p.name() == pool);
+        match connect.connect(&cluster, &pool).await {
+            Ok(connected) => clusters.insert(pool, connected),
+            Err(source) => {
+                return Err(ObserveError::Connect { pool, declared, cluster: describe(&cluster), source });
+            }
+        };
+    }
+    Ok(clusters)
+}
+
+/// Observe the world once, connecting to the clusters the pools name. Docker is listed first,
+/// because which clusters to observe also depends on the containers (see [`cluster_refs`]).
+pub async fn observe<C: Containers, N: Connect>(
+    desired: &Desired,
+    containers: &C,
+    connect: &N,
+) -> Result<Observed<N::Cluster>, ObserveError> {
+    let listed = containers.list().await.map_err(ObserveError::List)?;
+    let clusters = connect_clusters(connect, desired, &listed).await?;
+    let world = observe_with(listed, &clusters).await.map_err(ObserveError::List)?;
+    Ok(Observed { world, clusters })
+}
+
+/// Observe again through clusters already connected: between the batches of a rollout.
+pub async fn observe_again<C: Containers, K: Cluster>(
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+) -> Result<World, BackendError> {
+    observe_with(containers.list().await?, clusters).await
+}
+
+/// The rest of an observation once Docker's list is in: per cluster, its list of Nodes.
+async fn observe_with<K: Cluster>(
+    containers: Vec<Container>,
+    clusters: &BTreeMap<String, K>,
+) -> Result<World, BackendError> {
+    let mut world = World { containers, ..World::default() };
+    for (pool, cluster) in clusters {
+        let names: Vec<String> =
+            world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
+        let nodes = cluster.nodes(&names).await?;
+        let node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let (pods, pdbs) = cluster.pods_and_pdbs(&node_names).await?;
+        world.nodes.extend(nodes);
+        world.pods.extend(pods);
+        for pdb in pdbs {
+            if !world.pdbs.contains(&pdb) {
+                world.pdbs.push(pdb);
+            }
+        }
+    }
+    Ok(world)
+}
+
+/// Observe and plan towards `desired`: the step that plan, apply and every reconcile of watch
+/// share. The clusters come back for the executor.
+pub async fn observe_and_plan<C: Containers, N: Connect>(
+    desired: &Desired,
+    containers: &C,
+    connect: &N,
+    options: PlanOptions,
+) -> Result<(BTreeMap<String, N::Cluster>, Plan), ObserveError> {
+    let Observed { world, clusters } = observe(desired, containers, connect).await?;
+    Ok((clusters, plan(desired, &world, options)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DesiredPool, Origin};
+    use crate::spec::NodeSpec;
+    use crate::testing::build::{self, PoolArgs, node, pod};
+    use crate::testing::fake::FakeWorld;
+
+    fn pool(name: &'static str, node: Option<NodeSpec>) -> DesiredPool {
+        let mut pool = PoolArgs { hash: Some("h"), ..PoolArgs::new(name, 1) }.build();
+        pool.pool.spec.node = node;
+        pool
+    }
+
+    fn node_spec(context: &str) -> NodeSpec {
+        build::node_spec(Some("/k"), Some(context))
+    }
+
+    fn container(name: &str, pool: &str, scope: &str, context: Option<&str>) -> Container {
+        Container {
+            scope: Some(scope.into()),
+            cluster: context.map(|c| ClusterRef { kubeconfig: None, context: Some(c.into()) }),
+            ..build::container(name, pool, "old", 1)
+        }
+    }
+
+    fn cluster(kubeconfig: Option<&str>, context: &str) -> ClusterRef {
+        ClusterRef { kubeconfig: kubeconfig.map(str::to_owned), context: Some(context.into()) }
+    }
+
+    #[test]
+    fn clusters_come_from_the_spec_else_from_the_containers_labels() {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let desired = Desired {
+            origin,
+            pools: vec![pool("spec", Some(node_spec("from-spec"))), pool("lost", None), pool("plain", None)],
+        };
+        let containers = [
+            // The spec wins over the labels of older instances.
+            container("spec-a", "spec", &scope, Some("from-label")),
+            // `node:` was deleted from the spec; the labels remember the cluster.
+            container("lost-a", "lost", &scope, Some("lost-ctx")),
+            container("plain-a", "plain", &scope, None),
+            // The file was deleted.
+            container("gone-a", "gone", &scope, Some("gone-ctx")),
+            // Another source's pool is none of this plan's business.
+            container("theirs-a", "theirs", "path:/elsewhere", Some("theirs-ctx")),
+        ];
+        let refs = cluster_refs(&desired, &containers).unwrap();
+        assert_eq!(
+            refs,
+            BTreeMap::from([
+                ("gone".to_owned(), cluster(None, "gone-ctx")),
+                ("lost".to_owned(), cluster(None, "lost-ctx")),
+                ("spec".to_owned(), cluster(Some("/k"), "from-spec")),
+            ])
+        );
+    }
+
+    #[test]
+    fn instances_of_two_clusters_without_a_spec_to_choose_are_refused() {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let desired = Desired { origin, pools: Vec::new() };
+        let containers = [
+            container("gone-a", "gone", &scope, Some("one")),
+            container("gone-b", "gone", &scope, Some("two")),
+        ];
+        let err = cluster_refs(&desired, &containers).unwrap_err().to_string();
+        assert!(err.contains("pool gone: its instances are Nodes of more than one cluster"), "{err}");
+    }
+
+    /// A node pool "k" in cluster `ctx`, with two running instances whose Nodes carry pods,
+    /// beside a plain pool "p".
+    fn node_pool_world() -> (Desired, FakeWorld) {
+        let origin = Origin::Path { path: "/pools".into() };
+        let scope = origin.scope();
+        let desired = Desired { origin, pools: vec![pool("k", Some(node_spec("ctx"))), pool("p", None)] };
+        let world = World {
+            containers: vec![
+                container("k-a", "k", &scope, Some("ctx")),
+                container("k-b", "k", &scope, Some("ctx")),
+                container("p-a", "p", &scope, None),
+            ],
+            nodes: vec![node("k-a", "k"), node("k-b", "k"), node("elsewhere", "other")],
+            pods: vec![pod("web-1", "k-a", Some("ReplicaSet")), pod("db-1", "elsewhere", None)],
+            pdbs: Vec::new(),
+        };
+        (desired, FakeWorld::new(world))
+    }
+
+    #[tokio::test]
+    async fn observing_connects_to_each_node_pools_cluster_and_reads_its_nodes_and_pods() {
+        let (desired, fake) = node_pool_world();
+        let observed = observe(&desired, &fake, &fake).await.unwrap();
+        assert_eq!(observed.clusters.keys().collect::<Vec<_>>(), ["k"], "the plain pool has no cluster");
+        let nodes: Vec<&str> = observed.world.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(nodes, ["k-a", "k-b"], "another pool's Node is not observed");
+        let pods: Vec<&str> = observed.world.pods.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(pods, ["web-1"], "only the pods of the pool's Nodes");
+        assert_eq!(observed.world.containers.len(), 3);
+        assert!(fake.calls().is_empty(), "observing changes nothing: {:?}", fake.calls());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_fails_the_observation_naming_the_pool_and_the_cluster() {
+        let (desired, fake) = node_pool_world();
+        let fake = fake.unreachable(cluster(Some("/k"), "ctx"));
+        let Err(err) = observe(&desired, &fake, &fake).await else { panic!("observed without its cluster") };
+        assert_eq!(
+            err.to_string(),
+            "pool k: cannot connect to its Kubernetes cluster (kubeconfig /k, context ctx)"
+        );
+        let cause = std::error::Error::source(&err).expect("the cause").to_string();
+        assert!(cause.contains("connection refused"), "{cause}");
+    }
+
+    #[tokio::test]
+    async fn a_plan_observed_through_fakes_retires_node_instances_with_a_drain() {
+        let (mut desired, fake) = node_pool_world();
+        desired.pools[0].template_hash = "new".into();
+        let (clusters, plan) =
+            observe_and_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
+        assert!(clusters.contains_key("k"));
+        let k = plan.pools.iter().find(|p| p.name == "k").unwrap();
+        let verbs: Vec<&str> =
+            k.steps.iter().filter(|s| s.instance == "k-a").map(|s| s.action.verb()).collect();
+        assert_eq!(verbs, ["cordon", "drain", "stop", "delete-node", "remove"]);
+    }
+}

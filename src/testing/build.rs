@@ -1,0 +1,154 @@
+//! Builders for the inputs of every stage's tests: pools, desired states, containers, Nodes and
+//! pods, with defaults that tests override field by field.
+
+use std::collections::BTreeMap;
+
+use crate::model::{ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, Origin, Pod};
+use crate::spec::{
+    BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
+};
+
+pub(crate) fn origin() -> Origin {
+    Origin::Path { path: "pools/".to_owned() }
+}
+
+pub(crate) fn other_origin() -> Origin {
+    Origin::Path { path: "elsewhere/".to_owned() }
+}
+
+/// A count of the spec's `i64` fields as a `usize`; the generators only make non-negative ones.
+pub(crate) fn count(n: i64) -> usize {
+    usize::try_from(n).expect("generated counts are non-negative")
+}
+
+pub(crate) struct PoolArgs {
+    pub(crate) name: &'static str,
+    pub(crate) image: &'static str,
+    pub(crate) replicas: i64,
+    pub(crate) surge: i64,
+    pub(crate) unavailable: i64,
+    pub(crate) nodes: bool,
+    pub(crate) bootstrap: usize,
+    pub(crate) network: Option<&'static str>,
+    /// A fixed template hash instead of the computed one, for tests that name it.
+    pub(crate) hash: Option<&'static str>,
+}
+
+impl PoolArgs {
+    pub(crate) fn new(name: &'static str, replicas: i64) -> Self {
+        Self {
+            name,
+            image: "busybox:latest",
+            replicas,
+            surge: 1,
+            unavailable: 0,
+            nodes: false,
+            bootstrap: 0,
+            network: None,
+            hash: None,
+        }
+    }
+
+    pub(crate) fn build(&self) -> DesiredPool {
+        let template = Template {
+            image: self.image.to_owned(),
+            command: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
+            entrypoint: None,
+            env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
+            labels: BTreeMap::new(),
+            network: self.network.map(str::to_owned),
+            privileged: false,
+            volumes: Vec::new(),
+            tmpfs: Vec::new(),
+        };
+        let bootstrap: Vec<BootstrapStep> = (0..self.bootstrap)
+            .map(|i| BootstrapStep {
+                exec: vec!["true".to_owned(), i.to_string()],
+                timeout: Duration::from_secs(120),
+            })
+            .collect();
+        let node = self.nodes.then(|| NodeSpec {
+            kubeconfig: None,
+            context: None,
+            ready_timeout: Duration::from_secs(300),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        });
+        let hash = self.hash.map_or_else(|| template_hash(&template, &bootstrap), str::to_owned);
+        let rollout =
+            Rollout { max_surge: self.surge, max_unavailable: self.unavailable, ..Rollout::default() };
+        DesiredPool {
+            pool: Pool {
+                api_version: crate::spec::API_VERSION.to_owned(),
+                kind: crate::spec::KIND_POOL.to_owned(),
+                metadata: Metadata { name: self.name.to_owned() },
+                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, rollout },
+            },
+            file: format!("{}.yaml", self.name),
+            template_hash: hash,
+        }
+    }
+}
+
+pub(crate) fn desired(pools: Vec<DesiredPool>) -> Desired {
+    Desired { origin: origin(), pools }
+}
+
+/// A running, healthy container of `pool` created by this test's source.
+pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Container {
+    Container {
+        id: format!("id-{name}"),
+        name: name.to_owned(),
+        pool: pool.to_owned(),
+        template_hash: hash.to_owned(),
+        state: ContainerState::Running,
+        health: Health::None,
+        created,
+        template: None,
+        scope: Some(origin().scope()),
+        image: "busybox:old".to_owned(),
+        cluster: None,
+    }
+}
+
+/// The container, created as a Node: it carries the cluster labels.
+pub(crate) fn labelled(mut c: Container) -> Container {
+    c.cluster =
+        Some(ClusterRef { kubeconfig: Some("~/.kube/old".to_owned()), context: Some("kind-a".to_owned()) });
+    c
+}
+
+pub(crate) fn node(name: &str, pool: &str) -> Node {
+    Node {
+        name: name.to_owned(),
+        pool: Some(pool.to_owned()),
+        ready: true,
+        unschedulable: false,
+        cordoned_by_poolctl: false,
+    }
+}
+
+pub(crate) fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
+    Pod {
+        namespace: "default".to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        node: node.to_owned(),
+        labels: BTreeMap::from([("app".to_owned(), name.split('-').next().unwrap_or(name).to_owned())]),
+        owner_kind: owner.map(str::to_owned),
+        mirror: false,
+        finished: false,
+        empty_dir: false,
+    }
+}
+
+/// A pool's `node:` section naming a kubeconfig and context.
+pub(crate) fn node_spec(kubeconfig: Option<&str>, context: Option<&str>) -> NodeSpec {
+    NodeSpec {
+        kubeconfig: kubeconfig.map(str::to_owned),
+        context: context.map(str::to_owned),
+        ready_timeout: Duration::from_secs(1),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+    }
+}

@@ -1,0 +1,322 @@
+//! The fake backend: the simulated world ([`SimWorld`]) behind the backend traits, so that
+//! observe, the executor and a whole reconcile run without Docker or Kubernetes. Every call that
+//! changes the world is recorded as `verb name`, changes the world as its real counterpart
+//! would, and can be made to fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::sim::SimWorld;
+use crate::backend::{BackendError, Cluster, Connect, Containers, ExecOutput, NewContainer};
+use crate::execute::Interrupt;
+use crate::model::{ClusterRef, Container, ContainerState, Node, Pdb, Pod, World, labels};
+use crate::spec::Taint;
+
+/// Docker and every cluster at once, in memory. Clones share the world.
+#[derive(Clone, Default)]
+pub(crate) struct FakeWorld(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    sim: Mutex<SimWorld>,
+    calls: Mutex<Vec<String>>,
+    faults: Mutex<Faults>,
+    /// Calls in flight now and at most, to see that creations overlap.
+    in_flight: Mutex<(usize, usize)>,
+}
+
+/// What the fake does besides answering.
+#[derive(Default)]
+struct Faults {
+    /// Calls that fail, as `verb name`.
+    fail: BTreeSet<String>,
+    /// The exit code of every exec.
+    exit_code: i64,
+    /// After this call, trigger the interrupt.
+    interrupt_after: Option<(String, Arc<Interrupt>)>,
+    /// After this call, this container exits (an instance dying after it came up).
+    die_after: Option<(String, String)>,
+    /// A stop that would leave fewer running containers than this fails.
+    min_running: Option<usize>,
+    /// Clusters that refuse connections.
+    unreachable: BTreeSet<ClusterRef>,
+}
+
+impl FakeWorld {
+    pub(crate) fn new(world: World) -> Self {
+        let fake = Self::default();
+        *fake.0.sim.lock().unwrap() = SimWorld::new(world);
+        fake
+    }
+
+    /// Make the call `verb name` fail.
+    pub(crate) fn failing(self, call: &str) -> Self {
+        self.faults().fail.insert(call.to_owned());
+        self
+    }
+
+    pub(crate) fn exit_code(self, code: i64) -> Self {
+        self.faults().exit_code = code;
+        self
+    }
+
+    pub(crate) fn interrupt_after(self, call: &str, interrupt: Arc<Interrupt>) -> Self {
+        self.faults().interrupt_after = Some((call.to_owned(), interrupt));
+        self
+    }
+
+    pub(crate) fn die_after(self, call: &str, container: &str) -> Self {
+        self.faults().die_after = Some((call.to_owned(), container.to_owned()));
+        self
+    }
+
+    pub(crate) fn min_running(self, n: usize) -> Self {
+        self.faults().min_running = Some(n);
+        self
+    }
+
+    pub(crate) fn unreachable(self, cluster: ClusterRef) -> Self {
+        self.faults().unreachable.insert(cluster);
+        self
+    }
+
+    /// The calls that changed (or tried to change) the world, in order.
+    pub(crate) fn calls(&self) -> Vec<String> {
+        self.0.calls.lock().unwrap().clone()
+    }
+
+    /// The most calls that were in flight at once.
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.0.in_flight.lock().unwrap().1
+    }
+
+    pub(crate) fn world(&self) -> World {
+        self.sim().world.clone()
+    }
+
+    pub(crate) fn sim(&self) -> MutexGuard<'_, SimWorld> {
+        self.0.sim.lock().unwrap()
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.0.faults.lock().unwrap()
+    }
+
+    /// Record a call, let concurrent calls overlap, then fail it if asked to; `effect` changes
+    /// the world only for a call that succeeds.
+    async fn call<T>(
+        &self,
+        what: String,
+        effect: impl FnOnce(&mut SimWorld) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        {
+            let mut f = self.0.in_flight.lock().unwrap();
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        self.0.in_flight.lock().unwrap().0 -= 1;
+        self.0.calls.lock().unwrap().push(what.clone());
+        let faults = self.faults();
+        let result = if faults.fail.contains(&what) {
+            Err(BackendError::Failed(format!("{what} refused")))
+        } else {
+            effect(&mut self.sim())
+        };
+        if let Some((after, interrupt)) = &faults.interrupt_after
+            && *after == what
+        {
+            interrupt.trigger();
+        }
+        if let Some((after, name)) = &faults.die_after
+            && *after == what
+        {
+            self.sim().stop(name);
+        }
+        result
+    }
+
+    fn running(sim: &SimWorld) -> usize {
+        sim.world.containers.iter().filter(|c| c.state == ContainerState::Running).count()
+    }
+}
+
+impl Containers for FakeWorld {
+    async fn list(&self) -> Result<Vec<Container>, BackendError> {
+        Ok(self.sim().world.containers.clone())
+    }
+
+    async fn ensure_image(&self, image: &str) -> Result<bool, BackendError> {
+        self.call(format!("image {image}"), |_| Ok(false)).await
+    }
+
+    async fn network_exists(&self, name: &str) -> Result<bool, BackendError> {
+        Ok(name != "missing")
+    }
+
+    async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
+        self.call(format!("create {}", spec.name), |sim| {
+            if sim.container(&spec.name).is_some() {
+                return Err(BackendError::Failed(format!("the name {} is taken", spec.name)));
+            }
+            let label = |key: &str| spec.labels.get(key).cloned();
+            let cluster = label(labels::CONTEXT).map(|context| ClusterRef {
+                kubeconfig: label(labels::KUBECONFIG).filter(|k| !k.is_empty()),
+                context: Some(context).filter(|c| !c.is_empty()),
+            });
+            let container = Container {
+                pool: label(labels::POOL).unwrap_or_default(),
+                template_hash: label(labels::TEMPLATE_HASH).unwrap_or_default(),
+                template: label(labels::TEMPLATE),
+                scope: label(labels::SCOPE),
+                image: spec.image.clone(),
+                cluster,
+                ..sim.new_container(&spec.name)
+            };
+            sim.create(container);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn exec(&self, name: &str, _: &[String], _: Duration) -> Result<ExecOutput, BackendError> {
+        let exit_code = self.faults().exit_code;
+        self.call(format!("exec {name}"), |_| Ok(ExecOutput { exit_code, output: "join failed\n".into() }))
+            .await
+    }
+
+    async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {
+        self.call(format!("wait-up {name}"), |sim| match sim.container(name) {
+            Some(c) if c.is_up() => Ok(()),
+            Some(c) => Err(BackendError::Failed(format!("container {name} is {}", c.state.as_str()))),
+            None => Err(BackendError::NotFound(format!("container {name}"))),
+        })
+        .await
+    }
+
+    async fn stop(&self, name: &str, _: Duration) -> Result<(), BackendError> {
+        let min = self.faults().min_running;
+        self.call(format!("stop {name}"), |sim| {
+            let running = Self::running(sim);
+            let is_running = sim.container(name).is_some_and(|c| c.state == ContainerState::Running);
+            if let Some(min) = min.filter(|&min| is_running && running <= min) {
+                return Err(BackendError::Failed(format!(
+                    "stopping {name} would leave fewer than {min} running"
+                )));
+            }
+            sim.stop(name);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), BackendError> {
+        self.call(format!("remove {name}"), |sim| {
+            sim.remove(name);
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl Connect for FakeWorld {
+    type Cluster = FakeCluster;
+
+    async fn connect(&self, cluster: &ClusterRef, pool: &str) -> Result<FakeCluster, BackendError> {
+        if self.faults().unreachable.contains(cluster) {
+            return Err(BackendError::Unreachable {
+                what: "the Kubernetes API server",
+                at: format!("{cluster:?}"),
+                reason: "connection refused".into(),
+            });
+        }
+        Ok(FakeCluster { world: self.clone(), pool: pool.to_owned() })
+    }
+}
+
+/// One pool's view of the fake world's Kubernetes.
+#[derive(Clone)]
+pub(crate) struct FakeCluster {
+    world: FakeWorld,
+    pool: String,
+}
+
+impl Cluster for FakeCluster {
+    async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
+        let sim = self.world.sim();
+        Ok(sim
+            .world
+            .nodes
+            .iter()
+            .filter(|n| n.pool.as_deref() == Some(&self.pool) || names.contains(&n.name))
+            .cloned()
+            .collect())
+    }
+
+    async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
+        let sim = self.world.sim();
+        let pods = sim.world.pods.iter().filter(|p| nodes.contains(&p.node)).cloned().collect();
+        Ok((pods, sim.world.pdbs.clone()))
+    }
+
+    async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+        self.world
+            .call(format!("node-ready {node}"), |sim| {
+                if sim.register_node(node) {
+                    Ok(())
+                } else {
+                    Err(BackendError::Timeout {
+                        what: format!("Node {node} did not turn Ready"),
+                        after: timeout,
+                    })
+                }
+            })
+            .await
+    }
+
+    async fn configure(
+        &self,
+        node: &str,
+        node_labels: &BTreeMap<String, String>,
+        _: &[Taint],
+    ) -> Result<(), BackendError> {
+        self.world
+            .call(format!("configure {node}"), |sim| {
+                let pool = node_labels.get(labels::POOL).map_or("", String::as_str);
+                if sim.label_node(node, pool) {
+                    Ok(())
+                } else {
+                    Err(BackendError::NotFound(format!("Node {node}")))
+                }
+            })
+            .await
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), BackendError> {
+        self.world
+            .call(format!("cordon {node}"), |sim| {
+                if sim.cordon(node) { Ok(()) } else { Err(BackendError::NotFound(format!("Node {node}"))) }
+            })
+            .await
+    }
+
+    async fn drain(&self, node: &str, _: Duration) -> Result<(), BackendError> {
+        self.world
+            .call(format!("drain {node}"), |sim| {
+                sim.drain(node);
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
+        self.world
+            .call(format!("delete-node {node}"), |sim| {
+                sim.delete_node(node);
+                Ok(())
+            })
+            .await
+    }
+}
