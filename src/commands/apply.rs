@@ -24,13 +24,8 @@ pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
     let interrupt = Arc::new(Interrupt::default());
     spawn_interrupt_handler(Arc::clone(&interrupt));
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
-    let executor = Executor {
-        desired: &desired,
-        containers: &docker,
-        clusters: &clusters,
-        progress: &progress,
-        interrupt: &interrupt,
-    };
+    let (desired, containers, clusters) = (&desired, &docker, &clusters);
+    let executor = Executor { desired, containers, clusters, progress: &progress, interrupt: &interrupt };
     let report = executor.execute(&plan, args.planning.options()).await?;
     write_stdout(|out| report.write_summary(out))?;
     if report.complete() {

@@ -56,18 +56,29 @@ fn rolling_plan() -> Plan {
     }
 }
 
-async fn run(fake: &FakeWorld, desired: &Desired, plan: &Plan, interrupt: &Interrupt) -> (Report, String) {
+/// Run `f` with an executor over the fake world (no cluster), and return what it returned and
+/// the progress it wrote.
+async fn with_executor<T>(
+    fake: &FakeWorld,
+    desired: &Desired,
+    interrupt: &Interrupt,
+    f: impl AsyncFnOnce(&Executor<'_, FakeWorld, FakeCluster>) -> T,
+) -> (T, String) {
     let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
-    let buffer = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let buffer = Arc::new(Mutex::new(Vec::new()));
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(SharedBuf(buffer.clone())));
     let executor =
         Executor { desired, containers: fake, clusters: &clusters, progress: &progress, interrupt };
-    let report = executor.run_batch(plan).await;
+    let result = f(&executor).await;
     let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
-    (report, text)
+    (result, text)
 }
 
-struct SharedBuf(std::sync::Arc<Mutex<Vec<u8>>>);
+async fn run(fake: &FakeWorld, desired: &Desired, plan: &Plan, interrupt: &Interrupt) -> (Report, String) {
+    with_executor(fake, desired, interrupt, async |e| e.run_batch(plan).await).await
+}
+
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
 
 impl Write for SharedBuf {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -206,18 +217,10 @@ async fn node_steps_without_a_cluster_fail_clearly() {
 #[tokio::test]
 async fn preflight_checks_images_and_networks_before_anything_changes() {
     let fake = FakeWorld::default();
-    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
-    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
-    let interrupt = Interrupt::default();
     let desired = desired(0, Some("missing"));
-    let executor = Executor {
-        desired: &desired,
-        containers: &fake,
-        clusters: &clusters,
-        progress: &progress,
-        interrupt: &interrupt,
-    };
-    let err = executor.preflight(&rolling_plan()).await.unwrap_err();
+    let preflight = async |e: &Executor<'_, _, _>| e.preflight(&rolling_plan()).await;
+    let (result, _) = with_executor(&fake, &desired, &Interrupt::default(), preflight).await;
+    let err = result.unwrap_err();
     assert_eq!(
         err.to_string(),
         "network missing does not exist (create it first, e.g. `docker network create missing`)"
@@ -275,22 +278,14 @@ async fn the_world_is_observed_again_between_batches() {
     let first_new = plan.pools[0].steps[0].instance.clone();
     // The first new instance dies once the first old one is gone. A plan carried out blindly
     // would go on to stop w-old-2 with one instance up, which the fake refuses.
-    let docker = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
-    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
-    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
-    let interrupt = Interrupt::default();
-    let executor = Executor {
-        desired: &desired,
-        containers: &docker,
-        clusters: &clusters,
-        progress: &progress,
-        interrupt: &interrupt,
-    };
-    let report = executor.execute(&plan, PlanOptions::default()).await.unwrap();
+    let fake = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
+    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
+    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    let report = report.unwrap();
     assert!(report.complete(), "{report:?}");
-    let calls = docker.calls();
+    let calls = fake.calls();
     assert!(calls.contains(&format!("remove {first_new}")), "the dead instance was replaced: {calls:?}");
-    let left = docker.world().containers;
+    let left = fake.world().containers;
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(
         left.iter().all(|c| c.state == crate::model::ContainerState::Running && c.template_hash == "new"),

@@ -32,7 +32,7 @@ pub struct Container {
     pub created: i64,
     /// The canonical template JSON it was created from (label), to diff against the new one.
     pub template: Option<String>,
-    /// The source scope that created it (label), see [`crate::source::Origin::scope`].
+    /// The source scope that created it (label), see [`crate::model::Origin::scope`].
     pub scope: Option<String>,
     /// The image it runs.
     pub image: String,

@@ -9,7 +9,9 @@ use crate::model::{ContainerState, Desired, Health, Origin, Pdb, World};
 use crate::plan::{
     Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
 };
-use crate::testing::build::{PoolArgs, container, count, desired, labelled, node, other_origin, pod};
+use crate::testing::build::{
+    PoolArgs, container, count, desired, labelled, node, other_origin, pod, world_of,
+};
 use crate::testing::sim::SimWorld;
 
 // ---------------------------------------------------------------------------------------------
@@ -385,14 +387,11 @@ fn scale_up_adds_instances_and_keeps_the_others() {
 fn scale_down_retires_the_oldest_first() {
     let dp = PoolArgs::new("web", 1).build();
     let h = dp.template_hash.clone();
-    let world = World {
-        containers: vec![
-            container("web-b", "web", &h, 20),
-            container("web-a", "web", &h, 30),
-            container("web-c", "web", &h, 10),
-        ],
-        ..World::default()
-    };
+    let world = world_of(vec![
+        container("web-b", "web", &h, 20),
+        container("web-a", "web", &h, 30),
+        container("web-c", "web", &h, 10),
+    ]);
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let web = pool_plan(&plan, "web");
     assert_eq!(verbs(web), [("stop", "web-c"), ("remove", "web-c"), ("stop", "web-b"), ("remove", "web-b")]);
@@ -834,29 +833,28 @@ fn new_names_avoid_every_name_in_use() {
 // ---------------------------------------------------------------------------------------------
 // Snapshots of the output
 
+/// The plan's text and JSON, as the snapshots `<name>_text` and `<name>_json`.
+fn snapshot(name: &str, plan: &Plan) {
+    insta::assert_snapshot!(format!("{name}_text"), text(plan));
+    insta::assert_json_snapshot!(format!("{name}_json"), plan);
+}
+
 #[test]
 fn snapshot_of_a_node_pool_rollout() {
     let (desired, world) = drain_world();
-    let plan = plan(&desired, &world, PlanOptions::default());
-    insta::assert_snapshot!("node_rollout_text", text(&plan));
-    insta::assert_json_snapshot!("node_rollout_json", plan);
+    snapshot("node_rollout", &plan(&desired, &world, PlanOptions::default()));
 }
 
 #[test]
 fn snapshot_of_a_scale_down_with_an_undeclared_pool() {
     let dp = PoolArgs::new("web", 1).build();
     let h = dp.template_hash.clone();
-    let world = World {
-        containers: vec![
-            container("web-a", "web", &h, 1),
-            container("web-b", "web", &h, 2),
-            container("gone-a", "gone", "cafe", 1),
-        ],
-        ..World::default()
-    };
-    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
-    insta::assert_snapshot!("scale_down_text", text(&plan));
-    insta::assert_json_snapshot!("scale_down_json", plan);
+    let world = world_of(vec![
+        container("web-a", "web", &h, 1),
+        container("web-b", "web", &h, 2),
+        container("gone-a", "gone", "cafe", 1),
+    ]);
+    snapshot("scale_down", &plan(&desired(vec![dp]), &world, PlanOptions::default()));
 }
 
 #[test]

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, Origin, Pod};
+use crate::model::{
+    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, Origin, Pod, World,
+};
 use crate::spec::{
     BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
 };
@@ -151,4 +153,9 @@ pub(crate) fn node_spec(kubeconfig: Option<&str>, context: Option<&str>) -> Node
         labels: BTreeMap::new(),
         taints: Vec::new(),
     }
+}
+
+/// A world of these containers and nothing else.
+pub(crate) fn world_of(containers: Vec<Container>) -> World {
+    World { containers, ..World::default() }
 }
