@@ -3,10 +3,12 @@
 //! These types do no I/O. They are the single source of truth for the YAML format, the JSON
 //! Schema (`poolctl schema`) and the template hash, so the three cannot drift apart.
 
+mod decode;
 mod duration;
 mod hash;
 mod load;
 mod locate;
+mod tree;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -16,7 +18,10 @@ use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
-pub use load::{Document, DocumentText, SpecError, SpecErrors, load_documents, load_files, parse_documents};
+pub use load::{
+    Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
+};
+pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
 pub use validate::{MAX_POOL_NAME_LEN, validate_pools};
 
 /// The apiVersion of every document poolctl reads.
