@@ -486,3 +486,52 @@ fn the_quickstart_is_a_container_only_pool_of_three() {
 fn the_gitops_example_skips_its_kubernetes_manifests() {
     assert_eq!(example_pools("gitops"), ["edge"]);
 }
+
+/// No input panics or takes long: arbitrary text, and mutations of the example files.
+/// `POOLCTL_FUZZ_CASES` raises the number of cases (CI runs the default).
+mod fuzz {
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn cases() -> u32 {
+        std::env::var("POOLCTL_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+    }
+
+    fn examples() -> Vec<String> {
+        let root = manifest_dir().join("examples");
+        yaml_files(&root).iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+    }
+
+    fn check(text: &str) {
+        let started = Instant::now();
+        let _ = errors_of(&[("f.yaml", text)]);
+        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "(?s).{0,400}") {
+            check(&text);
+        }
+
+        #[test]
+        fn mutated_examples_never_panic(
+            which in any::<prop::sample::Index>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), 0usize..8, "[\\[\\]{}&*!:,\"'#|>\\- \n\t\u{1}a0-9%]{0,4}"), 1..6),
+        ) {
+            let all = examples();
+            let mut text = all[which.index(all.len())].clone().into_bytes();
+            for (at, cut, insert) in edits {
+                let at = at.index(text.len() + 1);
+                let end = (at + cut).min(text.len());
+                text.splice(at..end, insert.bytes());
+            }
+            check(&String::from_utf8_lossy(&text));
+        }
+    }
+}
