@@ -107,3 +107,83 @@ fn a_usage_error_exits_1_not_2() {
     assert!(out.stderr.contains("--detailed-exitcod"), "{}", out.stderr);
     run(cache.path(), &["--version"]).expect_code(0);
 }
+
+/// A valid pool file, for the cases below to break.
+const GOOD: &str = "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: w\nspec:\n  replicas: 1\n  template:\n    image: x\n";
+
+/// Bad and hostile pool files (issue 10): each must exit 1 with a clear, located message
+/// (never a panic, never a hang), or, for the good ones, exit 0.
+#[test]
+fn validate_answers_every_hostile_input_clearly() {
+    let deep = format!("a: {}\n", "[".repeat(100_000));
+    let bomb = (1..9).fold("a0: &a0 [x,x,x,x,x,x,x,x,x]\n".to_owned(), |text, i| {
+        let refs = vec![format!("*a{}", i - 1); 9].join(",");
+        format!("{text}a{i}: &a{i} [{refs}]\n")
+    });
+    let bom = format!("\u{feff}{GOOD}");
+    let huge_replicas = GOOD.replace("replicas: 1", "replicas: 1000000000000");
+    let drain_zero = format!("{GOOD}  rollout:\n    drainTimeout: 0s\n");
+    let all_at_once = format!(
+        "{}    bogus: 1\n  rollout:\n    drainTimeout: 5 minutes\n    maxSurge: 0\n",
+        GOOD.replace("replicas: 1", "replicas: -1")
+    );
+    let tagged = GOOD.replace("image: x", "image: !Ref x");
+    let escape_key = GOOD.replace("image: x", "image: x\n    \"a\\e[2J\": 1");
+    let cases: Vec<(&str, &str, i32, Vec<&str>)> = vec![
+        ("alias to an unknown anchor", "a: *x\n", 1, vec!["p.yaml:1:4: alias references unknown anchor"]),
+        ("10^5 nested [", &deep, 1, vec!["p.yaml:1:", "nested deeper than 64 levels"]),
+        ("alias bomb", &bomb, 1, vec!["p.yaml:", "aliases expand to more than 100000 nodes"]),
+        ("byte-order mark", &bom, 0, vec![]),
+        ("control character", "a: 1\nb: 2\nc: x\u{1}y\n", 1, vec!["p.yaml:3:4: unexpected character"]),
+        ("unterminated quote", "a: 1\nb: \"abc\nc: 2\n", 1, vec!["p.yaml:2:4: unclosed quote"]),
+        ("unknown tag", &tagged, 1, vec!["p.yaml:8:", "unsupported tag `!Ref`"]),
+        (
+            "replicas 10^12",
+            &huge_replicas,
+            1,
+            vec!["p.yaml:6:13: spec.replicas: must be at most 1000, got 1000000000000"],
+        ),
+        (
+            "drainTimeout 0s",
+            &drain_zero,
+            1,
+            vec!["p.yaml:10:19: spec.rollout.drainTimeout: must be longer than 0s"],
+        ),
+        (
+            "control characters in a key",
+            &escape_key,
+            1,
+            vec!["spec.template.a\\u{1b}[2J: unknown field `a\\u{1b}[2J`"],
+        ),
+        (
+            "unknown field, bad duration and two semantic errors at once",
+            &all_at_once,
+            1,
+            vec![
+                "p.yaml:9:5: spec.template.bogus: unknown field `bogus`",
+                "p.yaml:11:19: spec.rollout.drainTimeout: invalid duration \"5 minutes\"",
+                "p.yaml:6:13: spec.replicas: must be 0 or more, got -1",
+                "p.yaml:12:15: spec.rollout.maxSurge: maxSurge and maxUnavailable are both 0",
+            ],
+        ),
+        ("the good file", GOOD, 0, vec![]),
+    ];
+    let cache = tempfile::tempdir().unwrap();
+    for (what, text, code, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("p.yaml"), text).unwrap();
+        let started = std::time::Instant::now();
+        let out = run(cache.path(), &["validate", "--source", dir.path().to_str().unwrap()]);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{what}: took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(out.code, code, "{what}:\n{}{}", out.stdout, out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        assert!(!out.stderr.contains('\u{1b}'), "{what}: a raw escape reached the terminal");
+        for part in expected {
+            assert!(out.stderr.contains(part), "{what}: {part:?} missing from\n{}", out.stderr);
+        }
+    }
+}

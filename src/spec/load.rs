@@ -11,14 +11,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::Deserialize;
-use serde_yaml::Value;
-
-use super::locate::{FieldPath, locate};
+use super::decode::{Problem, decode};
+use super::locate::{FieldPath, escape_controls};
+use super::tree::{Located, Node, SpanMap, SyntaxError, parse_stream};
 use super::{API_VERSION, KIND_POOL, Pool};
 
 /// The apiVersion group of poolctl documents.
 const GROUP: &str = "poolctl.dev";
+
+/// The largest pool file poolctl reads: far above any real one, low enough that a runaway
+/// file fails fast instead of filling memory.
+pub const MAX_FILE_BYTES: usize = 64 * 1024 * 1024;
 
 /// One pool document and where it was written.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,30 +29,19 @@ pub struct Document {
     pub pool: Pool,
     /// The file, relative to the source root.
     pub file: String,
-    /// The text the document was read from, so that later checks can point at a line. `None`
-    /// for documents built in code; their errors then carry no line.
-    pub text: Option<DocumentText>,
-}
-
-/// The file text a document came from and its position among the file's documents.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DocumentText {
-    text: Arc<str>,
-    /// 0-based index of the document in the file's `---`-separated stream.
-    index: usize,
-}
-
-impl fmt::Debug for DocumentText {
-    // The whole file text would drown any debug output a Document appears in.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocumentText").field("index", &self.index).finish_non_exhaustive()
-    }
+    /// Where each field of the document was written, so that later checks can point at a
+    /// line. `None` for documents built in code; their errors then carry no line.
+    pub spans: Option<Arc<SpanMap>>,
 }
 
 impl Document {
+    fn locate(&self, path: &FieldPath) -> Option<(usize, usize)> {
+        self.spans.as_ref().and_then(|spans| spans.locate(path))
+    }
+
     /// An error about `path` in this document, located when the text is known.
     pub(crate) fn error_at(&self, path: &FieldPath, message: String) -> SpecError {
-        let at = self.text.as_ref().and_then(|t| locate(&t.text, t.index, path));
+        let at = self.locate(path);
         SpecError {
             file: self.file.clone(),
             line: at.map(|(line, _)| line),
@@ -61,7 +53,7 @@ impl Document {
 
     /// `file:line:col` of `path` in this document (`file` alone when it cannot be located).
     pub(crate) fn place_of(&self, path: &FieldPath) -> String {
-        match self.text.as_ref().and_then(|t| locate(&t.text, t.index, path)) {
+        match self.locate(path) {
             Some((line, column)) => format!("{}:{line}:{column}", self.file),
             None => self.file.clone(),
         }
@@ -82,51 +74,30 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    /// Converts a `serde_yaml` error, moving its position and field path out of the message.
-    fn from_yaml(file: &str, err: &serde_yaml::Error) -> Self {
-        let location = err.location();
-        let mut text = err.to_string();
-        if let Some(at) = &location {
-            let suffix = format!(" at line {} column {}", at.line(), at.column());
-            if let Some(start) = text.find(&suffix) {
-                text.replace_range(start..start + suffix.len(), "");
-            }
-        }
-        let (field, message) = split_path(&text);
+    fn at(file: &str, at: Option<(usize, usize)>, field: Option<String>, message: String) -> Self {
         Self {
             file: file.to_owned(),
-            line: location.as_ref().map(serde_yaml::Location::line),
-            column: location.as_ref().map(serde_yaml::Location::column),
+            line: at.map(|(line, _)| line),
+            column: at.map(|(_, column)| column),
             field,
             message,
         }
     }
-}
 
-/// `serde_yaml` writes errors as `path: message`; split that, and put the name of an unknown field
-/// into the path, where a reader looks for it.
-fn split_path(text: &str) -> (Option<String>, String) {
-    let (path, message) = match text.split_once(": ") {
-        Some((path, message))
-            if !path.is_empty() && !path.contains(char::is_whitespace) && !path.contains('`') =>
-        {
-            (Some(path.to_owned()), message.to_owned())
-        }
-        _ => (None, text.to_owned()),
-    };
-    let unknown =
-        message.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')).map(|(name, _)| name);
-    let path = match (path, unknown) {
-        (Some(path), Some(name)) => Some(format!("{path}.{name}")),
-        (None, Some(name)) => Some(name.to_owned()),
-        (path, None) => path,
-    };
-    (path, message)
+    fn from_syntax(file: &str, err: SyntaxError) -> Self {
+        Self::at(file, err.at, None, err.message)
+    }
+
+    fn from_problem(file: &str, problem: Problem) -> Self {
+        let field = (!problem.path.is_root()).then(|| problem.path.to_string());
+        Self::at(file, problem.at, field, problem.message)
+    }
 }
 
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.file)?;
+        // Everything here may come from a repository: escape what could drive a terminal.
+        f.write_str(&escape_controls(&self.file))?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
             if let Some(column) = self.column {
@@ -135,9 +106,9 @@ impl fmt::Display for SpecError {
         }
         f.write_str(": ")?;
         if let Some(field) = &self.field {
-            write!(f, "{field}: ")?;
+            write!(f, "{}: ", escape_controls(field))?;
         }
-        f.write_str(&self.message)
+        f.write_str(&escape_controls(&self.message))
     }
 }
 
@@ -170,12 +141,16 @@ enum Verdict {
     Invalid { field: &'static str, message: String },
 }
 
-fn judge(value: &Value) -> Verdict {
-    let Value::Mapping(map) = value else {
+fn judge(root: &Located) -> Verdict {
+    if !matches!(root.node, Node::Map(_)) {
         return Verdict::Skip;
+    }
+    let string = |key| match root.get(key).map(|v| &v.node) {
+        Some(Node::Str(s)) => Some(s.as_str()),
+        _ => None,
     };
-    let kind = map.get("kind").and_then(Value::as_str);
-    let Some(api_version) = map.get("apiVersion").and_then(Value::as_str) else {
+    let kind = string("kind");
+    let Some(api_version) = string("apiVersion") else {
         return if kind == Some(KIND_POOL) {
             Verdict::Invalid {
                 field: "apiVersion",
@@ -214,18 +189,22 @@ pub fn load_documents(file: &str, text: &str) -> Result<Vec<Document>, Vec<SpecE
 
 /// Load all files of a source, given as (path relative to the source root, text) in the order
 /// they should be read, and validate them together. Every error of every file is returned:
-/// the good documents of a file with a bad one are still validated.
+/// the good documents of a file with a bad one are still validated, and so are documents with
+/// bad fields, with defaults standing in for those fields, so that one run reports all.
 pub fn load_files<'a>(
     files: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<Vec<Document>, SpecErrors> {
     let mut docs = Vec::new();
+    let mut checked = Vec::new();
     let mut errors = Vec::new();
     for (file, text) in files {
-        let (found, failed) = parse_documents(file, text);
-        docs.extend(found);
-        errors.extend(failed);
+        let parsed = parse_file(file, text);
+        docs.extend(parsed.good.iter().cloned());
+        checked.extend(parsed.good);
+        checked.extend(parsed.flawed);
+        errors.extend(parsed.errors);
     }
-    if let Err(failed) = super::validate_pools(&docs) {
+    if let Err(failed) = super::validate_pools(&checked) {
         errors.extend(failed);
     }
     if errors.is_empty() { Ok(docs) } else { Err(SpecErrors(errors)) }
@@ -235,44 +214,57 @@ pub fn load_files<'a>(
 /// ones. A bad document does not stop the documents after it; a YAML syntax error does,
 /// because the parser cannot find its footing again after one.
 pub fn parse_documents(file: &str, text: &str) -> (Vec<Document>, Vec<SpecError>) {
-    let text: Arc<str> = Arc::from(text);
-    let mut docs = Vec::new();
-    let mut errors: Vec<SpecError> = Vec::new();
-    // The stream is walked twice in step: once into a Value to read apiVersion and kind, and
-    // once straight into a Pool, so that its errors keep their line and column.
-    let raw = serde_yaml::Deserializer::from_str(&text);
-    let typed = serde_yaml::Deserializer::from_str(&text);
-    for (index, (raw, typed)) in raw.zip(typed).enumerate() {
-        let value = match Value::deserialize(raw) {
-            Ok(value) => value,
+    let parsed = parse_file(file, text);
+    (parsed.good, parsed.errors)
+}
+
+/// One file, read: its good pools, the pools that decoded only with defaults standing in for
+/// bad fields (worth checking, never worth using), and every error.
+struct Parsed {
+    good: Vec<Document>,
+    flawed: Vec<Document>,
+    errors: Vec<SpecError>,
+}
+
+fn parse_file(file: &str, text: &str) -> Parsed {
+    let mut parsed = Parsed { good: Vec::new(), flawed: Vec::new(), errors: Vec::new() };
+    if text.len() > MAX_FILE_BYTES {
+        parsed.errors.push(SpecError::at(
+            file,
+            None,
+            None,
+            format!("is {} bytes long; pool files may have at most {MAX_FILE_BYTES} bytes", text.len()),
+        ));
+        return parsed;
+    }
+    // Editors on Windows start files with a byte-order mark; YAML allows it, and it is no
+    // part of the first key.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    for tree in parse_stream(text) {
+        let tree = match tree {
+            Ok(tree) => tree,
             Err(err) => {
-                let err = SpecError::from_yaml(file, &err);
-                // After a syntax error serde_yaml yields the same error for ever.
-                if errors.last() == Some(&err) {
-                    break;
-                }
-                errors.push(err);
+                parsed.errors.push(SpecError::from_syntax(file, err));
                 continue;
             }
         };
-        let located = DocumentText { text: Arc::clone(&text), index };
-        match judge(&value) {
+        match judge(&tree.root) {
             Verdict::Skip => {}
             Verdict::Invalid { field, message } => {
-                let at = locate(&text, index, &FieldPath::of(field));
-                errors.push(SpecError {
-                    file: file.to_owned(),
-                    line: at.map(|(line, _)| line),
-                    column: at.map(|(_, column)| column),
-                    field: Some(field.to_owned()),
-                    message,
-                });
+                let at = tree.root.get(field).unwrap_or(&tree.root).place();
+                parsed.errors.push(SpecError::at(file, Some(at), Some(field.to_owned()), message));
             }
-            Verdict::Pool => match Pool::deserialize(typed) {
-                Ok(pool) => docs.push(Document { pool, file: file.to_owned(), text: Some(located) }),
-                Err(err) => errors.push(SpecError::from_yaml(file, &err)),
-            },
+            Verdict::Pool => {
+                let (pool, problems) = decode::<Pool>(&tree.root, tree.nodes);
+                let flawed = !problems.is_empty();
+                parsed.errors.extend(problems.into_iter().map(|p| SpecError::from_problem(file, p)));
+                if let Some(pool) = pool {
+                    let spans = Some(Arc::new(SpanMap::of(&tree.root)));
+                    let doc = Document { pool, file: file.to_owned(), spans };
+                    if flawed { parsed.flawed.push(doc) } else { parsed.good.push(doc) }
+                }
+            }
         }
     }
-    (docs, errors)
+    parsed
 }

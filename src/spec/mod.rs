@@ -3,10 +3,12 @@
 //! These types do no I/O. They are the single source of truth for the YAML format, the JSON
 //! Schema (`poolctl schema`) and the template hash, so the three cannot drift apart.
 
+mod decode;
 mod duration;
 mod hash;
 mod load;
 mod locate;
+mod tree;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -16,8 +18,11 @@ use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
-pub use load::{Document, DocumentText, SpecError, SpecErrors, load_documents, load_files, parse_documents};
-pub use validate::{MAX_POOL_NAME_LEN, validate_pools};
+pub use load::{
+    Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
+};
+pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
+pub use validate::{MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools};
 
 /// The apiVersion of every document poolctl reads.
 pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
@@ -56,8 +61,8 @@ pub struct Metadata {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PoolSpec {
-    /// How many instances the pool keeps.
-    #[schemars(range(min = 0))]
+    /// How many instances the pool keeps (at most 1000).
+    #[schemars(range(min = 0, max = 1000))]
     pub replicas: i64,
     /// The container every instance runs. Changing it replaces every instance.
     pub template: Template,
@@ -166,13 +171,14 @@ pub struct Taint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rollout {
-    /// How many instances may exist above `replicas` during a rollout (default 1).
+    /// How many instances may exist above `replicas` during a rollout (default 1, at most 1000).
     #[serde(default = "Rollout::default_max_surge")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 1000))]
     pub max_surge: i64,
-    /// How many instances may be unavailable below `replicas` during a rollout (default 0).
+    /// How many instances may be unavailable below `replicas` during a rollout (default 0, at
+    /// most 1000).
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 1000))]
     pub max_unavailable: i64,
     /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
     #[serde(default = "Rollout::default_stop_grace_period")]

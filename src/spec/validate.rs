@@ -9,6 +9,18 @@ use super::{Document, Pool, SpecError};
 /// name and hostname, fits the 63 characters of a label.
 pub const MAX_POOL_NAME_LEN: usize = 63 - 1 - super::HASH_LEN - 1 - 5;
 
+/// The most instances a pool may have, and the most `maxSurge` and `maxUnavailable` may be: a
+/// Docker host runs a few hundred node containers at most, and a typo such as
+/// `replicas: 1000000000000` must fail here, not as an allocation failure in the planner.
+pub const MAX_REPLICAS: i64 = 1000;
+
+/// The most entries of any list or map in a pool (env, labels, volumes, bootstrap steps...).
+pub const MAX_ITEMS: usize = 1000;
+
+/// The longest duration: a timeout beyond a day is a mistake, and it keeps deadlines far from
+/// overflowing.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// Label and annotation keys under this prefix are poolctl's own bookkeeping.
 const RESERVED_PREFIX: &str = "poolctl.dev/";
 
@@ -60,6 +72,8 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     ] {
         if value < 0 {
             fail(FieldPath::of(field), format!("must be 0 or more, got {value}"));
+        } else if value > MAX_REPLICAS {
+            fail(FieldPath::of(field), format!("must be at most {MAX_REPLICAS}, got {value}"));
         }
     }
     if rollout.max_surge == 0 && rollout.max_unavailable == 0 {
@@ -69,6 +83,10 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
              instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
                 .to_owned(),
         );
+    }
+
+    for (path, message) in bound_problems(spec) {
+        fail(path, message);
     }
 
     let template = FieldPath::of("spec.template");
@@ -111,16 +129,10 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
             }
             Some(_) => {}
         }
-        if step.timeout.get().is_zero() {
-            fail(at.key("timeout"), "must be longer than 0s".to_owned());
-        }
     }
 
     if let Some(node) = &spec.node {
         let at = FieldPath::of("spec.node");
-        if node.ready_timeout.get().is_zero() {
-            fail(at.key("readyTimeout"), "must be longer than 0s".to_owned());
-        }
         for key in node.labels.keys() {
             if key.starts_with(RESERVED_PREFIX) {
                 fail(
@@ -143,6 +155,60 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
                     ),
                 );
             }
+        }
+    }
+    errors
+}
+
+/// The durations and counts of a pool that are out of bounds, as (field path, message).
+fn bound_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let mut fail = |path: FieldPath, message: String| errors.push((path, message));
+    let rollout = &spec.rollout;
+    let template = FieldPath::of("spec.template");
+    let t = &spec.template;
+    // Timeouts bound a wait, and a wait of 0 fails at once (a drain of 0s would leave every
+    // Node cordoned); a grace period of 0 is Docker's `stop -t 0`, a kill at once, and is allowed.
+    let mut durations = vec![
+        (FieldPath::of("spec.rollout.drainTimeout"), rollout.drain_timeout, true),
+        (FieldPath::of("spec.rollout.stopGracePeriod"), rollout.stop_grace_period, false),
+    ];
+    for (i, step) in spec.bootstrap.iter().enumerate() {
+        durations.push((FieldPath::of("spec.bootstrap").index(i).key("timeout"), step.timeout, true));
+    }
+    if let Some(node) = &spec.node {
+        durations.push((FieldPath::of("spec.node.readyTimeout"), node.ready_timeout, true));
+    }
+    for (path, duration, is_timeout) in durations {
+        if is_timeout && duration.get().is_zero() {
+            fail(path, "must be longer than 0s".to_owned());
+        } else if duration.get() > MAX_DURATION {
+            fail(path, format!("must be at most {}, got {duration}", super::Duration::from(MAX_DURATION)));
+        }
+    }
+
+    let mut counts: Vec<(FieldPath, usize)> = [
+        ("command", t.command.as_ref().map_or(0, Vec::len)),
+        ("entrypoint", t.entrypoint.as_ref().map_or(0, Vec::len)),
+        ("env", t.env.len()),
+        ("labels", t.labels.len()),
+        ("volumes", t.volumes.len()),
+        ("tmpfs", t.tmpfs.len()),
+    ]
+    .into_iter()
+    .map(|(field, count)| (template.key(field), count))
+    .collect();
+    counts.push((FieldPath::of("spec.bootstrap"), spec.bootstrap.len()));
+    for (i, step) in spec.bootstrap.iter().enumerate() {
+        counts.push((FieldPath::of("spec.bootstrap").index(i).key("exec"), step.exec.len()));
+    }
+    if let Some(node) = &spec.node {
+        counts.push((FieldPath::of("spec.node.labels"), node.labels.len()));
+        counts.push((FieldPath::of("spec.node.taints"), node.taints.len()));
+    }
+    for (path, count) in counts {
+        if count > MAX_ITEMS {
+            fail(path, format!("has {count} entries; at most {MAX_ITEMS} are allowed"));
         }
     }
     errors
