@@ -216,8 +216,8 @@ async fn commits_are_rolled_out_and_a_bad_commit_is_reported_and_skipped() {
     let before = pool(&d).await;
     let bad = pool_yaml(&d, 2, "3").replace("replicas:", "replicaz:");
     commit(repo.path(), &bad, "typo");
-    let error = watch.wait_for(Stream::Stderr, "pool.yaml:6:");
-    assert!(error.contains("unknown field `replicaz`"), "{error}");
+    let error = watch.wait_for(Stream::Stderr, "unknown field `replicaz`");
+    assert!(error.contains("pool.yaml:6:"), "{error}");
     watch.assert_alive();
     let after = pool(&d).await;
     let ids = |cs: &[Container]| cs.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
