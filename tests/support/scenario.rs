@@ -163,7 +163,8 @@ pub struct PoolYaml {
     volumes: Vec<String>,
     labels: BTreeMap<String, String>,
     bootstrap: Vec<(Vec<String>, Option<String>)>,
-    node: Option<(PathBuf, String)>,
+    node: Option<PathBuf>,
+    ready_timeout: String,
     drain_timeout: String,
 }
 
@@ -180,6 +181,7 @@ impl PoolYaml {
             labels: BTreeMap::new(),
             bootstrap: Vec::new(),
             node: None,
+            ready_timeout: "10s".to_owned(),
             drain_timeout: "5s".to_owned(),
         }
     }
@@ -188,6 +190,10 @@ impl PoolYaml {
     pub fn replicas(mut self, replicas: u32) -> Self {
         self.replicas = replicas;
         self
+    }
+
+    pub fn replica_count(&self) -> u32 {
+        self.replicas
     }
 
     #[must_use]
@@ -216,10 +222,17 @@ impl PoolYaml {
         self
     }
 
-    /// Makes each instance a Node of the cluster `kubeconfig` names, Ready within `ready_timeout`.
+    /// Makes each instance a Node of the cluster `kubeconfig` names.
     #[must_use]
-    pub fn node(mut self, kubeconfig: &Path, ready_timeout: &str) -> Self {
-        self.node = Some((kubeconfig.to_owned(), ready_timeout.to_owned()));
+    pub fn node(mut self, kubeconfig: &Path) -> Self {
+        self.node = Some(kubeconfig.to_owned());
+        self
+    }
+
+    /// How long a new Node may take to turn Ready (with [`PoolYaml::node`]; default 10s).
+    #[must_use]
+    pub fn ready_timeout(mut self, timeout: &str) -> Self {
+        timeout.clone_into(&mut self.ready_timeout);
         self
     }
 
@@ -261,7 +274,8 @@ impl fmt::Display for PoolYaml {
                 }
             }
         }
-        if let Some((kubeconfig, ready_timeout)) = &self.node {
+        if let Some(kubeconfig) = &self.node {
+            let ready_timeout = &self.ready_timeout;
             writeln!(
                 f,
                 "  node:\n    kubeconfig: {}\n    readyTimeout: {ready_timeout}",
