@@ -21,6 +21,17 @@ async fn with_pool(replicas: u32) -> Option<Scenario> {
     Some(s)
 }
 
+/// `poolctl watch args...` started on [`with_pool`], once it has applied the pool: the
+/// scenario, the watch, and the pool's containers, converged.
+async fn watching(replicas: u32, args: &[&str]) -> Option<(Scenario, Process, Vec<Container>)> {
+    let s = with_pool(replicas).await?;
+    let mut watch = s.spawn("watch", args);
+    watch.applied();
+    let containers = s.containers().await;
+    converged(&containers, replicas as usize);
+    Some((s, watch, containers))
+}
+
 /// A scenario with Docker, its source a Git repository with one commit of one pool of
 /// `replicas`, given as `source` with `--ref main`.
 async fn with_repo(replicas: u32, source: impl Fn(&Scenario) -> String) -> Option<Scenario> {
@@ -85,12 +96,8 @@ async fn commits_are_rolled_out_and_a_bad_commit_is_reported_and_skipped() {
 
 #[tokio::test]
 async fn a_container_removed_by_hand_is_replaced_on_the_docker_event() {
-    let Some(s) = with_pool(2).await else { return };
     // An hour-long resync: only the Docker event can bring the replacement in time.
-    let mut watch = s.spawn("watch", &["--resync", "1h"]);
-    watch.applied();
-    let before = s.containers().await;
-    converged(&before, 2);
+    let Some((s, mut watch, before)) = watching(2, &["--resync", "1h"]).await else { return };
 
     s.docker().remove(&before[0].id).await;
     watch.wait_for(Stream::Stderr, "drift seen");
@@ -103,10 +110,8 @@ async fn a_container_removed_by_hand_is_replaced_on_the_docker_event() {
 
 #[tokio::test]
 async fn directory_edits_are_picked_up_and_equal_specs_change_nothing() {
-    let Some(s) = with_pool(1).await else { return };
-    let mut watch = s.spawn("watch", &[]);
-    watch.applied();
-    let first = converged(&s.containers().await, 1);
+    let Some((s, mut watch, before)) = watching(1, &[]).await else { return };
+    let first = converged(&before, 1);
 
     // A comment changes the bytes, not the spec.
     s.write("pool.yaml", &format!("# workers\n{}", spec(&s, 1, "1")));
@@ -120,11 +125,7 @@ async fn directory_edits_are_picked_up_and_equal_specs_change_nothing() {
 
 #[tokio::test]
 async fn sigterm_exits_0_with_the_pool_intact_and_its_state_printed() {
-    let Some(s) = with_pool(1).await else { return };
-    let mut watch = s.spawn("watch", &[]);
-    watch.applied();
-    let before = s.containers().await;
-    converged(&before, 1);
+    let Some((s, mut watch, before)) = watching(1, &[]).await else { return };
 
     let status = watch.signal("TERM");
     assert_eq!(status.code(), Some(0), "{}", watch.seen.join("\n"));
@@ -140,11 +141,7 @@ async fn sigterm_exits_0_with_the_pool_intact_and_its_state_printed() {
 
 #[tokio::test]
 async fn a_newer_spec_during_a_rollout_stops_it_at_a_step_boundary_and_is_rolled_out_next() {
-    let Some(s) = with_pool(1).await else { return };
-    let mut watch = s.spawn("watch", &[]);
-    watch.applied();
-    let first = s.containers().await;
-    converged(&first, 1);
+    let Some((s, mut watch, first)) = watching(1, &[]).await else { return };
 
     // The second spec's bootstrap holds its rollout until the test lets it go.
     let gate = ["sh", "-c", "until [ -f /tmp/go ]; do sleep 0.1; done"];
@@ -198,14 +195,14 @@ async fn a_source_that_cannot_be_fetched_keeps_the_last_good_state_and_is_retrie
 
     // The remote goes away: reported, retried, the world untouched.
     let (repo, away) = (s.dir(), s.path("away"));
-    std::fs::rename(&repo, &away).unwrap();
+    std::fs::rename(repo, &away).unwrap();
     watch.wait_for(Stream::Stderr, "cannot read the source");
     watch.wait_for(Stream::Stderr, "keeping the last good state");
     watch.assert_alive();
     assert_eq!(s.containers().await.iter().map(|c| &c.id).collect::<Vec<_>>(), [&before[0].id]);
 
     // It comes back with a new commit, which is applied.
-    std::fs::rename(&away, &repo).unwrap();
+    std::fs::rename(&away, repo).unwrap();
     let next = commit(&s, &spec(&s, 1, "2").to_string(), "bump");
     watch.wait_for(Stream::Stdout, &format!("({next})"));
     watch.applied();

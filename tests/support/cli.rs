@@ -165,8 +165,3 @@ impl Drop for Process {
         let _ = self.child.wait();
     }
 }
-
-/// Run `poolctl args...` to completion.
-pub fn run(cache: &Path, args: &[&str]) -> Run {
-    Run::of(poolctl(cache).args(args))
-}

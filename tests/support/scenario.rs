@@ -24,6 +24,8 @@ use super::git::GitRepo;
 /// One test's world. See the module header.
 pub struct Scenario {
     root: tempfile::TempDir,
+    /// `root/source`.
+    dir: PathBuf,
     /// What `run`, `command` and `spawn` pass before the command's own arguments.
     source: Vec<String>,
     git: Option<GitRepo>,
@@ -34,9 +36,10 @@ impl Scenario {
     /// A scenario without Docker: for offline commands and library tests.
     pub fn new() -> Self {
         let root = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir(root.path().join("source")).expect("the source dir");
-        let source = vec!["--source".to_owned(), root.path().join("source").display().to_string()];
-        Self { root, source, git: None, docker: None }
+        let dir = root.path().join("source");
+        std::fs::create_dir(&dir).expect("the source dir");
+        let source = vec!["--source".to_owned(), dir.display().to_string()];
+        Self { root, dir, source, git: None, docker: None }
     }
 
     /// A scenario with a Docker scope and a pool name of its own. `None` (after a loud banner)
@@ -48,7 +51,7 @@ impl Scenario {
 
     /// Makes the source directory a Git repository (`main` checked out, nothing committed).
     pub fn init_git(&mut self) -> &GitRepo {
-        self.git.insert(GitRepo::init(&self.dir()))
+        self.git.insert(GitRepo::init(&self.dir))
     }
 
     /// The source's Git repository ([`Scenario::init_git`] first).
@@ -62,8 +65,8 @@ impl Scenario {
     }
 
     /// The source directory.
-    pub fn dir(&self) -> PathBuf {
-        self.root.path().join("source")
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// poolctl's Git cache directory.
@@ -78,7 +81,7 @@ impl Scenario {
 
     /// Writes `text` to `relative` inside the source, creating parent directories.
     pub fn write(&self, relative: &str, text: &str) {
-        write_file(&self.dir(), relative, text);
+        write_file(&self.dir, relative, text);
     }
 
     /// Writes `pool` to `pool.yaml` at the root of the source.
@@ -97,6 +100,11 @@ impl Scenario {
         let mut cmd = cli::poolctl(&self.cache());
         cmd.args(args);
         cmd
+    }
+
+    /// `poolctl args...` with this scenario's cache (and no source added), run to completion.
+    pub fn run_bare(&self, args: &[&str]) -> Run {
+        Run::of(&mut self.poolctl(args))
     }
 
     /// `poolctl <command> <source args> args...`, not run yet.
