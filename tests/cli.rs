@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use crate::support::cli::run;
+use crate::support::scenario::Scenario;
 
 fn repo_file(rel: &str) -> String {
     format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
@@ -10,35 +10,32 @@ fn repo_file(rel: &str) -> String {
 
 #[test]
 fn schema_prints_the_committed_schema() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = run(cache.path(), &["schema"]).expect_code(0);
+    let s = Scenario::new();
+    let out = s.run_bare(&["schema"]).expect_code(0);
     let committed = fs::read_to_string(repo_file("schema/pool.schema.json")).unwrap();
     assert_eq!(out.stdout, committed, "regenerate with: cargo run -- schema > schema/pool.schema.json");
 }
 
 #[test]
 fn validate_accepts_the_examples() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = run(cache.path(), &["validate", "--source", &repo_file("examples/quickstart")]).expect_code(0);
+    let s = Scenario::new();
+    let out = s.run_bare(&["validate", "--source", &repo_file("examples/quickstart")]).expect_code(0);
     assert!(out.stdout.contains("1 pool valid"), "{}", out.stdout);
     assert!(out.stdout.contains("quickstart (pool.yaml, 3 replicas, template "), "{}", out.stdout);
 }
 
 #[test]
 fn validate_reports_every_error_once_with_its_place() {
-    let cache = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("a.yaml"),
+    let s = Scenario::new();
+    s.write(
+        "a.yaml",
         "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  replicas: 1\n  template:\n    image: x\n    imagee: y\n",
-    )
-    .unwrap();
-    fs::write(
-        dir.path().join("b.yaml"),
+    );
+    s.write(
+        "b.yaml",
         "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: Bad_Name\nspec:\n  replicas: -1\n  template:\n    image: x\n",
-    )
-    .unwrap();
-    let out = run(cache.path(), &["validate", "--source", dir.path().to_str().unwrap()]).expect_code(1);
+    );
+    let out = s.run("validate", &[]).expect_code(1);
     assert!(out.stdout.is_empty(), "{}", out.stdout);
     let err = &out.stderr;
     assert!(err.starts_with("error: "), "{err}");
@@ -50,16 +47,10 @@ fn validate_reports_every_error_once_with_its_place() {
 
 #[test]
 fn plan_refuses_a_bad_spec_before_touching_docker() {
-    let cache = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("p.yaml"), "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata: [\n")
-        .unwrap();
+    let s = Scenario::new();
+    s.write("p.yaml", "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata: [\n");
     // An unreachable daemon proves the spec is checked first.
-    let out = crate::support::cli::poolctl(cache.path())
-        .args(["plan", "--source", dir.path().to_str().unwrap()])
-        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-        .output()
-        .unwrap();
+    let out = s.command("plan", &[]).env("DOCKER_HOST", "unix:///nonexistent/docker.sock").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("p.yaml:"), "{err}");
@@ -68,9 +59,9 @@ fn plan_refuses_a_bad_spec_before_touching_docker() {
 
 #[test]
 fn an_unreachable_docker_daemon_is_one_clear_line() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = crate::support::cli::poolctl(cache.path())
-        .args(["plan", "--source", &repo_file("examples/quickstart")])
+    let s = Scenario::new();
+    let out = s
+        .poolctl(&["plan", "--source", &repo_file("examples/quickstart")])
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .output()
         .unwrap();
@@ -83,29 +74,29 @@ fn an_unreachable_docker_daemon_is_one_clear_line() {
 
 #[test]
 fn a_missing_source_names_it() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = run(cache.path(), &["validate", "--source", "/no/such/pools"]).expect_code(1);
+    let s = Scenario::new();
+    let out = s.run_bare(&["validate", "--source", "/no/such/pools"]).expect_code(1);
     assert!(out.stderr.contains("/no/such/pools"), "{}", out.stderr);
 }
 
 #[test]
 fn help_explains_the_commands() {
-    let cache = tempfile::tempdir().unwrap();
-    let out = run(cache.path(), &["--help"]).expect_code(0);
+    let s = Scenario::new();
+    let out = s.run_bare(&["--help"]).expect_code(0);
     for word in ["plan", "apply", "validate", "schema", "cordon, drain"] {
         assert!(out.stdout.contains(word), "{word} missing from --help:\n{}", out.stdout);
     }
-    let out = run(cache.path(), &["plan", "--help"]).expect_code(0);
+    let out = s.run_bare(&["plan", "--help"]).expect_code(0);
     assert!(out.stdout.contains("--detailed-exitcode"), "{}", out.stdout);
 }
 
 #[test]
 fn a_usage_error_exits_1_not_2() {
     // 2 means "changes pending" with --detailed-exitcode; a typo must not read as that.
-    let cache = tempfile::tempdir().unwrap();
-    let out = run(cache.path(), &["plan", "--detailed-exitcod", "--source", "x"]).expect_code(1);
+    let s = Scenario::new();
+    let out = s.run_bare(&["plan", "--detailed-exitcod", "--source", "x"]).expect_code(1);
     assert!(out.stderr.contains("--detailed-exitcod"), "{}", out.stderr);
-    run(cache.path(), &["--version"]).expect_code(0);
+    s.run_bare(&["--version"]).expect_code(0);
 }
 
 /// A valid pool file, for the cases below to break.
@@ -168,17 +159,10 @@ fn validate_answers_every_hostile_input_clearly() {
         ),
         ("the good file", GOOD, 0, vec![]),
     ];
-    let cache = tempfile::tempdir().unwrap();
     for (what, text, code, expected) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("p.yaml"), text).unwrap();
-        let started = std::time::Instant::now();
-        let out = run(cache.path(), &["validate", "--source", dir.path().to_str().unwrap()]);
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(5),
-            "{what}: took {:?}",
-            started.elapsed()
-        );
+        let s = Scenario::new();
+        s.write("p.yaml", text);
+        let out = s.run("validate", &[]);
         assert_eq!(out.code, code, "{what}:\n{}{}", out.stdout, out.stderr);
         assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
         assert!(!out.stderr.contains('\u{1b}'), "{what}: a raw escape reached the terminal");

@@ -6,21 +6,13 @@ use std::time::Duration;
 use poolctl::backend::docker::DockerBackend;
 use poolctl::backend::{BackendError, Containers};
 use poolctl::model::labels;
-use poolctl::model::{Container, ContainerState, Health};
+use poolctl::model::{ContainerState, Health};
 
-use crate::support::docker::{HEALTHY_IMAGE, IMAGE, TestDocker, docker};
+use crate::support::docker::{HEALTHY_IMAGE, IMAGE, docker};
 
 /// Generous bounds: they only keep a broken test from hanging, nothing is timed.
 const UP: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
-
-/// The containers of this test's pool (the daemon may hold other tests' pools).
-async fn pool(d: &TestDocker) -> Vec<Container> {
-    let mut mine: Vec<Container> =
-        d.backend.list().await.expect("list").into_iter().filter(|c| c.pool == d.pool).collect();
-    mine.sort_by(|a, b| a.name.cmp(&b.name));
-    mine
-}
 
 fn argv(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| (*a).to_owned()).collect()
@@ -36,7 +28,7 @@ async fn create_then_list_reports_labels_state_and_settings() {
     spec.tmpfs.push("/scratch".to_owned());
     d.backend.create(&spec).await.expect("create");
 
-    let listed = pool(&d).await;
+    let listed = d.containers().await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     let c = &listed[0];
     assert_eq!(c.name, spec.name);
@@ -65,14 +57,14 @@ async fn list_is_one_api_call_whatever_the_pool_size() {
     let Some(d) = docker().await else { return };
     d.backend.create(&d.container("0")).await.expect("create");
     let before = d.backend.api_calls();
-    assert_eq!(pool(&d).await.len(), 1);
+    assert_eq!(d.containers().await.len(), 1);
     assert_eq!(d.backend.api_calls() - before, 1);
 
     for i in 1..5 {
         d.backend.create(&d.container(&i.to_string())).await.expect("create");
     }
     let before = d.backend.api_calls();
-    assert_eq!(pool(&d).await.len(), 5);
+    assert_eq!(d.containers().await.len(), 5);
     assert_eq!(d.backend.api_calls() - before, 1);
 }
 
@@ -138,7 +130,7 @@ async fn wait_up_waits_for_a_healthcheck_to_pass() {
     spec.image = HEALTHY_IMAGE.to_owned();
     d.backend.create(&spec).await.expect("create");
     d.backend.wait_up(&spec.name, UP).await.expect("comes up healthy");
-    let listed = pool(&d).await;
+    let listed = d.containers().await;
     assert_eq!(listed[0].health, Health::Healthy, "{listed:?}");
     assert!(listed[0].is_up());
 }
@@ -155,7 +147,7 @@ async fn wait_up_fails_when_the_healthcheck_fails() {
     let msg = err.to_string();
     assert!(msg.contains("unhealthy"), "{msg}");
     assert!(msg.contains("feeling-unwell"), "the logs are in the message: {msg}");
-    assert_eq!(pool(&d).await[0].health, Health::Unhealthy);
+    assert_eq!(d.containers().await[0].health, Health::Unhealthy);
 }
 
 #[tokio::test]
@@ -198,7 +190,7 @@ async fn a_container_that_cannot_start_stays_and_is_reported() {
     let msg = err.to_string();
     assert!(msg.contains("start container") && msg.contains("/no/such/binary"), "{msg}");
     // Left for the next plan to replace.
-    let listed = pool(&d).await;
+    let listed = d.containers().await;
     assert_eq!(listed.len(), 1);
     assert_ne!(listed[0].state, ContainerState::Running);
     assert!(!listed[0].is_up());
@@ -237,11 +229,11 @@ async fn stop_then_remove() {
     assert!(matches!(err, BackendError::Failed(_)), "{err:?}");
 
     d.backend.stop(&spec.name, GRACE).await.expect("stop");
-    assert_eq!(pool(&d).await[0].state, ContainerState::Exited);
+    assert_eq!(d.containers().await[0].state, ContainerState::Exited);
     d.backend.stop(&spec.name, GRACE).await.expect("stopping a stopped container succeeds");
 
     d.backend.remove(&spec.name).await.expect("remove");
-    assert!(pool(&d).await.is_empty());
+    assert!(d.containers().await.is_empty());
 }
 
 #[tokio::test]

@@ -5,111 +5,35 @@
 //! own event log for what happened in between.
 
 use std::fs;
-use std::path::Path;
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use poolctl::backend::Containers;
 use poolctl::model::{Container, ContainerState};
 
-use crate::support::cli::{Run, poolctl};
-use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::cli::{Run, Stream};
+use crate::support::scenario::{PoolYaml, Scenario, write_file};
 
-/// One scenario: a pool of its own, a source directory, a Git cache.
-struct Scenario {
-    docker: TestDocker,
-    dir: tempfile::TempDir,
-    cache: tempfile::TempDir,
+/// This scenario's pool of `replicas`, saying `greeting`.
+fn spec(s: &Scenario, replicas: u32, greeting: &str) -> PoolYaml {
+    s.pool().replicas(replicas).env("GREETING", greeting)
 }
 
-impl Scenario {
-    async fn new() -> Option<Self> {
-        let docker = docker().await?;
-        Some(Self { docker, dir: tempfile::tempdir().unwrap(), cache: tempfile::tempdir().unwrap() })
-    }
-
-    fn pool(&self) -> &str {
-        &self.docker.pool
-    }
-
-    /// The YAML of this scenario's pool. `extra` is indented under `spec:`.
-    fn pool_yaml(&self, replicas: u32, greeting: &str, extra: &str) -> String {
-        format!(
-            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {pool}\nspec:\n  replicas: {replicas}\n  \
-             template:\n    image: {IMAGE}\n    env:\n      GREETING: {greeting}\n    labels:\n      \
-             {RUN_LABEL}: \"{run}\"\n      {CASE_LABEL}: \"{case}\"\n  rollout:\n    maxSurge: 1\n    \
-             maxUnavailable: 0\n    stopGracePeriod: 5s\n{extra}",
-            pool = self.pool(),
-            run = run_id(),
-            case = self.docker.case,
-        )
-    }
-
-    fn write(&self, replicas: u32, greeting: &str, extra: &str) {
-        fs::write(self.dir.path().join("pool.yaml"), self.pool_yaml(replicas, greeting, extra)).unwrap();
-    }
-
-    fn source(&self) -> &str {
-        self.dir.path().to_str().unwrap()
-    }
-
-    /// `poolctl <command> --source <dir> <args>`.
-    fn run(&self, command: &str, args: &[&str]) -> Run {
-        let out =
-            poolctl(self.cache.path()).arg(command).args(["--source", self.source()]).args(args).output();
-        Run::from_output(&out.expect("poolctl runs"))
-    }
-
-    async fn containers(&self) -> Vec<Container> {
-        let mut all: Vec<Container> =
-            self.docker.backend.list().await.unwrap().into_iter().filter(|c| c.pool == self.pool()).collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all
-    }
-
-    async fn running(&self) -> Vec<Container> {
-        self.containers().await.into_iter().filter(|c| c.state == ContainerState::Running).collect()
-    }
+/// Writes [`spec`] to the source.
+fn write(s: &Scenario, replicas: u32, greeting: &str) {
+    s.write_pool(&spec(s, replicas, greeting));
 }
 
-fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
-}
-
-/// One container event from the daemon's log.
-#[derive(Debug)]
-struct Event {
-    action: String,
-    name: String,
-}
-
-/// The daemon's container events for `pool` between two instants, in order. A bounded query
-/// (`--until`) returns once it has replayed them, so nothing races with the apply.
-fn docker_events(pool: &str, since: f64, until: f64) -> Vec<Event> {
-    let out = Command::new("docker")
-        .args(["events", "--since", &format!("{since:.6}"), "--until", &format!("{until:.6}")])
-        .args(["--filter", "type=container", "--filter", &format!("label=poolctl.dev/pool={pool}")])
-        .args(["--format", "{{json .}}"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut events: Vec<(i64, Event)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .map(|v| {
-            let action = v["Action"].as_str().unwrap_or_default().to_owned();
-            let name = v["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned();
-            (v["timeNano"].as_i64().unwrap_or_default(), Event { action, name })
-        })
-        .collect();
-    events.sort_by_key(|(t, _)| *t);
-    events.into_iter().map(|(_, e)| e).collect()
+/// Applies `replicas` saying hello; returns the names of the running instances.
+async fn applied(s: &Scenario, replicas: u32) -> Vec<String> {
+    write(s, replicas, "hello");
+    s.run("apply", &["--yes"]).expect_code(0);
+    s.running().await.into_iter().map(|c| c.name).collect()
 }
 
 #[tokio::test]
 async fn apply_creates_the_pool_and_then_has_nothing_to_do() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(3, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 3, "hello");
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("Plan: 3 to create, 0 to retire, 0 unchanged."), "{}", plan.stdout);
     assert!(s.containers().await.is_empty(), "plan changed nothing");
@@ -122,10 +46,10 @@ async fn apply_creates_the_pool_and_then_has_nothing_to_do() {
     let hash = &running[0].template_hash;
     for c in &running {
         assert_eq!(&c.template_hash, hash);
-        assert!(c.name.starts_with(&format!("{}-{hash}-", s.pool())), "{}", c.name);
+        assert!(c.name.starts_with(&format!("{}-{hash}-", s.pool_name())), "{}", c.name);
         assert_eq!(
             c.scope.as_deref(),
-            Some(format!("path:{}", fs::canonicalize(s.dir.path()).unwrap().display()).as_str())
+            Some(format!("path:{}", fs::canonicalize(s.dir()).unwrap().display()).as_str())
         );
     }
 
@@ -137,12 +61,10 @@ async fn apply_creates_the_pool_and_then_has_nothing_to_do() {
 
 #[tokio::test]
 async fn a_template_change_rolls_over_without_dropping_below_replicas() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(3, "hello", "");
-    s.run("apply", &["--yes"]).expect_code(0);
-    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    let Some(s) = Scenario::with_docker().await else { return };
+    let old = applied(&s, 3).await;
 
-    s.write(3, "bonjour", "");
+    write(&s, 3, "bonjour");
     let plan = s.run("plan", &[]).expect_code(0);
     assert!(
         plan.stdout.contains("-      GREETING: hello") || plan.stdout.contains("-    GREETING: hello"),
@@ -152,9 +74,9 @@ async fn a_template_change_rolls_over_without_dropping_below_replicas() {
     assert!(plan.stdout.contains("GREETING: bonjour"), "{}", plan.stdout);
     assert!(plan.stdout.contains("Plan: 3 to create, 3 to retire, 0 unchanged."), "{}", plan.stdout);
 
-    let since = now();
+    let since = SystemTime::now();
     s.run("apply", &["--yes"]).expect_code(0);
-    let events = docker_events(s.pool(), since, now());
+    let events = s.docker().events(since);
 
     // Replay the daemon's log from the known start: 3 running, 3 existing.
     let (mut running, mut existing) = (3i32, 3i32);
@@ -188,12 +110,12 @@ async fn a_template_change_rolls_over_without_dropping_below_replicas() {
 
 #[tokio::test]
 async fn scaling_down_retires_the_extra_instances_only() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(3, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 3, "hello");
     s.run("apply", &["--yes"]).expect_code(0);
     let before = s.running().await;
 
-    s.write(1, "hello", "");
+    write(&s, 1, "hello");
     let plan = s.run("plan", &[]).expect_code(0);
     assert!(plan.stdout.contains("Plan: 0 to create, 2 to retire, 1 unchanged."), "{}", plan.stdout);
     s.run("apply", &["--yes"]).expect_code(0);
@@ -205,12 +127,11 @@ async fn scaling_down_retires_the_extra_instances_only() {
 
 #[tokio::test]
 async fn a_killed_container_is_replaced_by_the_next_apply() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(3, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 3, "hello");
     s.run("apply", &["--yes"]).expect_code(0);
     let victim = s.running().await[1].name.clone();
-    let killed = Command::new("docker").args(["kill", &victim]).output().unwrap();
-    assert!(killed.status.success());
+    s.docker().kill(&victim).await;
 
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("Plan: 1 to create, 1 to retire, 2 unchanged."), "{}", plan.stdout);
@@ -223,22 +144,17 @@ async fn a_killed_container_is_replaced_by_the_next_apply() {
 
 #[tokio::test]
 async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(2, "hello", "");
-    s.run("apply", &["--yes"]).expect_code(0);
-    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    let Some(s) = Scenario::with_docker().await else { return };
+    let old = applied(&s, 2).await;
 
     // The bootstrap passes only once the gate file exists on the host: the same spec fails
     // first and succeeds later, so the retry below is not helped by a changed template.
-    let gate = tempfile::tempdir().unwrap();
-    let spec = s
-        .pool_yaml(
-            2,
-            "bonjour",
-            "  bootstrap:\n    - exec: [\"sh\", \"-c\", \"test -f /gate/open || { echo join refused >&2; exit 7; }\"]\n      timeout: 5s\n",
-        )
-        .replace("    env:\n", &format!("    volumes: [\"{}:/gate:ro\"]\n    env:\n", gate.path().display()));
-    fs::write(s.dir.path().join("pool.yaml"), spec).unwrap();
+    let gate = s.path("gate");
+    fs::create_dir(&gate).unwrap();
+    let gated = spec(&s, 2, "bonjour")
+        .bootstrap(&["sh", "-c", "test -f /gate/open || { echo join refused >&2; exit 7; }"], Some("5s"))
+        .volume(&format!("{}:/gate:ro", gate.display()));
+    s.write_pool(&gated);
     let apply = s.run("apply", &["--yes"]).expect_code(1);
     assert!(apply.stdout.contains("Apply halted:"), "{}", apply.stdout);
     assert!(apply.stdout.contains("exited with code 7: join refused"), "{}", apply.stdout);
@@ -254,7 +170,7 @@ async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
     assert_eq!(failed.len(), 1, "the failed instance is kept, stopped, for its logs");
 
     // Same spec, gate open: the next apply replaces the failed instance and converges.
-    fs::write(gate.path().join("open"), "").unwrap();
+    fs::write(gate.join("open"), "").unwrap();
     let plan = s.run("plan", &[]).expect_code(0);
     assert!(plan.stdout.contains(&failed[0]), "the failed instance is retired: {}", plan.stdout);
     s.run("apply", &["--yes"]).expect_code(0);
@@ -266,9 +182,8 @@ async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
 
 #[tokio::test]
 async fn a_missing_image_stops_apply_before_anything_changes() {
-    let Some(s) = Scenario::new().await else { return };
-    let yaml = s.pool_yaml(2, "hello", "").replace(IMAGE, "poolctl-test-busybox:no-such-tag");
-    fs::write(s.dir.path().join("pool.yaml"), yaml).unwrap();
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&spec(&s, 2, "hello").image("poolctl-test-busybox:no-such-tag"));
     let apply = s.run("apply", &["--yes"]).expect_code(1);
     assert!(apply.stderr.contains("poolctl-test-busybox:no-such-tag"), "{}", apply.stderr);
     assert!(apply.stderr.contains("nothing was changed"), "{}", apply.stderr);
@@ -277,8 +192,8 @@ async fn a_missing_image_stops_apply_before_anything_changes() {
 
 #[tokio::test]
 async fn apply_without_a_terminal_or_yes_refuses() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(1, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 1, "hello");
     let apply = s.run("apply", &[]).expect_code(1);
     assert!(apply.stderr.contains("pass --yes"), "{}", apply.stderr);
     assert!(s.containers().await.is_empty());
@@ -286,10 +201,10 @@ async fn apply_without_a_terminal_or_yes_refuses() {
 
 #[tokio::test]
 async fn a_pool_removed_from_the_source_is_kept_unless_pruned() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(2, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 2, "hello");
     s.run("apply", &["--yes"]).expect_code(0);
-    fs::remove_file(s.dir.path().join("pool.yaml")).unwrap();
+    fs::remove_file(s.dir().join("pool.yaml")).unwrap();
 
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
     assert!(plan.stdout.contains("--prune"), "{}", plan.stdout);
@@ -304,18 +219,18 @@ async fn a_pool_removed_from_the_source_is_kept_unless_pruned() {
 
 #[tokio::test]
 async fn json_plans_and_closed_pipes() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(2, "hello", "");
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 2, "hello");
     let json = s.run("plan", &["-o", "json"]).expect_code(0);
     let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
     assert_eq!(v["format_version"], 1);
     assert_eq!(v["summary"]["create"], 2);
-    assert_eq!(v["pools"][0]["name"], s.pool());
+    assert_eq!(v["pools"][0]["name"], s.pool_name());
     assert_eq!(v["pools"][0]["steps"][0]["action"], "create");
 
     // `poolctl plan | head -1`: the reader goes away early; poolctl must not panic.
-    let mut child = poolctl(s.cache.path())
-        .args(["plan", "--source", s.source()])
+    let mut child = s
+        .command("plan", &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -327,34 +242,14 @@ async fn json_plans_and_closed_pipes() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
 
-/// `git -C dir args...`, which must succeed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=poolctl tests", "-c", "user.email=tests@poolctl.invalid"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[tokio::test]
 async fn a_new_commit_in_a_git_source_changes_the_plan() {
-    let Some(s) = Scenario::new().await else { return };
-    let repo = s.dir.path();
-    git(repo, &["init", "-q", "-b", "main"]);
-    fs::create_dir(repo.join("pools")).unwrap();
-    fs::write(repo.join("pools/pool.yaml"), s.pool_yaml(2, "hello", "")).unwrap();
-    git(repo, &["add", "."]);
-    git(repo, &["commit", "-q", "-m", "two workers"]);
-    let first = git(repo, &["rev-parse", "HEAD"]);
-    let url = format!("file://{}", repo.display());
-    let run = |args: &[&str]| -> Run {
-        let out = poolctl(s.cache.path()).args(args).args(["--source", &url, "--path", "pools"]).output();
-        Run::from_output(&out.unwrap())
-    };
+    let Some(mut s) = Scenario::with_docker().await else { return };
+    let url = s.init_git().url();
+    s.set_source(&["--source", &url, "--path", "pools"]);
+    s.write("pools/pool.yaml", &spec(&s, 2, "hello").to_string());
+    let first = s.commit("two workers");
+    let run = |args: &[&str]| -> Run { s.run(args[0], &args[1..]) };
 
     let plan = run(&["plan"]).expect_code(0);
     assert!(plan.stdout.contains(&first[..7]), "the header names the commit: {}", plan.stdout);
@@ -362,12 +257,11 @@ async fn a_new_commit_in_a_git_source_changes_the_plan() {
     assert_eq!(s.running().await.len(), 2);
 
     // An uncommitted edit is not desired state.
-    fs::write(repo.join("pools/pool.yaml"), s.pool_yaml(2, "bonjour", "")).unwrap();
+    s.write("pools/pool.yaml", &spec(&s, 2, "bonjour").to_string());
     let plan = run(&["plan", "--detailed-exitcode"]).expect_code(0);
     assert!(plan.stdout.contains("No changes."), "{}", plan.stdout);
 
-    git(repo, &["commit", "-q", "-am", "say bonjour"]);
-    let second = git(repo, &["rev-parse", "HEAD"]);
+    let second = s.commit("say bonjour");
     let plan = run(&["plan", "--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains(&second[..7]), "{}", plan.stdout);
     assert!(plan.stdout.contains("Plan: 2 to create, 2 to retire, 0 unchanged."), "{}", plan.stdout);
@@ -384,38 +278,18 @@ async fn a_new_commit_in_a_git_source_changes_the_plan() {
 
 #[tokio::test]
 async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converges() {
-    use std::io::{BufRead, BufReader};
-    let Some(s) = Scenario::new().await else { return };
-    s.write(2, "hello", "");
-    s.run("apply", &["--yes"]).expect_code(0);
-    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    let Some(s) = Scenario::with_docker().await else { return };
+    let old = applied(&s, 2).await;
 
     // A slow bootstrap gives the interrupt a step to land in.
-    s.write(2, "bonjour", "  bootstrap:\n    - exec: [\"sleep\", \"2\"]\n");
-    let mut child = poolctl(s.cache.path())
-        .args(["apply", "--yes", "--source", s.source()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "apply ended before bootstrapping:\n{seen}");
-        seen.push_str(&line);
-        if line.contains("] bootstrap ") && line.trim_end().ends_with("...") {
-            break;
-        }
-    }
-    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(sent.success());
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    seen.push_str(&rest);
-    assert_eq!(out.status.code(), Some(1), "{seen}\n{stderr}");
+    s.write_pool(&spec(&s, 2, "bonjour").bootstrap(&["sleep", "2"], None));
+    let mut apply = s.spawn("apply", &["--yes"]);
+    apply.wait_until(Stream::Stdout, "a bootstrap under way", |line| {
+        line.contains("] bootstrap ") && line.trim_end().ends_with("...")
+    });
+    let status = apply.signal("INT");
+    let (seen, stderr) = (apply.output(Stream::Stdout), apply.output(Stream::Stderr));
+    assert_eq!(status.code(), Some(1), "{seen}\n{stderr}");
     assert!(seen.contains("Apply interrupted:"), "{seen}");
     // The step under way finished; nothing after it started.
     assert!(seen.contains("bootstrap") && seen.contains("done ("), "{seen}");
@@ -440,19 +314,13 @@ async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converge
 
 #[tokio::test]
 async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopts_it() {
-    let Some(s) = Scenario::new().await else { return };
-    s.write(2, "hello", "");
-    s.run("apply", &["--yes"]).expect_code(0);
-    let first: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    let Some(s) = Scenario::with_docker().await else { return };
+    let first = applied(&s, 2).await;
 
     // The same pool, declared differently, in another directory.
-    let other = tempfile::tempdir().unwrap();
-    fs::write(other.path().join("pool.yaml"), s.pool_yaml(2, "bonjour", "")).unwrap();
-    let from_other = |args: &[&str]| {
-        let out =
-            poolctl(s.cache.path()).args(args).args(["--source", other.path().to_str().unwrap()]).output();
-        Run::from_output(&out.unwrap())
-    };
+    let other = s.path("other");
+    write_file(&other, "pool.yaml", &spec(&s, 2, "bonjour").to_string());
+    let from_other = |args: &[&str]| Run::of(s.poolctl(args).arg("--source").arg(&other));
     let plan = from_other(&["plan", "--detailed-exitcode"]).expect_code(0);
     assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
     from_other(&["apply", "--yes"]).expect_code(0);

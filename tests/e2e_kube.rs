@@ -3,118 +3,59 @@
 //! back from the fake's event and request logs and from Docker's own event stream.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use poolctl::model::ContainerState;
 
 use serde_json::Value;
 
-use crate::support::cli::{self, Run};
-use crate::support::docker::{IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::cli::Run;
+use crate::support::docker::DockerEvent;
 use crate::support::fake_kube::{
     Event, EventKind, FakeKube, FakeKubeOptions, KubeletOptions, PdbBound, ReadyPolicy,
 };
+use crate::support::scenario::{PoolYaml, Scenario};
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// One test's world: its Docker scope, its fake cluster, and a directory with the pool file,
-/// the kubeconfig and the Git cache.
+/// One test's world: its scenario (source, cache, Docker scope) and its fake cluster, whose
+/// kubeconfig sits beside the source.
 struct Rig {
-    docker: TestDocker,
+    s: Scenario,
     fake: FakeKube,
-    dir: tempfile::TempDir,
-}
-
-/// The parts of the pool file a test varies.
-#[derive(Clone)]
-struct PoolFile {
-    replicas: u32,
-    version: u32,
-    ready_timeout: &'static str,
-    drain_timeout: &'static str,
-}
-
-impl Default for PoolFile {
-    fn default() -> Self {
-        Self { replicas: 3, version: 1, ready_timeout: "10s", drain_timeout: "3s" }
-    }
-}
-
-/// One Docker event of the test's containers: what happened to which container, when.
-#[derive(Debug)]
-struct DockerEvent {
-    action: String,
-    name: String,
-    at: SystemTime,
 }
 
 impl Rig {
     async fn new() -> Option<Self> {
-        let docker = docker().await?;
-        let (key, value) = docker.case_label();
-        let fake = FakeKube::start(FakeKubeOptions {
-            kubelet: Some(KubeletOptions::new(format!("{key}={value}"))),
-            ..FakeKubeOptions::default()
-        });
-        let dir = tempfile::tempdir().expect("a temp dir");
-        std::fs::create_dir(dir.path().join("pools")).expect("the pools dir");
-        fake.write_kubeconfig(&dir.path().join("kubeconfig")).expect("write the kubeconfig");
-        Some(Self { docker, fake, dir })
+        Self::with(FakeKubeOptions::default()).await
+    }
+
+    /// A rig whose fake cluster is set up by `options`, with a kubelet for this test's containers.
+    async fn with(options: FakeKubeOptions) -> Option<Self> {
+        let s = Scenario::with_docker().await?;
+        let (key, value) = s.docker().case_label();
+        let kubelet = Some(KubeletOptions::new(format!("{key}={value}")));
+        let fake = FakeKube::start(FakeKubeOptions { kubelet, ..options });
+        fake.write_kubeconfig(&s.path("kubeconfig")).expect("write the kubeconfig");
+        Some(Self { s, fake })
     }
 
     fn pool(&self) -> &str {
-        &self.docker.pool
+        self.s.pool_name()
     }
 
-    fn write(&self, f: &PoolFile) {
-        let (case_key, case) = self.docker.case_label();
-        let yaml = format!(
-            "apiVersion: poolctl.dev/v1alpha1
-kind: Pool
-metadata:
-  name: {pool}
-spec:
-  replicas: {replicas}
-  template:
-    image: {IMAGE}
-    env: {{VERSION: \"{version}\"}}
-    labels: {{{RUN_LABEL}: \"{run}\", {case_key}: \"{case}\"}}
-  node:
-    kubeconfig: {kubeconfig}
-    readyTimeout: {ready}
-  rollout:
-    maxSurge: 1
-    maxUnavailable: 0
-    drainTimeout: {drain}
-    stopGracePeriod: 2s
-",
-            pool = self.pool(),
-            replicas = f.replicas,
-            version = f.version,
-            run = run_id(),
-            kubeconfig = self.dir.path().join("kubeconfig").display(),
-            ready = f.ready_timeout,
-            drain = f.drain_timeout,
-        );
-        std::fs::write(self.dir.path().join("pools/pool.yaml"), yaml).expect("write the pool file");
+    /// Version 1 of a pool of three Nodes: Ready within 10s, drained within 3s.
+    fn spec(&self) -> PoolYaml {
+        self.s.pool().replicas(3).env("VERSION", "1").node(&self.s.path("kubeconfig")).drain_timeout("3s")
     }
 
-    fn args<'a>(&'a self, command: &'a str, extra: &[&'a str]) -> Vec<String> {
-        let source = self.dir.path().join("pools").display().to_string();
-        let mut args = vec![command.to_owned(), "-s".to_owned(), source];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        args
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache")
+    fn write(&self, spec: &PoolYaml) {
+        self.s.write_pool(spec);
     }
 
     fn poolctl(&self, command: &str, extra: &[&str]) -> Run {
-        let args = self.args(command, extra);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cli::run(&self.cache(), &args)
+        self.s.run(command, extra)
     }
 
     fn apply(&self) -> Run {
@@ -129,42 +70,14 @@ spec:
     }
 
     /// The pool's containers: name -> (running, template hash).
-    fn containers(&self) -> BTreeMap<String, (bool, String)> {
-        let filter = format!("label=poolctl.dev/pool={}", self.pool());
-        let out = Command::new("docker")
-            .args(["ps", "-a", "--filter", &filter, "--format"])
-            .arg("{{.Names}}\t{{.State}}\t{{.Label \"poolctl.dev/template-hash\"}}")
-            .output()
-            .expect("docker ps");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| {
-                let mut parts = l.split('\t');
-                let (name, state, hash) = (parts.next()?, parts.next()?, parts.next()?);
-                Some((name.to_owned(), (state == "running", hash.to_owned())))
-            })
-            .collect()
+    async fn containers(&self) -> BTreeMap<String, (bool, String)> {
+        let containers = self.s.containers().await.into_iter();
+        containers.map(|c| (c.name, (c.state == ContainerState::Running, c.template_hash))).collect()
     }
 
     /// Docker's events for this test's containers between `since` and now, oldest first.
     fn docker_events(&self, since: SystemTime) -> Vec<DockerEvent> {
-        let (key, value) = self.docker.case_label();
-        let until = SystemTime::now() + Duration::from_secs(1);
-        let out = Command::new("docker")
-            .args(["events", "--since", &unix(since), "--until", &unix(until), "--filter"])
-            .arg(format!("label={key}={value}"))
-            .args(["--filter", "type=container", "--format", "{{json .}}"])
-            .output()
-            .expect("docker events");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .map(|e| DockerEvent {
-                action: e["Action"].as_str().unwrap_or_default().to_owned(),
-                name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
-                at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
-            })
-            .collect()
+        self.s.docker().events(since)
     }
 
     /// The pool's Nodes in the fake cluster, by name: (Ready, unschedulable, poolctl's cordon).
@@ -205,11 +118,11 @@ spec:
     }
 
     /// Apply version 1 of a pool of `replicas` and check that it converged.
-    fn start(&self, f: &PoolFile) -> Vec<String> {
+    async fn start(&self, f: &PoolYaml) -> Vec<String> {
         self.write(f);
         self.apply().expect_code(0);
-        let containers = self.containers();
-        assert_eq!(containers.len(), f.replicas as usize);
+        let containers = self.containers().await;
+        assert_eq!(containers.len(), f.replica_count() as usize);
         let nodes = self.nodes();
         assert_eq!(nodes.keys().collect::<Vec<_>>(), containers.keys().collect::<Vec<_>>());
         assert!(nodes.values().all(|&(ready, unsched, _)| ready && !unsched));
@@ -220,11 +133,6 @@ spec:
         }
         containers.into_keys().collect()
     }
-}
-
-fn unix(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).expect("after the epoch");
-    format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
 }
 
 fn node_event(e: &Event) -> Option<(&'static str, &str)> {
@@ -250,8 +158,8 @@ fn docker_when(events: &[DockerEvent], actions: &[&str], name: &str) -> Option<S
 #[tokio::test]
 async fn a_rolling_update_keeps_three_ready_nodes_and_retires_each_in_order() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = PoolFile::default();
-    let old = rig.start(&v1);
+    let v1 = rig.spec();
+    let old = rig.start(&v1).await;
     // One app pod per Node, so that every retirement evicts something.
     rig.fake.add_app("default", "web", 3);
     let placed = |s: &crate::support::fake_kube::Store| {
@@ -261,7 +169,7 @@ async fn a_rolling_update_keeps_three_ready_nodes_and_retires_each_in_order() {
 
     let from = rig.last_seq();
     let since = SystemTime::now();
-    rig.write(&PoolFile { version: 2, ..v1 });
+    rig.write(&v1.clone().env("VERSION", "2"));
     let run = rig.apply().expect_code(0);
     assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
     let events = rig.events_after(from);
@@ -302,7 +210,7 @@ async fn a_rolling_update_keeps_three_ready_nodes_and_retires_each_in_order() {
     }
     // Converged: three new instances, each a labelled, Ready, schedulable Node; no old Node
     // came back (the kubelet re-registers a deleted Node whose container still runs).
-    let containers = rig.containers();
+    let containers = rig.containers().await;
     assert_eq!(containers.len(), 3);
     assert!(containers.keys().all(|n| !old_set.contains(n.as_str())));
     assert!(containers.values().all(|(running, _)| *running));
@@ -316,13 +224,13 @@ async fn a_rolling_update_keeps_three_ready_nodes_and_retires_each_in_order() {
 #[tokio::test]
 async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_deleted() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = PoolFile { replicas: 1, ..PoolFile::default() };
-    let old = rig.start(&v1).remove(0);
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
     rig.fake.add_app("default", "web", 1);
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
     let orphan = format!("{}-orphan", rig.pool());
     rig.fake.add_node_with_labels(&orphan, true, &[("poolctl.dev/pool", rig.pool())]);
-    rig.write(&PoolFile { version: 2, ..v1.clone() });
+    rig.write(&v1.clone().env("VERSION", "2"));
 
     // The plan shows the pods to evict and the budget that will make the drain wait.
     let plan = rig.poolctl("plan", &[]).expect_code(0).stdout;
@@ -340,7 +248,7 @@ async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_dele
     assert!(said.contains(&format!("failed: drain {old}")), "{said}");
     // Halted: the orphan is gone, the old container still runs, its Node stays cordoned by us.
     assert!(rig.fake.node(&orphan).is_none());
-    assert_eq!(rig.containers().get(&old).map(|c| c.0), Some(true));
+    assert_eq!(rig.containers().await.get(&old).map(|c| c.0), Some(true));
     assert_eq!(rig.nodes().get(&old), Some(&(true, true, true)));
     assert_eq!(rig.fake.pods_with_labels("default", &[("app", "web")]).len(), 1);
     assert!(rig.fake.evictions().iter().all(|e| e.status == 429), "no PDB was bypassed");
@@ -351,7 +259,7 @@ async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_dele
     let run = rig.apply().expect_code(0);
     assert!(!run.stdout.contains(&format!("cordon      {old}")), "{}", run.stdout);
     assert!(rig.events_after(from).iter().all(|e| node_event(e).is_none_or(|(w, _)| w != "cordon")));
-    let containers = rig.containers();
+    let containers = rig.containers().await;
     assert_eq!(containers.len(), 1);
     assert!(!containers.contains_key(&old) && rig.fake.node(&old).is_none());
 }
@@ -359,8 +267,8 @@ async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_dele
 #[tokio::test]
 async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = PoolFile { replicas: 1, ..PoolFile::default() };
-    let old = rig.start(&v1).remove(0);
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
     // The seed's scenario: the cluster's own management components, two replicas and a budget
     // of one, all on the one Node that is about to be replaced.
     rig.fake.add_app("capi-system", "manager", 2);
@@ -370,7 +278,7 @@ async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
     };
     tokio::time::timeout(LIMIT, rig.fake.wait_until(healthy)).await.expect("the app runs");
     let from = rig.last_seq();
-    rig.write(&PoolFile { version: 2, ..v1 });
+    rig.write(&v1.clone().env("VERSION", "2"));
     rig.apply().expect_code(0);
 
     let events = rig.events_after(from);
@@ -379,7 +287,7 @@ async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
         assert!(n >= 1, "no manager replica available after {:?}", e.kind);
     }
     let deleted = events.iter().find(|e| node_event(e) == Some(("delete", &old))).expect("old Node deleted");
-    let new = rig.containers().into_keys().next().expect("the new instance");
+    let new = rig.containers().await.into_keys().next().expect("the new instance");
     // Like `kubectl drain`, the drain waits for the evicted pods to go, not for their
     // replacements to start: the budget is what guarantees that one replica was running on the
     // new Node before the second one could be evicted, well before the old Node went away.
@@ -407,9 +315,9 @@ async fn a_management_deployment_is_rescheduled_before_its_node_goes() {
 #[tokio::test]
 async fn a_new_node_that_never_turns_ready_halts_the_rollout_with_nothing_retired() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = PoolFile { replicas: 2, ready_timeout: "2s", ..PoolFile::default() };
-    let old = rig.start(&v1);
-    let v2 = PoolFile { version: 2, ..v1 };
+    let v1 = rig.spec().replicas(2).ready_timeout("2s");
+    let old = rig.start(&v1).await;
+    let v2 = v1.clone().env("VERSION", "2");
     rig.write(&v2);
     let hash = rig.template_hash();
     rig.fake.set_ready_policy(&format!("{}-{}", rig.pool(), &hash[..10]), ReadyPolicy::Never);
@@ -420,7 +328,7 @@ async fn a_new_node_that_never_turns_ready_halts_the_rollout_with_nothing_retire
     assert!(run.stdout.contains("not started: cordon"), "{}", run.stdout);
     let events = rig.events_after(from);
     assert!(events.iter().all(|e| node_event(e).is_none_or(|(what, _)| what == "ready")));
-    let containers = rig.containers();
+    let containers = rig.containers().await;
     for name in &old {
         assert_eq!(containers.get(name).map(|c| c.0), Some(true), "{name} still runs");
         assert_eq!(rig.nodes().get(name), Some(&(true, false, false)), "{name} still serves");
@@ -430,35 +338,29 @@ async fn a_new_node_that_never_turns_ready_halts_the_rollout_with_nothing_retire
 #[tokio::test]
 async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lost() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = PoolFile { replicas: 1, drain_timeout: "60s", ..PoolFile::default() };
-    let old = rig.start(&v1).remove(0);
+    let v1 = rig.spec().replicas(1).drain_timeout("60s");
+    let old = rig.start(&v1).await.remove(0);
     rig.fake.add_app("default", "web", 1);
     // The budget holds the drain open, so that the kill lands in the middle of it.
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
-    rig.write(&PoolFile { version: 2, ..v1 });
+    rig.write(&v1.clone().env("VERSION", "2"));
 
-    let args = rig.args("apply", &["--yes"]);
-    let mut child = cli::poolctl(&rig.cache())
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("poolctl starts");
+    let mut apply = rig.s.spawn("apply", &["--yes"]);
     let evicting = rig.fake.wait_until(|s| !s.evictions().is_empty());
     let seen = tokio::time::timeout(LIMIT, evicting).await;
-    child.kill().expect("SIGKILL"); // kill(2) with SIGKILL: no chance to clean up
-    child.wait().expect("reaped");
+    apply.kill(); // kill(2) with SIGKILL: no chance to clean up
     seen.expect("the drain started");
 
     // Half-retired: cordoned by poolctl, container running, and a new instance serving.
     assert_eq!(rig.nodes().get(&old), Some(&(true, true, true)));
-    assert_eq!(rig.containers().len(), 2);
+    assert_eq!(rig.containers().await.len(), 2);
     let plan = rig.poolctl("plan", &[]).expect_code(0).stdout;
     let row = plan.lines().find(|l| l.contains(&old)).expect("the old instance is listed");
     assert!(row.contains("node ready, cordoned by poolctl (retiring)") && row.contains("retire"), "{row}");
 
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
     rig.apply().expect_code(0);
-    let containers = rig.containers();
+    let containers = rig.containers().await;
     assert_eq!(containers.len(), 1, "no orphan container: {containers:?}");
     assert!(!containers.contains_key(&old));
     let nodes = rig.nodes();
@@ -475,7 +377,7 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
 #[tokio::test]
 async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
     let Some(rig) = Rig::new().await else { return };
-    let old = rig.start(&PoolFile { replicas: 1, ..PoolFile::default() }).remove(0);
+    let old = rig.start(&rig.spec().replicas(1)).await.remove(0);
     rig.fake.add_app("default", "web", 1);
     let placed = |s: &crate::support::fake_kube::Store| {
         s.pods().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
@@ -483,7 +385,7 @@ async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
     tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
     // The pool file goes, and with it the `node:` section: only the container's labels still
     // say that it is a Node, and of which cluster.
-    std::fs::remove_file(rig.dir.path().join("pools/pool.yaml")).expect("remove the pool file");
+    std::fs::remove_file(rig.s.dir().join("pool.yaml")).expect("remove the pool file");
 
     let plan = rig.poolctl("plan", &["--prune"]).expect_code(0).stdout;
     for verb in ["cordon", "drain", "stop", "delete-node", "remove"] {
@@ -507,7 +409,7 @@ async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
     assert!(eviction < stop, "eviction < stop");
     assert!(stop < delete, "stop < Node delete");
     assert!(delete < remove, "Node delete < remove");
-    assert!(rig.containers().is_empty());
+    assert!(rig.containers().await.is_empty());
     assert!(rig.nodes().is_empty(), "no Node left: {:?}", rig.nodes());
 }
 
@@ -521,33 +423,30 @@ fn secs(a: SystemTime, b: SystemTime) -> f64 {
 #[tokio::test]
 #[ignore = "a benchmark: run with bench/rollout.sh"]
 async fn bench_rollout_overhead() {
-    let Some(docker) = docker().await else { return };
-    let (key, value) = docker.case_label();
-    let fake = FakeKube::start(FakeKubeOptions {
-        kubelet: Some(KubeletOptions::new(format!("{key}={value}"))),
+    let Some(rig) = Rig::with(FakeKubeOptions {
         // Pods take a moment to terminate, as real ones do, so that the drain has to wait.
         pod_termination_delay: Duration::from_millis(300),
         ..FakeKubeOptions::default()
-    });
-    let dir = tempfile::tempdir().expect("a temp dir");
-    std::fs::create_dir(dir.path().join("pools")).expect("the pools dir");
-    fake.write_kubeconfig(&dir.path().join("kubeconfig")).expect("write the kubeconfig");
-    let rig = Rig { docker, fake, dir };
-    let v1 = PoolFile { drain_timeout: "30s", ..PoolFile::default() };
-    let old = rig.start(&v1);
+    })
+    .await
+    else {
+        return;
+    };
+    let v1 = rig.spec().drain_timeout("30s");
+    let old = rig.start(&v1).await;
     rig.fake.add_app("default", "web", 3);
     rig.fake.put_pdb("default", "web", "web", PdbBound::MinAvailable(2));
 
     let from = rig.last_seq();
     let since = SystemTime::now();
-    rig.write(&PoolFile { version: 2, ..v1 });
+    rig.write(&v1.clone().env("VERSION", "2"));
     let started = SystemTime::now();
     rig.apply().expect_code(0);
     let wall = secs(started, SystemTime::now());
     let events = rig.events_after(from);
     let docker_events = rig.docker_events(since);
 
-    let new: Vec<String> = rig.containers().into_keys().collect();
+    let new: Vec<String> = rig.containers().await.into_keys().collect();
     let (mut start, mut ready, mut drain, mut stop) = (0.0, 0.0, 0.0, 0.0);
     for name in &new {
         let created = docker_when(&docker_events, &["create"], name).expect("created");

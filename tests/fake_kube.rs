@@ -8,9 +8,10 @@ use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::params::WatchParams;
 use kube::core::{ObjectMeta, Status, WatchEvent};
+use poolctl::backend::Containers;
 use serde_json::json;
 
-use crate::support::fake_kube::test_image::TestContainers;
+use crate::support::docker::docker;
 use crate::support::fake_kube::{
     EventKind, FakeKube, FakeKubeOptions, KubeletOptions, PdbBound, PodSpecBuilder, ReadyPolicy,
 };
@@ -333,15 +334,15 @@ async fn a_written_kubeconfig_reaches_the_server() {
 
 #[tokio::test]
 async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_containers() {
-    let containers = TestContainers::new("fk-kubelet");
-    let mut kubelet = KubeletOptions::new(containers.run_label.clone());
+    let Some(d) = docker().await else { return };
+    let (key, value) = d.case_label();
+    let mut kubelet = KubeletOptions::new(format!("{key}={value}"));
     kubelet.ready_policy = ReadyPolicy::After(Duration::from_millis(200));
     let fk = FakeKube::start(FakeKubeOptions { kubelet: Some(kubelet), ..Default::default() });
-    let name = format!("fk-kubelet-{}", std::process::id());
-    let lazy = format!("{name}-lazy");
+    let (name, lazy) = (d.name("kubelet"), d.name("kubelet-lazy"));
     fk.set_ready_policy(&lazy, ReadyPolicy::Never);
-    containers.run("workers", &name);
-    containers.run("workers", &lazy);
+    d.backend.create(&d.container("kubelet")).await.unwrap();
+    d.backend.create(&d.container("kubelet-lazy")).await.unwrap();
     let nodes: Api<Node> = Api::all(fk.client());
 
     tokio::time::timeout(
@@ -362,11 +363,11 @@ async fn the_kubelet_registers_readies_and_reregisters_nodes_for_running_contain
     .unwrap();
 
     // A stopped container's Node turns NotReady; once removed, its deleted Node stays deleted.
-    containers.kill(&name);
+    d.kill(&name).await;
     tokio::time::timeout(LIMIT, fk.wait_until(|s| s.node(&name).is_some_and(|n| !ready_ref(n))))
         .await
         .unwrap();
-    containers.remove(&name);
+    d.remove(&name).await;
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
     let rounds = fk.store().kubelet_rounds();
     tokio::time::timeout(LIMIT, fk.wait_until(|s| s.kubelet_rounds() >= rounds + 3)).await.unwrap();

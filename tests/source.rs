@@ -4,17 +4,10 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use git2::{Repository, RepositoryInitOptions, Signature};
 use poolctl::model::Origin;
 use poolctl::source::{Location, Revision, SourceError, SourceSpec, load, read_files, resolve};
-use tempfile::TempDir;
 
-/// Write `text` to `root/relative`, creating parent directories.
-fn write(root: &Path, relative: &str, text: &str) {
-    let path = root.join(relative);
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
-}
+use crate::support::scenario::Scenario;
 
 /// The relative paths and texts of what a source yields.
 fn files_of(spec: &SourceSpec) -> (Origin, Vec<(String, String)>) {
@@ -41,99 +34,44 @@ fn canonical(path: &Path) -> String {
     fs::canonicalize(path).unwrap().to_string_lossy().into_owned()
 }
 
-/// A scratch Git repository with a `main` branch checked out, and a cache directory of its own.
-// `repo` is the git2 `Repository`, named as git2 code names it everywhere.
-#[allow(clippy::struct_field_names)]
-struct Repo {
-    dir: TempDir,
-    cache: TempDir,
-    repo: Repository,
+/// A scenario whose source is a Git repository, `main` checked out, nothing committed.
+fn repo() -> Scenario {
+    let mut s = Scenario::new();
+    s.init_git();
+    s
 }
 
-impl Repo {
-    fn new() -> Self {
-        let dir = TempDir::new().unwrap();
-        let mut options = RepositoryInitOptions::new();
-        options.initial_head("main");
-        let repo = Repository::init_opts(dir.path(), &options).unwrap();
-        let mut config = repo.config().unwrap();
-        config.set_str("user.name", "Test").unwrap();
-        config.set_str("user.email", "test@example.com").unwrap();
-        Self { dir, cache: TempDir::new().unwrap(), repo }
-    }
+/// A Git source for the scenario's repository, cached in the scenario's cache.
+fn git_source(s: &Scenario, reference: Option<&str>, path: Option<&str>) -> SourceSpec {
+    git_source_at(s, s.dir().to_str().unwrap(), reference, path)
+}
 
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn write(&self, relative: &str, text: &str) {
-        write(self.path(), relative, text);
-    }
-
-    /// Commit the whole working tree (additions, changes and deletions) on HEAD.
-    fn commit(&self, message: &str) -> String {
-        let mut index = self.repo.index().unwrap();
-        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
-        index.update_all(["*"], None).unwrap();
-        index.write().unwrap();
-        let tree = self.repo.find_tree(index.write_tree().unwrap()).unwrap();
-        let signature = Signature::now("Test", "test@example.com").unwrap();
-        let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let parents: Vec<_> = parent.iter().collect();
-        let id = self.repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents).unwrap();
-        id.to_string()
-    }
-
-    /// Create branch `name` at HEAD and check it out.
-    fn switch_new_branch(&self, name: &str) {
-        let head = self.repo.head().unwrap().peel_to_commit().unwrap();
-        self.repo.branch(name, &head, false).unwrap();
-        self.switch(name);
-    }
-
-    fn switch(&self, name: &str) {
-        let refname = format!("refs/heads/{name}");
-        let object = self.repo.revparse_single(&refname).unwrap();
-        self.repo.checkout_tree(&object, Some(git2::build::CheckoutBuilder::new().force())).unwrap();
-        self.repo.set_head(&refname).unwrap();
-    }
-
-    /// A Git source for this repository, cached in its own temp dir.
-    fn source(&self, reference: Option<&str>, path: Option<&str>) -> SourceSpec {
-        let source = self.path().to_str().unwrap();
-        self.source_at(source, reference, path)
-    }
-
-    fn source_at(&self, source: &str, reference: Option<&str>, path: Option<&str>) -> SourceSpec {
-        SourceSpec::new(source, reference, path).unwrap().with_cache_dir(self.cache.path())
-    }
-
-    fn url(&self) -> String {
-        format!("file://{}", self.path().display())
-    }
+/// A Git source for `source`, cached in the scenario's cache.
+fn git_source_at(s: &Scenario, source: &str, reference: Option<&str>, path: Option<&str>) -> SourceSpec {
+    SourceSpec::new(source, reference, path).unwrap().with_cache_dir(s.cache())
 }
 
 // --- directories and files ---
 
 #[test]
 fn directory_yields_yaml_and_yml_files_sorted_recursively_skipping_hidden_ones() {
-    let dir = TempDir::new().unwrap();
-    write(dir.path(), "b.yaml", "b");
-    write(dir.path(), "a.yml", "a");
-    write(dir.path(), "sub/c.yaml", "c");
-    write(dir.path(), "sub/deeper/d.yml", "d");
-    write(dir.path(), "a/z.yaml", "z");
-    write(dir.path(), "notes.txt", "not a pool");
-    write(dir.path(), "README.md", "not a pool");
-    write(dir.path(), "pool.yaml.bak", "not a pool");
-    write(dir.path(), ".git/config.yaml", "hidden dir");
-    write(dir.path(), ".hidden/x.yaml", "hidden dir");
-    write(dir.path(), "sub/.#lock.yaml", "hidden file");
+    let s = Scenario::new();
+    s.write("b.yaml", "b");
+    s.write("a.yml", "a");
+    s.write("sub/c.yaml", "c");
+    s.write("sub/deeper/d.yml", "d");
+    s.write("a/z.yaml", "z");
+    s.write("notes.txt", "not a pool");
+    s.write("README.md", "not a pool");
+    s.write("pool.yaml.bak", "not a pool");
+    s.write(".git/config.yaml", "hidden dir");
+    s.write(".hidden/x.yaml", "hidden dir");
+    s.write("sub/.#lock.yaml", "hidden file");
 
-    let spec = SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap();
+    let spec = SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap();
     let (origin, files) = files_of(&spec);
 
-    assert_eq!(origin, Origin::Path { path: canonical(dir.path()) });
+    assert_eq!(origin, Origin::Path { path: canonical(s.dir()) });
     assert_eq!(names(&files), ["a.yml", "a/z.yaml", "b.yaml", "sub/c.yaml", "sub/deeper/d.yml"]);
     let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(texts, ["a", "z", "b", "c", "d"]);
@@ -141,9 +79,9 @@ fn directory_yields_yaml_and_yml_files_sorted_recursively_skipping_hidden_ones()
 
 #[test]
 fn single_file_is_known_by_its_name_whatever_its_extension() {
-    let dir = TempDir::new().unwrap();
-    write(dir.path(), "deploy/workers.pool", "kind: Pool");
-    let file = dir.path().join("deploy/workers.pool");
+    let s = Scenario::new();
+    s.write("deploy/workers.pool", "kind: Pool");
+    let file = s.dir().join("deploy/workers.pool");
 
     let spec = SourceSpec::new(file.to_str().unwrap(), None, None).unwrap();
     let (origin, files) = files_of(&spec);
@@ -154,14 +92,14 @@ fn single_file_is_known_by_its_name_whatever_its_extension() {
 
 #[test]
 fn path_selects_a_folder_or_file_of_a_directory_source() {
-    let dir = TempDir::new().unwrap();
-    write(dir.path(), "top.yaml", "top");
-    write(dir.path(), "pools/a.yaml", "a");
-    write(dir.path(), "pools/nested/b.yaml", "b");
-    let root = dir.path().to_str().unwrap();
+    let s = Scenario::new();
+    s.write("top.yaml", "top");
+    s.write("pools/a.yaml", "a");
+    s.write("pools/nested/b.yaml", "b");
+    let root = s.dir().to_str().unwrap();
 
     let (origin, files) = files_of(&SourceSpec::new(root, None, Some("./pools/")).unwrap());
-    assert_eq!(origin, Origin::Path { path: canonical(&dir.path().join("pools")) });
+    assert_eq!(origin, Origin::Path { path: canonical(&s.dir().join("pools")) });
     assert_eq!(names(&files), ["pools/a.yaml", "pools/nested/b.yaml"]);
 
     let (_, files) = files_of(&SourceSpec::new(root, None, Some("pools/nested/b.yaml")).unwrap());
@@ -170,52 +108,52 @@ fn path_selects_a_folder_or_file_of_a_directory_source() {
 
 #[test]
 fn directory_source_errors_name_the_path() {
-    let dir = TempDir::new().unwrap();
-    let missing = dir.path().join("nope");
+    let s = Scenario::new();
+    let missing = s.dir().join("nope");
     let err = read_files(&SourceSpec::new(missing.to_str().unwrap(), None, None).unwrap()).unwrap_err();
     assert_eq!(err.to_string(), format!("source not found: {}", missing.display()));
 
-    let root = dir.path().to_str().unwrap();
+    let root = s.dir().to_str().unwrap();
     let err = read_files(&SourceSpec::new(root, None, Some("pools")).unwrap()).unwrap_err();
-    assert_eq!(err.to_string(), format!("source not found: {}", dir.path().join("pools").display()));
+    assert_eq!(err.to_string(), format!("source not found: {}", s.dir().join("pools").display()));
 
-    write(dir.path(), "pool.yaml", "x");
-    let file = dir.path().join("pool.yaml");
+    s.write("pool.yaml", "x");
+    let file = s.dir().join("pool.yaml");
     let err = read_files(&SourceSpec::new(file.to_str().unwrap(), None, Some("sub")).unwrap()).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!("invalid source: --path needs a directory or Git source, and {} is a file", file.display())
     );
 
-    fs::write(dir.path().join("latin1.yaml"), b"name: caf\xe9").unwrap();
+    fs::write(s.dir().join("latin1.yaml"), b"name: caf\xe9").unwrap();
     let err = read_files(&SourceSpec::new(root, None, None).unwrap()).unwrap_err();
-    assert_eq!(err.to_string(), format!("{} is not UTF-8 text", dir.path().join("latin1.yaml").display()));
+    assert_eq!(err.to_string(), format!("{} is not UTF-8 text", s.dir().join("latin1.yaml").display()));
 }
 
 #[test]
 fn load_keeps_the_origin_of_the_files_it_read() {
-    let dir = TempDir::new().unwrap();
-    write(dir.path(), "empty.yaml", "");
-    let desired = load(&SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap()).unwrap();
-    assert_eq!(desired.origin, Origin::Path { path: canonical(dir.path()) });
+    let s = Scenario::new();
+    s.write("empty.yaml", "");
+    let desired = load(&SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap()).unwrap();
+    assert_eq!(desired.origin, Origin::Path { path: canonical(s.dir()) });
 }
 
 #[test]
 fn directory_revision_changes_with_the_files_and_only_then() {
-    let dir = TempDir::new().unwrap();
-    write(dir.path(), "a.yaml", "one");
-    let spec = SourceSpec::new(dir.path().to_str().unwrap(), None, None).unwrap();
+    let s = Scenario::new();
+    s.write("a.yaml", "one");
+    let spec = SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap();
 
     let first = resolve(&spec).unwrap();
     assert!(matches!(first, Revision::Content(_)));
-    write(dir.path(), "notes.txt", "not a pool file");
+    s.write("notes.txt", "not a pool file");
     assert_eq!(resolve(&spec).unwrap(), first);
 
-    write(dir.path(), "a.yaml", "two");
+    s.write("a.yaml", "two");
     let second = resolve(&spec).unwrap();
     assert_ne!(second, first);
 
-    fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
+    fs::rename(s.dir().join("a.yaml"), s.dir().join("b.yaml")).unwrap();
     assert_ne!(resolve(&spec).unwrap(), second);
 }
 
@@ -255,20 +193,20 @@ fn urls_are_git_sources_and_plain_paths_are_not() {
 
 #[test]
 fn a_path_with_a_ref_is_a_git_source_with_its_canonical_path_as_url() {
-    let repo = Repo::new();
-    let spaced = format!("{}/./", repo.path().display());
+    let repo = repo();
+    let spaced = format!("{}/./", repo.dir().display());
     let spec = SourceSpec::new(&spaced, Some("main"), Some("pools/")).unwrap();
     assert_eq!(
         spec.location,
         Location::Git {
-            url: canonical(repo.path()),
-            fetch_url: canonical(repo.path()),
+            url: canonical(repo.dir()),
+            fetch_url: canonical(repo.dir()),
             reference: Some("main".into()),
             path: "pools".into()
         }
     );
 
-    let missing = repo.path().join("nope");
+    let missing = repo.dir().join("nope");
     let err = SourceSpec::new(missing.to_str().unwrap(), Some("main"), None).unwrap_err();
     assert_eq!(err.to_string(), format!("Git repository not found: {}", missing.display()));
 }
@@ -294,7 +232,7 @@ fn bad_arguments_are_refused() {
 
 #[test]
 fn git_default_is_the_remote_head_read_from_the_commit_tree() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("pools/b.yaml", "b");
     repo.write("pools/a.yml", "a");
     repo.write("top.yaml", "top");
@@ -302,10 +240,10 @@ fn git_default_is_the_remote_head_read_from_the_commit_tree() {
     repo.write(".github/ci.yaml", "hidden");
     let commit = repo.commit("first");
 
-    let (origin, files) = files_of(&repo.source_at(&repo.url(), None, None));
+    let (origin, files) = files_of(&git_source_at(&repo, &repo.git().url(), None, None));
     assert_eq!(
         origin,
-        Origin::Git { url: repo.url(), reference: "HEAD".into(), commit, path: String::new() }
+        Origin::Git { url: repo.git().url(), reference: "HEAD".into(), commit, path: String::new() }
     );
     assert_eq!(names(&files), ["pools/a.yml", "pools/b.yaml", "top.yaml"]);
     assert_eq!(files[0].1, "a");
@@ -313,37 +251,35 @@ fn git_default_is_the_remote_head_read_from_the_commit_tree() {
 
 #[test]
 fn git_default_follows_the_branch_the_remote_head_names() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "on main");
     repo.commit("main");
-    repo.switch_new_branch("trunk");
+    repo.git().switch_new_branch("trunk");
     repo.write("a.yaml", "on trunk");
     let trunk = repo.commit("trunk");
 
-    let (origin, files) = files_of(&repo.source_at(&repo.url(), None, None));
+    let (origin, files) = files_of(&git_source_at(&repo, &repo.git().url(), None, None));
     assert_eq!(origin.commit(), Some(trunk.as_str()));
     assert_eq!(files[0].1, "on trunk");
 }
 
 #[test]
 fn git_ref_may_be_a_branch_a_tag_or_a_commit() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "v1");
     let first = repo.commit("first");
-    let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo.tag_lightweight("v1", head.as_object(), false).unwrap();
-    let signature = Signature::now("Test", "test@example.com").unwrap();
-    repo.repo.tag("v1-annotated", head.as_object(), &signature, "release", false).unwrap();
+    repo.git().tag("v1");
+    repo.git().tag_annotated("v1-annotated", "release");
 
-    repo.switch_new_branch("feature");
+    repo.git().switch_new_branch("feature");
     repo.write("a.yaml", "feature");
     let feature = repo.commit("feature");
-    repo.switch("main");
+    repo.git().switch("main");
     repo.write("a.yaml", "v2");
     let second = repo.commit("second");
 
     let read = |reference: &str| {
-        let (origin, files) = files_of(&repo.source(Some(reference), None));
+        let (origin, files) = files_of(&git_source(&repo, Some(reference), None));
         match origin {
             Origin::Git { reference: asked, commit, .. } => {
                 assert_eq!(asked, reference);
@@ -366,17 +302,17 @@ fn git_ref_may_be_a_branch_a_tag_or_a_commit() {
 
 #[test]
 fn git_path_selects_a_folder_or_a_file_of_the_commit() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("deploy/pools/a.yaml", "a");
     repo.write("deploy/pools/more/b.yml", "b");
     repo.write("deploy/other.yaml", "other");
     let commit = repo.commit("first");
 
-    let (origin, files) = files_of(&repo.source(Some("main"), Some("deploy/pools")));
+    let (origin, files) = files_of(&git_source(&repo, Some("main"), Some("deploy/pools")));
     assert_eq!(
         origin,
         Origin::Git {
-            url: canonical(repo.path()),
+            url: canonical(repo.dir()),
             reference: "main".into(),
             commit,
             path: "deploy/pools".into(),
@@ -384,33 +320,33 @@ fn git_path_selects_a_folder_or_a_file_of_the_commit() {
     );
     assert_eq!(names(&files), ["deploy/pools/a.yaml", "deploy/pools/more/b.yml"]);
 
-    let (_, files) = files_of(&repo.source(Some("main"), Some("deploy/other.yaml")));
+    let (_, files) = files_of(&git_source(&repo, Some("main"), Some("deploy/other.yaml")));
     assert_eq!(files, [("deploy/other.yaml".to_owned(), "other".to_owned())]);
 }
 
 #[test]
 fn uncommitted_edits_are_not_desired_state() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "committed");
     repo.commit("first");
     repo.write("a.yaml", "edited, not committed");
     repo.write("b.yaml", "untracked");
 
-    let (_, files) = files_of(&repo.source(Some("main"), None));
+    let (_, files) = files_of(&git_source(&repo, Some("main"), None));
     assert_eq!(files, [("a.yaml".to_owned(), "committed".to_owned())]);
 }
 
 #[test]
 fn a_new_commit_is_seen_by_the_next_read_through_the_same_cache() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "one");
     let first = repo.commit("first");
-    let spec = repo.source(Some("main"), None);
+    let spec = git_source(&repo, Some("main"), None);
     assert_eq!(resolve(&spec).unwrap(), Revision::Commit(first.clone()));
     assert_eq!(files_of(&spec).1[0].1, "one");
 
     repo.write("a.yaml", "two");
-    fs::remove_file(repo.path().join("a.yaml")).unwrap();
+    fs::remove_file(repo.dir().join("a.yaml")).unwrap();
     repo.write("b.yaml", "two");
     let second = repo.commit("second");
 
@@ -420,52 +356,50 @@ fn a_new_commit_is_seen_by_the_next_read_through_the_same_cache() {
     assert_eq!(files, [("b.yaml".to_owned(), "two".to_owned())]);
 
     // One clone per URL, reused: not a new one per read.
-    let clones = fs::read_dir(repo.cache.path().join("git")).unwrap().count();
+    let clones = fs::read_dir(repo.cache().join("git")).unwrap().count();
     assert_eq!(clones, 1);
 }
 
 #[test]
 fn deleted_branches_and_moved_tags_are_followed() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "one");
     let first = repo.commit("first");
-    repo.switch_new_branch("gone");
-    repo.switch("main");
-    let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo.tag_lightweight("stable", head.as_object(), false).unwrap();
-    assert_eq!(resolve(&repo.source(Some("gone"), None)).unwrap(), Revision::Commit(first.clone()));
-    assert_eq!(resolve(&repo.source(Some("stable"), None)).unwrap(), Revision::Commit(first));
+    repo.git().switch_new_branch("gone");
+    repo.git().switch("main");
+    repo.git().tag("stable");
+    assert_eq!(resolve(&git_source(&repo, Some("gone"), None)).unwrap(), Revision::Commit(first.clone()));
+    assert_eq!(resolve(&git_source(&repo, Some("stable"), None)).unwrap(), Revision::Commit(first));
 
-    repo.repo.find_branch("gone", git2::BranchType::Local).unwrap().delete().unwrap();
+    repo.git().delete_branch("gone");
     repo.write("a.yaml", "two");
     let second = repo.commit("second");
-    let head = repo.repo.head().unwrap().peel_to_commit().unwrap();
-    repo.repo.tag_lightweight("stable", head.as_object(), true).unwrap();
+    repo.git().tag("stable");
 
-    assert!(matches!(resolve(&repo.source(Some("gone"), None)), Err(SourceError::RefNotFound { .. })));
-    assert_eq!(resolve(&repo.source(Some("stable"), None)).unwrap(), Revision::Commit(second));
+    assert!(matches!(resolve(&git_source(&repo, Some("gone"), None)), Err(SourceError::RefNotFound { .. })));
+    assert_eq!(resolve(&git_source(&repo, Some("stable"), None)).unwrap(), Revision::Commit(second));
 }
 
 #[test]
 fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
-    let repo = Repo::new();
+    let repo = repo();
     repo.write("a.yaml", "a");
     let commit = repo.commit("first");
-    let url = canonical(repo.path());
+    let url = canonical(repo.dir());
 
-    let err = read_files(&repo.source(Some("nope"), None)).unwrap_err();
+    let err = read_files(&git_source(&repo, Some("nope"), None)).unwrap_err();
     assert_eq!(err.to_string(), format!("{url} has no branch, tag or commit `nope`"));
-    let err = read_files(&repo.source(Some("deadbeef"), None)).unwrap_err();
+    let err = read_files(&git_source(&repo, Some("deadbeef"), None)).unwrap_err();
     assert_eq!(err.to_string(), format!("{url} has no branch, tag or commit `deadbeef`"));
 
-    let err = read_files(&repo.source(Some("main"), Some("pools"))).unwrap_err();
+    let err = read_files(&git_source(&repo, Some("main"), Some("pools"))).unwrap_err();
     assert_eq!(err.to_string(), format!("path `pools` not found in {url} at commit {commit}"));
-    let err = read_files(&repo.source(Some("main"), Some("a.yaml/b"))).unwrap_err();
+    let err = read_files(&git_source(&repo, Some("main"), Some("a.yaml/b"))).unwrap_err();
     assert_eq!(err.to_string(), format!("path `a.yaml/b` not found in {url} at commit {commit}"));
 
-    let missing: PathBuf = repo.path().join("missing.git");
+    let missing: PathBuf = repo.dir().join("missing.git");
     let missing_url = format!("file://{}", missing.display());
-    let err = read_files(&repo.source_at(&missing_url, None, None)).unwrap_err();
+    let err = read_files(&git_source_at(&repo, &missing_url, None, None)).unwrap_err();
     assert_eq!(
         chain(&err),
         format!(
@@ -473,12 +407,15 @@ fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
             missing.display()
         )
     );
-    assert!(matches!(resolve(&repo.source_at(&missing_url, None, None)), Err(SourceError::Fetch { .. })));
+    assert!(matches!(
+        resolve(&git_source_at(&repo, &missing_url, None, None)),
+        Err(SourceError::Fetch { .. })
+    ));
 }
 
 #[test]
 fn a_repository_without_commits_has_no_head_to_read() {
-    let repo = Repo::new();
-    let err = read_files(&repo.source_at(&repo.url(), None, None)).unwrap_err();
-    assert_eq!(err.to_string(), format!("{} has no branch, tag or commit `HEAD`", repo.url()));
+    let repo = repo();
+    let err = read_files(&git_source_at(&repo, &repo.git().url(), None, None)).unwrap_err();
+    assert_eq!(err.to_string(), format!("{} has no branch, tag or commit `HEAD`", repo.git().url()));
 }

@@ -1,17 +1,19 @@
 //! Docker for integration tests: the daemon (required in CI, skipped loudly elsewhere), the tiny
 //! busybox test images built once per test process, and a per-test scope whose containers are
-//! removed when the test ends, even when it fails.
+//! removed when the test ends, even when it fails: the suite's one cleanup guard.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use poolctl::backend::NewContainer;
+use bollard::query_parameters::RemoveContainerOptions;
 use poolctl::backend::docker::DockerBackend;
+use poolctl::backend::{Containers, NewContainer};
 use poolctl::model::labels;
+use poolctl::model::{Container, ContainerState};
 
 /// The plain test image: `sh`, `sleep` and friends, and a default command that runs until
 /// SIGTERM and then exits at once, so stopping takes no grace period.
@@ -174,6 +176,88 @@ impl TestDocker {
             tmpfs: Vec::new(),
         }
     }
+}
+
+/// One Docker event of a test's containers: what happened to which container, when.
+#[derive(Debug)]
+pub(crate) struct DockerEvent {
+    pub(crate) action: String,
+    pub(crate) name: String,
+    pub(crate) at: SystemTime,
+}
+
+impl TestDocker {
+    /// The labels that every container of this scope carries: the test run's and the scope's.
+    pub(crate) fn labels(&self) -> [(&'static str, &str); 2] {
+        [(RUN_LABEL, run_id()), (CASE_LABEL, &self.case)]
+    }
+
+    /// This test's pool containers, sorted by name.
+    pub(crate) async fn containers(&self) -> Vec<Container> {
+        let mut mine: Vec<Container> =
+            self.backend.list().await.expect("list").into_iter().filter(|c| c.pool == self.pool).collect();
+        mine.sort_by(|a, b| a.name.cmp(&b.name));
+        mine
+    }
+
+    /// This test's running pool containers, sorted by name.
+    pub(crate) async fn running(&self) -> Vec<Container> {
+        self.containers().await.into_iter().filter(|c| c.state == ContainerState::Running).collect()
+    }
+
+    /// `docker kill <container>`: stops it at once, behind poolctl's back.
+    pub(crate) async fn kill(&self, container: &str) {
+        self.backend.client().kill_container(container, None).await.expect("docker kill");
+    }
+
+    /// `docker rm -f <container>`: removes it behind poolctl's back.
+    pub(crate) async fn remove(&self, container: &str) {
+        let options = RemoveContainerOptions { force: true, ..Default::default() };
+        self.backend.client().remove_container(container, Some(options)).await.expect("docker rm -f");
+    }
+
+    /// The daemon's events for this scope's containers from `since` until a second from now,
+    /// oldest first. A bounded query (`--until`) returns once it has replayed them.
+    pub(crate) fn events(&self, since: SystemTime) -> Vec<DockerEvent> {
+        let unix = |t: SystemTime| {
+            let d = t.duration_since(UNIX_EPOCH).expect("after the epoch");
+            format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+        };
+        let until = SystemTime::now() + Duration::from_secs(1);
+        let filter = format!("label={CASE_LABEL}={}", self.case);
+        let out = docker_cli(&[
+            "events",
+            "--since",
+            &unix(since),
+            "--until",
+            &unix(until),
+            "--filter",
+            &filter,
+            "--filter",
+            "type=container",
+            "--format",
+            "{{json .}}",
+        ]);
+        let mut events: Vec<DockerEvent> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|e| DockerEvent {
+                action: e["Action"].as_str().unwrap_or_default().to_owned(),
+                name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
+                at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
+            })
+            .collect();
+        events.sort_by_key(|e| e.at);
+        events
+    }
+}
+
+/// `docker args...`, which must succeed; returns its stdout.
+#[track_caller]
+fn docker_cli(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("run the docker CLI");
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Drop for TestDocker {

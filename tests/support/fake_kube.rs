@@ -16,7 +16,6 @@ mod http;
 mod kubelet;
 mod select;
 mod store;
-pub mod test_image;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,7 +30,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::sync::watch;
 
-pub use kubelet::POOL_LABEL;
 pub use store::{
     App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
 };

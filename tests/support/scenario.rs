@@ -1,0 +1,299 @@
+//! The scenario harness every integration test builds on: a temporary directory holding the
+//! source (a plain directory, or a Git repository) and, beside it, poolctl's Git cache; a
+//! Docker scope of its own when the test needs Docker ([`TestDocker`], whose drop removes every
+//! container the test made); a pool YAML writer; and runners for the `poolctl` binary.
+//!
+//! ```text
+//! root/            a temp dir, removed on drop
+//!   source/        the source (`--source` by default), maybe a Git repository
+//!   cache/         POOLCTL_CACHE_DIR
+//!   ...            anything else the test keeps outside the source (`path`)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use poolctl::model::Container;
+
+use super::cli::{self, Process, Run};
+use super::docker::{IMAGE, TestDocker, docker};
+use super::git::GitRepo;
+
+/// One test's world. See the module header.
+pub struct Scenario {
+    root: tempfile::TempDir,
+    /// `root/source`.
+    dir: PathBuf,
+    /// What `run`, `command` and `spawn` pass before the command's own arguments.
+    source: Vec<String>,
+    git: Option<GitRepo>,
+    docker: Option<TestDocker>,
+}
+
+impl Scenario {
+    /// A scenario without Docker: for offline commands and library tests.
+    pub fn new() -> Self {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let dir = root.path().join("source");
+        std::fs::create_dir(&dir).expect("the source dir");
+        let source = vec!["--source".to_owned(), dir.display().to_string()];
+        Self { root, dir, source, git: None, docker: None }
+    }
+
+    /// A scenario with a Docker scope and a pool name of its own. `None` (after a loud banner)
+    /// when no daemon answers outside CI: the test returns early.
+    pub async fn with_docker() -> Option<Self> {
+        let docker = docker().await?;
+        Some(Self { docker: Some(docker), ..Self::new() })
+    }
+
+    /// Makes the source directory a Git repository (`main` checked out, nothing committed).
+    pub fn init_git(&mut self) -> &GitRepo {
+        self.git.insert(GitRepo::init(&self.dir))
+    }
+
+    /// The source's Git repository ([`Scenario::init_git`] first).
+    pub fn git(&self) -> &GitRepo {
+        self.git.as_ref().expect("init_git first")
+    }
+
+    /// Commits the whole source directory; returns the full commit id.
+    pub fn commit(&self, message: &str) -> String {
+        self.git().commit(message)
+    }
+
+    /// The source directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// poolctl's Git cache directory.
+    pub fn cache(&self) -> PathBuf {
+        self.root.path().join("cache")
+    }
+
+    /// `relative` inside the scenario's temp dir, outside the source.
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.root.path().join(relative)
+    }
+
+    /// Writes `text` to `relative` inside the source, creating parent directories.
+    pub fn write(&self, relative: &str, text: &str) {
+        write_file(&self.dir, relative, text);
+    }
+
+    /// Writes `pool` to `pool.yaml` at the root of the source.
+    pub fn write_pool(&self, pool: &PoolYaml) {
+        self.write("pool.yaml", &pool.to_string());
+    }
+
+    /// Has `run`, `command` and `spawn` pass `args` (`--source ... --ref ...`) instead of
+    /// `--source <source dir>`.
+    pub fn set_source(&mut self, args: &[&str]) {
+        self.source = args.iter().map(|a| (*a).to_owned()).collect();
+    }
+
+    /// `poolctl args...` with this scenario's cache, not run yet.
+    pub fn poolctl(&self, args: &[&str]) -> Command {
+        let mut cmd = cli::poolctl(&self.cache());
+        cmd.args(args);
+        cmd
+    }
+
+    /// `poolctl args...` with this scenario's cache (and no source added), run to completion.
+    pub fn run_bare(&self, args: &[&str]) -> Run {
+        Run::of(&mut self.poolctl(args))
+    }
+
+    /// `poolctl <command> <source args> args...`, not run yet.
+    pub fn command(&self, command: &str, args: &[&str]) -> Command {
+        let mut cmd = self.poolctl(&[command]);
+        cmd.args(&self.source).args(args);
+        cmd
+    }
+
+    /// `poolctl <command> <source args> args...`, run to completion.
+    pub fn run(&self, command: &str, args: &[&str]) -> Run {
+        Run::of(&mut self.command(command, args))
+    }
+
+    /// `poolctl <command> <source args> args...`, left running.
+    pub fn spawn(&self, command: &str, args: &[&str]) -> Process {
+        Process::spawn(self.command(command, args))
+    }
+
+    /// The Docker scope ([`Scenario::with_docker`] only).
+    pub fn docker(&self) -> &TestDocker {
+        self.docker.as_ref().expect("a scenario with Docker")
+    }
+
+    /// This scenario's pool name.
+    pub fn pool_name(&self) -> &str {
+        &self.docker().pool
+    }
+
+    /// A pool document for this scenario's pool, labelled so that the guard removes what
+    /// poolctl creates from it: one replica of the test image.
+    pub fn pool(&self) -> PoolYaml {
+        let docker = self.docker();
+        let labels = docker.labels().iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        PoolYaml { labels, ..PoolYaml::new(&docker.pool) }
+    }
+
+    /// This scenario's pool containers, sorted by name.
+    pub async fn containers(&self) -> Vec<Container> {
+        self.docker().containers().await
+    }
+
+    /// The running ones of [`Scenario::containers`].
+    pub async fn running(&self) -> Vec<Container> {
+        self.docker().running().await
+    }
+}
+
+/// Writes `text` to `root/relative`, creating parent directories.
+pub fn write_file(root: &Path, relative: &str, text: &str) {
+    let path = root.join(relative);
+    std::fs::create_dir_all(path.parent().expect("a parent")).expect("create the parent directories");
+    std::fs::write(&path, text).expect("write the file");
+}
+
+/// A pool document: defaults that suit the test image, and a setter for each part a test
+/// varies. `Display` writes it as YAML, `metadata` on lines 3-4 and `replicas` on line 6.
+#[derive(Debug, Clone)]
+pub struct PoolYaml {
+    name: String,
+    replicas: u32,
+    image: String,
+    env: BTreeMap<String, String>,
+    volumes: Vec<String>,
+    labels: BTreeMap<String, String>,
+    bootstrap: Vec<(Vec<String>, Option<String>)>,
+    node: Option<PathBuf>,
+    ready_timeout: String,
+    drain_timeout: String,
+}
+
+impl PoolYaml {
+    /// Pool `name`: one replica of the test image, maxSurge 1, maxUnavailable 0, a 2s stop grace
+    /// period and a 5s drain timeout.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            replicas: 1,
+            image: IMAGE.to_owned(),
+            env: BTreeMap::new(),
+            volumes: Vec::new(),
+            labels: BTreeMap::new(),
+            bootstrap: Vec::new(),
+            node: None,
+            ready_timeout: "10s".to_owned(),
+            drain_timeout: "5s".to_owned(),
+        }
+    }
+
+    #[must_use]
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    pub fn replica_count(&self) -> u32 {
+        self.replicas
+    }
+
+    #[must_use]
+    pub fn image(mut self, image: &str) -> Self {
+        image.clone_into(&mut self.image);
+        self
+    }
+
+    #[must_use]
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Adds a `src:dst[:options]` volume to the template.
+    #[must_use]
+    pub fn volume(mut self, volume: &str) -> Self {
+        self.volumes.push(volume.to_owned());
+        self
+    }
+
+    /// Adds a bootstrap command, with its timeout if given.
+    #[must_use]
+    pub fn bootstrap(mut self, exec: &[&str], timeout: Option<&str>) -> Self {
+        self.bootstrap.push((exec.iter().map(|a| (*a).to_owned()).collect(), timeout.map(str::to_owned)));
+        self
+    }
+
+    /// Makes each instance a Node of the cluster `kubeconfig` names.
+    #[must_use]
+    pub fn node(mut self, kubeconfig: &Path) -> Self {
+        self.node = Some(kubeconfig.to_owned());
+        self
+    }
+
+    /// How long a new Node may take to turn Ready (with [`PoolYaml::node`]; default 10s).
+    #[must_use]
+    pub fn ready_timeout(mut self, timeout: &str) -> Self {
+        timeout.clone_into(&mut self.ready_timeout);
+        self
+    }
+
+    #[must_use]
+    pub fn drain_timeout(mut self, timeout: &str) -> Self {
+        timeout.clone_into(&mut self.drain_timeout);
+        self
+    }
+}
+
+/// A YAML scalar: JSON's quoted string is one.
+fn quote(text: &str) -> String {
+    serde_json::to_string(text).expect("a string serialises")
+}
+
+impl fmt::Display for PoolYaml {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}", self.name)?;
+        writeln!(f, "spec:\n  replicas: {}\n  template:\n    image: {}", self.replicas, self.image)?;
+        for (section, map) in [("env", &self.env), ("labels", &self.labels)] {
+            if !map.is_empty() {
+                writeln!(f, "    {section}:")?;
+                for (key, value) in map {
+                    writeln!(f, "      {key}: {}", quote(value))?;
+                }
+            }
+        }
+        if !self.volumes.is_empty() {
+            let volumes: Vec<String> = self.volumes.iter().map(|v| quote(v)).collect();
+            writeln!(f, "    volumes: [{}]", volumes.join(", "))?;
+        }
+        if !self.bootstrap.is_empty() {
+            writeln!(f, "  bootstrap:")?;
+            for (exec, timeout) in &self.bootstrap {
+                let exec: Vec<String> = exec.iter().map(|a| quote(a)).collect();
+                writeln!(f, "    - exec: [{}]", exec.join(", "))?;
+                if let Some(timeout) = timeout {
+                    writeln!(f, "      timeout: {timeout}")?;
+                }
+            }
+        }
+        if let Some(kubeconfig) = &self.node {
+            let ready_timeout = &self.ready_timeout;
+            writeln!(
+                f,
+                "  node:\n    kubeconfig: {}\n    readyTimeout: {ready_timeout}",
+                kubeconfig.display()
+            )?;
+        }
+        writeln!(
+            f,
+            "  rollout:\n    maxSurge: 1\n    maxUnavailable: 0\n    stopGracePeriod: 2s\n    drainTimeout: {}",
+            self.drain_timeout
+        )
+    }
+}
