@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Result, bail};
 
 use super::common::{Planned, compute, write_stdout};
-use super::{EXIT_INTERRUPTED, Exit};
+use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::cli::ApplyArgs;
 use crate::execute::{Executor, Interrupt};
 use crate::plan::render_text;

@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 
-use super::Exit;
 use super::common::{Planned, compute, write_stdout};
+use super::exit::Exit;
 use crate::cli::{OutputFormat, PlanArgs};
 use crate::plan::{render_json, render_text};
 

@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 
-use super::Exit;
 use super::common::{load_source, write_stdout};
+use super::exit::Exit;
 use crate::cli::SourceArgs;
 
 pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {

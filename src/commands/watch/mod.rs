@@ -29,7 +29,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use tracing::{debug, error, info, warn};
 
 use super::common::{source_spec, write_stdout};
-use super::{EXIT_INTERRUPTED, Exit};
+use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::docker::{DockerBackend, drift_events};
 use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::WatchArgs;
