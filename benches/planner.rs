@@ -20,7 +20,9 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use poolctl::model::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
+use poolctl::model::{
+    ClusterRef, Container, ContainerState, Health, Node, NodeConfig, Pdb, Pod, World, labels,
+};
 use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
 use poolctl::spec::{
@@ -158,6 +160,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             scope: Some(scope.clone()),
             image: template.image.clone(),
             cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
+            cluster_id: None,
         });
         if nodes {
             world.nodes.push(Node {
@@ -166,6 +169,10 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
                 ready: true,
                 unschedulable: false,
                 cordoned_by_poolctl: false,
+                config: NodeConfig {
+                    labels: BTreeMap::from([(labels::POOL.to_owned(), POOL.to_owned())]),
+                    ..NodeConfig::default()
+                },
             });
             for (app, owner) in [("web", "ReplicaSet"), ("api", "ReplicaSet"), ("proxy", "DaemonSet")] {
                 world.pods.push(Pod {

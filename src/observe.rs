@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers};
-use crate::model::{ClusterRef, Container, Desired, World};
+use crate::model::{ClusterIdentity, ClusterRef, Container, Desired, World};
 use crate::plan::{Plan, PlanOptions, plan};
 
 /// Why the world could not be observed.
@@ -27,6 +27,16 @@ pub enum ObserveError {
         if *.declared { "" } else { " (no longer declared, its instances are Nodes)" }
     )]
     Connect { pool: String, declared: bool, cluster: String, source: BackendError },
+    /// The kubeconfig now points at another cluster than the one the pool's Nodes live in: a
+    /// "Node not found" there must never read as "nothing to drain".
+    #[error(
+        "pool {pool}: its instances are Nodes of the cluster {recorded}, but its kubeconfig now resolves to \
+         {current}; nothing of this pool was changed. Set `node.context: {}` in the pool file, or switch \
+         back (`kubectl config use-context {}`)",
+        .recorded.context,
+        .recorded.context
+    )]
+    WrongCluster { pool: String, recorded: Box<ClusterIdentity>, current: Box<ClusterIdentity> },
 }
 
 /// The world as one reconcile sees it, and the clusters it was read from (for the executor).
@@ -114,8 +124,30 @@ pub async fn observe<C: Containers, N: Connect>(
 ) -> Result<Observed<N::Cluster>, ObserveError> {
     let listed = containers.list().await.map_err(ObserveError::List)?;
     let clusters = connect_clusters(connect, desired, &listed).await?;
+    check_identity(&listed, &clusters)?;
     let world = observe_with(listed, &clusters).await.map_err(ObserveError::List)?;
     Ok(Observed { world, clusters })
+}
+
+/// Refuse to observe a pool whose containers recorded another cluster than the one its
+/// kubeconfig resolves to now (containers created before poolctl recorded it pass).
+fn check_identity<K: Cluster>(
+    containers: &[Container],
+    clusters: &BTreeMap<String, K>,
+) -> Result<(), ObserveError> {
+    for (pool, cluster) in clusters {
+        let current = cluster.identity();
+        let mut recorded =
+            containers.iter().filter(|c| &c.pool == pool).filter_map(|c| c.cluster_id.as_ref());
+        if let Some(recorded) = recorded.find(|r| !r.same_cluster(current)) {
+            return Err(ObserveError::WrongCluster {
+                pool: pool.clone(),
+                recorded: Box::new(recorded.clone()),
+                current: Box::new(current.clone()),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Observe again through clusters already connected: between the batches of a rollout.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::model::{ClusterRef, Container, Node, Pdb, Pod};
+use crate::model::{ClusterIdentity, ClusterRef, Container, Node, Pdb, Pod};
 use crate::spec::Taint;
 
 pub mod docker;
@@ -97,7 +97,12 @@ pub trait Cluster: Sync {
         node: &str,
         timeout: Duration,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// Apply the pool's labels (plus `poolctl.dev/pool`) and taints to a new Node.
+    /// The Node of that name, as it is now.
+    fn node(&self, name: &str) -> impl Future<Output = Result<Option<Node>, BackendError>> + Send;
+    /// Which cluster this is (resolved when connecting).
+    fn identity(&self) -> &ClusterIdentity;
+    /// Converge the Node's labels (the pool label included) and taints on these, as
+    /// [`crate::model::NodeConfig::change_towards`] says, reading the Node as it is now.
     fn configure(
         &self,
         node: &str,

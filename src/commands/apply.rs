@@ -24,8 +24,7 @@ pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
     let interrupt = Arc::new(Interrupt::default());
     spawn_interrupt_handler(Arc::clone(&interrupt));
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
-    let (desired, containers, clusters) = (&desired, &docker, &clusters);
-    let executor = Executor { desired, containers, clusters, progress: &progress, interrupt: &interrupt };
+    let executor = Executor::new(&desired, &docker, &clusters, &progress, &interrupt);
     let report = executor.execute(&plan, args.planning.options()).await?;
     write_stdout(|out| report.write_summary(out))?;
     if report.complete() {

@@ -7,7 +7,7 @@
 
 mod report;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::backend::{BackendError, Cluster, Containers, NewContainer};
-use crate::model::{Desired, DesiredPool, Origin, labels};
+use crate::model::{ClusterIdentity, Desired, DesiredPool, Origin, labels};
 use crate::observe::observe_again;
 use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
 
@@ -68,17 +68,38 @@ pub enum PreflightError {
 
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
-    pub desired: &'a Desired,
-    pub containers: &'a C,
-    /// The cluster of each pool that has a `node:` section, by pool name.
-    pub clusters: &'a BTreeMap<String, K>,
+    desired: &'a Desired,
+    containers: &'a C,
+    /// The cluster of each pool whose instances are Nodes, by pool name.
+    clusters: &'a BTreeMap<String, K>,
     /// Where progress lines go (stdout for the CLI).
-    pub progress: &'a Mutex<Box<dyn Write + Send>>,
-    pub interrupt: &'a Interrupt,
+    progress: &'a Mutex<Box<dyn Write + Send>>,
+    interrupt: &'a Interrupt,
+    /// The Nodes this run drained, so that a Stop does not drain them again.
+    drained: Mutex<HashSet<String>>,
 }
 
-/// The container a new instance of `pool` runs, with poolctl's labels.
-pub fn new_container(pool: &DesiredPool, origin: &Origin, name: &str) -> NewContainer {
+impl<'a, C, K> Executor<'a, C, K> {
+    pub fn new(
+        desired: &'a Desired,
+        containers: &'a C,
+        clusters: &'a BTreeMap<String, K>,
+        progress: &'a Mutex<Box<dyn Write + Send>>,
+        interrupt: &'a Interrupt,
+    ) -> Self {
+        Self { desired, containers, clusters, progress, interrupt, drained: Mutex::default() }
+    }
+}
+
+/// The container a new instance of `pool` runs, with poolctl's labels; `cluster` is the
+/// cluster its Node will join, recorded so that a later plan can tell a switched kubeconfig
+/// context from the cluster the instance belongs to.
+pub fn new_container(
+    pool: &DesiredPool,
+    origin: &Origin,
+    name: &str,
+    cluster: Option<&ClusterIdentity>,
+) -> NewContainer {
     let spec = &pool.pool.spec;
     let t = &spec.template;
     let mut all_labels = t.labels.clone();
@@ -93,6 +114,11 @@ pub fn new_container(pool: &DesiredPool, origin: &Origin, name: &str) -> NewCont
     if let Some(node) = &spec.node {
         all_labels.insert(labels::KUBECONFIG.into(), node.kubeconfig.clone().unwrap_or_default());
         all_labels.insert(labels::CONTEXT.into(), node.context.clone().unwrap_or_default());
+    }
+    if let Some(id) = cluster {
+        all_labels.insert(labels::CLUSTER_CONTEXT.into(), id.context.clone());
+        all_labels.insert(labels::CLUSTER_SERVER.into(), id.server.clone());
+        all_labels.insert(labels::CLUSTER_UID.into(), id.uid.clone().unwrap_or_default());
     }
     NewContainer {
         name: name.into(),
@@ -265,6 +291,13 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Stop a new container whose creation chain did not finish. Best effort: if this fails
     /// too, the container keeps running un-bootstrapped, which the message says.
     async fn abandon(&self, pool: &str, name: &str) {
+        // Its Node may have turned Ready and taken pods before the chain failed.
+        if let Err(e) = self.drain_before_stop(pool, name).await {
+            self.say(&format!(
+                "left {name} running: its Node could not be drained first ({e}); run apply again"
+            ));
+            return;
+        }
         let grace = self.rollout_of(pool).stop_grace_period.get();
         match self.containers.stop(name, grace).await {
             Ok(()) => self.say(&format!("stopped {name}: it never served; the next plan replaces it")),
@@ -306,7 +339,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         match &step.action {
             Action::Create { .. } => {
                 let pool = self.pool(pool_name)?;
-                self.containers.create(&new_container(pool, &self.desired.origin, name)).await?;
+                let cluster = self.clusters.get(pool_name).map(Cluster::identity);
+                self.containers.create(&new_container(pool, &self.desired.origin, name, cluster)).await?;
             }
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
@@ -338,17 +372,19 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         BackendError::Timeout { what, .. } => BackendError::Timeout { what, after: timeout },
                         other => other,
                     })?;
-                    let mut node_labels = spec.labels.clone();
-                    node_labels.insert(labels::POOL.into(), pool_name.into());
-                    cluster.configure(name, &node_labels, &spec.taints).await?;
+                    configure_node(cluster, pool_name, spec, name).await?;
                 }
             }
-            Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
-            Action::Drain(_) => {
-                let timeout = self.rollout_of(pool_name).drain_timeout.get();
-                self.cluster(pool_name)?.drain(name, timeout).await?;
+            Action::Configure(_) => {
+                let pool = self.pool(pool_name)?;
+                let spec =
+                    pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
+                configure_node(self.cluster(pool_name)?, pool_name, spec, name).await?;
             }
+            Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
+            Action::Drain(_) => self.drain(pool_name, name).await?,
             Action::Stop => {
+                self.drain_before_stop(pool_name, name).await?;
                 let grace = self.rollout_of(pool_name).stop_grace_period.get();
                 self.containers.stop(name, grace).await?;
             }
@@ -356,6 +392,34 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             Action::Remove => self.containers.remove(name).await?,
         }
         Ok(())
+    }
+
+    async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
+        let timeout = self.rollout_of(pool).drain_timeout.get();
+        self.cluster(pool)?.drain(node, timeout).await?;
+        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
+        Ok(())
+    }
+
+    /// Before the container of a node-pool instance stops: whatever Node it has *now* is
+    /// cordoned and drained, whatever the plan saw. The plan is a preview: a kubelet may have
+    /// registered its Node since (after an API server restart, a `kubectl delete node`, a slow
+    /// start), and pods may be bound to it. A Node that does not exist holds no pods; a cluster
+    /// that does not answer stops the step, so the container keeps running.
+    async fn drain_before_stop(&self, pool: &str, name: &str) -> Result<(), StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
+        let drained = self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(name);
+        if drained {
+            return Ok(());
+        }
+        let Some(node) = cluster.node(name).await? else { return Ok(()) };
+        self.say(&format!(
+            "{name}: its Node is there now; cordoning and draining it before the container stops"
+        ));
+        if !node.unschedulable {
+            cluster.cordon(name).await?;
+        }
+        self.drain(pool, name).await
     }
 
     fn pool(&self, name: &str) -> Result<&DesiredPool, StepError> {
@@ -383,6 +447,18 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
+}
+
+/// Converge a Node's labels and taints on the pool's `node:` section (the pool label included).
+async fn configure_node<K: Cluster>(
+    cluster: &K,
+    pool: &str,
+    spec: &crate::spec::NodeSpec,
+    name: &str,
+) -> Result<(), BackendError> {
+    let mut wanted = spec.labels.clone();
+    wanted.insert(labels::POOL.into(), pool.into());
+    cluster.configure(name, &wanted, &spec.taints).await
 }
 
 /// A step and its 1-based number in the whole plan, as the plan text shows it.

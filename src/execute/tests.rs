@@ -4,10 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::model::{Container, World};
+use crate::backend::Connect;
+use crate::model::{ClusterRef, Container, World};
 use crate::plan::{DrainPreview, PoolStatus, Summary};
 use crate::spec::BootstrapStep;
-use crate::testing::build::{PoolArgs, container, node_spec};
+use crate::testing::build::{PoolArgs, container, node, node_spec, pod, world_of};
 use crate::testing::fake::{FakeCluster, FakeWorld};
 
 fn desired(bootstrap: usize, network: Option<&'static str>) -> Desired {
@@ -56,19 +57,24 @@ fn rolling_plan() -> Plan {
     }
 }
 
-/// Run `f` with an executor over the fake world (no cluster), and return what it returned and
-/// the progress it wrote.
+/// Run `f` with an executor over the fake world (connected to the cluster of each pool with a
+/// `node:` section), and return what it returned and the progress it wrote.
 async fn with_executor<T>(
     fake: &FakeWorld,
     desired: &Desired,
     interrupt: &Interrupt,
     f: impl AsyncFnOnce(&Executor<'_, FakeWorld, FakeCluster>) -> T,
 ) -> (T, String) {
-    let clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
+    let mut clusters: BTreeMap<String, FakeCluster> = BTreeMap::new();
+    for pool in &desired.pools {
+        if let Some(node) = &pool.pool.spec.node {
+            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+            clusters.insert(pool.name().to_owned(), fake.connect(&cluster, pool.name()).await.unwrap());
+        }
+    }
     let buffer = Arc::new(Mutex::new(Vec::new()));
     let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(SharedBuf(buffer.clone())));
-    let executor =
-        Executor { desired, containers: fake, clusters: &clusters, progress: &progress, interrupt };
+    let executor = Executor::new(desired, fake, &clusters, &progress, interrupt);
     let result = f(&executor).await;
     let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
     (result, text)
@@ -231,7 +237,7 @@ async fn preflight_checks_images_and_networks_before_anything_changes() {
 #[test]
 fn new_containers_carry_the_pool_labels() {
     let d = desired(0, Some("kind"));
-    let c = new_container(&d.pools[0], &d.origin, "w-new-abcde");
+    let c = new_container(&d.pools[0], &d.origin, "w-new-abcde", None);
     assert_eq!(c.labels[labels::POOL], "w");
     assert_eq!(c.labels[labels::TEMPLATE_HASH], "new");
     assert_eq!(c.labels[labels::SCOPE], "path:/pools");
@@ -245,7 +251,7 @@ fn new_containers_carry_the_pool_labels() {
 fn new_nodes_record_their_cluster() {
     let mut d = desired(0, None);
     d.pools[0].pool.spec.node = Some(node_spec(None, Some("kind-a")));
-    let c = new_container(&d.pools[0], &d.origin, "w-new-abcde");
+    let c = new_container(&d.pools[0], &d.origin, "w-new-abcde", None);
     assert_eq!(c.labels[labels::KUBECONFIG], "", "the default kubeconfig");
     assert_eq!(c.labels[labels::CONTEXT], "kind-a");
 }
@@ -291,4 +297,78 @@ async fn the_world_is_observed_again_between_batches() {
         left.iter().all(|c| c.state == crate::model::ContainerState::Running && c.template_hash == "new"),
         "{left:?}"
     );
+}
+
+/// A pool "k" of one Node instance, planned from `world`.
+fn node_pool(world: &World) -> (Desired, Plan) {
+    let k = PoolArgs { nodes: true, hash: Some("new"), ..PoolArgs::new("k", 1) }.build();
+    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![k] };
+    let plan = crate::plan::plan(&desired, world, PlanOptions::default());
+    (desired, plan)
+}
+
+fn position(calls: &[String], call: &str) -> usize {
+    calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
+}
+
+#[tokio::test]
+async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_stops() {
+    let old = Container {
+        scope: Some("path:/pools".into()),
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-old", "k", "old", 1)
+    };
+    let world = world_of(vec![old]);
+    // Planned while the old instance's Node was missing: no cordon, no drain.
+    let (desired, plan) = node_pool(&world);
+    let verbs: Vec<&str> =
+        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
+    assert_eq!(verbs, ["stop", "delete-node", "remove"]);
+
+    // Its kubelet registers the Node, and a pod is bound to it, before the retirement runs.
+    let fake = FakeWorld::new(world);
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
+    let (report, text) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    assert!(position(&calls, "cordon k-old") < position(&calls, "drain k-old"));
+    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"));
+    assert!(text.contains("k-old: its Node is there now; cordoning and draining it"), "{text}");
+    assert!(fake.world().pods.is_empty(), "the pod was evicted");
+}
+
+#[tokio::test]
+async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_it_stops() {
+    let (desired, plan) = node_pool(&World::default());
+    let new = plan.pools[0].steps[0].instance.clone();
+    // The step after the Ready wait fails (the API server answers 500 to the Node's labels).
+    let fake = FakeWorld::default().failing(&format!("configure {new}"));
+    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
+    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    assert!(report.unwrap().failure().is_some());
+    let calls = fake.calls();
+    assert!(position(&calls, &format!("configure {new}")) < position(&calls, &format!("cordon {new}")));
+    assert!(
+        position(&calls, &format!("drain {new}")) < position(&calls, &format!("stop {new}")),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
+    let old = Container {
+        scope: Some("path:/pools".into()),
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-old", "k", "old", 1)
+    };
+    let world = world_of(vec![old]);
+    let (desired, plan) = node_pool(&world);
+    let fake = FakeWorld::new(world).failing("cordon k-old");
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
+    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    assert_eq!(report.unwrap().failure().map(|f| (f.verb, f.instance.as_str())), Some(("stop", "k-old")));
+    assert!(!fake.calls().contains(&"stop k-old".to_owned()), "{:?}", fake.calls());
 }

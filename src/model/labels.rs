@@ -21,3 +21,12 @@ pub const KUBECONFIG: &str = "poolctl.dev/kubeconfig";
 pub const CONTEXT: &str = "poolctl.dev/context";
 /// Annotation on a Node that poolctl cordoned for retirement.
 pub const RETIRING: &str = "poolctl.dev/retiring";
+/// On a container created as a Node: the context poolctl resolved and was connected to.
+pub const CLUSTER_CONTEXT: &str = "poolctl.dev/cluster-context";
+/// On a container created as a Node: the API server URL it was connected to.
+pub const CLUSTER_SERVER: &str = "poolctl.dev/cluster-server";
+/// On a container created as a Node: the UID of that cluster's `kube-system` Namespace.
+pub const CLUSTER_UID: &str = "poolctl.dev/cluster-uid";
+/// Annotation on a Node: the label keys and taints (`key:effect`) poolctl set on it, comma
+/// separated, so that those the spec drops can be removed and nobody else's are.
+pub const MANAGED: &str = "poolctl.dev/managed";

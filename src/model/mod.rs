@@ -7,4 +7,7 @@ pub mod labels;
 mod world;
 
 pub use desired::{Desired, DesiredPool, Origin};
-pub use world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};
+pub use world::{
+    ClusterIdentity, ClusterRef, Container, ContainerState, Health, Node, NodeConfig, NodeConfigChange, Pdb,
+    Pod, World, is_instance_name,
+};

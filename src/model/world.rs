@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::spec::Taint;
+
 /// Everything one reconcile observed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct World {
@@ -39,6 +41,42 @@ pub struct Container {
     /// The cluster its Node registers with (labels), when it was created as a Node: it is
     /// retired the Kubernetes way even after its pool's `node:` section or file is gone.
     pub cluster: Option<ClusterRef>,
+    /// The cluster poolctl was connected to when it created the container (labels), checked
+    /// against the cluster the kubeconfig resolves to now. `None` for containers created before
+    /// poolctl recorded it.
+    pub cluster_id: Option<ClusterIdentity>,
+}
+
+/// Which cluster a Node lives in, as resolved when poolctl connected: the kubeconfig context,
+/// the API server URL and, where it can be read, the UID of the `kube-system` Namespace, which
+/// stays the same when the URL changes (a kind cluster restarted on another port) and differs
+/// between two clusters behind the same URL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ClusterIdentity {
+    pub context: String,
+    pub server: String,
+    pub uid: Option<String>,
+}
+
+impl ClusterIdentity {
+    /// Whether both name the same cluster: by UID when both have one, else by server URL.
+    pub fn same_cluster(&self, other: &Self) -> bool {
+        match (&self.uid, &other.uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.server == other.server,
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let context = if self.context.is_empty() { "(none)" } else { &self.context };
+        write!(f, "context {context} at {}", self.server)?;
+        if let Some(uid) = &self.uid {
+            write!(f, ", kube-system UID {uid}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Where a container's Node lives, as its pool's `node:` section named it at creation time.
@@ -107,6 +145,18 @@ pub struct Node {
     pub unschedulable: bool,
     /// The cordon was made by poolctl (it carries the `poolctl.dev/retiring` annotation).
     pub cordoned_by_poolctl: bool,
+    /// Its labels and taints, to converge them on the spec's.
+    pub config: NodeConfig,
+}
+
+/// The labels and taints of a Node that poolctl converges: desired state, like the template.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeConfig {
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// The label keys and taints (`key:effect`) poolctl set, from its annotation: what it may
+    /// remove when the spec no longer asks for them. Others' labels and taints are left alone.
+    pub managed: Vec<String>,
 }
 
 /// A Pod bound to a pool Node.
@@ -162,5 +212,202 @@ impl Pdb {
         self.namespace == pod.namespace
             && !self.match_labels.is_empty()
             && self.match_labels.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+    }
+}
+
+/// What a Node's labels and taints must become.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeConfigChange {
+    /// Labels to add or give a new value.
+    pub set: BTreeMap<String, String>,
+    /// Labels poolctl set that the spec no longer asks for.
+    pub remove: Vec<String>,
+    /// The whole taint list (the API replaces it as a whole): everybody else's, then the spec's.
+    pub taints: Vec<Taint>,
+    /// The new value of poolctl's annotation of what it manages.
+    pub managed: Vec<String>,
+}
+
+impl NodeConfigChange {
+    /// One line per change, for the plan: `+label k=v`, `-label k`, `+taint k=v:Effect`,
+    /// `-taint k:Effect`.
+    pub fn describe(&self, before: &NodeConfig) -> Vec<String> {
+        let mut out: Vec<String> = self.set.iter().map(|(k, v)| format!("+label {k}={v}")).collect();
+        out.extend(self.remove.iter().map(|k| format!("-label {k}")));
+        let shown = |t: &Taint| match &t.value {
+            Some(v) => format!("{}={v}:{}", t.key, t.effect),
+            None => format!("{}:{}", t.key, t.effect),
+        };
+        out.extend(
+            self.taints.iter().filter(|t| !before.taints.contains(t)).map(|t| format!("+taint {}", shown(t))),
+        );
+        out.extend(
+            before.taints.iter().filter(|t| !self.taints.contains(t)).map(|t| format!("-taint {}", shown(t))),
+        );
+        out
+    }
+}
+
+impl NodeConfig {
+    /// The managed-annotation entry of a label key.
+    fn label_entry(key: &str) -> String {
+        format!("label:{key}")
+    }
+
+    /// The managed-annotation entry of a taint.
+    fn taint_entry(taint: &Taint) -> String {
+        format!("taint:{}:{}", taint.key, taint.effect)
+    }
+
+    /// What this Node must become to carry `labels` (the pool label included) and `taints`,
+    /// keeping everybody else's labels and taints; `None` when it already does. What poolctl
+    /// set earlier and the spec no longer asks for is removed; the pool label is never listed
+    /// as managed, because poolctl always keeps it.
+    pub fn change_towards(
+        &self,
+        labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+        pool_label: &str,
+    ) -> Option<NodeConfigChange> {
+        let set: BTreeMap<String, String> = labels
+            .iter()
+            .filter(|(k, v)| self.labels.get(*k) != Some(v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let remove: Vec<String> = self
+            .labels
+            .keys()
+            .filter(|k| !labels.contains_key(*k) && self.managed.contains(&Self::label_entry(k)))
+            .cloned()
+            .collect();
+        let desired_taint = |t: &Taint| taints.iter().any(|d| d.key == t.key && d.effect == t.effect);
+        let mut new_taints: Vec<Taint> = self
+            .taints
+            .iter()
+            .filter(|t| !desired_taint(t) && !self.managed.contains(&Self::taint_entry(t)))
+            .cloned()
+            .collect();
+        new_taints.extend(taints.iter().cloned());
+        let mut managed: Vec<String> = labels
+            .keys()
+            .filter(|k| k.as_str() != pool_label)
+            .map(|k| Self::label_entry(k))
+            .chain(taints.iter().map(Self::taint_entry))
+            .collect();
+        managed.sort();
+        managed.dedup();
+        let same_taints =
+            new_taints.len() == self.taints.len() && new_taints.iter().all(|t| self.taints.contains(t));
+        let mut current_managed = self.managed.clone();
+        current_managed.sort();
+        if set.is_empty() && remove.is_empty() && same_taints && managed == current_managed {
+            return None;
+        }
+        Some(NodeConfigChange { set, remove, taints: new_taints, managed })
+    }
+
+    /// This configuration after `change`.
+    #[must_use]
+    pub fn changed(&self, change: &NodeConfigChange) -> Self {
+        let mut labels = self.labels.clone();
+        labels.extend(change.set.clone());
+        labels.retain(|k, _| !change.remove.contains(k));
+        Self { labels, taints: change.taints.clone(), managed: change.managed.clone() }
+    }
+}
+
+/// Whether `name` has the shape of the names poolctl gives the instances of `pool`
+/// (`<pool>-<10 hex digits of the template hash>-<5 lowercase letters or digits>`): how a Node
+/// that registered before poolctl could label it is still found as the pool's once its
+/// container is gone.
+pub fn is_instance_name(pool: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(pool).and_then(|r| r.strip_prefix('-')) else { return false };
+    let bytes = rest.as_bytes();
+    bytes.len() == 10 + 1 + 5
+        && bytes[..10].iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && bytes[10] == b'-'
+        && bytes[11..].iter().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint { key: key.into(), value: None, effect: effect.into() }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn a_node_converges_on_the_spec_and_keeps_everybody_elses_labels_and_taints() {
+        let node = NodeConfig {
+            labels: labels(&[("kubernetes.io/hostname", "n"), ("team", "old"), ("gone", "x")]),
+            taints: vec![taint("theirs", "NoSchedule"), taint("mine-before", "NoExecute")],
+            managed: vec!["label:gone".into(), "label:team".into(), "taint:mine-before:NoExecute".into()],
+        };
+        let want = labels(&[("poolctl.dev/pool", "k"), ("team", "infra")]);
+        let change =
+            node.change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool").unwrap();
+        assert_eq!(change.set, labels(&[("poolctl.dev/pool", "k"), ("team", "infra")]));
+        assert_eq!(change.remove, ["gone"], "only what poolctl set goes");
+        assert_eq!(change.taints, [taint("theirs", "NoSchedule"), taint("dedicated", "NoSchedule")]);
+        assert_eq!(change.managed, ["label:team", "taint:dedicated:NoSchedule"]);
+        let after = node.changed(&change);
+        assert!(after.labels.contains_key("kubernetes.io/hostname"));
+        assert_eq!(
+            after.change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool"),
+            None
+        );
+        assert_eq!(
+            change.describe(&node),
+            [
+                "+label poolctl.dev/pool=k",
+                "+label team=infra",
+                "-label gone",
+                "+taint dedicated:NoSchedule",
+                "-taint mine-before:NoExecute"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_taint_whose_value_changed_is_replaced_not_doubled() {
+        let mut old = taint("dedicated", "NoSchedule");
+        old.value = Some("a".into());
+        let node = NodeConfig {
+            taints: vec![old],
+            managed: vec!["taint:dedicated:NoSchedule".into()],
+            ..NodeConfig::default()
+        };
+        let mut new = taint("dedicated", "NoSchedule");
+        new.value = Some("b".into());
+        let change = node.change_towards(&BTreeMap::new(), std::slice::from_ref(&new), "p").unwrap();
+        assert_eq!(change.taints, [new]);
+    }
+
+    #[test]
+    fn instance_names_are_recognised_by_their_shape() {
+        assert!(is_instance_name("web", "web-3e94937dc7-i5j43"));
+        assert!(!is_instance_name("web", "web-3e94937dc7-i5j4"));
+        assert!(!is_instance_name("web", "webx-3e94937dc7-i5j43"));
+        assert!(!is_instance_name("web", "web-3E94937DC7-i5j43"));
+        assert!(!is_instance_name("web", "web-0123456789-0123456789-abcde"));
+        assert!(!is_instance_name("web", "kind-worker"));
+    }
+
+    #[test]
+    fn clusters_are_the_same_by_uid_else_by_server() {
+        let id = |server: &str, uid: Option<&str>| ClusterIdentity {
+            context: "kind-a".into(),
+            server: server.into(),
+            uid: uid.map(str::to_owned),
+        };
+        assert!(id("https://127.0.0.1:1", Some("u")).same_cluster(&id("https://127.0.0.1:2", Some("u"))));
+        assert!(!id("https://127.0.0.1:1", Some("u")).same_cluster(&id("https://127.0.0.1:1", Some("v"))));
+        assert!(id("https://a", None).same_cluster(&id("https://a", Some("u"))));
+        assert!(!id("https://a", None).same_cluster(&id("https://b", Some("u"))));
     }
 }

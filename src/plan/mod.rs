@@ -51,6 +51,15 @@ pub struct Summary {
     pub create: usize,
     pub retire: usize,
     pub unchanged: usize,
+    /// Kept instances whose Node's labels or taints differ from the spec.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub configure: usize,
+}
+
+// serde's skip_serializing_if takes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What happens to one pool.
@@ -146,6 +155,8 @@ pub enum Action {
     Bootstrap { commands: usize },
     /// Wait until the instance is up (running, healthy, and its Node Ready when it has one).
     AwaitReady { node: bool },
+    /// Converge a kept instance's Node labels and taints on the spec's.
+    Configure(NodeConfigPreview),
     /// Mark the Node unschedulable.
     Cordon,
     /// Evict the Node's pods, respecting PodDisruptionBudgets.
@@ -165,6 +176,7 @@ impl Action {
             Self::Create { .. } => "create",
             Self::Bootstrap { .. } => "bootstrap",
             Self::AwaitReady { .. } => "await-ready",
+            Self::Configure(_) => "configure",
             Self::Cordon => "cordon",
             Self::Drain(_) => "drain",
             Self::Stop => "stop",
@@ -177,6 +189,16 @@ impl Action {
     pub fn is_retirement(&self) -> bool {
         matches!(self, Self::Cordon | Self::Drain(_) | Self::Stop | Self::DeleteNode | Self::Remove)
     }
+}
+
+/// What a configure step will make of a Node, as far as the world shows before it starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeConfigPreview {
+    /// The labels and taints the spec asks for (the pool label included).
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub taints: Vec<crate::spec::Taint>,
+    /// What changes: `+label k=v`, `-label k`, `+taint ...`, `-taint ...`.
+    pub changes: Vec<String>,
 }
 
 /// What a drain will do, as far as the world shows before it starts.

@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{Container, ContainerState, Node, Pod, World};
+use crate::model::{Container, ContainerState, Node, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
 use super::{
-    Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step, Summary,
-    TemplateChange,
+    Action, DrainPreview, Fate, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan, PoolStatus, Step,
+    Summary, TemplateChange,
 };
 
 /// Choices the user makes on the command line that change the plan.
@@ -95,6 +95,7 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         sum.create += pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
         sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
         sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
+        sum.configure += pool.steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
         sum
     });
     Plan { origin: desired.origin.clone(), pools, summary }
@@ -232,11 +233,13 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
         .collect();
     if target.any_nodes {
         let joined: HashSet<&'a str> = out.iter().map(|i| i.name).collect();
-        let orphans = world
-            .world
-            .nodes
-            .iter()
-            .filter(|n| n.pool.as_deref() == Some(target.name) && !joined.contains(n.name.as_str()));
+        // A Node that registered before poolctl labelled it (an apply killed during the Ready
+        // wait) is still known by its name.
+        let ours = |n: &Node| {
+            n.pool.as_deref() == Some(target.name)
+                || (n.pool.is_none() && is_instance_name(target.name, &n.name))
+        };
+        let orphans = world.world.nodes.iter().filter(|n| ours(n) && !joined.contains(n.name.as_str()));
         out.extend(orphans.map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false }));
     }
     out.sort_by(|a, b| a.name.cmp(b.name));
@@ -257,7 +260,8 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
     let mut retirees: Vec<&Instance<'_>> = all.iter().filter(|i| !kept.contains(i.name)).collect();
     retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
 
-    let steps = rollout(target, &all, kept.len(), retirees, world, names);
+    let mut steps = configure(target, &all, &kept);
+    steps.extend(rollout(target, &all, kept.len(), retirees, world, names));
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
@@ -268,6 +272,30 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
         instances: all.iter().map(|i| status(target, i, kept.contains(i.name))).collect(),
         steps,
     }
+}
+
+/// The first batch's configure steps: the kept instances whose Node's labels or taints differ
+/// from the spec's. Labels and taints are desired state like the template, so a killed apply, a
+/// hand edit or a changed spec converges without replacing anything.
+fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &HashSet<&str>) -> Vec<Step> {
+    let Some((dp, node_spec)) = target.pool.and_then(|dp| Some((dp, dp.pool.spec.node.as_ref()?))) else {
+        return Vec::new();
+    };
+    let mut wanted = node_spec.labels.clone();
+    wanted.insert(labels::POOL.to_owned(), dp.name().to_owned());
+    all.iter()
+        .filter(|i| kept.contains(i.name))
+        .filter_map(|i| {
+            let node = i.node?;
+            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL)?;
+            let preview = NodeConfigPreview {
+                labels: wanted.clone(),
+                taints: node_spec.taints.clone(),
+                changes: change.describe(&node.config),
+            };
+            Some(Step { batch: 1, instance: i.name.to_owned(), action: Action::Configure(preview) })
+        })
+        .collect()
 }
 
 /// A pool that is shown, never touched: undeclared without `--prune`, or another source's

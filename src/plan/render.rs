@@ -18,7 +18,13 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     if plan.has_changes() {
         let s = plan.summary;
-        writeln!(out, "Plan: {} to create, {} to retire, {} unchanged.", s.create, s.retire, s.unchanged)
+        let configure =
+            if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
+        writeln!(
+            out,
+            "Plan: {} to create, {} to retire{configure}, {} unchanged.",
+            s.create, s.retire, s.unchanged
+        )
     } else {
         writeln!(out, "No changes. The world matches the source.")
     }
@@ -141,6 +147,7 @@ fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> 
         Action::Bootstrap { commands } => format!("  ({commands} commands)"),
         Action::AwaitReady { node: true } => "  (container up, Node Ready)".to_owned(),
         Action::AwaitReady { node: false } => "  (container up)".to_owned(),
+        Action::Configure(preview) => format!("  ({})", preview.changes.join(", ")),
         Action::Drain(preview) if preview.evict.is_empty() && preview.skip.is_empty() => {
             "  (no pods)".to_owned()
         }

@@ -911,3 +911,69 @@ fn json_output_is_the_plan_serialized_with_its_format_version() {
     assert_eq!(value.as_object_mut().unwrap().remove("format_version"), Some(serde_json::json!(1)));
     assert_eq!(value, serde_json::to_value(&plan).unwrap());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Node labels and taints as desired state
+
+/// A node pool "k" of one current instance whose Node is `node`; the spec asks for a label and
+/// a taint.
+fn configured_pool(node: crate::model::Node) -> (Desired, World) {
+    let mut dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let spec = dp.pool.spec.node.as_mut().unwrap();
+    spec.labels.insert("team".to_owned(), "infra".to_owned());
+    spec.taints.push(crate::spec::Taint {
+        key: "dedicated".to_owned(),
+        value: Some("batch".to_owned()),
+        effect: "NoSchedule".to_owned(),
+    });
+    let c = container(&node.name, "k", &dp.template_hash, 1);
+    (desired(vec![dp]), World { containers: vec![c], nodes: vec![node], ..World::default() })
+}
+
+#[test]
+fn a_node_missing_its_labels_and_taints_is_configured_not_replaced() {
+    // A Node that registered before an apply was killed: no pool label, nothing of the spec.
+    let mut unlabelled = node("k-0123456789-abcde", "k");
+    unlabelled.pool = None;
+    unlabelled.config = crate::model::NodeConfig::default();
+    let (desired, world) = configured_pool(unlabelled);
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    assert_eq!(verbs(k), [("configure", "k-0123456789-abcde")]);
+    let Action::Configure(preview) = &k.steps[0].action else { unreachable!() };
+    assert_eq!(
+        preview.changes,
+        ["+label poolctl.dev/pool=k", "+label team=infra", "+taint dedicated=batch:NoSchedule"]
+    );
+    assert!(
+        text(&plan).contains("Plan: 0 to create, 0 to retire, 1 to configure, 1 unchanged."),
+        "{}",
+        text(&plan)
+    );
+
+    // Carried out, the world matches the spec and the next plan is empty.
+    let mut sim = SimWorld::new(world);
+    sim.apply(&plan);
+    assert!(!crate::plan::plan(&desired, &sim.world, PlanOptions::default()).has_changes());
+
+    // A changed taint in the spec is applied to the existing Node, again without a replacement.
+    let mut changed = desired.clone();
+    changed.pools[0].pool.spec.node.as_mut().unwrap().taints[0].value = Some("web".to_owned());
+    let again = crate::plan::plan(&changed, &sim.world, PlanOptions::default());
+    let k = pool_plan(&again, "k");
+    assert_eq!(verbs(k), [("configure", "k-0123456789-abcde")]);
+    let Action::Configure(preview) = &k.steps[0].action else { unreachable!() };
+    assert_eq!(preview.changes, ["+taint dedicated=web:NoSchedule", "-taint dedicated=batch:NoSchedule"]);
+}
+
+#[test]
+fn an_unlabelled_node_named_like_an_instance_whose_container_is_gone_is_an_orphan() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 0) }.build();
+    let mut orphan = node("k-0123456789-abcde", "k");
+    orphan.pool = None;
+    let mut stranger = node("kind-worker", "k");
+    stranger.pool = None;
+    let world = World { nodes: vec![orphan, stranger], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    assert_eq!(verbs(pool_plan(&plan, "k")), [("delete-node", "k-0123456789-abcde")]);
+}

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, Origin, Pod, World,
+    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, NodeConfig, Origin, Pod,
+    World, labels,
 };
 use crate::spec::{
     BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
@@ -110,6 +111,7 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         scope: Some(origin().scope()),
         image: "busybox:old".to_owned(),
         cluster: None,
+        cluster_id: None,
     }
 }
 
@@ -127,6 +129,10 @@ pub(crate) fn node(name: &str, pool: &str) -> Node {
         ready: true,
         unschedulable: false,
         cordoned_by_poolctl: false,
+        config: NodeConfig {
+            labels: BTreeMap::from([(labels::POOL.to_owned(), pool.to_owned())]),
+            ..NodeConfig::default()
+        },
     }
 }
 

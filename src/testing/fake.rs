@@ -10,7 +10,9 @@ use std::time::Duration;
 use super::sim::SimWorld;
 use crate::backend::{BackendError, Cluster, Connect, Containers, ExecOutput, NewContainer};
 use crate::execute::Interrupt;
-use crate::model::{ClusterRef, Container, ContainerState, Node, Pdb, Pod, World, labels};
+use crate::model::{
+    ClusterIdentity, ClusterRef, Container, ContainerState, Node, Pdb, Pod, World, is_instance_name, labels,
+};
 use crate::spec::Taint;
 
 /// Docker and every cluster at once, in memory. Clones share the world.
@@ -41,6 +43,9 @@ struct Faults {
     min_running: Option<usize>,
     /// Clusters that refuse connections.
     unreachable: BTreeSet<ClusterRef>,
+    /// What a kubeconfig and context resolve to, where a test says (a switched context);
+    /// otherwise one cluster per reference.
+    resolves_to: BTreeMap<ClusterRef, ClusterIdentity>,
 }
 
 impl FakeWorld {
@@ -79,6 +84,24 @@ impl FakeWorld {
     pub(crate) fn unreachable(self, cluster: ClusterRef) -> Self {
         self.faults().unreachable.insert(cluster);
         self
+    }
+
+    /// Have `cluster` resolve to the cluster `id` (as a `kubectl config use-context` would).
+    pub(crate) fn resolve(self, cluster: ClusterRef, id: ClusterIdentity) -> Self {
+        self.faults().resolves_to.insert(cluster, id);
+        self
+    }
+
+    /// The identity a reference resolves to: the one a test set, or one named after it.
+    pub(crate) fn identity_of(&self, cluster: &ClusterRef) -> ClusterIdentity {
+        self.faults().resolves_to.get(cluster).cloned().unwrap_or_else(|| {
+            let context = cluster.context.clone().unwrap_or_else(|| "current".to_owned());
+            ClusterIdentity {
+                server: format!("https://{context}.fake"),
+                uid: Some(format!("uid-{context}")),
+                context,
+            }
+        })
     }
 
     /// The calls that changed (or tried to change) the world, in order.
@@ -166,7 +189,13 @@ impl Containers for FakeWorld {
                 kubeconfig: label(labels::KUBECONFIG).filter(|k| !k.is_empty()),
                 context: Some(context).filter(|c| !c.is_empty()),
             });
+            let cluster_id = label(labels::CLUSTER_SERVER).map(|server| ClusterIdentity {
+                context: label(labels::CLUSTER_CONTEXT).unwrap_or_default(),
+                server,
+                uid: label(labels::CLUSTER_UID).filter(|u| !u.is_empty()),
+            });
             let container = Container {
+                cluster_id,
                 pool: label(labels::POOL).unwrap_or_default(),
                 template_hash: label(labels::TEMPLATE_HASH).unwrap_or_default(),
                 template: label(labels::TEMPLATE),
@@ -232,7 +261,7 @@ impl Connect for FakeWorld {
                 reason: "connection refused".into(),
             });
         }
-        Ok(FakeCluster { world: self.clone(), pool: pool.to_owned() })
+        Ok(FakeCluster { world: self.clone(), pool: pool.to_owned(), identity: self.identity_of(cluster) })
     }
 }
 
@@ -241,6 +270,7 @@ impl Connect for FakeWorld {
 pub(crate) struct FakeCluster {
     world: FakeWorld,
     pool: String,
+    identity: ClusterIdentity,
 }
 
 impl Cluster for FakeCluster {
@@ -250,7 +280,11 @@ impl Cluster for FakeCluster {
             .world
             .nodes
             .iter()
-            .filter(|n| n.pool.as_deref() == Some(&self.pool) || names.contains(&n.name))
+            .filter(|n| {
+                n.pool.as_deref() == Some(&self.pool)
+                    || names.contains(&n.name)
+                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
+            })
             .cloned()
             .collect())
     }
@@ -259,6 +293,14 @@ impl Cluster for FakeCluster {
         let sim = self.world.sim();
         let pods = sim.world.pods.iter().filter(|p| nodes.contains(&p.node)).cloned().collect();
         Ok((pods, sim.world.pdbs.clone()))
+    }
+
+    async fn node(&self, name: &str) -> Result<Option<Node>, BackendError> {
+        Ok(self.world.sim().world.nodes.iter().find(|n| n.name == name).cloned())
+    }
+
+    fn identity(&self) -> &ClusterIdentity {
+        &self.identity
     }
 
     async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
@@ -280,12 +322,11 @@ impl Cluster for FakeCluster {
         &self,
         node: &str,
         node_labels: &BTreeMap<String, String>,
-        _: &[Taint],
+        taints: &[Taint],
     ) -> Result<(), BackendError> {
         self.world
             .call(format!("configure {node}"), |sim| {
-                let pool = node_labels.get(labels::POOL).map_or("", String::as_str);
-                if sim.label_node(node, pool) {
+                if sim.configure(node, node_labels, taints) {
                     Ok(())
                 } else {
                     Err(BackendError::NotFound(format!("Node {node}")))

@@ -6,8 +6,11 @@
 //! Docker or Kubernetes, and nothing else, so that a plan that relies on an effect it never
 //! asked for shows up as a failed invariant.
 
-use crate::model::{Container, ContainerState, Health, Node, World};
+use std::collections::BTreeMap;
+
+use crate::model::{Container, ContainerState, Health, Node, NodeConfig, World, labels};
 use crate::plan::{Action, Plan, Step};
+use crate::spec::Taint;
 
 /// A [`World`] that plan steps can be applied to.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +71,9 @@ impl SimWorld {
                     self.label_node(name, pool);
                 }
             }
+            Action::Configure(preview) => {
+                assert!(self.configure(name, &preview.labels, &preview.taints), "configure {name}: no Node");
+            }
             Action::Cordon => assert!(self.cordon(name), "cordon {name}: no Node"),
             Action::Drain(_) => assert!(self.drain(name), "drain {name}: no Node"),
             Action::Stop => assert!(self.stop(name), "stop {name}: no container"),
@@ -96,6 +102,7 @@ impl SimWorld {
             scope: None,
             image: String::new(),
             cluster: None,
+            cluster_id: None,
         };
         self.clock += 1;
         c
@@ -117,13 +124,31 @@ impl SimWorld {
                 ready: true,
                 unschedulable: false,
                 cordoned_by_poolctl: false,
+                config: NodeConfig::default(),
             });
         }
         true
     }
 
+    /// Label a Node as the pool's, as the executor does once it is Ready.
     pub(crate) fn label_node(&mut self, name: &str, pool: &str) -> bool {
-        self.node_mut(name).map(|n| n.pool = Some(pool.to_owned())).is_some()
+        let labels = BTreeMap::from([(labels::POOL.to_owned(), pool.to_owned())]);
+        self.configure(name, &labels, &[])
+    }
+
+    /// Converge a Node's labels and taints, as the Kubernetes backend does.
+    pub(crate) fn configure(
+        &mut self,
+        name: &str,
+        wanted: &BTreeMap<String, String>,
+        taints: &[Taint],
+    ) -> bool {
+        let Some(node) = self.node_mut(name) else { return false };
+        if let Some(change) = node.config.change_towards(wanted, taints, labels::POOL) {
+            node.config = node.config.changed(&change);
+        }
+        node.pool = node.config.labels.get(labels::POOL).cloned();
+        true
     }
 
     pub(crate) fn cordon(&mut self, name: &str) -> bool {

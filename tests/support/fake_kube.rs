@@ -476,3 +476,42 @@ fn rebind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.bind(addr)?;
     socket.listen(1024)
 }
+
+/// Writes one kubeconfig with a context per fake cluster (each context, cluster and user named
+/// as given) and `current` as its current context: what `kubectl config use-context` switches.
+pub fn write_kubeconfig_contexts(
+    path: &Path,
+    clusters: &[(&str, &FakeKube)],
+    current: &str,
+) -> std::io::Result<()> {
+    use kube::config::Kubeconfig;
+    let mut merged = Kubeconfig {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Config".to_owned()),
+        current_context: Some(current.to_owned()),
+        ..Kubeconfig::default()
+    };
+    for (name, fake) in clusters {
+        let single = path.with_extension(format!("{name}.single"));
+        fake.write_kubeconfig(&single)?;
+        let mut kc = Kubeconfig::read_from(&single).map_err(std::io::Error::other)?;
+        std::fs::remove_file(&single)?;
+        for c in &mut kc.clusters {
+            (*name).clone_into(&mut c.name);
+        }
+        for u in &mut kc.auth_infos {
+            (*name).clone_into(&mut u.name);
+        }
+        for ctx in &mut kc.contexts {
+            (*name).clone_into(&mut ctx.name);
+            if let Some(c) = ctx.context.as_mut() {
+                (*name).clone_into(&mut c.cluster);
+                c.user = Some((*name).to_owned());
+            }
+        }
+        merged.clusters.extend(kc.clusters);
+        merged.auth_infos.extend(kc.auth_infos);
+        merged.contexts.extend(kc.contexts);
+    }
+    std::fs::write(path, serde_yaml::to_string(&merged).map_err(std::io::Error::other)?)
+}

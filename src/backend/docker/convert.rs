@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
 
-use crate::model::{ClusterRef, Container, ContainerState, Health, labels};
+use crate::model::{ClusterIdentity, ClusterRef, Container, ContainerState, Health, labels};
 
 /// Maps one list entry; entries without an id or pool label (which the filter excludes) are
 /// skipped rather than invented.
@@ -45,6 +45,7 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         scope: labels.get(labels::SCOPE).cloned(),
         image: s.image.unwrap_or_default(),
         cluster: cluster_from_labels(&labels),
+        cluster_id: cluster_id_from_labels(&labels),
     })
 }
 
@@ -57,6 +58,17 @@ fn cluster_from_labels(labels: &HashMap<String, String>) -> Option<ClusterRef> {
     }
     let non_empty = |v: Option<&String>| v.filter(|v| !v.is_empty()).cloned();
     Some(ClusterRef { kubeconfig: non_empty(kubeconfig), context: non_empty(context) })
+}
+
+/// The cluster poolctl was connected to when it created the container, from the labels
+/// `new_container` sets; absent on containers created before poolctl recorded it.
+fn cluster_id_from_labels(labels: &HashMap<String, String>) -> Option<ClusterIdentity> {
+    let server = labels.get(labels::CLUSTER_SERVER)?.clone();
+    Some(ClusterIdentity {
+        context: labels.get(labels::CLUSTER_CONTEXT).cloned().unwrap_or_default(),
+        server,
+        uid: labels.get(labels::CLUSTER_UID).filter(|u| !u.is_empty()).cloned(),
+    })
 }
 
 /// Reads the health out of the list's status text ("Up 3 seconds (healthy)"): API 1.41 has no
@@ -119,6 +131,7 @@ mod tests {
                 scope: Some("dir:/x".to_owned()),
                 image: "img:1".to_owned(),
                 cluster: None,
+                cluster_id: None,
             }
         );
 

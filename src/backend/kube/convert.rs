@@ -1,10 +1,11 @@
 //! Kubernetes objects reduced to the world's plain data: a Node's readiness and poolctl's
 //! marks, a Pod's owner and what a drain needs to know, a PDB's selector and budget.
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod};
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTaint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use crate::model::{Node, Pdb, Pod, labels};
+use crate::model::{Node, NodeConfig, Pdb, Pod, labels};
+use crate::spec::Taint;
 
 pub(super) fn node_from(n: &K8sNode) -> Node {
     let ready = n
@@ -22,6 +23,17 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(labels::RETIRING)),
+        config: NodeConfig {
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            taints: n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(taint_from).collect(),
+            managed: n
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::MANAGED))
+                .map(|m| m.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect())
+                .unwrap_or_default(),
+        },
     }
 }
 
@@ -62,4 +74,13 @@ pub(super) fn pdb_from(p: &PodDisruptionBudget) -> Pdb {
             .unwrap_or_default(),
         disruptions_allowed: p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0),
     }
+}
+
+fn taint_from(t: &K8sTaint) -> Taint {
+    Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() }
+}
+
+/// The API's form of a taint.
+pub(super) fn taint_to(t: &Taint) -> K8sTaint {
+    K8sTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None }
 }

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTaint};
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod as K8sPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -26,13 +26,13 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Connect};
-use crate::model::{ClusterRef, Node, Pdb, Pod, labels};
+use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, is_instance_name, labels};
 use crate::spec::Taint;
 
 mod convert;
 mod drain;
 
-use convert::{node_from, pdb_from, pod_from};
+use convert::{node_from, pdb_from, pod_from, taint_to};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
@@ -44,6 +44,8 @@ pub struct KubeCluster {
     pool: String,
     /// The API server URL, for error messages.
     server: String,
+    /// Which cluster this is, as recorded on the containers poolctl creates.
+    identity: ClusterIdentity,
 }
 
 impl KubeCluster {
@@ -56,17 +58,45 @@ impl KubeCluster {
     ) -> Result<Self, BackendError> {
         let options =
             KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
-        let config = match kubeconfig {
+        let kc = match kubeconfig {
             Some(path) => {
                 let path = expand_home(path);
-                let kc = Kubeconfig::read_from(&path)
-                    .map_err(|e| BackendError::Failed(format!("cannot read kubeconfig {path}: {e}")))?;
-                Config::from_custom_kubeconfig(kc, &options).await
+                Kubeconfig::read_from(&path)
+                    .map_err(|e| BackendError::Failed(format!("cannot read kubeconfig {path}: {e}")))?
             }
-            None => Config::from_kubeconfig(&options).await,
-        }
-        .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?;
-        Self::from_config(config, pool)
+            None => Kubeconfig::read()
+                .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?,
+        };
+        // The context the connection uses, named: "the current one" is what changes under a
+        // `kubectl config use-context`, and the name is what the user recognises.
+        let resolved = context.map(str::to_owned).or_else(|| kc.current_context.clone()).unwrap_or_default();
+        let config = Config::from_custom_kubeconfig(kc, &options)
+            .await
+            .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?;
+        Self::from_config(config, pool)?.identified(&resolved).await
+    }
+
+    /// Learn which cluster this is: `context` as resolved, the server URL, and the UID of the
+    /// `kube-system` Namespace, which a cluster keeps for its whole life. A cluster that does
+    /// not let poolctl read that Namespace is known by its URL alone.
+    pub async fn identified(mut self, context: &str) -> Result<Self, BackendError> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let deadline = Instant::now() + API_RETRY_WINDOW;
+        let read = || async {
+            match api.get_opt("kube-system").await {
+                Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
+                other => other,
+            }
+        };
+        let namespace = self.retrying("read the kube-system Namespace", deadline, read).await?;
+        self.identity.context = context.to_owned();
+        self.identity.uid = namespace.and_then(|n| n.metadata.uid);
+        Ok(self)
+    }
+
+    /// Which cluster this is.
+    pub fn identity(&self) -> &ClusterIdentity {
+        &self.identity
     }
 
     /// Build from a ready kube `Config` (tests point it at a fake API server).
@@ -76,7 +106,8 @@ impl KubeCluster {
         let client = Client::try_from(config).map_err(|e| {
             BackendError::Failed(format!("cannot build a Kubernetes client for {server}: {e}"))
         })?;
-        Ok(Self { client, pool: pool.to_owned(), server })
+        let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
+        Ok(Self { client, pool: pool.to_owned(), server, identity })
     }
 
     fn nodes_api(&self) -> Api<K8sNode> {
@@ -148,7 +179,11 @@ impl Cluster for KubeCluster {
             .items
             .iter()
             .map(node_from)
-            .filter(|n| n.pool.as_deref() == Some(&self.pool) || names.contains(&n.name))
+            .filter(|n| {
+                n.pool.as_deref() == Some(&self.pool)
+                    || names.contains(&n.name)
+                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
+            })
             .collect())
     }
 
@@ -220,30 +255,36 @@ impl Cluster for KubeCluster {
         }
     }
 
+    async fn node(&self, name: &str) -> Result<Option<Node>, BackendError> {
+        let api = self.nodes_api();
+        let deadline = Instant::now() + API_RETRY_WINDOW;
+        Ok(self.retrying("get node", deadline, || api.get_opt(name)).await?.as_ref().map(node_from))
+    }
+
+    fn identity(&self) -> &ClusterIdentity {
+        &self.identity
+    }
+
     async fn configure(
         &self,
         node: &str,
         node_labels: &BTreeMap<String, String>,
         taints: &[Taint],
     ) -> Result<(), BackendError> {
-        let mut patch = json!({ "metadata": { "labels": node_labels } });
-        if !taints.is_empty() {
-            // A merge patch replaces the whole list, so keep the taints the Node already has.
-            let api = self.nodes_api();
-            let deadline = Instant::now() + API_RETRY_WINDOW;
-            let current = self.retrying("get node", deadline, || api.get(node)).await?;
-            let mut all: Vec<K8sTaint> = current.spec.and_then(|s| s.taints).unwrap_or_default();
-            for t in taints {
-                if !all.iter().any(|x| x.key == t.key && x.effect == t.effect) {
-                    all.push(K8sTaint {
-                        key: t.key.clone(),
-                        value: t.value.clone(),
-                        effect: t.effect.clone(),
-                        time_added: None,
-                    });
-                }
-            }
-            patch["spec"] = json!({ "taints": all });
+        let current = self.node(node).await?.ok_or_else(|| BackendError::NotFound(format!("Node {node}")))?;
+        let Some(change) = current.config.change_towards(node_labels, taints, labels::POOL) else {
+            return Ok(());
+        };
+        let mut set: serde_json::Map<String, serde_json::Value> =
+            change.set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        // A null in a merge patch removes the key.
+        set.extend(change.remove.iter().map(|k| (k.clone(), serde_json::Value::Null)));
+        let mut patch = json!({
+            "metadata": { "labels": set, "annotations": { labels::MANAGED: change.managed.join(",") } }
+        });
+        if change.taints != current.config.taints {
+            // A merge patch replaces the whole list: it carries everybody else's taints too.
+            patch["spec"] = json!({ "taints": change.taints.iter().map(taint_to).collect::<Vec<_>>() });
         }
         self.patch_node(node, "label node", patch).await
     }

@@ -50,13 +50,7 @@ impl<C: Containers, N: Connect> Reconcile<'_, C, N> {
         if self.dry_run {
             return Ended::Converged;
         }
-        let executor = Executor {
-            desired,
-            containers: self.containers,
-            clusters: &clusters,
-            progress: self.out,
-            interrupt,
-        };
+        let executor = Executor::new(desired, self.containers, &clusters, self.out, interrupt);
         let report = match executor.execute(&plan, self.options).await {
             Ok(r) => r,
             Err(e) => {
@@ -93,6 +87,7 @@ impl<C: Containers, N: Connect> Reconcile<'_, C, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{ClusterIdentity, ClusterRef};
     use crate::testing::build::{PoolArgs, desired};
     use crate::testing::fake::FakeWorld;
 
@@ -170,5 +165,52 @@ mod tests {
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
+    }
+
+    #[tokio::test]
+    async fn a_switched_context_is_refused_and_switching_back_lets_the_rollout_drain() {
+        let fake = FakeWorld::default();
+        let out = output();
+        let reconcile = Reconcile {
+            containers: &fake,
+            connect: &fake,
+            options: PlanOptions::default(),
+            dry_run: false,
+            out: &out,
+        };
+        let interrupt = Interrupt::default();
+        // `node:` names no context: the current one, whichever that is.
+        let v1 = desired(vec![PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build()]);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
+        let before = fake.world();
+        let current = ClusterRef { kubeconfig: None, context: None };
+        let first = fake.identity_of(&current);
+        assert!(
+            before.containers.iter().all(|c| c.cluster_id.as_ref() == Some(&first)),
+            "{:?}",
+            before.containers
+        );
+
+        // `kubectl config use-context other`: the same spec now resolves to another cluster.
+        let other = ClusterIdentity {
+            context: "other".into(),
+            server: "https://other".into(),
+            uid: Some("u2".into()),
+        };
+        fake.clone().resolve(current.clone(), other);
+        let v2 = desired(vec![PoolArgs { nodes: true, image: "busybox:2", ..PoolArgs::new("k", 2) }.build()]);
+        let calls = fake.calls().len();
+        assert_eq!(reconcile.run(&v2, Trigger::SourceChanged, &interrupt).await, Ended::Failed);
+        assert_eq!(fake.calls().len(), calls, "nothing was touched: {:?}", &fake.calls()[calls..]);
+        assert_eq!(fake.world(), before);
+
+        // Switching back: the rollout goes on, every old Node drained before its container stops.
+        fake.clone().resolve(current, first);
+        assert_eq!(reconcile.run(&v2, Trigger::SourceChanged, &interrupt).await, Ended::Converged);
+        for old in &before.containers {
+            let calls = fake.calls();
+            let pos = |v: &str| calls.iter().position(|c| *c == format!("{v} {}", old.name)).unwrap();
+            assert!(pos("drain") < pos("stop"), "{calls:?}");
+        }
     }
 }

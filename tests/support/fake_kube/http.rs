@@ -123,6 +123,13 @@ fn route(
             200,
             json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube", "platform": "linux/amd64"}),
         ),
+        (&Method::GET, ["api", "v1", "namespaces", "kube-system"]) => {
+            let uid = state.store.lock().expect("store lock").cluster_uid.clone();
+            Reply::Json(
+                200,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": uid}}),
+            )
+        }
         (&Method::GET, ["api", "v1", "nodes"]) => list_or_watch(state, Resource::Nodes, None, q),
         (&Method::GET, ["api", "v1", "nodes", name]) => {
             let store = state.store.lock().expect("store lock");

@@ -264,6 +264,8 @@ pub struct SimOptions {
 }
 
 pub struct Store {
+    /// The UID of this cluster's kube-system Namespace: what poolctl knows the cluster by.
+    pub cluster_uid: String,
     rv: u64,
     seq: u64,
     opts: SimOptions,
@@ -421,9 +423,13 @@ pub struct Budget {
 
 impl Store {
     pub fn new(opts: SimOptions) -> Self {
+        // Unique per fake cluster, so that two fakes are two clusters.
+        static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let (tx, _) = broadcast::channel(4096);
         let (version, _) = watch::channel(0);
+        let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
+            cluster_uid: format!("fake-cluster-{}-{n}", std::process::id()),
             rv: 1,
             seq: 0,
             opts,
