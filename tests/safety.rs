@@ -3,11 +3,21 @@
 
 use std::time::Duration;
 
-use crate::support::fake_kube::{FakeKube, FakeKubeOptions, KubeletOptions, write_kubeconfig_contexts};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::support::cli::Stream;
+use crate::support::fake_kube::{
+    FakeKube, FakeKubeOptions, KubeletOptions, ReadyPolicy, write_kubeconfig_contexts,
+};
+use crate::support::rig::{LIMIT, Rig};
 use crate::support::scenario::Scenario;
 
-/// Guards against a hang only; no assertion depends on it.
-const LIMIT: Duration = Duration::from_secs(60);
+fn is_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
 
 /// Pods of `fake` bound to a Node whose name starts with `prefix`.
 fn pods_on(fake: &FakeKube, prefix: &str) -> usize {
@@ -91,4 +101,86 @@ async fn a_switched_current_context_is_refused_and_switching_back_finishes_with_
     assert!(after.iter().all(|c| !ids(&before).contains(&c.id)));
     let evictions = a.evictions().iter().filter(|e| e.status == 201).count();
     assert_eq!(evictions, 2, "both pods were evicted, none killed with their Node");
+}
+
+/// The taints of a Node of the fake, as `key=value:effect`.
+fn taints(fake: &FakeKube, node: &str) -> Vec<String> {
+    let n = fake.node(node).expect("the Node exists");
+    let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.iter().map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect)).collect()
+}
+
+fn label(fake: &FakeKube, node: &str, key: &str) -> Option<String> {
+    fake.node(node)?.metadata.labels?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_taint_converges() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 =
+        rig.spec().replicas(1).node_label("team", "infra").node_taint("dedicated", "batch", "NoSchedule");
+    rig.write(&v1);
+    // The new Node registers but does not turn Ready while apply waits: kill apply there.
+    let prefix = format!("{}-", rig.pool());
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
+    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    apply.wait_for(Stream::Stdout, "await-ready");
+    tokio::time::timeout(
+        LIMIT,
+        rig.fake.wait_until(|st| {
+            st.nodes().any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
+        }),
+    )
+    .await
+    .expect("the kubelet registers the Node");
+    apply.kill();
+    let name = rig.fake.node_names().into_iter().find(|n| n.starts_with(&prefix)).unwrap();
+    assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool"), None, "killed before it labelled the Node");
+
+    // The Node turns Ready later; the next apply labels and taints it, replacing nothing.
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(|st| st.node(&name).is_some_and(is_ready)))
+        .await
+        .expect("Ready");
+    let before = rig.containers().await;
+    let run = rig.apply().expect_code(0);
+    assert!(run.stdout.contains(&format!("configure   {name}")), "{}", run.stdout);
+    assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool").as_deref(), Some(rig.pool()));
+    assert_eq!(label(&rig.fake, &name, "team").as_deref(), Some("infra"));
+    assert_eq!(taints(&rig.fake, &name), ["dedicated=batch:NoSchedule"]);
+    assert_eq!(rig.containers().await, before);
+    rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    // A changed taint in the spec reaches the existing Node, again without a replacement.
+    rig.write(&v1.clone().node_taint("dedicated", "web", "NoSchedule"));
+    rig.apply().expect_code(0);
+    assert_eq!(taints(&rig.fake, &name), ["dedicated=web:NoSchedule"]);
+    assert_eq!(rig.containers().await, before);
+}
+
+#[tokio::test]
+async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
+    let Some(rig) = Rig::new().await else { return };
+    rig.write(&rig.spec().replicas(1));
+    let prefix = format!("{}-", rig.pool());
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
+    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    apply.wait_for(Stream::Stdout, "await-ready");
+    tokio::time::timeout(
+        LIMIT,
+        rig.fake.wait_until(|st| {
+            st.nodes().any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
+        }),
+    )
+    .await
+    .expect("the kubelet registers the Node");
+    apply.kill();
+    let name = rig.fake.node_names().into_iter().find(|n| n.starts_with(&prefix)).unwrap();
+    // Someone removes the container by hand: the Node, never labelled, is an orphan.
+    rig.s.docker().remove(&name).await;
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));
+    let plan = rig.poolctl("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&format!("delete-node {name}")), "{}", plan.stdout);
+    rig.apply().expect_code(0);
+    assert!(rig.fake.node(&name).is_none(), "the orphan Node is deleted");
 }

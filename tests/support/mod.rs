@@ -5,4 +5,5 @@ pub mod cli;
 pub mod docker;
 pub mod fake_kube;
 pub mod git;
+pub mod rig;
 pub mod scenario;

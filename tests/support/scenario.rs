@@ -172,6 +172,9 @@ pub struct PoolYaml {
     labels: BTreeMap<String, String>,
     bootstrap: Vec<(Vec<String>, Option<String>)>,
     node: Option<PathBuf>,
+    node_labels: BTreeMap<String, String>,
+    /// `(key, value, effect)`.
+    node_taints: Vec<(String, String, String)>,
     ready_timeout: String,
     drain_timeout: String,
 }
@@ -189,6 +192,8 @@ impl PoolYaml {
             labels: BTreeMap::new(),
             bootstrap: Vec::new(),
             node: None,
+            node_labels: BTreeMap::new(),
+            node_taints: Vec::new(),
             ready_timeout: "10s".to_owned(),
             drain_timeout: "5s".to_owned(),
         }
@@ -234,6 +239,20 @@ impl PoolYaml {
     #[must_use]
     pub fn node(mut self, kubeconfig: &Path) -> Self {
         self.node = Some(kubeconfig.to_owned());
+        self
+    }
+
+    /// Adds a label to `node.labels` (with [`PoolYaml::node`]).
+    #[must_use]
+    pub fn node_label(mut self, key: &str, value: &str) -> Self {
+        self.node_labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Sets `node.taints` to this one taint (with [`PoolYaml::node`]).
+    #[must_use]
+    pub fn node_taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.node_taints = vec![(key.to_owned(), value.to_owned(), effect.to_owned())];
         self
     }
 
@@ -289,6 +308,16 @@ impl fmt::Display for PoolYaml {
                 "  node:\n    kubeconfig: {}\n    readyTimeout: {ready_timeout}",
                 kubeconfig.display()
             )?;
+            if !self.node_labels.is_empty() {
+                writeln!(f, "    labels:")?;
+                for (key, value) in &self.node_labels {
+                    writeln!(f, "      {key}: {}", quote(value))?;
+                }
+            }
+            for (i, (key, value, effect)) in self.node_taints.iter().enumerate() {
+                let head = if i == 0 { "    taints:\n" } else { "" };
+                writeln!(f, "{head}      - {{key: {key}, value: {}, effect: {effect}}}", quote(value))?;
+            }
         }
         writeln!(
             f,
