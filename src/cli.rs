@@ -4,6 +4,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::spec::Duration;
 
+/// The exit statuses, shown under every command's `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no changes), 1 error, \
+                           2 changes pending (plan --detailed-exitcode), 130 stopped at once by a \
+                           second Ctrl-C or SIGTERM.";
+
 /// Reconcile pools of Docker containers that serve as Kubernetes nodes.
 ///
 /// A pool file (YAML, in a directory or a Git repository) declares N identical containers.
@@ -16,8 +21,7 @@ use crate::spec::Duration;
     version,
     propagate_version = true,
     max_term_width = 100,
-    after_help = "Exit status: 0 success (plan --detailed-exitcode: no changes), 2 changes pending \
-                  (plan --detailed-exitcode), 1 error."
+    after_help = EXIT_STATUS
 )]
 pub struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides it.
@@ -37,14 +41,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what apply would do, without changing anything.
-    ///
-    /// Exit status: 0 when the plan was computed (with --detailed-exitcode: 0 = no changes,
-    /// 2 = changes pending), 1 on error.
+    #[command(after_help = EXIT_STATUS)]
     Plan(PlanArgs),
     /// Compute the plan, show it, and carry it out.
     ///
     /// Asks for confirmation unless --yes is given. Stops at the first failure with the old
     /// instances still running; running apply again continues from what the world shows.
+    #[command(after_help = EXIT_STATUS)]
     Apply(ApplyArgs),
     /// Keep the world equal to the source: reconcile now, then whenever the source changes or
     /// the world drifts, until interrupted.
@@ -56,11 +59,20 @@ pub enum Command {
     /// spec or an unreachable source or daemon is reported and retried, keeping the last good
     /// state. The first Ctrl-C/SIGTERM stops at the next safe step boundary and exits 0; a
     /// second exits at once.
+    #[command(after_help = EXIT_STATUS)]
     Watch(WatchArgs),
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
+    #[command(after_help = EXIT_STATUS)]
     Validate(SourceArgs),
     /// Print the JSON Schema of the pool file.
+    #[command(after_help = EXIT_STATUS)]
     Schema,
+    /// Print a shell completion script, e.g. `poolctl completions bash > /etc/bash_completion.d/poolctl`.
+    #[command(after_help = EXIT_STATUS)]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Where the pool files are.
@@ -95,6 +107,10 @@ pub struct PlanArgs {
     #[arg(long)]
     pub detailed_exitcode: bool,
 
+    /// Accepted so that `--dry-run` works on every command: plan never changes anything.
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -107,6 +123,10 @@ pub struct ApplyArgs {
     /// Do not ask for confirmation.
     #[arg(short, long)]
     pub yes: bool,
+
+    /// Print the plan and stop, changing nothing (as `poolctl plan` does).
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
 
     #[command(flatten)]
     pub planning: PlanningArgs,

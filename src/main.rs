@@ -13,6 +13,7 @@ fn main() -> ExitCode {
         // clap exits 2 on a usage error, which `plan --detailed-exitcode` means as "changes
         // pending": a typo in a CI script must read as an error instead.
         Err(e) => {
+            let e = without_destructive_suggestion(e);
             let code = if e.use_stderr() { ExitCode::from(EXIT_ERROR) } else { ExitCode::SUCCESS };
             // Printing help or an error to a closed pipe is nothing to report.
             let _ = e.print();
@@ -34,6 +35,32 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// Flags that retire or take over pools: a typo must never be answered with one of them.
+const DESTRUCTIVE: [&str; 2] = ["--prune", "--adopt"];
+
+/// clap suggests the closest flag to an unknown one; `--prun` or `--dryrun` would be told about
+/// `--prune`. Such an error is rebuilt without the suggestion (and without the usage line that
+/// repeats it).
+fn without_destructive_suggestion(e: clap::Error) -> clap::Error {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    let destructive = |v: &ContextValue| match v {
+        ContextValue::String(s) => DESTRUCTIVE.iter().any(|d| s.starts_with(d)),
+        ContextValue::Strings(all) => all.iter().any(|s| DESTRUCTIVE.iter().any(|d| s.starts_with(d))),
+        _ => false,
+    };
+    if !e.get(ContextKind::SuggestedArg).is_some_and(destructive) {
+        return e;
+    }
+    let mut clean = clap::Error::new(e.kind()).with_cmd(&Cli::command());
+    for (kind, value) in e.context() {
+        if !matches!(kind, ContextKind::SuggestedArg | ContextKind::Usage) {
+            clean.insert(kind, value.clone());
+        }
+    }
+    clean
 }
 
 fn init_tracing(verbose: u8, format: LogFormat) {

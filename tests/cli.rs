@@ -99,6 +99,46 @@ fn a_usage_error_exits_1_not_2() {
     s.run_bare(&["--version"]).expect_code(0);
 }
 
+#[test]
+fn every_command_explains_its_exit_statuses() {
+    let s = Scenario::new();
+    for command in ["plan", "apply", "watch", "validate", "schema", "completions"] {
+        let out = s.run_bare(&[command, "--help"]).expect_code(0);
+        for status in ["0 success", "1 error", "2 changes pending", "130"] {
+            assert!(out.stdout.contains(status), "{command} --help lacks {status:?}:\n{}", out.stdout);
+        }
+    }
+}
+
+#[test]
+fn a_typo_is_never_answered_with_a_destructive_flag() {
+    let s = Scenario::new();
+    for (command, typo) in
+        [("plan", "--dryrun"), ("apply", "--dryrun"), ("watch", "--prun"), ("apply", "--adpot")]
+    {
+        let out = s.run_bare(&[command, typo, "--source", "x"]).expect_code(1);
+        assert!(out.stderr.contains(typo), "{}", out.stderr);
+        for flag in ["--prune", "--adopt"] {
+            assert!(!out.stderr.contains(flag), "{command} {typo} suggests {flag}:\n{}", out.stderr);
+        }
+    }
+    // Harmless suggestions stay.
+    let out = s.run_bare(&["apply", "--dryrun", "--source", "x"]).expect_code(1);
+    assert!(out.stderr.contains("similar argument exists: '--dry-run'"), "{}", out.stderr);
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    let s = Scenario::new();
+    for (shell, marker) in
+        [("bash", "complete -F _poolctl"), ("zsh", "#compdef poolctl"), ("fish", "complete -c poolctl")]
+    {
+        let out = s.run_bare(&["completions", shell]).expect_code(0);
+        assert!(out.stdout.contains(marker), "{shell}: {}", out.stdout);
+        assert!(out.stdout.contains("detailed-exitcode"), "{shell} completes the flags");
+    }
+}
+
 /// A valid pool file, for the cases below to break.
 const GOOD: &str = "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: w\nspec:\n  replicas: 1\n  template:\n    image: x\n";
 

@@ -200,6 +200,16 @@ async fn apply_without_a_terminal_or_yes_refuses() {
 }
 
 #[tokio::test]
+async fn apply_dry_run_prints_the_plan_and_changes_nothing() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    write(&s, 2, "hello");
+    let dry = s.run("apply", &["--dry-run"]).expect_code(0);
+    assert!(dry.stdout.contains("Plan: 2 to create, 0 to retire, 0 unchanged."), "{}", dry.stdout);
+    assert!(!dry.stdout.contains("Do you want to perform these actions?"), "{}", dry.stdout);
+    assert!(s.containers().await.is_empty());
+}
+
+#[tokio::test]
 async fn a_pool_removed_from_the_source_is_kept_unless_pruned() {
     let Some(s) = Scenario::with_docker().await else { return };
     write(&s, 2, "hello");

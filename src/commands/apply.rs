@@ -14,7 +14,7 @@ use crate::plan::render_text;
 pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
     let Planned { desired, docker, clusters, plan } = compute(&args.source, args.planning.options()).await?;
     write_stdout(|out| render_text(&plan, out))?;
-    if !plan.has_changes() {
+    if !plan.has_changes() || args.dry_run {
         return Ok(Exit::Success);
     }
     if !args.yes && !confirm()? {

@@ -22,6 +22,13 @@ pub async fn dispatch(command: Command) -> Result<Exit> {
         Command::Apply(args) => apply::apply_command(args).await,
         Command::Validate(args) => validate::validate_command(&args),
         Command::Watch(args) => watch::watch_command(args).await,
+        Command::Completions { shell } => {
+            let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cli, "poolctl", &mut script);
+            common::write_stdout(|out| out.write_all(&script))?;
+            Ok(Exit::Success)
+        }
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             common::write_stdout(|out| writeln!(out, "{schema}"))?;
