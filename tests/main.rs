@@ -13,4 +13,5 @@ mod kube;
 mod source;
 mod spec;
 mod support;
+mod template;
 mod watch;

@@ -467,7 +467,7 @@ fn every_example_is_valid_and_declares_a_pool() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     examples.sort();
-    assert_eq!(examples, ["gitops", "kind-workers", "quickstart"]);
+    assert_eq!(examples, ["gitops", "k3d-agents", "kind-workers", "quickstart"]);
     for example in &examples {
         assert!(!example_pools(example).is_empty(), "examples/{example} declares no pool");
     }
