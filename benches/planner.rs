@@ -96,6 +96,7 @@ fn template(image: &str) -> Template {
         privileged: true,
         volumes: vec!["/lib/modules:/lib/modules:ro".to_owned()],
         tmpfs: vec!["/run".to_owned(), "/tmp".to_owned()],
+        ..Template::default()
     }
 }
 

@@ -14,4 +14,5 @@ mod safety;
 mod source;
 mod spec;
 mod support;
+mod template;
 mod watch;

@@ -215,19 +215,19 @@ fn every_semantic_rule_reports_file_line_and_field() {
             "a.yaml:10:7: spec.template.env: an environment variable has an empty name",
         ),
         (
-            "volume without destination",
-            "    volumes: [\"/a:/b\", \"/lib/modules\"]\n",
-            "a.yaml:9:24: spec.template.volumes[1]: volume \"/lib/modules\" is not of the form src:dst[:ro|rw]",
+            "anonymous volume at a relative path",
+            "    volumes: [\"/a:/b\", \"lib/modules\"]\n",
+            "a.yaml:9:24: spec.template.volumes[1]: volume \"lib/modules\": the container path \"lib/modules\" must be absolute (expected /path (an anonymous volume), src:dst or src:dst:ro|rw)",
         ),
         (
             "volume with a bad mode",
             "    volumes:\n      - /a:/b:rx\n",
-            "a.yaml:10:9: spec.template.volumes[0]: volume \"/a:/b:rx\" has an unknown option \"rx\": expected src:dst or src:dst:ro|rw",
+            "a.yaml:10:9: spec.template.volumes[0]: volume \"/a:/b:rx\" has an unknown option \"rx\": expected /path (an anonymous volume), src:dst or src:dst:ro|rw",
         ),
         (
             "relative tmpfs",
             "    tmpfs: [/run, tmp]\n",
-            "a.yaml:9:19: spec.template.tmpfs[1]: tmpfs path \"tmp\" must be absolute",
+            "a.yaml:9:19: spec.template.tmpfs[1]: tmpfs \"tmp\": the container path \"tmp\" must be absolute",
         ),
         (
             "bad taint effect",
@@ -303,7 +303,7 @@ fn all_errors_of_all_files_are_reported_together() {
         "b.yaml:1:4: unclosed bracket '['",
         "a.yaml:6:13: spec.replicas: must be 0 or more",
         "a.yaml:11:15: spec.rollout.maxSurge: maxSurge and maxUnavailable are both 0",
-        "a.yaml:9:13: spec.template.tmpfs[0]: tmpfs path \"run\" must be absolute",
+        "a.yaml:9:13: spec.template.tmpfs[0]: tmpfs \"run\": the container path \"run\" must be absolute",
         "c.yaml:4:9: metadata.name: pool \"one\" is declared twice: also at a.yaml:4:9",
     ];
     assert_eq!(errors.len(), expected.len(), "{errors:#?}");
@@ -467,7 +467,7 @@ fn every_example_is_valid_and_declares_a_pool() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     examples.sort();
-    assert_eq!(examples, ["gitops", "kind-workers", "quickstart"]);
+    assert_eq!(examples, ["gitops", "k3d-agents", "kind-workers", "quickstart"]);
     for example in &examples {
         assert!(!example_pools(example).is_empty(), "examples/{example} declares no pool");
     }

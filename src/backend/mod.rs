@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::model::{ClusterIdentity, ClusterRef, Container, Node, Pdb, Pod};
-use crate::spec::Taint;
+use crate::spec::{CgroupnsMode, Taint, UsernsMode};
 
 pub mod docker;
 pub mod kube;
@@ -31,8 +31,9 @@ pub enum BackendError {
     Failed(String),
 }
 
-/// A container to create, fully resolved from a pool template.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A container to create, fully resolved from a pool template. The settings keep the text of
+/// `docker run`'s flags, read with [`crate::spec::docker`] (which validation used too).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NewContainer {
     pub name: String,
     pub image: String,
@@ -43,8 +44,28 @@ pub struct NewContainer {
     pub labels: BTreeMap<String, String>,
     pub network: Option<String>,
     pub privileged: bool,
+    /// `src:dst[:options]` mounts and bare paths (anonymous volumes).
     pub volumes: Vec<String>,
+    /// `PATH[:OPTIONS]`.
     pub tmpfs: Vec<String>,
+    pub security_opt: Vec<String>,
+    pub cgroupns: Option<CgroupnsMode>,
+    pub userns: Option<UsernsMode>,
+    pub tty: bool,
+    pub init: Option<bool>,
+    pub restart: Option<String>,
+    pub devices: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
+    pub sysctls: BTreeMap<String, String>,
+    pub ports: Vec<String>,
+    pub extra_hosts: Vec<String>,
+    pub dns: Vec<String>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    pub stop_signal: Option<String>,
+    pub cpus: Option<String>,
+    pub memory: Option<String>,
 }
 
 /// What an exec inside a container ended with.

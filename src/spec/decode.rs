@@ -228,9 +228,22 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
         visitor.visit_map(Map { de: &self, entries: known.into_iter(), value: None })
     }
 
+    /// A unit variant is written as its name (`cgroupns: private`).
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match &self.node.node {
+            Node::Str(s) => visitor.visit_enum(s.as_str().into_deserializer()),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char bytes byte_buf unit
-        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        unit_struct newtype_struct seq tuple tuple_struct map identifier ignored_any
     }
 }
 

@@ -4,6 +4,7 @@
 //! Schema (`poolctl schema`) and the template hash, so the three cannot drift apart.
 
 mod decode;
+pub mod docker;
 mod duration;
 mod hash;
 mod load;
@@ -79,7 +80,7 @@ pub struct PoolSpec {
 }
 
 /// The container template. Everything here is covered by the template hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Template {
     /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing.
@@ -103,12 +104,95 @@ pub struct Template {
     /// Run the container privileged (kind and k3d nodes need this).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub privileged: bool,
-    /// Bind mounts and volumes, as Docker's `src:dst[:ro]` strings.
+    /// Volumes, as `docker run -v` takes them: `src:dst[:options]` (a bind mount, or a named
+    /// volume that outlives the container), or a bare container path such as `/var` (an
+    /// anonymous volume, removed with the container).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
-    /// Paths mounted as tmpfs.
+    /// tmpfs mounts, as `docker run --tmpfs` takes them: `PATH[:OPTIONS]`, e.g. `/run` or
+    /// `/run:size=64m,mode=755`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tmpfs: Vec<String>,
+    // Every field below is left out of the canonical form while unset, so that adding it did
+    // not change the template hash of any existing pool (a test pins one).
+    /// `--security-opt` values: `seccomp=unconfined|builtin`, `apparmor=PROFILE`,
+    /// `label=...`, `no-new-privileges`, `systempaths=unconfined`, `writable-cgroups=BOOL`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_opt: Vec<String>,
+    /// The cgroup namespace (`--cgroupns`). Default: the daemon's (private on cgroup v2, host on v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroupns: Option<CgroupnsMode>,
+    /// The user namespace (`--userns`): `host` opts out of the daemon's user-namespace
+    /// remapping, which privileged containers need where it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userns: Option<UsernsMode>,
+    /// Allocate a pseudo-TTY (`--tty`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
+    /// Run an init process (docker-init) as PID 1 (`--init`). Default: the daemon's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<bool>,
+    /// The restart policy (`--restart`): `no`, `on-failure[:N]`, `unless-stopped` or `always`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(no|always|unless-stopped|on-failure(:[0-9]+)?)$"))]
+    pub restart: Option<String>,
+    /// Host devices (`--device`): `HOST[:CONTAINER][:PERMISSIONS]`, e.g. `/dev/fuse`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
+    /// Capabilities to add (`--cap-add`), e.g. `SYS_ADMIN`, or `ALL`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    /// Capabilities to drop (`--cap-drop`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_drop: Vec<String>,
+    /// Namespaced kernel parameters (`--sysctl`): `net.*`, `fs.mqueue.*`, kernel IPC settings.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctls: BTreeMap<String, String>,
+    /// Published ports (`-p`): `[IP:][HOST_PORT:]CONTAINER_PORT[/tcp|udp|sctp]`, ports or ranges.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    /// Extra `/etc/hosts` entries (`--add-host`): `NAME:IP` or `NAME:host-gateway`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_hosts: Vec<String>,
+    /// DNS servers (`--dns`), as IP addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<String>,
+    /// The user the command runs as (`--user`): `NAME|UID[:GROUP|GID]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The working directory of the command (`--workdir`), an absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// The signal that stops the container (`--stop-signal`), e.g. `SIGRTMIN+3` for systemd.
+    /// Default: the image's (STOPSIGNAL), else SIGTERM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
+    /// A CPU limit (`--cpus`), e.g. `2` or `0.5`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("type" = ["string", "number", "null"]))]
+    pub cpus: Option<String>,
+    /// A memory limit (`--memory`), e.g. `512m` or `2g` (units b, k, m, g, t; at least 6m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("type" = ["string", "integer", "null"]))]
+    pub memory: Option<String>,
+}
+
+/// A cgroup namespace mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupnsMode {
+    /// The container gets its own cgroup namespace (what kind's nodes need).
+    Private,
+    /// The container shares the host's cgroup namespace.
+    Host,
+}
+
+/// A user namespace mode: Docker knows only `host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum UsernsMode {
+    /// The host's user namespace, even when the daemon remaps users.
+    Host,
 }
 
 /// One bootstrap command.

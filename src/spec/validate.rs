@@ -26,10 +26,6 @@ const RESERVED_PREFIX: &str = "poolctl.dev/";
 
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
-/// Docker bind mount options accepted after `src:dst:`.
-const VOLUME_OPTIONS: [&str; 11] =
-    ["ro", "rw", "z", "Z", "nocopy", "shared", "rshared", "slave", "rslave", "private", "rprivate"];
-
 /// Check documents from all files of a source together: the rules of each pool, and that no
 /// pool name is declared twice. Every error is returned, in document order.
 pub fn validate_pools(docs: &[Document]) -> Result<(), Vec<SpecError>> {
@@ -109,15 +105,8 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
             );
         }
     }
-    for (i, volume) in t.volumes.iter().enumerate() {
-        if let Some(problem) = volume_problem(volume) {
-            fail(template.key("volumes").index(i), problem);
-        }
-    }
-    for (i, path) in t.tmpfs.iter().enumerate() {
-        if !path.starts_with('/') {
-            fail(template.key("tmpfs").index(i), format!("tmpfs path {path:?} must be absolute"));
-        }
+    for (path, message) in container_setting_problems(spec) {
+        fail(path, message);
     }
 
     for (i, step) in spec.bootstrap.iter().enumerate() {
@@ -237,25 +226,112 @@ fn name_problem(name: &str) -> Option<String> {
     }
 }
 
-/// Why `volume` is not a Docker `src:dst[:options]` mount, if it is not.
-fn volume_problem(volume: &str) -> Option<String> {
-    let parts: Vec<&str> = volume.split(':').collect();
-    let expected = "expected src:dst or src:dst:ro|rw";
-    let (src, dst, options) = match parts.as_slice() {
-        [src, dst] => (*src, *dst, None),
-        [src, dst, options] => (*src, *dst, Some(*options)),
-        _ => {
-            return Some(format!("volume {volume:?} is not of the form src:dst[:ro|rw]"));
+/// The problems of the template's Docker settings (volumes, tmpfs, ports, limits...), each
+/// read with the grammar `docker run` has for it, as (field path, message).
+fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
+    use super::docker;
+
+    let mut errors = Vec::new();
+    let at = FieldPath::of("spec.template");
+    let t = &spec.template;
+    let each = |errors: &mut Vec<(FieldPath, String)>,
+                field: &str,
+                items: &[String],
+                check: &dyn Fn(&str) -> Option<String>| {
+        for (i, item) in items.iter().enumerate() {
+            if let Some(problem) = check(item) {
+                errors.push((at.key(field).index(i), problem));
+            }
         }
     };
-    if src.is_empty() || dst.is_empty() {
-        return Some(format!("volume {volume:?} has an empty side: {expected}"));
+    each(&mut errors, "volumes", &t.volumes, &|v| docker::parse_volume(v).err());
+    each(&mut errors, "tmpfs", &t.tmpfs, &|v| docker::parse_tmpfs(v).err());
+    each(&mut errors, "securityOpt", &t.security_opt, &docker::security_opt_problem);
+    each(&mut errors, "devices", &t.devices, &|v| docker::parse_device(v).err());
+    each(&mut errors, "capAdd", &t.cap_add, &docker::capability_problem);
+    each(&mut errors, "capDrop", &t.cap_drop, &docker::capability_problem);
+    each(&mut errors, "extraHosts", &t.extra_hosts, &docker::extra_host_problem);
+    each(&mut errors, "dns", &t.dns, &|v| {
+        v.parse::<std::net::IpAddr>().is_err().then(|| format!("DNS server {v:?} is not an IP address"))
+    });
+
+    // Docker mounts one thing per container path; a second one is refused at create time.
+    let mut mounted: HashMap<&str, FieldPath> = HashMap::new();
+    let volume_paths = t.volumes.iter().enumerate().filter_map(|(i, v)| match docker::parse_volume(v) {
+        Ok(docker::Volume::Anonymous(path)) => Some((path, at.key("volumes").index(i))),
+        Ok(docker::Volume::Mount(m)) => m.split(':').nth(1).map(|path| (path, at.key("volumes").index(i))),
+        Err(_) => None,
+    });
+    let tmpfs_paths = t.tmpfs.iter().enumerate().filter_map(|(i, entry)| {
+        docker::parse_tmpfs(entry).ok().map(|(path, _)| (path, at.key("tmpfs").index(i)))
+    });
+    for (path, field) in volume_paths.chain(tmpfs_paths) {
+        if let Some(first) = mounted.get(path) {
+            errors.push((field, format!("{path} is already mounted by {first}")));
+        } else {
+            mounted.insert(path, field);
+        }
     }
-    if !dst.starts_with('/') {
-        return Some(format!("volume {volume:?}: the container path {dst:?} must be absolute"));
+
+    let host_network = t.network.as_deref() == Some("host");
+    for (key, value) in &t.sysctls {
+        if let Some(problem) = docker::sysctl_problem(key, value, host_network) {
+            errors.push((at.key("sysctls").key(key), problem));
+        }
     }
-    let bad = options.and_then(|o| o.split(',').find(|o| !VOLUME_OPTIONS.contains(o)));
-    bad.map(|bad| format!("volume {volume:?} has an unknown option {bad:?}: {expected}"))
+    for (i, port) in t.ports.iter().enumerate() {
+        match docker::parse_port(port) {
+            Err(problem) => errors.push((at.key("ports").index(i), problem)),
+            // Two containers cannot bind one host port, and a rollout that surges runs the new
+            // instance beside the old one.
+            Ok(p) if p.fixed_host_port() && (spec.replicas > 1 || spec.rollout.max_surge > 0) => {
+                errors.push((
+                    at.key("ports").index(i),
+                    format!(
+                        "port {port:?} binds a fixed host port, which only one container can have: \
+                         it needs replicas at most 1 and rollout.maxSurge 0 (set maxUnavailable: 1), \
+                         or leave the host port out to let Docker choose one per container"
+                    ),
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    if let Some(Err(problem)) = t.restart.as_deref().map(docker::parse_restart) {
+        errors.push((at.key("restart"), problem));
+    }
+    if let Some(problem) = t.user.as_deref().and_then(docker::user_problem) {
+        errors.push((at.key("user"), problem));
+    }
+    if let Some(dir) = t.workdir.as_deref().filter(|d| !d.starts_with('/')) {
+        errors.push((at.key("workdir"), format!("working directory {dir:?} must be absolute")));
+    }
+    if let Some(problem) = t.stop_signal.as_deref().and_then(docker::signal_problem) {
+        errors.push((at.key("stopSignal"), problem));
+    }
+    if let Some(Err(problem)) = t.cpus.as_deref().map(docker::parse_cpus) {
+        errors.push((at.key("cpus"), problem));
+    }
+    if let Some(Err(problem)) = t.memory.as_deref().map(docker::parse_memory) {
+        errors.push((at.key("memory"), problem));
+    }
+
+    let counts = [
+        ("securityOpt", t.security_opt.len()),
+        ("devices", t.devices.len()),
+        ("capAdd", t.cap_add.len()),
+        ("capDrop", t.cap_drop.len()),
+        ("sysctls", t.sysctls.len()),
+        ("ports", t.ports.len()),
+        ("extraHosts", t.extra_hosts.len()),
+        ("dns", t.dns.len()),
+    ];
+    for (field, count) in counts {
+        if count > MAX_ITEMS {
+            errors.push((at.key(field), format!("has {count} entries; at most {MAX_ITEMS} are allowed")));
+        }
+    }
+    errors
 }
 
 #[cfg(test)]
@@ -269,16 +345,6 @@ mod tests {
         }
         for bad in ["", "Workers", "-w", "w-", "w_1", "w.1", "wörk", &"a".repeat(47)] {
             assert!(name_problem(bad).is_some(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn volumes_are_docker_mount_strings() {
-        for good in ["/a:/b", "/a:/b:ro", "/a:/b:rw", "data:/var/lib/data", "/a:/b:ro,rslave"] {
-            assert_eq!(volume_problem(good), None, "{good}");
-        }
-        for bad in ["/a", "/a:", ":/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", ""] {
-            assert!(volume_problem(bad).is_some(), "{bad:?} accepted");
         }
     }
 }

@@ -60,9 +60,7 @@ impl PoolArgs {
             env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
             labels: BTreeMap::new(),
             network: self.network.map(str::to_owned),
-            privileged: false,
-            volumes: Vec::new(),
-            tmpfs: Vec::new(),
+            ..Template::default()
         };
         let bootstrap: Vec<BootstrapStep> = (0..self.bootstrap)
             .map(|i| BootstrapStep {

@@ -161,19 +161,13 @@ impl TestDocker {
         NewContainer {
             name: self.name(suffix),
             image: IMAGE.to_owned(),
-            command: None,
-            entrypoint: None,
-            env: BTreeMap::new(),
             labels: BTreeMap::from([
                 (labels::POOL.to_owned(), self.pool.clone()),
                 (labels::TEMPLATE_HASH.to_owned(), "test-hash".to_owned()),
                 (RUN_LABEL.to_owned(), run_id().to_owned()),
                 (CASE_LABEL.to_owned(), self.case.clone()),
             ]),
-            network: None,
-            privileged: false,
-            volumes: Vec::new(),
-            tmpfs: Vec::new(),
+            ..NewContainer::default()
         }
     }
 }

@@ -12,9 +12,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum, HostConfig,
-};
+use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, EventsOptions, InspectContainerOptions,
     InspectNetworkOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
@@ -25,6 +23,7 @@ use crate::backend::{BackendError, Containers, ExecOutput, NewContainer};
 use crate::model::{Container, labels};
 
 mod convert;
+mod create;
 mod events;
 
 use convert::container_from_summary;
@@ -361,24 +360,8 @@ impl Containers for DockerBackend {
 
     async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
         let name = &spec.name;
-        let host_config = HostConfig {
-            binds: (!spec.volumes.is_empty()).then(|| spec.volumes.clone()),
-            tmpfs: (!spec.tmpfs.is_empty())
-                .then(|| spec.tmpfs.iter().map(|p| (p.clone(), String::new())).collect()),
-            network_mode: spec.network.clone(),
-            privileged: Some(spec.privileged),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            hostname: Some(name.clone()),
-            labels: Some(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            cmd: spec.command.clone(),
-            entrypoint: spec.entrypoint.clone(),
-            host_config: Some(host_config),
-            ..Default::default()
-        };
+        let body = create::create_body(spec)
+            .map_err(|why| BackendError::Failed(format!("create container {name}: {why}")))?;
         let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
         self.count();
         self.docker

@@ -1,0 +1,376 @@
+//! The container template against a real daemon: the kind and k3d examples' containers, created
+//! by poolctl, compared field by field in `docker inspect` with the settings kind and k3d give
+//! their own nodes; every other setting as `docker run` would send it; and bad settings caught
+//! offline, with file, line and field.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use poolctl::backend::Containers;
+use poolctl::execute::new_container;
+use poolctl::model::{DesiredPool, Origin, labels};
+use poolctl::spec::{Pool, SpecError, Template, load_documents, load_files, template_hash, validate_pools};
+use serde_json::{Value, json};
+
+use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+
+/// Only keeps a broken test from hanging; nothing is timed.
+const UP: Duration = Duration::from_secs(60);
+
+/// A shell loop that exits on SIGTERM, for entrypoints the test image stands in for.
+const IDLE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
+
+/// The pool of `examples/<dir>/pool.yaml`, read and validated as `poolctl validate` does.
+fn example(dir: &str) -> Pool {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir).join("pool.yaml");
+    let text = std::fs::read_to_string(&path).expect("the example");
+    let docs = load_documents("pool.yaml", &text).expect("the example loads");
+    validate_pools(&docs).expect("the example is valid");
+    docs.into_iter().next().expect("a pool").pool
+}
+
+/// Networks and named volumes a test made, removed when the test ends, even when it fails.
+/// Declare it before the [`TestDocker`], so that its containers are gone first.
+#[derive(Default)]
+struct Scratch {
+    networks: Vec<String>,
+    volumes: Vec<String>,
+}
+
+impl Scratch {
+    /// A new bridge network, in place of kind's or k3d's own.
+    fn network(&mut self, d: &TestDocker) -> String {
+        let name = format!("{}-net", d.pool);
+        let label = format!("{RUN_LABEL}={}", run_id());
+        docker_cli(&["network", "create", "--label", &label, &name]);
+        self.networks.push(name.clone());
+        name
+    }
+
+    /// A name for a named volume, which Docker creates on first use.
+    fn volume(&mut self, d: &TestDocker) -> String {
+        let name = format!("{}-images", d.pool);
+        self.volumes.push(name.clone());
+        name
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for (kind, names) in [("network", &self.networks), ("volume", &self.volumes)] {
+            for name in names {
+                let removed = Command::new("docker").args([kind, "rm", name]).output();
+                if !removed.is_ok_and(|o| o.status.success()) {
+                    eprintln!("test cleanup: `docker {kind} rm {name}` failed; it may remain");
+                }
+            }
+        }
+    }
+}
+
+/// Runs the docker CLI and returns its stdout, failing the test if it fails.
+fn docker_cli(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("the docker CLI runs");
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `docker inspect` of one container.
+fn inspect(name: &str) -> Value {
+    let all: Value = serde_json::from_str(&docker_cli(&["inspect", name])).expect("inspect is JSON");
+    all[0].clone()
+}
+
+/// Creates one container of `pool` the way apply does (template, `new_container`, the Docker
+/// backend), labelled for the test's cleanup, and returns its name.
+async fn create(d: &TestDocker, pool: Pool) -> String {
+    let template_hash = template_hash(&pool.spec.template, &pool.spec.bootstrap);
+    let desired = DesiredPool { pool, file: "pool.yaml".to_owned(), template_hash };
+    let origin = Origin::Path { path: "examples".to_owned() };
+    let name = d.name("0");
+    let mut spec = new_container(&desired, &origin, &name, None);
+    spec.labels.insert(labels::POOL.to_owned(), d.pool.clone());
+    spec.labels.insert(RUN_LABEL.to_owned(), run_id().to_owned());
+    spec.labels.insert(CASE_LABEL.to_owned(), d.case.clone());
+    d.backend.create(&spec).await.expect("create");
+    name
+}
+
+/// Checks each (JSON pointer into the inspect output, expected value, the flag that sets it),
+/// and reports every mismatch at once.
+fn compare(inspect: &Value, expected: &[(&str, Value, &str)]) {
+    let mismatches: Vec<String> = expected
+        .iter()
+        .filter_map(|(pointer, want, flag)| {
+            let got = inspect.pointer(pointer).unwrap_or(&Value::Null);
+            (got != want).then(|| format!("{flag}: {pointer} is {got}, expected {want}"))
+        })
+        .collect();
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+/// Runs a shell command in the container and returns its output.
+async fn sh(d: &TestDocker, name: &str, command: &str) -> String {
+    let argv = ["sh", "-c", command].map(str::to_owned);
+    let out = d.backend.exec(name, &argv, UP).await.expect("exec");
+    assert_eq!(out.exit_code, 0, "{command}: {}", out.output);
+    out.output
+}
+
+#[tokio::test]
+async fn the_kind_example_creates_what_kind_creates() {
+    let mut scratch = Scratch::default();
+    let modules = tempfile::tempdir().expect("a temp dir");
+    let Some(d) = docker().await else { return };
+    let mut pool = example("kind-workers");
+    let t = &mut pool.spec.template;
+    assert_eq!(t.image, "kindest/node:v1.31.0");
+    assert!(t.privileged, "kind runs its nodes --privileged");
+    // The test variant. This host refuses --privileged containers, so that one flag is left out
+    // (and checked in the template above); the test image stands in for kindest/node; a network
+    // of the test's own for kind's; and, since the host may have no /lib/modules (Docker would
+    // create it there), a directory of the test's own is mounted in its place.
+    t.privileged = false;
+    t.image = IMAGE.to_owned();
+    let network = scratch.network(&d);
+    t.network = Some(network.clone());
+    let kernel_modules = "/lib/modules:/lib/modules:ro".to_owned();
+    assert!(t.volumes.contains(&kernel_modules), "{:?}", t.volumes);
+    let modules_bind = format!("{}:/lib/modules:ro", modules.path().display());
+    t.volumes = t
+        .volumes
+        .iter()
+        .map(|v| if *v == kernel_modules { modules_bind.clone() } else { v.clone() })
+        .collect();
+
+    let name = create(&d, pool).await;
+    let inspect = inspect(&name);
+    // kind's commonArgs and runArgsForNode (pkg/cluster/internal/providers/docker/provision.go).
+    compare(
+        &inspect,
+        &[
+            ("/Config/Hostname", json!(name), "--hostname NAME"),
+            ("/Config/Tty", json!(true), "--tty"),
+            (
+                "/HostConfig/RestartPolicy",
+                json!({"Name": "on-failure", "MaximumRetryCount": 1}),
+                "--restart=on-failure:1",
+            ),
+            ("/HostConfig/Init", json!(false), "--init=false"),
+            ("/HostConfig/CgroupnsMode", json!("private"), "--cgroupns=private"),
+            (
+                "/HostConfig/SecurityOpt",
+                json!(["seccomp=unconfined", "apparmor=unconfined"]),
+                "--security-opt seccomp=unconfined --security-opt apparmor=unconfined",
+            ),
+            ("/HostConfig/Tmpfs", json!({"/tmp": "", "/run": ""}), "--tmpfs /tmp --tmpfs /run"),
+            ("/Config/Volumes", json!({"/var": {}}), "--volume /var"),
+            ("/HostConfig/Binds", json!([modules_bind]), "--volume /lib/modules:/lib/modules:ro"),
+            ("/HostConfig/NetworkMode", json!(network), "--net kind"),
+            ("/Config/Labels/io.x-k8s.kind.cluster", json!("dev"), "--label io.x-k8s.kind.cluster=dev"),
+            ("/Config/Labels/io.x-k8s.kind.role", json!("worker"), "--label io.x-k8s.kind.role=worker"),
+            ("/Config/StopSignal", json!("SIGRTMIN+3"), "kindest/node's STOPSIGNAL"),
+            ("/HostConfig/Privileged", json!(false), "--privileged, left out on this host"),
+            ("/State/Running", json!(true), "a node that runs"),
+        ],
+    );
+
+    // --volume /var is an anonymous volume, and removing the container removes it.
+    let mounts = inspect["Mounts"].as_array().expect("mounts");
+    let var = mounts.iter().find(|m| m["Destination"] == "/var").expect("a mount at /var");
+    assert_eq!(var["Type"], "volume", "{var}");
+    let volume = var["Name"].as_str().expect("the volume's name").to_owned();
+    assert!(Command::new("docker").args(["volume", "inspect", &volume]).output().unwrap().status.success());
+    d.backend.stop(&name, Duration::ZERO).await.expect("stop");
+    d.backend.remove(&name).await.expect("remove");
+    let gone = Command::new("docker").args(["volume", "inspect", &volume]).output().unwrap();
+    assert!(!gone.status.success(), "the anonymous volume {volume} outlived its container");
+}
+
+#[tokio::test]
+async fn the_k3d_example_creates_what_k3d_creates() {
+    let mut scratch = Scratch::default();
+    let Some(d) = docker().await else { return };
+    let mut pool = example("k3d-agents");
+    let t = &mut pool.spec.template;
+    assert!(t.image.starts_with("rancher/k3s:"), "{}", t.image);
+    assert!(t.privileged, "k3d runs its nodes privileged");
+    // The test variant. This host refuses --privileged containers, so that one flag is left out
+    // (and checked in the template above); the test image stands in for rancher/k3s, with a
+    // shell in place of its /bin/k3s entrypoint that takes the same `agent` command and idles;
+    // a network and an image volume of the test's own stand in for the cluster's.
+    t.privileged = false;
+    t.image = IMAGE.to_owned();
+    assert_eq!(t.entrypoint, None);
+    t.entrypoint = Some(["sh", "-c", IDLE, "k3s"].map(str::to_owned).to_vec());
+    let network = scratch.network(&d);
+    t.network = Some(network.clone());
+    assert_eq!(t.volumes, ["k3d-dev-images:/k3d/images"]);
+    let images = format!("{}:/k3d/images", scratch.volume(&d));
+    t.volumes = vec![images.clone()];
+
+    let name = create(&d, pool).await;
+    let inspect = inspect(&name);
+    // k3d's TranslateNodeToContainer (pkg/runtimes/docker/translate.go), with the agent's
+    // command, env, labels and image volume from pkg/client (ClusterCreate, NodeCreate).
+    compare(
+        &inspect,
+        &[
+            ("/Config/Hostname", json!(name), "Hostname: the node's name"),
+            ("/Config/Cmd", json!(["agent"]), "Cmd: agent"),
+            ("/HostConfig/Init", json!(true), "Init: true"),
+            ("/HostConfig/RestartPolicy/Name", json!("unless-stopped"), "RestartPolicy: unless-stopped"),
+            ("/HostConfig/UsernsMode", json!("host"), "UsernsMode: host"),
+            ("/HostConfig/Tmpfs", json!({"/run": "", "/var/run": ""}), "Tmpfs: DefaultTmpfsMounts"),
+            ("/HostConfig/Binds", json!([images]), "Binds: the cluster's image volume at /k3d/images"),
+            ("/HostConfig/NetworkMode", json!(network), "the cluster network"),
+            ("/Config/Labels/app", json!("k3d"), "label app=k3d"),
+            ("/Config/Labels/k3d.cluster", json!("dev"), "label k3d.cluster"),
+            ("/Config/Labels/k3d.role", json!("agent"), "label k3d.role"),
+            ("/HostConfig/Privileged", json!(false), "Privileged, left out on this host"),
+            ("/State/Running", json!(true), "a node that runs"),
+        ],
+    );
+    let env: Vec<&str> =
+        inspect["Config"]["Env"].as_array().expect("env").iter().filter_map(Value::as_str).collect();
+    for var in [
+        "K3S_URL=https://k3d-dev-server-0:6443",
+        "K3S_TOKEN=replace-with-the-cluster-token",
+        "K3S_KUBECONFIG_OUTPUT=/output/kubeconfig.yaml",
+    ] {
+        assert!(env.contains(&var), "{var} missing from {env:?}");
+    }
+    // k3d writes host.k3d.internal into /etc/hosts after the start; the example has Docker do it.
+    let hosts = sh(&d, &name, "cat /etc/hosts").await;
+    assert!(hosts.lines().any(|l| l.split_whitespace().nth(1) == Some("host.k3d.internal")), "{hosts}");
+}
+
+#[tokio::test]
+async fn every_other_setting_reaches_docker_as_docker_run_sends_it() {
+    let Some(d) = docker().await else { return };
+    let yaml = r"
+image: IMAGE
+tmpfs: ['/scratch:size=64m,mode=1777']
+securityOpt: [no-new-privileges]
+capAdd: [NET_ADMIN]
+capDrop: [MKNOD]
+sysctls: {net.ipv4.ip_forward: '1'}
+ports: ['127.0.0.1::80', '53/udp']
+extraHosts: ['db.internal:192.0.2.10']
+dns: [192.0.2.53]
+devices: ['/dev/null:/dev/poolctl-null:rw']
+user: '1000:1000'
+workdir: /srv
+stopSignal: SIGUSR1
+cpus: 0.5
+memory: 64m
+"
+    .replace("IMAGE", IMAGE);
+    let template: Template = serde_saphyr::from_str(&yaml).expect("a template");
+    let mut pool = example("quickstart");
+    pool.spec.template = template;
+    let name = create(&d, pool).await;
+    let inspect = inspect(&name);
+    compare(
+        &inspect,
+        &[
+            (
+                "/HostConfig/Tmpfs",
+                json!({"/scratch": "size=64m,mode=1777"}),
+                "--tmpfs /scratch:size=64m,mode=1777",
+            ),
+            ("/HostConfig/SecurityOpt", json!(["no-new-privileges"]), "--security-opt no-new-privileges"),
+            ("/HostConfig/CapAdd", json!(["NET_ADMIN"]), "--cap-add NET_ADMIN"),
+            ("/HostConfig/CapDrop", json!(["MKNOD"]), "--cap-drop MKNOD"),
+            ("/HostConfig/Sysctls", json!({"net.ipv4.ip_forward": "1"}), "--sysctl net.ipv4.ip_forward=1"),
+            (
+                "/HostConfig/PortBindings",
+                json!({"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}], "53/udp": [{"HostIp": "", "HostPort": ""}]}),
+                "-p 127.0.0.1::80 -p 53/udp",
+            ),
+            ("/Config/ExposedPorts", json!({"80/tcp": {}, "53/udp": {}}), "-p exposes the ports"),
+            (
+                "/HostConfig/ExtraHosts",
+                json!(["db.internal:192.0.2.10"]),
+                "--add-host db.internal:192.0.2.10",
+            ),
+            ("/HostConfig/Dns", json!(["192.0.2.53"]), "--dns 192.0.2.53"),
+            (
+                "/HostConfig/Devices",
+                json!([{"PathOnHost": "/dev/null", "PathInContainer": "/dev/poolctl-null", "CgroupPermissions": "rw"}]),
+                "--device /dev/null:/dev/poolctl-null:rw",
+            ),
+            ("/Config/User", json!("1000:1000"), "--user 1000:1000"),
+            ("/Config/WorkingDir", json!("/srv"), "--workdir /srv"),
+            ("/Config/StopSignal", json!("SIGUSR1"), "--stop-signal SIGUSR1"),
+            ("/HostConfig/NanoCpus", json!(500_000_000), "--cpus 0.5"),
+            ("/HostConfig/Memory", json!(64 << 20), "--memory 64m"),
+        ],
+    );
+    // And inside: the tmpfs options are options, not part of the path.
+    let mount = sh(&d, &name, "grep ' /scratch ' /proc/mounts").await;
+    assert!(mount.starts_with("tmpfs /scratch tmpfs ") && mount.contains("size=65536k"), "{mount}");
+    assert_eq!(sh(&d, &name, "id -u; pwd; cat /proc/sys/net/ipv4/ip_forward").await, "1000\n/srv\n1\n");
+    assert!(sh(&d, &name, "cat /etc/resolv.conf").await.contains("nameserver 192.0.2.53"));
+    assert!(sh(&d, &name, "grep db.internal /etc/hosts").await.starts_with("192.0.2.10"));
+    sh(&d, &name, "test -c /dev/poolctl-null").await;
+}
+
+#[test]
+fn bad_settings_are_caught_offline_with_file_line_and_field() {
+    let text = "apiVersion: poolctl.dev/v1alpha1
+kind: Pool
+metadata:
+  name: w
+spec:
+  replicas: 2
+  template:
+    image: busybox
+    volumes: [/]
+    tmpfs: ['/run:size=lots']
+    securityOpt: [seccomp=/etc/profile.json]
+    restart: always:3
+    devices: [/dev/fuse:rx]
+    capAdd: [SYS_WIZARD]
+    sysctls: {vm.swappiness: '1'}
+    ports: ['8080:80']
+    extraHosts: ['db:not-an-ip']
+    dns: [one.one.one.one]
+    user: 'a:b:c'
+    workdir: srv
+    stopSignal: SIGNONE
+    cpus: 0
+    memory: 1k
+    cgroupns: shared
+";
+    let errors: Vec<String> = match load_files([("pools/a.yaml", text)]) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors.0.iter().map(SpecError::to_string).collect(),
+    };
+    let expected = [
+        "pools/a.yaml:9:15: spec.template.volumes[0]: volume \"/\": nothing can be mounted over the container's root",
+        "pools/a.yaml:10:13: spec.template.tmpfs[0]: tmpfs \"/run:size=lots\": option \"size=lots\" has a bad value",
+        "pools/a.yaml:11:19: spec.template.securityOpt[0]: security option \"seccomp=/etc/profile.json\": seccomp takes unconfined or builtin",
+        "pools/a.yaml:12:14: spec.template.restart: restart policy \"always:3\": only on-failure takes a retry count",
+        "pools/a.yaml:13:15: spec.template.devices[0]: device \"/dev/fuse:rx\": the path \"rx\" must be absolute",
+        "pools/a.yaml:14:14: spec.template.capAdd[0]: unknown capability \"SYS_WIZARD\"",
+        "pools/a.yaml:15:30: spec.template.sysctls.vm.swappiness: sysctl \"vm.swappiness\" is not namespaced",
+        "pools/a.yaml:16:13: spec.template.ports[0]: port \"8080:80\" binds a fixed host port",
+        "pools/a.yaml:17:18: spec.template.extraHosts[0]: extra host \"db:not-an-ip\": \"not-an-ip\" is not an IP address",
+        "pools/a.yaml:18:11: spec.template.dns[0]: DNS server \"one.one.one.one\" is not an IP address",
+        "pools/a.yaml:19:11: spec.template.user: user \"a:b:c\"",
+        "pools/a.yaml:20:14: spec.template.workdir: working directory \"srv\" must be absolute",
+        "pools/a.yaml:21:17: spec.template.stopSignal: unknown signal \"SIGNONE\"",
+        "pools/a.yaml:22:11: spec.template.cpus: cpus \"0\"",
+        "pools/a.yaml:23:13: spec.template.memory: memory \"1k\" is below Docker's minimum of 6m",
+        "pools/a.yaml:24:15: spec.template.cgroupns: unknown variant `shared`, expected `private` or `host`",
+    ];
+    let mut unmatched: Vec<&String> = errors.iter().collect();
+    for start in expected {
+        let found = unmatched.iter().position(|e| e.starts_with(start));
+        assert!(found.is_some(), "no error starts with {start:?}; got {errors:#?}");
+        unmatched.remove(found.unwrap_or_default());
+    }
+    assert!(unmatched.is_empty(), "unexpected errors: {unmatched:#?}");
+}
