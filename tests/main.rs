@@ -6,6 +6,7 @@
 
 mod cli;
 mod docker;
+mod drain;
 mod e2e;
 mod e2e_kube;
 mod fake_kube;
