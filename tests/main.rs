@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod cli;
+mod container_stop;
 mod docker;
 mod drain;
 mod e2e;
