@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use poolctl::model::{
-    ClusterRef, Container, ContainerState, Health, Node, NodeConfig, Pdb, Pod, World, labels,
+    ClusterRef, Container, ContainerState, Health, LabelSelector, Node, NodeConfig, Pdb, Pod, World, labels,
 };
 use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
@@ -186,6 +186,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
                     mirror: false,
                     finished: false,
                     empty_dir: false,
+                    orphaned: false,
                 });
             }
         }
@@ -196,7 +197,10 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             world.pdbs.push(Pdb {
                 namespace: "default".to_owned(),
                 name: format!("pdb-{i}"),
-                match_labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+                selector: LabelSelector::from_parts(
+                    &BTreeMap::from([("app".to_owned(), app.to_owned())]),
+                    [],
+                ),
                 disruptions_allowed: 1,
             });
         }

@@ -141,7 +141,8 @@ async fn drain_evicts_what_kubectl_would_with_a_policy_v1_eviction_and_waits_for
     fake.add_node("other", true);
     let app = fake.add_pod(&PodSpecBuilder::new("default", "app", "n"));
     fake.add_pod(&PodSpecBuilder::new("kube-system", "bare", "n").owner(None));
-    fake.add_pod(&PodSpecBuilder::new("kube-system", "ds", "n").owner(Some("DaemonSet")));
+    fake.add_daemon_set("kube-system", "proxy");
+    fake.add_pod(&PodSpecBuilder::new("kube-system", "ds", "n").owned_by("DaemonSet", "proxy"));
     fake.add_pod(&PodSpecBuilder::new("kube-system", "static", "n").owner(Some("Node")).mirror());
     fake.add_pod(&PodSpecBuilder::new("default", "done", "n").owner(Some("Job")).phase("Succeeded"));
     fake.add_pod(&PodSpecBuilder::new("default", "elsewhere", "other"));

@@ -5,7 +5,9 @@
 #![allow(unreachable_pub)]
 
 mod cli;
+mod container_stop;
 mod docker;
+mod drain;
 mod e2e;
 mod e2e_kube;
 mod fake_kube;

@@ -76,6 +76,24 @@ pub struct ExecOutput {
     pub output: String,
 }
 
+/// How a container stopped running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// It exited, or was killed, with this code.
+    Exited(i64),
+    /// It no longer exists.
+    Removed,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exited(code) => write!(f, "exited with code {code}"),
+            Self::Removed => f.write_str("was removed"),
+        }
+    }
+}
+
 /// Docker, as the executor sees it.
 pub trait Containers: Sync {
     /// Every pool container (one list call).
@@ -96,6 +114,10 @@ pub trait Containers: Sync {
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
     fn wait_up(&self, name: &str, timeout: Duration)
     -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Resolve once the container no longer runs (it exited, was killed or removed), saying
+    /// how; stay pending while it runs. The executor races this against waits that only a
+    /// running container can end, so that they fail as soon as it is gone.
+    fn wait_stopped(&self, name: &str) -> impl Future<Output = Result<Stopped, BackendError>> + Send;
     /// Stop the container, giving it `grace` between SIGTERM and SIGKILL. Stopping a stopped
     /// container succeeds.
     fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;

@@ -5,6 +5,7 @@
 //! creations of a batch run concurrently, everything else runs in plan order, and a failure
 //! or an interrupt halts before the next step, so that nothing more is retired.
 
+mod ready;
 mod report;
 
 use std::collections::{BTreeMap, HashSet};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
-use crate::backend::{BackendError, Cluster, Containers, NewContainer};
+use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::model::{ClusterIdentity, Desired, DesiredPool, Origin, labels};
 use crate::observe::observe_again;
 use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
@@ -40,6 +41,9 @@ pub enum StepError {
     /// The step needs a Kubernetes cluster but the pool has none configured.
     #[error("pool {0}: this step acts on a Kubernetes Node, but no cluster is configured for the pool")]
     NoCluster(String),
+    /// The container stopped running while the step waited on it.
+    #[error("container {name} {how} while its Node was awaited")]
+    ContainerStopped { name: String, how: Stopped },
 }
 
 /// Why a rollout ended in an error rather than a report.
@@ -385,9 +389,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
                     let cluster = self.cluster(pool_name)?;
                     let remaining = deadline.saturating_duration_since(Instant::now());
-                    cluster.await_ready(name, remaining).await.map_err(|e| match e {
+                    let ready = cluster.await_ready(name, remaining);
+                    self.while_running(name, ready).await.map_err(|e| match e {
                         // Say the timeout the user set, not what was left of it.
-                        BackendError::Timeout { what, .. } => BackendError::Timeout { what, after: timeout },
+                        StepError::Backend(BackendError::Timeout { what, .. }) => {
+                            StepError::Backend(BackendError::Timeout { what, after: timeout })
+                        }
                         other => other,
                     })?;
                     configure_node(cluster, pool_name, spec, name).await?;

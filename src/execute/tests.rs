@@ -372,3 +372,34 @@ async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
     assert_eq!(report.unwrap().failure().map(|f| (f.verb, f.instance.as_str())), Some(("stop", "k-old")));
     assert!(!fake.calls().contains(&"stop k-old".to_owned()), "{:?}", fake.calls());
 }
+
+#[tokio::test]
+async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_awaited() {
+    let mut desired = desired(0, None);
+    let long = crate::spec::Duration::from_secs(3600);
+    desired.pools[0].pool.spec.node =
+        Some(crate::spec::NodeSpec { ready_timeout: long, ..node_spec(None, None) });
+    // The kubelet never gets the Node Ready, and the container exits once the wait has begun.
+    let fake = FakeWorld::default().never_ready("n1").die_after("node-ready n1", "n1");
+    let mut plan = rolling_plan();
+    plan.pools[0].steps = vec![
+        step(0, "n1", Action::Create { image: "img:1".into(), template_hash: "new".into() }),
+        step(0, "n1", Action::AwaitReady { node: true }),
+        step(0, "o1", Action::Stop),
+    ];
+    let batch = async |e: &Executor<'_, _, _>| e.run_batch(&plan).await;
+    // Only a hang guard: the Node wait alone would last the hour of readyTimeout.
+    let guarded = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        with_executor(&fake, &desired, &Interrupt::default(), batch).await
+    });
+    let (report, text) = guarded.await.expect("the step ends without waiting out readyTimeout");
+    let failure = report.failure().expect("a failure");
+    assert_eq!((failure.verb, failure.instance.as_str()), ("await-ready", "n1"));
+    assert_eq!(
+        failure.error,
+        Some(StepError::ContainerStopped { name: "n1".into(), how: crate::backend::Stopped::Exited(0) })
+    );
+    assert!(text.contains("container n1 exited with code 0 while its Node was awaited"), "{text}");
+    let calls = fake.calls();
+    assert!(!calls.iter().any(|c| c == "configure n1" || c == "stop o1"), "{calls:?}");
+}

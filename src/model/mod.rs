@@ -4,10 +4,12 @@
 
 mod desired;
 pub mod labels;
+mod selector;
 mod world;
 
 pub use desired::{Desired, DesiredPool, Origin};
+pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, Health, Node, NodeConfig, NodeConfigChange, Pdb,
-    Pod, World, is_instance_name,
+    ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, Health, Node, NodeConfig,
+    NodeConfigChange, Pdb, Pod, World, is_instance_name,
 };

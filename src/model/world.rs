@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::LabelSelector;
 use crate::spec::Taint;
 
 /// Everything one reconcile observed.
@@ -160,6 +161,9 @@ pub struct NodeConfig {
 }
 
 /// A Pod bound to a pool Node.
+// Each flag is an independent fact a drain decides on (see `drain_action`); an enum of their
+// combinations would be harder to follow.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Pod {
     pub namespace: String,
@@ -175,21 +179,42 @@ pub struct Pod {
     pub finished: bool,
     /// Has an emptyDir volume, whose data dies with the pod.
     pub empty_dir: bool,
+    /// Its controller is a DaemonSet that no longer exists: nothing recreates the pod, so a
+    /// drain evicts it rather than leave it to die with the container.
+    pub orphaned: bool,
+}
+
+/// What a drain does with a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainAction {
+    /// Evicted, with a warning when something is lost for good.
+    Evict(Option<&'static str>),
+    /// Left alone, for this reason.
+    Skip(&'static str),
 }
 
 impl Pod {
-    /// Why a drain leaves this pod alone, as `kubectl drain` does: DaemonSet pods (the
-    /// DaemonSet would recreate them at once), mirror pods (the kubelet owns them) and pods that
-    /// already finished. The planner's preview and the drain itself share this one rule.
-    pub fn drain_skip_reason(&self) -> Option<&'static str> {
-        if self.owner_kind.as_deref() == Some("DaemonSet") {
-            Some("DaemonSet")
+    /// What a drain does with this pod, as `kubectl drain --ignore-daemonsets --force
+    /// --delete-emptydir-data` (what Cluster API's drain amounts to) decides it: DaemonSet pods
+    /// stay (their DaemonSet would recreate them at once) unless the DaemonSet is gone, mirror
+    /// pods stay (the kubelet owns them), and so do pods that already finished; every other pod
+    /// is evicted. The planner's preview and the drain itself share this one rule.
+    pub fn drain_action(&self) -> DrainAction {
+        let daemon = self.owner_kind.as_deref() == Some("DaemonSet");
+        if daemon && !self.orphaned {
+            DrainAction::Skip("DaemonSet")
         } else if self.mirror {
-            Some("mirror pod")
+            DrainAction::Skip("mirror pod")
         } else if self.finished {
-            Some("finished")
+            DrainAction::Skip("finished")
+        } else if self.owner_kind.is_none() {
+            DrainAction::Evict(Some("no controller: will be lost"))
+        } else if daemon {
+            DrainAction::Evict(Some("its DaemonSet is gone: will be lost"))
+        } else if self.empty_dir {
+            DrainAction::Evict(Some("emptyDir data will be lost"))
         } else {
-            None
+            DrainAction::Evict(None)
         }
     }
 }
@@ -199,19 +224,24 @@ impl Pod {
 pub struct Pdb {
     pub namespace: String,
     pub name: String,
-    /// `spec.selector.matchLabels`; a PDB whose selector uses expressions is matched on these
-    /// labels only.
-    pub match_labels: BTreeMap<String, String>,
+    /// `spec.selector`, read as policy/v1 and the eviction subresource do: `None` (no selector,
+    /// or one the API server cannot parse) covers no pod; an empty one covers every pod of the
+    /// namespace.
+    pub selector: Option<LabelSelector>,
     /// `status.disruptionsAllowed`.
     pub disruptions_allowed: i32,
 }
 
 impl Pdb {
-    /// Whether the budget covers the pod (same namespace, selector matches).
+    /// Whether the budget covers the pod (same namespace, selector matches). The eviction
+    /// subresource refuses to evict a pod that more than one budget covers.
     pub fn covers(&self, pod: &Pod) -> bool {
-        self.namespace == pod.namespace
-            && !self.match_labels.is_empty()
-            && self.match_labels.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+        self.namespace == pod.namespace && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+    }
+
+    /// `namespace/name`, as the preview and errors name a budget.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
     }
 }
 
@@ -332,6 +362,7 @@ pub fn is_instance_name(pool: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::build::{pdb, pod};
 
     fn taint(key: &str, effect: &str) -> Taint {
         Taint { key: key.into(), value: None, effect: effect.into() }
@@ -409,5 +440,38 @@ mod tests {
         assert!(!id("https://127.0.0.1:1", Some("u")).same_cluster(&id("https://127.0.0.1:1", Some("v"))));
         assert!(id("https://a", None).same_cluster(&id("https://a", Some("u"))));
         assert!(!id("https://a", None).same_cluster(&id("https://b", Some("u"))));
+    }
+
+    #[test]
+    fn a_drain_skips_daemonset_mirror_and_finished_pods_and_evicts_an_orphaned_daemonset_pod() {
+        let action = |f: &dyn Fn(&mut Pod)| {
+            let mut p = pod("p", "n", Some("ReplicaSet"));
+            f(&mut p);
+            p.drain_action()
+        };
+        assert_eq!(action(&|_| {}), DrainAction::Evict(None));
+        assert_eq!(action(&|p| p.owner_kind = Some("DaemonSet".into())), DrainAction::Skip("DaemonSet"));
+        let orphan = |p: &mut Pod| {
+            p.owner_kind = Some("DaemonSet".into());
+            p.orphaned = true;
+        };
+        assert_eq!(action(&orphan), DrainAction::Evict(Some("its DaemonSet is gone: will be lost")));
+        let finished_orphan = |p: &mut Pod| {
+            orphan(p);
+            p.finished = true;
+        };
+        assert_eq!(action(&finished_orphan), DrainAction::Skip("finished"));
+        assert_eq!(action(&|p| p.mirror = true), DrainAction::Skip("mirror pod"));
+        assert_eq!(action(&|p| p.owner_kind = None), DrainAction::Evict(Some("no controller: will be lost")));
+        assert_eq!(action(&|p| p.empty_dir = true), DrainAction::Evict(Some("emptyDir data will be lost")));
+    }
+
+    #[test]
+    fn a_budget_covers_only_pods_of_its_own_namespace() {
+        let web = pod("web-1", "n", Some("ReplicaSet"));
+        let budget = pdb("web", &[("app", "web")], &[], 0);
+        assert!(budget.covers(&web));
+        assert!(!budget.covers(&Pod { namespace: "other".into(), ..web.clone() }));
+        assert!(!Pdb { selector: None, ..budget }.covers(&web), "no selector covers nothing");
     }
 }

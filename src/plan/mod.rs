@@ -219,7 +219,12 @@ pub struct PodRef {
     pub pod: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// Why it is skipped, or a warning for an evicted pod (no controller, emptyDir data).
+    /// Why it is skipped, or a warning for an evicted pod (no controller, emptyDir data, more
+    /// than one PDB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// For a pod to evict: the PDBs (`namespace/name`) that cover it. With more than one, the
+    /// API server refuses the eviction.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pdbs: Vec<String>,
 }

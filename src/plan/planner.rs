@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{Container, ContainerState, Node, Pod, World, is_instance_name, labels};
+use crate::model::{Container, ContainerState, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
@@ -421,7 +421,9 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>) -> V
     actions
 }
 
-/// What `kubectl drain` would do to the node's pods, and which PDBs would make it wait.
+/// What the drain will do to the node's pods ([`Pod::drain_action`]), and which PDBs would make
+/// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
+/// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
 fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
     let mut pods: Vec<&Pod> = world.pods.get(node).cloned().unwrap_or_default();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -429,31 +431,31 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
     let mut preview = DrainPreview::default();
     let mut blocking = BTreeSet::new();
     for pod in pods {
-        let pod_ref = |note: Option<&str>| PodRef {
+        let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
             pod: format!("{}/{}", pod.namespace, pod.name),
             owner: pod.owner_kind.clone(),
-            note: note.map(str::to_owned),
+            note,
+            pdbs,
         };
-        if let Some(reason) = pod.drain_skip_reason() {
-            preview.skip.push(pod_ref(Some(reason)));
-            continue;
-        }
-        let warning = if pod.owner_kind.is_none() {
-            Some("no controller: will be lost")
-        } else if pod.empty_dir {
-            Some("emptyDir data will be lost")
+        let rule_warning = match pod.drain_action() {
+            DrainAction::Skip(reason) => {
+                preview.skip.push(pod_ref(Some(reason.to_owned()), Vec::new()));
+                continue;
+            }
+            DrainAction::Evict(warning) => warning,
+        };
+        let covering: Vec<&Pdb> = world.world.pdbs.iter().filter(|pdb| pdb.covers(pod)).collect();
+        let ids: Vec<String> = covering.iter().map(|pdb| pdb.id()).collect();
+        let warning = if let [first @ .., last] = ids.as_slice()
+            && !first.is_empty()
+        {
+            Some(format!("under PDBs {} and {last}: the API server refuses to evict it", first.join(", ")))
         } else {
-            None
+            // A single budget that allows no disruption makes the drain wait.
+            blocking.extend(covering.iter().filter(|pdb| pdb.disruptions_allowed <= 0).map(|pdb| pdb.id()));
+            rule_warning.map(str::to_owned)
         };
-        preview.evict.push(pod_ref(warning));
-        blocking.extend(
-            world
-                .world
-                .pdbs
-                .iter()
-                .filter(|pdb| pdb.disruptions_allowed <= 0 && pdb.covers(pod))
-                .map(|pdb| format!("{}/{}", pdb.namespace, pdb.name)),
-        );
+        preview.evict.push(pod_ref(warning, ids));
     }
     preview.blocking_pdbs = blocking.into_iter().collect();
     preview

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use crate::model::{ContainerState, Desired, Health, Origin, Pdb, World};
+use crate::model::{ContainerState, Desired, Health, Origin, Pdb, Pod, World};
 use crate::plan::{
     Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
 };
 use crate::testing::build::{
-    PoolArgs, container, count, desired, labelled, node, other_origin, pod, world_of,
+    PoolArgs, container, count, desired, labelled, node, other_origin, pdb, pod, world_of,
 };
 use crate::testing::sim::SimWorld;
 
@@ -738,7 +738,8 @@ fn a_container_without_cluster_labels_in_a_plain_pool_is_only_stopped_and_remove
     assert_eq!(verbs(pool_plan(&plan, "w")), [("stop", "w-a"), ("remove", "w-a")]);
 }
 
-/// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node.
+/// A pool of Nodes in the middle of a template change, with pods of every kind on the old Node,
+/// and budgets that select them by labels and by expressions.
 fn drain_world() -> (Desired, World) {
     let dp = PoolArgs { nodes: true, image: "kindest/node:v1.31.0", ..PoolArgs::new("workers", 1) }.build();
     let mut old = container("workers-1a2b3c4d5e-k2x9p", "workers", "1a2b3c4d5e", 1);
@@ -752,68 +753,113 @@ fn drain_world() -> (Desired, World) {
     done.finished = true;
     let mut cache = pod("cache-0", &node_name, Some("StatefulSet"));
     cache.empty_dir = true;
+    let mut orphan = pod("logs-x2", &node_name, Some("DaemonSet"));
+    orphan.orphaned = true;
+    let mut shared = pod("queue-0", &node_name, Some("StatefulSet"));
+    shared.labels.insert("tier".to_owned(), "shared".to_owned());
     let world = World {
         containers: vec![old],
         nodes: vec![node(&node_name, "workers")],
         pods: vec![
             pod("web-7d9f", &node_name, Some("ReplicaSet")),
+            pod("api-5c1b", &node_name, Some("ReplicaSet")),
             pod("proxy-x1", &node_name, Some("DaemonSet")),
             pod("solo", &node_name, None),
             pod("web-elsewhere", "another-node", Some("ReplicaSet")),
             mirror,
             done,
             cache,
+            orphan,
+            shared,
         ],
         pdbs: vec![
-            Pdb {
-                namespace: "default".to_owned(),
-                name: "web".to_owned(),
-                match_labels: BTreeMap::from([("app".to_owned(), "web".to_owned())]),
-                disruptions_allowed: 0,
-            },
-            Pdb {
-                namespace: "default".to_owned(),
-                name: "cache".to_owned(),
-                match_labels: BTreeMap::from([("app".to_owned(), "cache".to_owned())]),
-                disruptions_allowed: 1,
-            },
+            pdb("web", &[("app", "web")], &[], 0),
+            pdb("cache", &[("app", "cache")], &[], 1),
+            // Selected by expressions only: blocks the api pod.
+            pdb("api", &[], &[("app", "In", &["api", "api-canary"]), ("track", "NotIn", &["canary"])], 0),
+            // Both select queue-0: the API server refuses to evict it.
+            pdb("queue", &[("app", "queue")], &[], 1),
+            pdb("shared", &[], &[("tier", "Exists", &[])], 1),
         ],
     };
     (desired(vec![dp]), world)
 }
 
-#[test]
-fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
-    let (desired, world) = drain_world();
-    let plan = plan(&desired, &world, PlanOptions::default());
-    let drain = pool_plan(&plan, "workers")
+fn the_drain(plan: &Plan) -> &crate::plan::DrainPreview {
+    pool_plan(plan, "workers")
         .steps
         .iter()
         .find_map(|s| match &s.action {
             Action::Drain(preview) => Some(preview),
             _ => None,
         })
-        .unwrap();
-    let show = |pods: &[crate::plan::PodRef]| -> Vec<String> {
-        pods.iter().map(|p| format!("{} {:?} {:?}", p.pod, p.owner, p.note)).collect()
-    };
+        .expect("a drain step")
+}
+
+fn show(pods: &[crate::plan::PodRef]) -> Vec<String> {
+    pods.iter().map(|p| format!("{} {:?} {:?} {:?}", p.pod, p.owner, p.note, p.pdbs)).collect()
+}
+
+#[test]
+fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
+    let (desired, world) = drain_world();
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let drain = the_drain(&plan);
     assert_eq!(
         show(&drain.evict),
         [
-            "default/cache-0 Some(\"StatefulSet\") Some(\"emptyDir data will be lost\")",
-            "default/solo None Some(\"no controller: will be lost\")",
-            "default/web-7d9f Some(\"ReplicaSet\") None",
+            r#"default/api-5c1b Some("ReplicaSet") None ["default/api"]"#,
+            r#"default/cache-0 Some("StatefulSet") Some("emptyDir data will be lost") ["default/cache"]"#,
+            r#"default/logs-x2 Some("DaemonSet") Some("its DaemonSet is gone: will be lost") []"#,
+            r#"default/queue-0 Some("StatefulSet") Some("under PDBs default/queue and default/shared: the API server refuses to evict it") ["default/queue", "default/shared"]"#,
+            r#"default/solo None Some("no controller: will be lost") []"#,
+            r#"default/web-7d9f Some("ReplicaSet") None ["default/web"]"#,
         ]
     );
     assert_eq!(
         show(&drain.skip),
         [
-            "default/etcd-static Some(\"Node\") Some(\"mirror pod\")",
-            "default/job-done Some(\"Job\") Some(\"finished\")",
-            "default/proxy-x1 Some(\"DaemonSet\") Some(\"DaemonSet\")",
+            r#"default/etcd-static Some("Node") Some("mirror pod") []"#,
+            r#"default/job-done Some("Job") Some("finished") []"#,
+            r#"default/proxy-x1 Some("DaemonSet") Some("DaemonSet") []"#,
         ]
     );
-    assert_eq!(drain.blocking_pdbs, ["default/web"]);
+    assert_eq!(drain.blocking_pdbs, ["default/api", "default/web"]);
+}
+
+#[test]
+fn a_budget_under_which_a_pod_shares_another_does_not_count_as_blocking_for_it() {
+    // The server refuses a pod under two budgets before it looks at either: the drain fails on
+    // it rather than wait, so neither budget is reported as one the drain waits on.
+    let (desired, mut world) = drain_world();
+    for budget in &mut world.pdbs {
+        budget.disruptions_allowed = i32::from(!matches!(budget.name.as_str(), "queue" | "shared"));
+    }
+    let plan = plan(&desired, &world, PlanOptions::default());
+    assert!(the_drain(&plan).blocking_pdbs.is_empty(), "{:?}", the_drain(&plan).blocking_pdbs);
+}
+
+#[test]
+fn a_pdb_with_an_empty_selector_covers_every_pod_of_its_namespace_and_one_without_none() {
+    let (desired, mut world) = drain_world();
+    world.pods.retain(|p| matches!(p.name.as_str(), "web-7d9f" | "solo"));
+    world.pods.push(Pod { namespace: "other".to_owned(), ..pod("elsewhere", &world.nodes[0].name, None) });
+    let everything =
+        Pdb { selector: Some(crate::model::LabelSelector::default()), ..pdb("all", &[], &[], 0) };
+    let nothing = Pdb { selector: None, ..pdb("none", &[], &[], 0) };
+    world.pdbs = vec![everything, nothing];
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let drain = the_drain(&plan);
+    assert_eq!(
+        show(&drain.evict),
+        [
+            r#"default/solo None Some("no controller: will be lost") ["default/all"]"#,
+            r#"default/web-7d9f Some("ReplicaSet") None ["default/all"]"#,
+            r#"other/elsewhere None Some("no controller: will be lost") []"#,
+        ],
+        "a pod without labels is covered too"
+    );
+    assert_eq!(drain.blocking_pdbs, ["default/all"]);
 }
 
 #[test]

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, Node, NodeConfig, Origin, Pod,
-    World, labels,
+    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, LabelSelector, Node, NodeConfig,
+    Origin, Pdb, Pod, World, labels,
 };
 use crate::spec::{
     BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
@@ -145,6 +145,28 @@ pub(crate) fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
         mirror: false,
         finished: false,
         empty_dir: false,
+        orphaned: false,
+    }
+}
+
+/// A PDB of the `default` namespace whose selector has these `matchLabels` and
+/// `matchExpressions` (`key`, operator, values).
+pub(crate) fn pdb(
+    name: &str,
+    match_labels: &[(&str, &str)],
+    expressions: &[(&str, &str, &[&str])],
+    disruptions_allowed: i32,
+) -> Pdb {
+    let labels: BTreeMap<String, String> =
+        match_labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let values: Vec<Vec<String>> =
+        expressions.iter().map(|(_, _, vs)| vs.iter().map(|v| (*v).to_owned()).collect()).collect();
+    let expressions = expressions.iter().zip(&values).map(|((k, op, _), vs)| (*k, *op, vs.as_slice()));
+    Pdb {
+        namespace: "default".to_owned(),
+        name: name.to_owned(),
+        selector: Some(LabelSelector::from_parts(&labels, expressions).expect("a valid selector")),
+        disruptions_allowed,
     }
 }
 

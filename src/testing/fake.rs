@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::sim::SimWorld;
-use crate::backend::{BackendError, Cluster, Connect, Containers, ExecOutput, NewContainer};
+use crate::backend::{BackendError, Cluster, Connect, Containers, ExecOutput, NewContainer, Stopped};
 use crate::execute::Interrupt;
 use crate::model::{
     ClusterIdentity, ClusterRef, Container, ContainerState, Node, Pdb, Pod, World, is_instance_name, labels,
@@ -26,6 +26,8 @@ struct Inner {
     faults: Mutex<Faults>,
     /// Calls in flight now and at most, to see that creations overlap.
     in_flight: Mutex<(usize, usize)>,
+    /// Woken whenever a call may have changed the world.
+    changed: tokio::sync::Notify,
 }
 
 /// What the fake does besides answering.
@@ -46,6 +48,8 @@ struct Faults {
     /// What a kubeconfig and context resolve to, where a test says (a switched context);
     /// otherwise one cluster per reference.
     resolves_to: BTreeMap<ClusterRef, ClusterIdentity>,
+    /// Nodes whose Ready wait lasts its whole timeout (a kubelet that never gets there).
+    never_ready: BTreeSet<String>,
 }
 
 impl FakeWorld {
@@ -78,6 +82,11 @@ impl FakeWorld {
 
     pub(crate) fn min_running(self, n: usize) -> Self {
         self.faults().min_running = Some(n);
+        self
+    }
+
+    pub(crate) fn never_ready(self, node: &str) -> Self {
+        self.faults().never_ready.insert(node.to_owned());
         self
     }
 
@@ -158,6 +167,7 @@ impl FakeWorld {
         {
             self.sim().stop(name);
         }
+        self.0.changed.notify_waiters();
         result
     }
 
@@ -223,6 +233,21 @@ impl Containers for FakeWorld {
             None => Err(BackendError::NotFound(format!("container {name}"))),
         })
         .await
+    }
+
+    async fn wait_stopped(&self, name: &str) -> Result<Stopped, BackendError> {
+        loop {
+            // Registered before the look, so that a change between the two is not missed.
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.sim().container(name) {
+                None => return Ok(Stopped::Removed),
+                Some(c) if c.state != ContainerState::Running => return Ok(Stopped::Exited(0)),
+                Some(_) => {}
+            }
+            changed.await;
+        }
     }
 
     async fn stop(&self, name: &str, _: Duration) -> Result<(), BackendError> {
@@ -304,16 +329,16 @@ impl Cluster for FakeCluster {
     }
 
     async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+        let timed_out =
+            || BackendError::Timeout { what: format!("Node {node} did not turn Ready"), after: timeout };
+        if self.world.faults().never_ready.contains(node) {
+            self.world.call(format!("node-ready {node}"), |_| Ok(())).await?;
+            tokio::time::sleep(timeout).await;
+            return Err(timed_out());
+        }
         self.world
             .call(format!("node-ready {node}"), |sim| {
-                if sim.register_node(node) {
-                    Ok(())
-                } else {
-                    Err(BackendError::Timeout {
-                        what: format!("Node {node} did not turn Ready"),
-                        after: timeout,
-                    })
-                }
+                if sim.register_node(node) { Ok(()) } else { Err(timed_out()) }
             })
             .await
     }

@@ -1,8 +1,9 @@
 //! A fake Kubernetes API server over real HTTP, for tests that drive the real kube client.
 //!
-//! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource and
-//! PodDisruptionBudgets on 127.0.0.1 with a random port, on a runtime of its own in a thread
-//! of its own, so it keeps answering while a test blocks on a child `poolctl` process. Tests
+//! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource, PodDisruptionBudgets
+//! and `DaemonSet` objects (get and list) on 127.0.0.1 with a random port, on a runtime of its
+//! own in a thread of its own, so it keeps answering while a test blocks on a child `poolctl`
+//! process. Tests
 //! steer it through Rust methods (add nodes, pods, apps, PDBs, inject faults) and read back
 //! the request log and the event log to check what happened in which order. A simulated
 //! kubelet registers Nodes for the test's pool containers in Docker; a simulated ReplicaSet
@@ -298,6 +299,16 @@ users:
             })?
             .clone();
         Some(store.budget(&pdb))
+    }
+
+    /// Adds the DaemonSet `namespace/name` (pods name it with `PodSpecBuilder::owned_by`).
+    pub fn add_daemon_set(&self, namespace: &str, name: &str) {
+        self.store().add_daemon_set(namespace, name);
+    }
+
+    /// Deletes the DaemonSet and leaves its pods behind, as orphans that still name it.
+    pub fn delete_daemon_set(&self, namespace: &str, name: &str) -> bool {
+        self.store().delete_daemon_set(namespace, name)
     }
 
     /// Makes every eviction of this pod answer `code` (e.g. 200 or 201) with a Status whose

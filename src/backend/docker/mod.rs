@@ -16,10 +16,11 @@ use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, Health
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, EventsOptions, InspectContainerOptions,
     InspectNetworkOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
+    WaitContainerOptions,
 };
 use futures::StreamExt;
 
-use crate::backend::{BackendError, Containers, ExecOutput, NewContainer};
+use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, Stopped};
 use crate::model::{Container, labels};
 
 mod convert;
@@ -396,6 +397,28 @@ impl Containers for DockerBackend {
                 after: timeout,
             }),
         }
+    }
+
+    async fn wait_stopped(&self, name: &str) -> Result<Stopped, BackendError> {
+        // The daemon sends the response headers at once and the body when the container stops,
+        // so bollard's request timeout (until the headers) does not cut a long wait short.
+        let options = WaitContainerOptions { condition: "not-running".to_owned() };
+        self.count();
+        let mut wait = self.docker.wait_container(name, Some(options));
+        let code = match wait.next().await {
+            Some(Ok(answer)) => answer.status_code,
+            // bollard turns a non-zero exit code into an error.
+            Some(Err(DockerError::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) if status_of(&e) == Some(404) => return Ok(Stopped::Removed),
+            Some(Err(e)) => return Err(self.error(&format!("wait for container {name}"), e)),
+            None => {
+                return Err(BackendError::Failed(format!(
+                    "wait for container {name}: the daemon closed the stream"
+                )));
+            }
+        };
+        // `docker rm -f` kills before it removes: say which of the two happened.
+        Ok(if self.inspect(name).await?.is_some() { Stopped::Exited(code) } else { Stopped::Removed })
     }
 
     async fn stop(&self, name: &str, grace: Duration) -> Result<(), BackendError> {

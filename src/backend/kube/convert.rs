@@ -1,11 +1,17 @@
 //! Kubernetes objects reduced to the world's plain data: a Node's readiness and poolctl's
 //! marks, a Pod's owner and what a drain needs to know, a PDB's selector and budget.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTaint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
 
-use crate::model::{Node, NodeConfig, Pdb, Pod, labels};
+use crate::model::{LabelSelector, Node, NodeConfig, Pdb, Pod, labels};
 use crate::spec::Taint;
+
+/// `DaemonSet` objects by namespace and name.
+pub(super) type DaemonSets = BTreeSet<(String, String)>;
 
 pub(super) fn node_from(n: &K8sNode) -> Node {
     let ready = n
@@ -37,7 +43,19 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
     }
 }
 
-pub(super) fn pod_from(p: &K8sPod) -> Option<Pod> {
+/// The namespace and name of the DaemonSet that controls the pod, if one does.
+pub(super) fn daemon_set_of(p: &K8sPod) -> Option<(String, String)> {
+    let owner = p.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
+    (owner.kind == "DaemonSet").then(|| (namespace_of(p), owner.name.clone()))
+}
+
+fn namespace_of(p: &K8sPod) -> String {
+    p.metadata.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+/// The pod as the world sees it. `daemon_sets` holds the `DaemonSet` objects that exist among
+/// those that control pods (see [`daemon_set_of`]), so that an orphan can be told apart.
+pub(super) fn pod_from(p: &K8sPod, daemon_sets: &DaemonSets) -> Option<Pod> {
     let spec = p.spec.as_ref()?;
     let owner_kind = p
         .metadata
@@ -46,7 +64,7 @@ pub(super) fn pod_from(p: &K8sPod) -> Option<Pod> {
         .and_then(|os| os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()));
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
     Some(Pod {
-        namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        namespace: namespace_of(p),
         name: p.metadata.name.clone().unwrap_or_default(),
         uid: p.metadata.uid.clone().unwrap_or_default(),
         node: spec.node_name.clone().unwrap_or_default(),
@@ -59,6 +77,7 @@ pub(super) fn pod_from(p: &K8sPod) -> Option<Pod> {
             .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
         finished: matches!(phase, "Succeeded" | "Failed"),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
+        orphaned: daemon_set_of(p).is_some_and(|ds| !daemon_sets.contains(&ds)),
     })
 }
 
@@ -66,12 +85,7 @@ pub(super) fn pdb_from(p: &PodDisruptionBudget) -> Pdb {
     Pdb {
         namespace: p.metadata.namespace.clone().unwrap_or_default(),
         name: p.metadata.name.clone().unwrap_or_default(),
-        match_labels: p
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .and_then(|s| s.match_labels.clone())
-            .unwrap_or_default(),
+        selector: p.spec.as_ref().and_then(|s| s.selector.as_ref()).and_then(selector_from),
         disruptions_allowed: p.status.as_ref().and_then(|s| s.disruptions_allowed).unwrap_or(0),
     }
 }
@@ -83,4 +97,13 @@ fn taint_from(t: &K8sTaint) -> Taint {
 /// The API's form of a taint.
 pub(super) fn taint_to(t: &Taint) -> K8sTaint {
     K8sTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None }
+}
+
+fn selector_from(s: &K8sSelector) -> Option<LabelSelector> {
+    let expressions = s
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_deref().unwrap_or_default()));
+    LabelSelector::from_parts(s.match_labels.iter().flatten(), expressions)
 }

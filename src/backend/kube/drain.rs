@@ -1,21 +1,23 @@
-//! The drain, as `kubectl drain` does it: evict every pod that is not skipped through the
-//! policy/v1 Eviction subresource, retry PodDisruptionBudget refusals until the drain timeout,
-//! and wait until each evicted pod is gone.
+//! The drain, as `kubectl drain` does it: evict every pod that [`Pod::drain_action`] does not
+//! leave alone through the policy/v1 Eviction subresource, retry PodDisruptionBudget refusals
+//! until the drain timeout, and wait until each evicted pod is gone.
 
 use std::time::Duration;
 
 use futures::future::join_all;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod as K8sPod;
-use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::KubeCluster;
-use super::convert::{node_from, pod_from};
+use super::convert::{DaemonSets, daemon_set_of, node_from, pdb_from, pod_from};
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
+use crate::model::{DrainAction, Pod};
 
 impl KubeCluster {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
@@ -34,13 +36,23 @@ impl KubeCluster {
             Some(n) => node_from(&n).ready,
             None => false,
         };
-        let targets: Vec<&K8sPod> = list
-            .items
-            .iter()
-            .filter(|p| pod_from(p).is_some_and(|p| p.drain_skip_reason().is_none()))
-            .collect();
+        let on_node: Vec<&K8sPod> = list.items.iter().collect();
+        let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
+        let mut targets: Vec<(&K8sPod, Pod)> = Vec::new();
+        for (raw, pod) in on_node.into_iter().filter_map(|p| pod_from(p, &daemon_sets).map(|m| (p, m))) {
+            match pod.drain_action() {
+                DrainAction::Skip(_) => {}
+                DrainAction::Evict(warning) => {
+                    if let Some(warning) = warning {
+                        tracing::info!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
+                    }
+                    targets.push((raw, pod));
+                }
+            }
+        }
         tracing::info!(node, pods = targets.len(), "draining");
-        let results = join_all(targets.iter().map(|p| self.evict_and_wait(p, deadline, node_ready))).await;
+        let evictions = targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, node_ready));
+        let results = join_all(evictions).await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
             return Ok(());
@@ -56,13 +68,31 @@ impl KubeCluster {
         }
     }
 
+    /// The `DaemonSet` objects that control any of `pods` and still exist, asked one by one as
+    /// kubectl does (a node runs few of them); no request when no pod has a `DaemonSet` controller.
+    pub(super) async fn daemon_sets_of(
+        &self,
+        pods: &[&K8sPod],
+        deadline: Instant,
+    ) -> Result<DaemonSets, BackendError> {
+        let wanted: DaemonSets = pods.iter().filter_map(|p| daemon_set_of(p)).collect();
+        let lookups = wanted.into_iter().map(|(ns, name)| async move {
+            let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &ns);
+            let found =
+                self.retrying(&format!("get DaemonSet {ns}/{name}"), deadline, || api.get_opt(&name)).await?;
+            Ok(found.map(|_| (ns, name)))
+        });
+        join_all(lookups).await.into_iter().filter_map(Result::transpose).collect()
+    }
+
     /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
     /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
-    /// `kubelet_alive` is false, merely terminating). Errors are
-    /// returned as a line naming the pod and, for refusals, the budget's own message.
+    /// `kubelet_alive` is false, merely terminating). Errors are returned as a line naming the
+    /// pod and, for refusals, the budget's own message.
     async fn evict_and_wait(
         &self,
         pod: &K8sPod,
+        seen: &Pod,
         deadline: Instant,
         kubelet_alive: bool,
     ) -> Result<(), String> {
@@ -111,10 +141,8 @@ impl KubeCluster {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
                 // some API server versions): that is not an eviction.
                 Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
-                    return Err(format!(
-                        "{id}: eviction failed: {}",
-                        v.get("message").and_then(|m| m.as_str()).unwrap_or("no message")
-                    ));
+                    let message = v.get("message").and_then(|m| m.as_str()).unwrap_or("no message");
+                    return Err(format!("{id}: {}", self.refused(seen, message, deadline).await));
                 }
                 Ok(_) => break,
                 // 404: gone already. 409: the UID precondition failed, so the pod of that name
@@ -127,7 +155,7 @@ impl KubeCluster {
                     backoff.wait_until(deadline).await;
                 }
                 Err(kube::Error::Api(status)) if status.code == 500 || (400..500).contains(&status.code) => {
-                    return Err(format!("{id}: eviction failed: {}", status.message));
+                    return Err(format!("{id}: {}", self.refused(seen, &status.message, deadline).await));
                 }
                 Err(e) => {
                     tracing::warn!("{id}: eviction request failed, will retry: {e}");
@@ -147,6 +175,34 @@ impl KubeCluster {
                 Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
                 Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
             }
+        }
+    }
+
+    /// Why the API server refused an eviction for good. Its message for a pod under several
+    /// budgets names none of them, so they are looked up (with the selector rule the preview
+    /// uses) and named, with what to do.
+    async fn refused(&self, pod: &Pod, message: &str, deadline: Instant) -> String {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = ListParams::default();
+        let covering: Vec<String> = match self
+            .retrying("list PodDisruptionBudgets", deadline, || api.list(&params))
+            .await
+        {
+            Ok(list) => list.items.iter().map(pdb_from).filter(|b| b.covers(pod)).map(|b| b.id()).collect(),
+            Err(e) => {
+                tracing::warn!("cannot tell which PodDisruptionBudgets cover {}: {e}", pod.name);
+                Vec::new()
+            }
+        };
+        if covering.len() > 1 {
+            format!(
+                "not evicted: {} PodDisruptionBudgets cover it ({}), and the API server evicts no pod \
+                 under more than one; narrow or delete all but one (the server said: {message})",
+                covering.len(),
+                covering.join(", ")
+            )
+        } else {
+            format!("eviction failed: {message}")
         }
     }
 }

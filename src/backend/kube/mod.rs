@@ -197,7 +197,13 @@ impl Cluster for KubeCluster {
         let pods = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
         let pdb_api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
         let pdbs = self.retrying("list PodDisruptionBudgets", deadline, || pdb_api.list(&params)).await?;
-        let pods = pods.items.iter().filter_map(pod_from).filter(|p| nodes.contains(&p.node)).collect();
+        let on_nodes: Vec<&K8sPod> = pods
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| nodes.contains(n)))
+            .collect();
+        let daemon_sets = self.daemon_sets_of(&on_nodes, deadline).await?;
+        let pods = on_nodes.iter().filter_map(|p| pod_from(p, &daemon_sets)).collect();
         Ok((pods, pdbs.items.iter().map(pdb_from).collect()))
     }
 

@@ -193,6 +193,19 @@ fn route(
                 v => Reply::Json(200, v),
             }
         }
+        (&Method::GET, ["apis", "apps", "v1", "daemonsets"]) => {
+            list_or_watch(state, Resource::DaemonSets, None, q)
+        }
+        (&Method::GET, ["apis", "apps", "v1", "namespaces", ns, "daemonsets"]) => {
+            list_or_watch(state, Resource::DaemonSets, Some(ns), q)
+        }
+        (&Method::GET, ["apis", "apps", "v1", "namespaces", ns, "daemonsets", name]) => {
+            let store = state.store.lock().expect("store lock");
+            match store.daemon_set(ns, name) {
+                Some(ds) => Reply::Json(200, to_json(ds)),
+                None => json_status(404, &not_found("daemonsets.apps", name)),
+            }
+        }
         _ => json_status(
             404,
             &status(404, "NotFound", format!("the fake API server does not serve {method} {path}")),
@@ -281,6 +294,7 @@ fn kind_names(r: Resource) -> (&'static str, &'static str) {
         Resource::Nodes => ("v1", "NodeList"),
         Resource::Pods => ("v1", "PodList"),
         Resource::PodDisruptionBudgets => ("policy/v1", "PodDisruptionBudgetList"),
+        Resource::DaemonSets => ("apps/v1", "DaemonSetList"),
     }
 }
 
@@ -290,6 +304,9 @@ fn current_objects(store: &Store, f: &Filter) -> Vec<Value> {
         Resource::Pods => store.pods().map(|p| (p.metadata.namespace.clone(), to_json(p))).collect(),
         Resource::PodDisruptionBudgets => {
             store.pdb_keys().into_iter().map(|k| (Some(k.0.clone()), store.pdb_value(&k))).collect()
+        }
+        Resource::DaemonSets => {
+            store.daemon_sets().map(|d| (d.metadata.namespace.clone(), to_json(d))).collect()
         }
     };
     objs.into_iter().filter(|(ns, v)| f.matches(ns.as_deref(), v)).map(|(_, v)| v).collect()
@@ -315,7 +332,7 @@ fn list_or_watch(
             "spec.schedulerName",
             "spec.restartPolicy",
         ],
-        Resource::PodDisruptionBudgets => &["metadata.name", "metadata.namespace"],
+        Resource::PodDisruptionBudgets | Resource::DaemonSets => &["metadata.name", "metadata.namespace"],
     };
     let fields = match FieldQuery::parse(q.get("fieldSelector").map_or("", String::as_str), allowed) {
         Ok(f) => f,

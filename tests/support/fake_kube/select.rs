@@ -80,22 +80,26 @@ impl LabelQuery {
         Ok(Self(reqs))
     }
 
-    /// Builds the query that a PodDisruptionBudget's `spec.selector` stands for.
-    pub fn from_selector(sel: &LabelSelector) -> Self {
+    /// Builds the query that a PodDisruptionBudget's `spec.selector` stands for, as
+    /// `metav1.LabelSelectorAsSelector` does; `None` where that fails (an unknown operator,
+    /// `In`/`NotIn` without values, `Exists`/`DoesNotExist` with some), for the API server
+    /// treats such a budget as selecting nothing.
+    pub fn from_selector(sel: &LabelSelector) -> Option<Self> {
         let mut reqs = Vec::new();
         for (k, v) in sel.match_labels.iter().flatten() {
             reqs.push(Requirement::In(k.clone(), vec![v.clone()]));
         }
         for e in sel.match_expressions.iter().flatten() {
             let values = e.values.clone().unwrap_or_default();
-            reqs.push(match e.operator.as_str() {
-                "In" => Requirement::In(e.key.clone(), values),
-                "NotIn" => Requirement::NotIn(e.key.clone(), values),
-                "Exists" => Requirement::Exists(e.key.clone()),
-                _ => Requirement::DoesNotExist(e.key.clone()),
+            reqs.push(match (e.operator.as_str(), values.is_empty()) {
+                ("In", false) => Requirement::In(e.key.clone(), values),
+                ("NotIn", false) => Requirement::NotIn(e.key.clone(), values),
+                ("Exists", true) => Requirement::Exists(e.key.clone()),
+                ("DoesNotExist", true) => Requirement::DoesNotExist(e.key.clone()),
+                _ => return None,
             });
         }
-        Self(reqs)
+        Some(Self(reqs))
     }
 
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {

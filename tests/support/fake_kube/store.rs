@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
-    Volume,
+    PodTemplateSpec, Volume,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ListMeta, ObjectMeta, OwnerReference, Status, StatusCause, StatusDetails, Time,
+    LabelSelector, ListMeta, ObjectMeta, OwnerReference, Status, StatusCause, StatusDetails, Time,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -30,6 +31,7 @@ pub enum Resource {
     Nodes,
     Pods,
     PodDisruptionBudgets,
+    DaemonSets,
 }
 
 /// The watch event type of a change.
@@ -200,6 +202,8 @@ pub struct PodSpecBuilder {
     pub labels: BTreeMap<String, String>,
     /// Owner kind (`ReplicaSet`, `DaemonSet`, `StatefulSet`, `Job`...); `None` for a bare pod.
     pub owner_kind: Option<String>,
+    /// The owner's name; `<pod>-owner` when not given.
+    pub owner_name: Option<String>,
     /// Adds the `kubernetes.io/config.mirror` annotation (a static pod's mirror).
     pub mirror: bool,
     pub phase: String,
@@ -214,6 +218,7 @@ impl PodSpecBuilder {
             node: Some(node.into()),
             labels: BTreeMap::new(),
             owner_kind: Some("ReplicaSet".into()),
+            owner_name: None,
             mirror: false,
             phase: "Running".into(),
             empty_dir: false,
@@ -225,6 +230,12 @@ impl PodSpecBuilder {
     }
     pub fn owner(mut self, kind: Option<&str>) -> Self {
         self.owner_kind = kind.map(Into::into);
+        self
+    }
+    /// Controlled by the object `kind`/`name` of the pod's namespace (a DaemonSet, say).
+    pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        self.owner_kind = Some(kind.into());
+        self.owner_name = Some(name.into());
         self
     }
     pub fn mirror(mut self) -> Self {
@@ -272,6 +283,7 @@ pub struct Store {
     nodes: BTreeMap<String, Node>,
     pods: BTreeMap<PodKey, Pod>,
     pdbs: BTreeMap<PodKey, PodDisruptionBudget>,
+    daemon_sets: BTreeMap<PodKey, DaemonSet>,
     history: Vec<Arc<Change>>,
     apps: BTreeMap<PodKey, App>,
     timers: Vec<(Instant, Timer)>,
@@ -436,6 +448,7 @@ impl Store {
             nodes: BTreeMap::new(),
             pods: BTreeMap::new(),
             pdbs: BTreeMap::new(),
+            daemon_sets: BTreeMap::new(),
             history: Vec::new(),
             apps: BTreeMap::new(),
             timers: Vec::new(),
@@ -707,7 +720,7 @@ impl Store {
         let owner = b.owner_kind.as_ref().map(|kind| OwnerReference {
             api_version: if kind == "Job" { "batch/v1" } else { "apps/v1" }.into(),
             kind: kind.clone(),
-            name: format!("{}-owner", b.name),
+            name: b.owner_name.clone().unwrap_or_else(|| format!("{}-owner", b.name)),
             uid: format!("owner-{}", b.name),
             controller: Some(true),
             block_owner_deletion: Some(true),
@@ -939,11 +952,13 @@ impl Store {
     }
 
     fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
-        // policy/v1: an empty selector selects every pod of the namespace, an absent one none.
+        // policy/v1: an empty selector selects every pod of the namespace, an absent or invalid
+        // one none (the eviction subresource skips a budget whose selector does not parse).
         pdb.spec
             .as_ref()
             .and_then(|s| s.selector.as_ref())
-            .is_some_and(|sel| LabelQuery::from_selector(sel).matches_labels(labels))
+            .and_then(LabelQuery::from_selector)
+            .is_some_and(|q| q.matches_labels(labels))
     }
 
     pub fn budget(&self, pdb: &PodDisruptionBudget) -> Budget {
@@ -992,6 +1007,53 @@ impl Store {
 
     pub fn pdb_keys(&self) -> Vec<PodKey> {
         self.pdbs.keys().cloned().collect()
+    }
+
+    // ---------------------------------------------------------------- DaemonSets
+
+    pub fn daemon_sets(&self) -> impl Iterator<Item = &DaemonSet> {
+        self.daemon_sets.values()
+    }
+
+    pub fn daemon_set(&self, ns: &str, name: &str) -> Option<&DaemonSet> {
+        self.daemon_sets.get(&(ns.to_owned(), name.to_owned()))
+    }
+
+    /// Adds a DaemonSet selecting `app=<name>`. The fake runs no DaemonSet controller: pods that
+    /// claim it as their controller are added by the test.
+    pub fn add_daemon_set(&mut self, ns: &str, name: &str) -> DaemonSet {
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".to_owned(), name.to_owned())])),
+            ..Default::default()
+        };
+        let ds = DaemonSet {
+            metadata: ObjectMeta {
+                namespace: Some(ns.to_owned()),
+                name: Some(name.to_owned()),
+                uid: Some(self.next_uid()),
+                creation_timestamp: Some(now_time()),
+                resource_version: Some(self.bump()),
+                ..Default::default()
+            },
+            spec: DaemonSetSpec { selector, template: PodTemplateSpec::default(), ..Default::default() },
+            status: None,
+        };
+        self.daemon_sets.insert((ns.to_owned(), name.to_owned()), ds.clone());
+        let value = serde_json::to_value(&ds).expect("a DaemonSet serializes");
+        self.publish(Resource::DaemonSets, ChangeKind::Added, Some(ns.to_owned()), value);
+        ds
+    }
+
+    /// Deletes a DaemonSet and leaves its pods, still naming it as their controller: what a drain
+    /// meets while the garbage collector has not caught up (or never will).
+    pub fn delete_daemon_set(&mut self, ns: &str, name: &str) -> bool {
+        let Some(ds) = self.daemon_sets.remove(&(ns.to_owned(), name.to_owned())) else {
+            return false;
+        };
+        self.bump();
+        let value = serde_json::to_value(&ds).expect("a DaemonSet serializes");
+        self.publish(Resource::DaemonSets, ChangeKind::Deleted, Some(ns.to_owned()), value);
+        true
     }
 
     pub fn set_eviction_trap(&mut self, ns: &str, name: &str, code: u16) {

@@ -1,0 +1,183 @@
+//! The drain against the fake API server over HTTP: which pods it evicts, which budgets hold it
+//! up, and that the drain preview (the world observe reads, judged by the shared rules) names
+//! the same pods and budgets.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use poolctl::backend::kube::KubeCluster;
+use poolctl::backend::{BackendError, Cluster};
+use poolctl::model::{DrainAction, Pdb, Pod};
+
+use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder};
+
+/// Guards against a hang only; no assertion depends on it.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn setup() -> (FakeKube, KubeCluster) {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    let cluster = KubeCluster::from_config(fake.config(), "workers").expect("a client");
+    fake.add_node("n", true);
+    (fake, cluster)
+}
+
+async fn bounded<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f).await.expect("the call ends")
+}
+
+fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.into(),
+        operator: operator.into(),
+        values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+    }
+}
+
+/// A budget that allows no disruption of what `selector` selects (`None`: no selector at all).
+fn strict_pdb(namespace: &str, name: &str, selector: Option<LabelSelector>) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(0)),
+            selector,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn by_labels(labels: &[(&str, &str)]) -> LabelSelector {
+    let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    LabelSelector { match_labels: Some(labels), match_expressions: None }
+}
+
+fn by_expressions(expressions: Vec<LabelSelectorRequirement>) -> LabelSelector {
+    LabelSelector { match_labels: None, match_expressions: Some(expressions) }
+}
+
+/// What the preview makes of the node's pods: `namespace/name` of those it evicts, and for
+/// each, the budgets that cover it.
+async fn preview(cluster: &KubeCluster) -> BTreeMap<String, Vec<String>> {
+    let (pods, pdbs) = bounded(cluster.pods_and_pdbs(&["n".to_owned()])).await.expect("observed");
+    let covering = |pod: &Pod| pdbs.iter().filter(|b| b.covers(pod)).map(Pdb::id).collect();
+    pods.iter()
+        .filter(|p| matches!(p.drain_action(), DrainAction::Evict(_)))
+        .map(|p| (format!("{}/{}", p.namespace, p.name), covering(p)))
+        .collect()
+}
+
+fn evicted(fake: &FakeKube) -> Vec<String> {
+    let mut names: Vec<String> = fake
+        .evictions()
+        .iter()
+        .filter(|e| e.status == 201)
+        .map(|e| format!("{}/{}", e.namespace, e.pod))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test]
+async fn a_pdb_that_selects_by_expressions_holds_the_drain_up() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").label("app", "web").label("track", "stable"));
+    fake.add_pod(
+        &PodSpecBuilder::new("default", "canary-1", "n").label("app", "web").label("track", "canary"),
+    );
+    let selector = by_expressions(vec![
+        expression("app", "In", &["web", "api"]),
+        expression("track", "NotIn", &["canary"]),
+    ]);
+    fake.put_pdb_object(strict_pdb("default", "web", Some(selector)));
+
+    let shown = preview(&cluster).await;
+    assert_eq!(shown["default/web-1"], ["default/web"], "the preview sees the budget");
+    assert!(shown["default/canary-1"].is_empty(), "NotIn leaves the canary out");
+
+    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
+    assert!(what.contains("pod default/web-1") && what.contains("The disruption budget web"), "{what}");
+    assert!(fake.pod("default", "web-1").is_some(), "no budget is bypassed");
+    assert_eq!(evicted(&fake), ["default/canary-1"]);
+}
+
+#[tokio::test]
+async fn a_pod_under_two_pdbs_fails_the_drain_at_once_naming_both() {
+    let (fake, cluster) = setup();
+    fake.add_pod(
+        &PodSpecBuilder::new("default", "queue-0", "n").label("app", "queue").label("tier", "shared"),
+    );
+    fake.add_pod(&PodSpecBuilder::new("default", "free", "n").label("app", "free"));
+    // Both budgets would allow the eviction on their own; together they make it impossible.
+    let mut queue = strict_pdb("default", "queue", Some(by_labels(&[("app", "queue")])));
+    let mut shared =
+        strict_pdb("default", "shared", Some(by_expressions(vec![expression("tier", "Exists", &[])])));
+    for budget in [&mut queue, &mut shared] {
+        budget.spec.as_mut().unwrap().max_unavailable = Some(IntOrString::Int(1));
+    }
+    fake.put_pdb_object(queue);
+    fake.put_pdb_object(shared);
+
+    let shown = preview(&cluster).await;
+    assert_eq!(shown["default/queue-0"], ["default/queue", "default/shared"]);
+
+    // The drain timeout is longer than the hang guard: only a drain that fails without waiting
+    // for it gets an answer here.
+    let err = bounded(cluster.drain("n", 2 * LIMIT)).await.unwrap_err();
+    let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
+    assert!(
+        message.contains("pod default/queue-0: not evicted: 2 PodDisruptionBudgets cover it (default/queue, default/shared)"),
+        "{message}"
+    );
+    assert!(message.contains("narrow or delete all but one"), "{message}");
+    assert!(fake.pod("default", "queue-0").is_some());
+    assert_eq!(evicted(&fake), ["default/free"], "the other pods are drained all the same");
+    let refused: Vec<u16> =
+        fake.evictions().iter().filter(|e| e.pod == "queue-0").map(|e| e.status).collect();
+    assert_eq!(refused, [500], "a refusal for good is not retried");
+}
+
+#[tokio::test]
+async fn an_orphaned_daemonset_pod_is_evicted_and_a_managed_one_is_left() {
+    let (fake, cluster) = setup();
+    fake.add_daemon_set("kube-system", "proxy");
+    fake.add_daemon_set("kube-system", "logs");
+    fake.add_pod(&PodSpecBuilder::new("kube-system", "proxy-n", "n").owned_by("DaemonSet", "proxy"));
+    fake.add_pod(&PodSpecBuilder::new("kube-system", "logs-n", "n").owned_by("DaemonSet", "logs"));
+    assert!(fake.delete_daemon_set("kube-system", "logs"));
+
+    let (pods, _) = bounded(cluster.pods_and_pdbs(&["n".to_owned()])).await.unwrap();
+    let orphaned: Vec<(&str, bool)> = pods.iter().map(|p| (p.name.as_str(), p.orphaned)).collect();
+    assert_eq!(orphaned, [("logs-n", true), ("proxy-n", false)]);
+    assert_eq!(preview(&cluster).await.into_keys().collect::<Vec<_>>(), ["kube-system/logs-n"]);
+
+    bounded(cluster.drain("n", Duration::from_secs(10))).await.unwrap();
+    assert_eq!(evicted(&fake), ["kube-system/logs-n"]);
+    assert!(fake.pod("kube-system", "proxy-n").is_some(), "its DaemonSet would recreate it at once");
+}
+
+#[tokio::test]
+async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_covers_none() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("team", "unlabelled", "n"));
+    fake.add_pod(&PodSpecBuilder::new("free", "anything", "n").label("app", "x"));
+    fake.put_pdb_object(strict_pdb("team", "everything", Some(LabelSelector::default())));
+    fake.put_pdb_object(strict_pdb("free", "nothing", None));
+
+    let shown = preview(&cluster).await;
+    assert_eq!(shown["team/unlabelled"], ["team/everything"]);
+    assert!(shown["free/anything"].is_empty());
+
+    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
+    assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
+    assert_eq!(evicted(&fake), ["free/anything"]);
+}
