@@ -10,6 +10,7 @@ mod e2e;
 mod e2e_kube;
 mod fake_kube;
 mod kube;
+mod lock;
 mod source;
 mod spec;
 mod support;

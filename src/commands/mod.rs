@@ -1,10 +1,11 @@
-//! The commands: plan, apply, validate, schema and watch, each a small file over the stages
+//! The commands: plan, apply, validate, schema, watch and unlock, each a small file over the stages
 //! (source -> observe -> plan -> execute). This is the CLI edge, where library errors gain
 //! context and become exit statuses.
 
 mod apply;
 mod common;
 mod plan;
+mod unlock;
 mod validate;
 mod watch;
 
@@ -44,6 +45,7 @@ pub async fn dispatch(command: Command) -> Result<Exit> {
         Command::Apply(args) => apply::apply_command(args).await,
         Command::Validate(args) => validate::validate_command(&args),
         Command::Watch(args) => watch::watch_command(args).await,
+        Command::Unlock(args) => unlock::unlock_command(args).await,
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             common::write_stdout(|out| writeln!(out, "{schema}"))?;

@@ -21,3 +21,10 @@ pub const KUBECONFIG: &str = "poolctl.dev/kubeconfig";
 pub const CONTEXT: &str = "poolctl.dev/context";
 /// Annotation on a Node that poolctl cordoned for retirement.
 pub const RETIRING: &str = "poolctl.dev/retiring";
+/// On a pool's lock container (see `backend::docker`): the pool it locks. The lock carries no
+/// [`POOL`] label, so it is never taken for an instance.
+pub const LOCK: &str = "poolctl.dev/lock";
+/// On a lock container: who holds it.
+pub const LOCK_HOLDER: &str = "poolctl.dev/lock-holder";
+/// On a lock container: when its holder took it (RFC 3339).
+pub const LOCK_SINCE: &str = "poolctl.dev/lock-since";

@@ -4,7 +4,9 @@
 
 mod desired;
 pub mod labels;
+mod lock;
 mod world;
 
 pub use desired::{Desired, DesiredPool, Origin};
+pub use lock::{LockHolder, timestamp};
 pub use world::{ClusterRef, Container, ContainerState, Health, Node, Pdb, Pod, World};

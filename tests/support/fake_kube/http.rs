@@ -186,6 +186,13 @@ fn route(
                 v => Reply::Json(200, v),
             }
         }
+        (_, ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..])
+            if rest.len() <= 1 =>
+        {
+            let mut store = state.store.lock().expect("store lock");
+            let (code, v) = store.leases().serve(method, ns, rest.first().copied(), body);
+            Reply::Json(code, v)
+        }
         _ => json_status(
             404,
             &status(404, "NotFound", format!("the fake API server does not serve {method} {path}")),
