@@ -64,6 +64,13 @@ pub enum Command {
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
     #[command(after_help = EXIT_STATUS)]
     Validate(SourceArgs),
+    /// Break the lock of a pool whose holder is gone, after confirmation.
+    ///
+    /// An apply or a watch reconcile holds the lock of each pool it changes, so that one run at
+    /// a time changes a pool. A run killed outright leaves its lock behind until it expires (15s
+    /// after its last renewal); this breaks it at once. A run whose lock is broken while it
+    /// still runs stops at its next step boundary.
+    Unlock(UnlockArgs),
     /// Print the JSON Schema of the pool file.
     #[command(after_help = EXIT_STATUS)]
     Schema,
@@ -128,8 +135,28 @@ pub struct ApplyArgs {
     #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
 
+    /// How long to wait for the lock of a pool that another apply or watch is changing
+    /// (default: fail at once, naming the holder).
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub lock_timeout: Duration,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// The pool whose lock to break.
+    #[arg(value_name = "POOL")]
+    pub pool: String,
+
+    /// The source that declares the pool (it says where a pool of Nodes keeps its lock).
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Do not ask for confirmation.
+    #[arg(short, long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

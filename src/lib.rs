@@ -2,7 +2,7 @@
 //! instance in the safe order (cordon, drain, stop, delete the Node, remove the container).
 //!
 //! The pipeline, each stage in one place, dependencies pointing one way
-//! (spec <- model <- {source, backend, plan} <- observe <- execute <- commands):
+//! (spec <- model <- {source, backend, plan} <- observe <- execute <- lock <- commands):
 //! - [`spec`]: the pool file: types, parsing with locations, validation, the template hash.
 //! - [`model`]: the plain data every stage shares: desired state, the observed world, labels.
 //! - [`source`]: reading desired state from a file, a directory or a Git commit.
@@ -10,6 +10,7 @@
 //! - [`plan`]: the pure planner, `plan(desired, world) -> Plan`, and its rendering.
 //! - [`observe`]: from a desired state to the world, over the backend traits.
 //! - [`execute`]: carries a plan out batch by batch, looking at the world again in between.
+//! - [`lock`]: one actor per pool: the locks a rollout takes, renews and gives up.
 //! - [`commands`]: plan, apply, validate, schema and watch, over the stages above.
 //! - [`cli`]: the clap types.
 
@@ -17,6 +18,7 @@ pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod execute;
+pub mod lock;
 pub mod model;
 pub mod observe;
 pub mod plan;

@@ -227,7 +227,7 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
     rig.write(&v1.clone().env("VERSION", "2"));
 
-    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    let mut apply = rig.spawn_apply_to_kill();
     let evicting = rig.fake.wait_until(|s| !s.evictions().is_empty());
     let seen = tokio::time::timeout(LIMIT, evicting).await;
     apply.kill(); // kill(2) with SIGKILL: no chance to clean up
@@ -241,7 +241,7 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
     assert!(row.contains("node ready, cordoned by poolctl (retiring)") && row.contains("retire"), "{row}");
 
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
-    rig.apply().expect_code(0);
+    rig.apply_after_kill().expect_code(0);
     let containers = rig.containers().await;
     assert_eq!(containers.len(), 1, "no orphan container: {containers:?}");
     assert!(!containers.contains_key(&old));

@@ -12,6 +12,7 @@ mod e2e;
 mod e2e_kube;
 mod fake_kube;
 mod kube;
+mod lock;
 mod safety;
 mod source;
 mod spec;

@@ -123,7 +123,7 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
     // The new Node registers but does not turn Ready while apply waits: kill apply there.
     let prefix = format!("{}-", rig.pool());
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
-    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    let mut apply = rig.spawn_apply_to_kill();
     apply.wait_for(Stream::Stdout, "await-ready");
     tokio::time::timeout(
         LIMIT,
@@ -143,7 +143,7 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
         .await
         .expect("Ready");
     let before = rig.containers().await;
-    let run = rig.apply().expect_code(0);
+    let run = rig.apply_after_kill().expect_code(0);
     assert!(run.stdout.contains(&format!("configure   {name}")), "{}", run.stdout);
     assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool").as_deref(), Some(rig.pool()));
     assert_eq!(label(&rig.fake, &name, "team").as_deref(), Some("infra"));
@@ -164,7 +164,7 @@ async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
     rig.write(&rig.spec().replicas(1));
     let prefix = format!("{}-", rig.pool());
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
-    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    let mut apply = rig.spawn_apply_to_kill();
     apply.wait_for(Stream::Stdout, "await-ready");
     tokio::time::timeout(
         LIMIT,
@@ -181,6 +181,6 @@ async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));
     let plan = rig.poolctl("plan", &[]).expect_code(0);
     assert!(plan.stdout.contains(&format!("delete-node {name}")), "{}", plan.stdout);
-    rig.apply().expect_code(0);
+    rig.apply_after_kill().expect_code(0);
     assert!(rig.fake.node(&name).is_none(), "the orphan Node is deleted");
 }

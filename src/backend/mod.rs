@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use crate::model::{ClusterIdentity, ClusterRef, Container, Node, Pdb, Pod};
+use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod};
 use crate::spec::{CgroupnsMode, Taint, UsernsMode};
 
 pub mod docker;
@@ -164,11 +164,73 @@ pub trait Cluster: Sync {
 /// Connecting to the cluster a pool's Nodes live in, as a pool's `node:` section (or its
 /// containers' labels) name it.
 pub trait Connect: Sync {
-    type Cluster: Cluster + Send + Sync;
+    type Cluster: Cluster + Locks + Send + Sync;
     /// Connect to `cluster` on behalf of `pool` (the pool's label selects its Nodes).
     fn connect(
         &self,
         cluster: &ClusterRef,
         pool: &str,
     ) -> impl Future<Output = Result<Self::Cluster, BackendError>> + Send;
+}
+
+/// A pool's lock as a backend stores it: its holder, and the version that proves that a later
+/// renew or release acts on this very lock and not on one taken since (a Docker container ID, a
+/// Lease's resourceVersion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRecord {
+    pub holder: LockHolder,
+    pub version: String,
+}
+
+/// Why a lock could not be taken, renewed or released.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// Another actor holds the lock and it has not expired.
+    #[error("pool {pool} is locked by {}", holder.describe(SystemTime::now()))]
+    Held { pool: String, holder: LockHolder },
+    /// The lock is no longer the one this actor took: broken by `poolctl unlock`, or taken over
+    /// by another actor after it expired.
+    #[error("lost the lock on pool {pool}: {why}")]
+    Lost { pool: String, why: String },
+    /// Something of the pool's own name is in the way (a container that is not a lock).
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// One lock per pool, so that one actor at a time (an apply, a watch reconcile) changes it.
+/// Taking a lock is atomic in the backend itself (Docker refuses a second container of a name;
+/// the API server a second Lease of a name, and a write against a stale resourceVersion); a lock
+/// lapses unless its holder renews it, so that one left by a killed run blocks others briefly.
+pub trait Locks: Sync {
+    /// Take `pool`'s lock as `who` for `lease`. A lock that expired is taken over.
+    fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<LockRecord, LockError>> + Send;
+    /// Extend a lock taken with [`Locks::acquire`] by `lease` from now; [`LockError::Lost`] when
+    /// it is no longer that lock.
+    fn renew(
+        &self,
+        pool: &str,
+        held: &LockRecord,
+        lease: Duration,
+    ) -> impl Future<Output = Result<LockRecord, LockError>> + Send;
+    /// Remove the lock, if it is still `held` (a lock that is gone is fine); [`LockError::Lost`]
+    /// when another actor holds it now, which is then left alone.
+    fn release(&self, pool: &str, held: &LockRecord) -> impl Future<Output = Result<(), LockError>> + Send;
+    /// The lock as it is now, expired or not; `None` when nobody holds it.
+    fn inspect(&self, pool: &str) -> impl Future<Output = Result<Option<LockRecord>, BackendError>> + Send;
+}
+
+/// When a lock taken or renewed at `now` for `lease` lapses: rounded up to a whole second,
+/// since Docker and Kubernetes both keep lock times in seconds.
+pub fn lock_expiry(now: SystemTime, lease: Duration) -> SystemTime {
+    let at = now + lease;
+    let since_epoch = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0);
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }

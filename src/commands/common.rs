@@ -1,14 +1,16 @@
-//! What the commands share: reading the source, connecting to Docker and observing, writing to
-//! stdout.
+//! What the commands share: reading the source, connecting to Docker and observing, reading
+//! the pools' locks, asking for confirmation, writing to stdout.
 
-use std::io::{self, Write};
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, IsTerminal, Write};
 
 use anyhow::{Context, Result, bail};
 
 use crate::backend::docker::DockerBackend;
 use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::SourceArgs;
-use crate::model::Desired;
+use crate::lock::inspect_locks;
+use crate::model::{Desired, LockHolder};
 use crate::observe::observe_and_plan;
 use crate::plan::{Plan, PlanOptions};
 use crate::source::{self, SourceSpec};
@@ -53,6 +55,32 @@ pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<P
     let docker = DockerBackend::connect().await?;
     let (clusters, plan) = observe_and_plan(&desired, &docker, &KubeConnect, options).await?;
     Ok(Planned { desired, docker, clusters, plan })
+}
+
+/// The locks held on the plan's pools, read without taking any. One that cannot be read is
+/// reported and left out: showing a plan does not depend on it.
+pub(super) async fn held_locks(planned: &Planned) -> BTreeMap<String, LockHolder> {
+    let pools = planned.plan.pools.iter().map(|p| p.name.as_str());
+    let (held, unreadable) = inspect_locks(&planned.docker, &planned.clusters, pools).await;
+    for (pool, e) in unreadable {
+        tracing::warn!("cannot read the lock of pool {pool}: {e}");
+    }
+    held
+}
+
+/// Ask `question` on the terminal; only `yes` is a yes. Without a terminal there is nobody to
+/// ask: refuse rather than guess (`what` says what would have been done).
+pub(super) fn confirm(question: &str, what: &str) -> Result<bool> {
+    if !io::stdin().is_terminal() {
+        bail!("refusing to {what} without confirmation: stdin is not a terminal (pass --yes)");
+    }
+    write_stdout(|out| {
+        write!(out, "\n{question} Only 'yes' will be accepted: ")?;
+        out.flush()
+    })?;
+    let mut answer = String::new();
+    io::stdin().lock().read_line(&mut answer)?;
+    Ok(answer.trim() == "yes")
 }
 
 /// Write to stdout; a closed pipe (`poolctl plan | head`) is not an error.

@@ -1,4 +1,4 @@
-//! The commands: plan, apply, validate, schema and watch, each a small file over the stages
+//! The commands: plan, apply, validate, schema, watch and unlock, each a small file over the stages
 //! (source -> observe -> plan -> execute). This is the CLI edge, where library errors gain
 //! context and become exit statuses.
 
@@ -6,6 +6,7 @@ mod apply;
 mod common;
 mod exit;
 mod plan;
+mod unlock;
 mod validate;
 mod watch;
 
@@ -29,6 +30,7 @@ pub async fn dispatch(command: Command) -> Result<Exit> {
             common::write_stdout(|out| out.write_all(&script))?;
             Ok(Exit::Success)
         }
+        Command::Unlock(args) => unlock::unlock_command(args).await,
         Command::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             common::write_stdout(|out| writeln!(out, "{schema}"))?;

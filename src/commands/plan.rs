@@ -1,17 +1,24 @@
-//! `poolctl plan`: observe and print the plan; change nothing.
+//! `poolctl plan`: observe and print the plan, and who holds a pool's lock; change nothing.
+
+use std::time::SystemTime;
 
 use anyhow::Result;
 
-use super::common::{Planned, compute, write_stdout};
+use super::common::{compute, held_locks, write_stdout};
 use super::exit::Exit;
 use crate::cli::{OutputFormat, PlanArgs};
-use crate::plan::{render_json, render_text};
+use crate::plan::{HeldLocks, render_json_locked, render_text_locked};
 
 pub(super) async fn plan_command(args: PlanArgs) -> Result<Exit> {
-    let Planned { plan, .. } = compute(&args.source, args.planning.options()).await?;
+    let planned = compute(&args.source, args.planning.options()).await?;
+    // Read, never taken: a plan changes nothing, and shows whoever is changing a pool now.
+    let locks = held_locks(&planned).await;
+    let plan = &planned.plan;
     write_stdout(|out| match args.output {
-        OutputFormat::Text => render_text(&plan, out),
-        OutputFormat::Json => render_json(&plan, out),
+        OutputFormat::Text => {
+            render_text_locked(plan, HeldLocks { locks: &locks, now: SystemTime::now() }, out)
+        }
+        OutputFormat::Json => render_json_locked(plan, &locks, out),
     })?;
     Ok(if args.detailed_exitcode && plan.has_changes() { Exit::Changes } else { Exit::Success })
 }

@@ -189,6 +189,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(ExecuteError::Observe)?;
             current = crate::plan::plan(self.desired, &world, options.reseeded());
+            // Only the pools this run set out to change: the caller holds their locks (see
+            // `crate::lock`); work the world now shows elsewhere is left to the next run.
+            current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
             if !current.has_changes() {
                 break;
             }

@@ -60,6 +60,9 @@ impl Report {
         }
         if self.interrupted() {
             writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
+        } else if self.stop_reason == Some(StopReason::LockLost) {
+            let left = self.not_started.len();
+            writeln!(out, "Apply stopped, the lock was lost: {done} steps done, {left} not started.")?;
         } else {
             writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
         }
@@ -97,6 +100,9 @@ pub enum StopReason {
     Superseded = 1,
     /// The user asked to stop (Ctrl-C, SIGTERM). Outranks [`StopReason::Superseded`].
     Signal = 2,
+    /// The run lost the lock of a pool it changes (see [`crate::lock`]): another actor may be
+    /// changing it now. Outranks the others.
+    LockLost = 3,
 }
 
 /// A flag an interrupt handler sets; the executor checks it between steps.
@@ -120,7 +126,8 @@ impl Interrupt {
         match self.0.load(Ordering::SeqCst) {
             0 => None,
             1 => Some(StopReason::Superseded),
-            _ => Some(StopReason::Signal),
+            2 => Some(StopReason::Signal),
+            _ => Some(StopReason::LockLost),
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::backend::Connect;
 use crate::model::{ClusterRef, Container, World};
 use crate::plan::{DrainPreview, PoolStatus, Summary};
 use crate::spec::BootstrapStep;
+use crate::testing::SharedBuf;
 use crate::testing::build::{PoolArgs, container, node, node_spec, pod, world_of};
 use crate::testing::fake::{FakeCluster, FakeWorld};
 
@@ -82,18 +83,6 @@ async fn with_executor<T>(
 
 async fn run(fake: &FakeWorld, desired: &Desired, plan: &Plan, interrupt: &Interrupt) -> (Report, String) {
     with_executor(fake, desired, interrupt, async |e| e.run_batch(plan).await).await
-}
-
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuf {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[tokio::test]

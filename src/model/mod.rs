@@ -4,10 +4,12 @@
 
 mod desired;
 pub mod labels;
+mod lock;
 mod selector;
 mod world;
 
 pub use desired::{Desired, DesiredPool, Origin};
+pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
     ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, Health, Node, NodeConfig,

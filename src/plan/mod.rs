@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::model::Origin;
 
 pub use planner::{PlanOptions, is_up, plan};
-pub use render::{render_json, render_text};
+pub use render::{HeldLocks, render_json, render_json_locked, render_text, render_text_locked};
 
 /// The whole plan for one source.
 #[derive(Debug, Clone, PartialEq, Serialize)]

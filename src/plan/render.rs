@@ -1,18 +1,40 @@
 //! Rendering a plan: human text in the spirit of `terraform plan`, and JSON for machines.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
+use std::time::SystemTime;
 
+use serde::Serialize;
 use similar::TextDiff;
 
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
+use crate::model::LockHolder;
+
+/// The locks other actors hold on the plan's pools, by pool name, read when the plan was shown
+/// (they are not part of the plan: whoever holds one may be changing the pool right now).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldLocks<'a> {
+    pub locks: &'a BTreeMap<String, LockHolder>,
+    /// When they were read, for "expires in".
+    pub now: SystemTime,
+}
 
 /// Write the plan as text.
 pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
+    render_text_locked(plan, HeldLocks { locks: &BTreeMap::new(), now: SystemTime::now() }, out)
+}
+
+/// Write the plan as text, with a line under the header of each pool that is locked.
+pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "Source: {}", plan.origin)?;
     // Steps are numbered across the whole plan, so that a number names one step of the apply.
     let mut number = 0;
     for pool in &plan.pools {
         writeln!(out)?;
+        writeln!(out, "{}", pool_header(pool))?;
+        if let Some(holder) = held.locks.get(&pool.name) {
+            writeln!(out, "  Locked by {}", holder.describe(held.now))?;
+        }
         pool_text(pool, &mut number, out)?;
     }
     writeln!(out)?;
@@ -32,23 +54,44 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 
 /// Write the plan as JSON.
 pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
+    render_json_locked(plan, &BTreeMap::new(), out)
+}
+
+/// Write the plan as JSON, with a `lock` in each pool that is locked.
+pub fn render_json_locked(
+    plan: &Plan,
+    locks: &BTreeMap<String, LockHolder>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     /// The plan with a version of its JSON shape in front, so that consumers can tell when it
     /// changes incompatibly.
-    #[derive(serde::Serialize)]
+    #[derive(Serialize)]
     struct Versioned<'a> {
         format_version: u32,
-        #[serde(flatten)]
-        plan: &'a Plan,
+        origin: &'a crate::model::Origin,
+        pools: Vec<Pool<'a>>,
+        summary: &'a super::Summary,
     }
-    serde_json::to_writer_pretty(&mut *out, &Versioned { format_version: JSON_FORMAT_VERSION, plan })?;
+    #[derive(Serialize)]
+    struct Pool<'a> {
+        #[serde(flatten)]
+        pool: &'a PoolPlan,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lock: Option<&'a LockHolder>,
+    }
+    // Destructured in full, so that a field added to the plan cannot be left out here.
+    let Plan { origin, pools, summary } = plan;
+    let pools = pools.iter().map(|pool| Pool { pool, lock: locks.get(&pool.name) }).collect();
+    let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary };
+    serde_json::to_writer_pretty(&mut *out, &versioned)?;
     writeln!(out)
 }
 
 /// The version of the `-o json` shape (documented in the README).
 const JSON_FORMAT_VERSION: u32 = 1;
 
+/// The pool's body, under its header.
 fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "{}", pool_header(pool))?;
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
     if pool.steps.is_empty() && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign) {
         return Ok(());

@@ -5,13 +5,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::sim::SimWorld;
-use crate::backend::{BackendError, Cluster, Connect, Containers, ExecOutput, NewContainer, Stopped};
+use crate::backend::{
+    BackendError, Cluster, Connect, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer,
+    Stopped, lock_expiry,
+};
 use crate::execute::Interrupt;
 use crate::model::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, Node, Pdb, Pod, World, is_instance_name, labels,
+    ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World,
+    is_instance_name, labels,
 };
 use crate::spec::Taint;
 
@@ -28,6 +32,8 @@ struct Inner {
     in_flight: Mutex<(usize, usize)>,
     /// Woken whenever a call may have changed the world.
     changed: tokio::sync::Notify,
+    /// Every lock held, by `docker/<pool>` or `lease/<pool>`, and the last version handed out.
+    locks: Mutex<(BTreeMap<String, LockRecord>, u64)>,
 }
 
 /// What the fake does besides answering.
@@ -171,6 +177,77 @@ impl FakeWorld {
         result
     }
 
+    /// Put a lock in place as another actor would: `place` is `docker` or `lease`.
+    pub(crate) fn hold_lock(&self, place: &str, pool: &str, who: &str, expires: SystemTime) {
+        let mut locks = self.0.locks.lock().unwrap();
+        locks.1 += 1;
+        let holder = LockHolder { who: who.to_owned(), since: SystemTime::UNIX_EPOCH, expires };
+        let record = LockRecord { holder, version: format!("v{}", locks.1) };
+        locks.0.insert(format!("{place}/{pool}"), record);
+    }
+
+    /// The locks held now, by `docker/<pool>` or `lease/<pool>`.
+    pub(crate) fn locks(&self) -> BTreeMap<String, LockRecord> {
+        self.0.locks.lock().unwrap().0.clone()
+    }
+
+    /// Remove a lock as `poolctl unlock` would, whoever holds it.
+    pub(crate) fn break_lock(&self, place: &str, pool: &str) {
+        self.0.locks.lock().unwrap().0.remove(&format!("{place}/{pool}"));
+    }
+
+    /// The lock semantics both backends share, over the in-memory table; the calls are
+    /// recorded as `lock P`, `renew P`, `release P` (they can be made to fail like any other).
+    async fn lock_call(
+        &self,
+        verb: &str,
+        key: &str,
+        pool: &str,
+        op: LockOp<'_>,
+    ) -> Result<Option<LockRecord>, LockError> {
+        let result = self.call(format!("{verb} {pool}"), |_| Ok(())).await;
+        result?;
+        let mut guard = self.0.locks.lock().unwrap();
+        let (locks, version) = &mut *guard;
+        let now = SystemTime::now();
+        let current = locks.get(key).cloned();
+        match op {
+            LockOp::Acquire { who, lease } => match current {
+                Some(c) if !c.holder.expired(now) => {
+                    Err(LockError::Held { pool: pool.to_owned(), holder: c.holder })
+                }
+                _ => {
+                    *version += 1;
+                    let holder =
+                        LockHolder { who: who.to_owned(), since: now, expires: lock_expiry(now, lease) };
+                    let record = LockRecord { holder, version: format!("v{version}") };
+                    locks.insert(key.to_owned(), record.clone());
+                    Ok(Some(record))
+                }
+            },
+            LockOp::Renew { held, lease } => match current {
+                Some(c) if c.version == held.version => {
+                    *version += 1;
+                    let holder = LockHolder { expires: lock_expiry(now, lease), ..c.holder };
+                    let record = LockRecord { holder, version: format!("v{version}") };
+                    locks.insert(key.to_owned(), record.clone());
+                    Ok(Some(record))
+                }
+                _ => Err(LockError::Lost { pool: pool.to_owned(), why: "it was broken".into() }),
+            },
+            LockOp::Release { held } => match current {
+                Some(c) if c.version != held.version => Err(LockError::Lost {
+                    pool: pool.to_owned(),
+                    why: format!("it is held by {}", c.holder.who),
+                }),
+                _ => {
+                    locks.remove(key);
+                    Ok(None)
+                }
+            },
+        }
+    }
+
     fn running(sim: &SimWorld) -> usize {
         sim.world.containers.iter().filter(|c| c.state == ContainerState::Running).count()
     }
@@ -272,6 +349,60 @@ impl Containers for FakeWorld {
             Ok(())
         })
         .await
+    }
+}
+
+/// One operation on the fake's lock table.
+enum LockOp<'a> {
+    Acquire { who: &'a str, lease: Duration },
+    Renew { held: &'a LockRecord, lease: Duration },
+    Release { held: &'a LockRecord },
+}
+
+/// The fake's locks, at `place` (`docker` or `lease`).
+async fn fake_lock(
+    world: &FakeWorld,
+    place: &str,
+    verb: &str,
+    pool: &str,
+    op: LockOp<'_>,
+) -> Result<Option<LockRecord>, LockError> {
+    world.lock_call(verb, &format!("{place}/{pool}"), pool, op).await
+}
+
+fn some(record: Result<Option<LockRecord>, LockError>) -> Result<LockRecord, LockError> {
+    record.map(|r| r.expect("acquire and renew return the lock"))
+}
+
+/// Locks in Docker (container-only pools).
+impl Locks for FakeWorld {
+    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+        some(fake_lock(self, "docker", "lock", pool, LockOp::Acquire { who, lease }).await)
+    }
+    async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
+        some(fake_lock(self, "docker", "renew", pool, LockOp::Renew { held, lease }).await)
+    }
+    async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
+        fake_lock(self, "docker", "release", pool, LockOp::Release { held }).await.map(drop)
+    }
+    async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {
+        Ok(self.0.locks.lock().unwrap().0.get(&format!("docker/{pool}")).cloned())
+    }
+}
+
+/// Locks as Leases in the pool's cluster (pools of Nodes).
+impl Locks for FakeCluster {
+    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+        some(fake_lock(&self.world, "lease", "lock", pool, LockOp::Acquire { who, lease }).await)
+    }
+    async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
+        some(fake_lock(&self.world, "lease", "renew", pool, LockOp::Renew { held, lease }).await)
+    }
+    async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
+        fake_lock(&self.world, "lease", "release", pool, LockOp::Release { held }).await.map(drop)
+    }
+    async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {
+        Ok(self.world.0.locks.lock().unwrap().0.get(&format!("lease/{pool}")).cloned())
     }
 }
 

@@ -5,3 +5,19 @@
 pub(crate) mod build;
 pub(crate) mod fake;
 pub(crate) mod sim;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// A progress writer whose output a test reads back through the shared buffer.
+pub(crate) struct SharedBuf(pub(crate) Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,9 +1,9 @@
 //! A fake Kubernetes API server over real HTTP, for tests that drive the real kube client.
 //!
 //! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource, PodDisruptionBudgets
-//! and `DaemonSet` objects (get and list) on 127.0.0.1 with a random port, on a runtime of its
-//! own in a thread of its own, so it keeps answering while a test blocks on a child `poolctl`
-//! process. Tests
+//! and `DaemonSet` objects (get and list) and Leases on 127.0.0.1 with a random port, on a
+//! runtime of its own in a thread of its own, so it keeps answering while a test blocks on a
+//! child `poolctl` process. Tests
 //! steer it through Rust methods (add nodes, pods, apps, PDBs, inject faults) and read back
 //! the request log and the event log to check what happened in which order. A simulated
 //! kubelet registers Nodes for the test's pool containers in Docker; a simulated ReplicaSet
@@ -15,6 +15,7 @@
 
 mod http;
 mod kubelet;
+mod lease;
 mod select;
 mod store;
 
@@ -31,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::sync::watch;
 
+pub use lease::LeaseWrite;
 pub use store::{
     App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
 };

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use poolctl::model::ContainerState;
 use serde_json::Value;
 
-use crate::support::cli::Run;
+use crate::support::cli::{Process, Run};
 use crate::support::docker::DockerEvent;
 use crate::support::fake_kube::{Event, FakeKube, FakeKubeOptions, KubeletOptions};
 use crate::support::scenario::{PoolYaml, Scenario};
@@ -56,6 +56,19 @@ impl Rig {
 
     pub fn apply(&self) -> Run {
         self.poolctl("apply", &["--yes"])
+    }
+
+    /// `apply --yes`, left running, for a test to kill: its lock outlives it by 2 s only.
+    pub fn spawn_apply_to_kill(&self) -> Process {
+        let mut command = self.s.command("apply", &["--yes"]);
+        command.env("POOLCTL_LOCK_LEASE", "2s");
+        Process::spawn(command)
+    }
+
+    /// `apply --yes` after a killed one: it waits for the killed run's lock to lapse rather than
+    /// break it.
+    pub fn apply_after_kill(&self) -> Run {
+        self.poolctl("apply", &["--yes", "--lock-timeout", "1m"])
     }
 
     /// The spec's template hash, as the plan reports it.

@@ -26,10 +26,12 @@ use crate::model::{Container, labels};
 mod convert;
 mod create;
 mod events;
+mod lock;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
 pub use events::drift_events;
+pub use lock::lock_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";

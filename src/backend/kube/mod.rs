@@ -31,8 +31,10 @@ use crate::spec::Taint;
 
 mod convert;
 mod drain;
+mod lease;
 
 use convert::{node_from, pdb_from, pod_from, taint_to};
+pub use lease::{LEASE_NAMESPACE, lease_name};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);

@@ -1,17 +1,20 @@
-//! One reconcile of `watch`: observe, plan, print, and (unless `--dry-run`) carry the plan out.
+//! One reconcile of `watch`: observe, plan, print, and (unless `--dry-run`) carry the plan out
+//! under the locks of the pools it changes, which watch holds only while it reconciles.
 //! Generic over the backends, so that a whole reconcile runs against fakes in tests.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
 
 use tracing::{error, info};
 
 use super::machine::{Ended, Trigger};
-use crate::backend::{Connect, Containers};
+use crate::backend::{Connect, Containers, Locks};
 use crate::execute::{Executor, Interrupt, StopReason};
+use crate::lock::{LockSettings, PoolLocks};
 use crate::model::Desired;
 use crate::observe::observe_and_plan;
-use crate::plan::{PlanOptions, render_text};
+use crate::plan::{Plan, PlanOptions, render_text};
 
 /// What a reconcile needs besides the desired state.
 pub(super) struct Reconcile<'a, C, N> {
@@ -23,17 +26,17 @@ pub(super) struct Reconcile<'a, C, N> {
     pub out: &'a Mutex<Box<dyn Write + Send>>,
 }
 
-impl<C: Containers, N: Connect> Reconcile<'_, C, N> {
+impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Observe, plan and apply once; `interrupt` stops it between steps.
     pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
-        let (clusters, plan) =
-            match observe_and_plan(desired, self.containers, self.connect, self.options.reseeded()).await {
-                Ok(planned) => planned,
-                Err(e) => {
-                    error!("{:#}", anyhow::Error::from(e));
-                    return Ended::Failed;
-                }
-            };
+        let options = self.options.reseeded();
+        let (clusters, plan) = match observe_and_plan(desired, self.containers, self.connect, options).await {
+            Ok(planned) => planned,
+            Err(e) => {
+                error!("{:#}", anyhow::Error::from(e));
+                return Ended::Failed;
+            }
+        };
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
@@ -50,8 +53,44 @@ impl<C: Containers, N: Connect> Reconcile<'_, C, N> {
         if self.dry_run {
             return Ended::Converged;
         }
-        let executor = Executor::new(desired, self.containers, &clusters, self.out, interrupt);
-        let report = match executor.execute(&plan, self.options).await {
+        let settings = match LockSettings::new("watch", std::time::Duration::ZERO) {
+            Ok(s) => s,
+            Err(e) => {
+                error!("{:#}", anyhow::Error::from(e));
+                return Ended::Failed;
+            }
+        };
+        // A pool another run holds is retried with watch's backoff, not waited on here.
+        let mut locks = PoolLocks::new(self.containers, &clusters, &settings, self.out);
+        let ended = match locks.lock_and_replan(desired, &plan, options, interrupt).await {
+            Ok(current) if !current.has_changes() => {
+                info!("in sync once the locks were taken: another run made the changes");
+                Ended::Converged
+            }
+            Ok(current) => {
+                locks
+                    .hold_while(interrupt, Box::pin(self.execute(desired, &clusters, &current, interrupt)))
+                    .await
+            }
+            Err(e) => {
+                error!("{:#}", anyhow::Error::from(e));
+                Ended::Failed
+            }
+        };
+        locks.release().await;
+        ended
+    }
+
+    /// Carry out a plan made under the locks.
+    async fn execute(
+        &self,
+        desired: &Desired,
+        clusters: &BTreeMap<String, N::Cluster>,
+        plan: &Plan,
+        interrupt: &Interrupt,
+    ) -> Ended {
+        let executor = Executor::new(desired, self.containers, clusters, self.out, interrupt);
+        let report = match executor.execute(plan, self.options).await {
             Ok(r) => r,
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
@@ -95,17 +134,19 @@ mod tests {
         Mutex::new(Box::new(std::io::sink()))
     }
 
+    /// A reconcile that carries its plans out against the fake world.
+    fn applying<'a>(
+        fake: &'a FakeWorld,
+        out: &'a Mutex<Box<dyn Write + Send>>,
+    ) -> Reconcile<'a, FakeWorld, FakeWorld> {
+        Reconcile { containers: fake, connect: fake, options: PlanOptions::default(), dry_run: false, out }
+    }
+
     #[tokio::test]
     async fn a_reconcile_creates_a_node_pool_then_rolls_it_over_with_drains() {
         let fake = FakeWorld::default();
         let out = output();
-        let reconcile = Reconcile {
-            containers: &fake,
-            connect: &fake,
-            options: PlanOptions::default(),
-            dry_run: false,
-            out: &out,
-        };
+        let reconcile = applying(&fake, &out);
         let v1 = desired(vec![PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build()]);
         let interrupt = Interrupt::default();
 
@@ -136,6 +177,35 @@ mod tests {
         assert_eq!(after.containers.len(), 2);
         assert!(after.containers.iter().all(|c| c.image == "busybox:2"), "{:?}", after.containers);
         assert_eq!(after.nodes.len(), 2, "the old Nodes are deleted: {:?}", after.nodes);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_holds_the_locks_only_while_it_changes_the_pools() {
+        let fake = FakeWorld::default();
+        let out = output();
+        let reconcile = applying(&fake, &out);
+        let v1 = desired(vec![
+            PoolArgs::new("w", 1).build(),
+            PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build(),
+        ]);
+        let interrupt = Interrupt::default();
+
+        // Another run holds w: nothing of w changes, and the reconcile is retried later.
+        let until = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", until);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
+        assert!(fake.world().containers.is_empty(), "{:?}", fake.world().containers);
+        assert_eq!(fake.locks().into_keys().collect::<Vec<_>>(), ["docker/w"], "k's lock was given up");
+
+        fake.break_lock("docker", "w");
+        assert_eq!(reconcile.run(&v1, Trigger::Retry, &interrupt).await, Ended::Converged);
+        let calls = fake.calls();
+        let pos = |c: &str| calls.iter().position(|x| x == c).unwrap_or_else(|| panic!("no {c}: {calls:?}"));
+        let first_create = calls.iter().position(|c| c.starts_with("create ")).unwrap();
+        let last_create = calls.iter().rposition(|c| c.starts_with("create ")).unwrap();
+        assert!(pos("lock k") < first_create && pos("lock w") < first_create, "{calls:?}");
+        assert!(calls.iter().rposition(|c| c == "release w").unwrap() > last_create, "{calls:?}");
+        assert!(fake.locks().is_empty(), "released after the rollout: {:?}", fake.locks());
     }
 
     #[tokio::test]

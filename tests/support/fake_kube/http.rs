@@ -180,37 +180,57 @@ fn route(
             let (code, st) = state.store.lock().expect("store lock").evict(ns, name, body);
             json_status(code, &st)
         }
-        (&Method::GET, ["apis", "policy", "v1", "poddisruptionbudgets"]) => {
+        (_, ["apis", group @ ..]) => {
+            route_apis(state, method, group, q, body).unwrap_or_else(|| not_served(method, path))
+        }
+        _ => not_served(method, path),
+    }
+}
+
+/// The `/apis/...` routes (named API groups), `group` being the path after `/apis`.
+fn route_apis(
+    state: &AppState,
+    method: &Method,
+    group: &[&str],
+    q: &HashMap<String, String>,
+    body: Option<&Value>,
+) -> Option<Reply> {
+    Some(match (method, group) {
+        (&Method::GET, ["policy", "v1", "poddisruptionbudgets"]) => {
             list_or_watch(state, Resource::PodDisruptionBudgets, None, q)
         }
-        (&Method::GET, ["apis", "policy", "v1", "namespaces", ns, "poddisruptionbudgets"]) => {
+        (&Method::GET, ["policy", "v1", "namespaces", ns, "poddisruptionbudgets"]) => {
             list_or_watch(state, Resource::PodDisruptionBudgets, Some(ns), q)
         }
-        (&Method::GET, ["apis", "policy", "v1", "namespaces", ns, "poddisruptionbudgets", name]) => {
+        (&Method::GET, ["policy", "v1", "namespaces", ns, "poddisruptionbudgets", name]) => {
             let store = state.store.lock().expect("store lock");
             match store.pdb_value(&((*ns).to_owned(), (*name).to_owned())) {
                 Value::Null => json_status(404, &not_found("poddisruptionbudgets", name)),
                 v => Reply::Json(200, v),
             }
         }
-        (&Method::GET, ["apis", "apps", "v1", "daemonsets"]) => {
-            list_or_watch(state, Resource::DaemonSets, None, q)
-        }
-        (&Method::GET, ["apis", "apps", "v1", "namespaces", ns, "daemonsets"]) => {
+        (&Method::GET, ["apps", "v1", "daemonsets"]) => list_or_watch(state, Resource::DaemonSets, None, q),
+        (&Method::GET, ["apps", "v1", "namespaces", ns, "daemonsets"]) => {
             list_or_watch(state, Resource::DaemonSets, Some(ns), q)
         }
-        (&Method::GET, ["apis", "apps", "v1", "namespaces", ns, "daemonsets", name]) => {
+        (&Method::GET, ["apps", "v1", "namespaces", ns, "daemonsets", name]) => {
             let store = state.store.lock().expect("store lock");
             match store.daemon_set(ns, name) {
                 Some(ds) => Reply::Json(200, to_json(ds)),
                 None => json_status(404, &not_found("daemonsets.apps", name)),
             }
         }
-        _ => json_status(
-            404,
-            &status(404, "NotFound", format!("the fake API server does not serve {method} {path}")),
-        ),
-    }
+        (_, ["coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) if rest.len() <= 1 => {
+            let mut store = state.store.lock().expect("store lock");
+            let (code, v) = store.leases().serve(method, ns, rest.first().copied(), body);
+            Reply::Json(code, v)
+        }
+        _ => return None,
+    })
+}
+
+fn not_served(method: &Method, path: &str) -> Reply {
+    json_status(404, &status(404, "NotFound", format!("the fake API server does not serve {method} {path}")))
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {

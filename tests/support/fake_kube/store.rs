@@ -300,6 +300,8 @@ pub struct Store {
     last_published: HashMap<(Resource, String, String), Value>,
     tx: broadcast::Sender<Arc<Change>>,
     version: watch::Sender<u64>,
+    /// Kept apart: Leases are no part of the simulated cluster's events or watches.
+    pub(super) leases: super::lease::Leases,
 }
 
 fn now_time() -> Time {
@@ -464,6 +466,7 @@ impl Store {
             last_published: HashMap::new(),
             tx,
             version,
+            leases: super::lease::Leases::default(),
         }
     }
 

@@ -1,0 +1,576 @@
+//! One actor per pool: a rollout (an apply, a watch reconcile) takes the lock of every pool its
+//! plan changes before it changes anything, keeps the locks renewed while it runs, and gives
+//! them up when it ends, whether it completed, failed or was interrupted.
+//!
+//! A pool of Nodes is locked by a Lease in its cluster, any other pool by a lock container in
+//! Docker (see [`crate::backend::Locks`]). Locks are taken in pool-name order, so two runs that
+//! want the same pools wait on each other in one order and never crosswise. A plan is a preview
+//! made before the locks were taken: once they are held, the world is observed and planned
+//! again, and only that plan is carried out (after waiting for another run, it is typically
+//! empty). A lock lapses [`DEFAULT_LEASE`] after its last renewal, so a run killed outright
+//! blocks the next one briefly; a run that cannot renew its lock in time, or finds it broken
+//! (`poolctl unlock`), stops at the next step boundary.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::io::Write;
+use std::pin::pin;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::backend::retry::Backoff;
+use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
+use crate::execute::{Interrupt, StopReason};
+use crate::model::{Desired, LockHolder};
+use crate::observe::observe_again;
+use crate::plan::{Plan, PlanOptions};
+
+/// How long a lock outlives its holder's last renewal, unless [`LEASE_ENV`] says otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// The environment variable that sets the lease (a duration such as `15s`): short in tests, so
+/// that a killed holder's lock lapses quickly.
+pub const LEASE_ENV: &str = "POOLCTL_LOCK_LEASE";
+
+/// How many times the locks are topped up when the plan made under them changes other pools.
+const MAX_ROUNDS: usize = 3;
+
+/// Why the locks could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockFailure {
+    /// Another actor holds a lock (still, after waiting `waited`).
+    #[error("pool {pool} is locked by {}{}", holder.describe(SystemTime::now()), waited_for(*waited))]
+    Held { pool: String, holder: LockHolder, waited: Duration },
+    /// The backend could not take it.
+    #[error("cannot take the lock of pool {pool}")]
+    Backend {
+        pool: String,
+        #[source]
+        source: LockError,
+    },
+    /// Ctrl-C or SIGTERM while waiting.
+    #[error("interrupted while waiting for the lock of pool {pool}; nothing was changed")]
+    Interrupted { pool: String },
+    /// The world could not be observed again under the locks.
+    #[error("cannot observe the world once the locks were taken")]
+    Observe(#[source] BackendError),
+    #[error("the pools to change kept changing while their locks were taken; run again")]
+    KeepsChanging,
+    /// [`LEASE_ENV`] does not hold a usable duration.
+    #[error("{LEASE_ENV}={value}: {why}")]
+    BadLease { value: String, why: String },
+}
+
+fn waited_for(waited: Duration) -> String {
+    if waited.is_zero() {
+        String::new()
+    } else {
+        format!(", still after waiting {}", crate::spec::Duration::from(waited))
+    }
+}
+
+/// How this run takes locks.
+#[derive(Debug, Clone)]
+pub struct LockSettings {
+    /// The holder identity written into the locks (see [`holder_identity`]).
+    pub who: String,
+    /// How long a lock holds after each renewal.
+    pub lease: Duration,
+    /// How long to wait for a lock another actor holds (`--lock-timeout`); zero fails at once.
+    pub timeout: Duration,
+}
+
+impl LockSettings {
+    /// For `poolctl <command>`, with the lease from [`LEASE_ENV`] or [`DEFAULT_LEASE`].
+    pub fn new(command: &str, timeout: Duration) -> Result<Self, LockFailure> {
+        let lease = match std::env::var(LEASE_ENV) {
+            Ok(value) if !value.trim().is_empty() => {
+                let bad = |why: String| LockFailure::BadLease { value: value.clone(), why };
+                let lease: Duration =
+                    value.trim().parse::<crate::spec::Duration>().map_err(|e| bad(e.to_string()))?.get();
+                if lease < Duration::from_secs(1) {
+                    return Err(bad("a lease is at least 1s (locks keep time in seconds)".into()));
+                }
+                lease
+            }
+            _ => DEFAULT_LEASE,
+        };
+        Ok(Self { who: holder_identity(command), lease, timeout })
+    }
+
+    /// A lock is renewed three times per lease, as client-go's leader election does, so that
+    /// one failed renewal does not lose it.
+    fn renew_every(&self) -> Duration {
+        self.lease / 3
+    }
+}
+
+/// Who this process is, for the locks it takes: `poolctl apply (pid 4242 on devbox)`. The
+/// host and PID say where to look for the holder of a lock that seems stuck.
+pub fn holder_identity(command: &str) -> String {
+    let host = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|path| {
+            std::fs::read_to_string(path).ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "an unknown host".to_owned());
+    format!("poolctl {command} (pid {} on {host})", std::process::id())
+}
+
+/// The pools a plan changes: the ones whose locks it needs.
+pub fn changed_pools(plan: &Plan) -> BTreeSet<String> {
+    plan.pools.iter().filter(|p| !p.steps.is_empty()).map(|p| p.name.clone()).collect()
+}
+
+/// Where `pool`'s lock lives: in its cluster when its instances are Nodes, else in Docker.
+fn place<'a, C: Locks, K: Locks>(
+    containers: &'a C,
+    clusters: &'a BTreeMap<String, K>,
+    pool: &str,
+) -> Place<'a, C, K> {
+    match clusters.get(pool) {
+        Some(cluster) => Place::Cluster(cluster),
+        None => Place::Docker(containers),
+    }
+}
+
+enum Place<'a, C, K> {
+    Docker(&'a C),
+    Cluster(&'a K),
+}
+
+impl<C: Locks, K: Locks> Place<'_, C, K> {
+    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+        match self {
+            Self::Docker(d) => d.acquire(pool, who, lease).await,
+            Self::Cluster(k) => k.acquire(pool, who, lease).await,
+        }
+    }
+    async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
+        match self {
+            Self::Docker(d) => d.renew(pool, held, lease).await,
+            Self::Cluster(k) => k.renew(pool, held, lease).await,
+        }
+    }
+    async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
+        match self {
+            Self::Docker(d) => d.release(pool, held).await,
+            Self::Cluster(k) => k.release(pool, held).await,
+        }
+    }
+    async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {
+        match self {
+            Self::Docker(d) => d.inspect(pool).await,
+            Self::Cluster(k) => k.inspect(pool).await,
+        }
+    }
+}
+
+/// The locks of `pools` as they are now, without taking any (for `plan`), and the pools whose
+/// lock could not be read, with why.
+pub async fn inspect_locks<'p, C: Locks, K: Locks>(
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    pools: impl IntoIterator<Item = &'p str>,
+) -> (BTreeMap<String, LockHolder>, Vec<(String, BackendError)>) {
+    let (mut held, mut unreadable) = (BTreeMap::new(), Vec::new());
+    for pool in pools {
+        match place(containers, clusters, pool).inspect(pool).await {
+            Ok(Some(record)) => {
+                held.insert(pool.to_owned(), record.holder);
+            }
+            Ok(None) => {}
+            Err(e) => unreadable.push((pool.to_owned(), e)),
+        }
+    }
+    (held, unreadable)
+}
+
+/// The lock of one pool, read from where it lives, and its removal (`poolctl unlock`).
+pub async fn inspect_lock<C: Locks, K: Locks>(
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    pool: &str,
+) -> Result<Option<LockRecord>, BackendError> {
+    place(containers, clusters, pool).inspect(pool).await
+}
+
+/// Break `pool`'s lock, if it is still `seen` (a lock that changed hands since is left alone).
+pub async fn break_lock<C: Locks, K: Locks>(
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    pool: &str,
+    seen: &LockRecord,
+) -> Result<(), LockError> {
+    place(containers, clusters, pool).release(pool, seen).await
+}
+
+/// The locks one run holds.
+pub struct PoolLocks<'a, C, K> {
+    containers: &'a C,
+    clusters: &'a BTreeMap<String, K>,
+    settings: &'a LockSettings,
+    /// Where progress lines go (stdout for the CLI).
+    progress: &'a Mutex<Box<dyn Write + Send>>,
+    held: Vec<(String, LockRecord)>,
+}
+
+impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
+    /// No locks yet.
+    pub fn new(
+        containers: &'a C,
+        clusters: &'a BTreeMap<String, K>,
+        settings: &'a LockSettings,
+        progress: &'a Mutex<Box<dyn Write + Send>>,
+    ) -> Self {
+        Self { containers, clusters, settings, progress, held: Vec::new() }
+    }
+
+    /// The pools whose locks are held.
+    pub fn pools(&self) -> BTreeSet<&str> {
+        self.held.iter().map(|(p, _)| p.as_str()).collect()
+    }
+
+    /// Take the locks of the pools `plan` changes, then observe and plan again under them, until
+    /// the plan changes only locked pools. Returns that plan: the one to carry out. On failure,
+    /// the locks taken so far stay held; [`PoolLocks::release`] gives them up.
+    pub async fn lock_and_replan(
+        &mut self,
+        desired: &Desired,
+        plan: &Plan,
+        options: PlanOptions,
+        interrupt: &Interrupt,
+    ) -> Result<Plan, LockFailure> {
+        let mut wanted = changed_pools(plan);
+        for _ in 0..MAX_ROUNDS {
+            self.acquire(&wanted, interrupt).await?;
+            let world = observe_again(self.containers, self.clusters).await.map_err(LockFailure::Observe)?;
+            let current = crate::plan::plan(desired, &world, options);
+            wanted = changed_pools(&current);
+            if wanted.iter().all(|p| self.pools().contains(p.as_str())) {
+                return Ok(current);
+            }
+        }
+        Err(LockFailure::KeepsChanging)
+    }
+
+    /// Take the locks of `pools` that are not held yet, in name order, each waiting up to the
+    /// `--lock-timeout` (one deadline for them all) while another actor holds it.
+    async fn acquire(&mut self, pools: &BTreeSet<String>, interrupt: &Interrupt) -> Result<(), LockFailure> {
+        let deadline = Instant::now() + self.settings.timeout;
+        let missing: Vec<String> =
+            pools.iter().filter(|p| !self.pools().contains(p.as_str())).cloned().collect();
+        for pool in missing {
+            let record = self.acquire_one(&pool, deadline, interrupt).await?;
+            self.held.push((pool, record));
+        }
+        Ok(())
+    }
+
+    async fn acquire_one(
+        &self,
+        pool: &str,
+        deadline: Instant,
+        interrupt: &Interrupt,
+    ) -> Result<LockRecord, LockFailure> {
+        let place = place(self.containers, self.clusters, pool);
+        let (who, lease) = (&self.settings.who, self.settings.lease);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut waiting = false;
+        loop {
+            let holder = match place.acquire(pool, who, lease).await {
+                Ok(record) => {
+                    if waiting {
+                        self.say(&format!("took the lock of pool {pool}"));
+                    }
+                    return Ok(record);
+                }
+                Err(LockError::Held { holder, .. }) => holder,
+                Err(source) => return Err(LockFailure::Backend { pool: pool.to_owned(), source }),
+            };
+            if interrupt.is_set() {
+                return Err(LockFailure::Interrupted { pool: pool.to_owned() });
+            }
+            if Instant::now() >= deadline {
+                return Err(LockFailure::Held {
+                    pool: pool.to_owned(),
+                    holder,
+                    waited: self.settings.timeout,
+                });
+            }
+            if !waiting {
+                let left = deadline - Instant::now();
+                let left =
+                    crate::spec::Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+                self.say(&format!(
+                    "waiting up to {left} for the lock of pool {pool}, held by {}",
+                    holder.describe(SystemTime::now())
+                ));
+                waiting = true;
+            }
+            backoff.wait_until(deadline).await;
+        }
+    }
+
+    /// Run `work` while keeping the locks renewed. A lock that is lost (broken, or not renewed
+    /// before it expired) stops the run at the next step boundary through `interrupt`.
+    pub async fn hold_while<T>(&mut self, interrupt: &Interrupt, work: impl Future<Output = T>) -> T {
+        let mut work = pin!(work);
+        if self.held.is_empty() {
+            return work.await;
+        }
+        let mut renew = pin!(self.keep_renewed(interrupt));
+        let mut renewing = true;
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                () = &mut renew, if renewing => renewing = false,
+            }
+        }
+    }
+
+    /// Renew every held lock each [`LockSettings::renew_every`], until none is left.
+    async fn keep_renewed(&mut self, interrupt: &Interrupt) {
+        let every = self.settings.renew_every();
+        while !self.held.is_empty() {
+            sleep(every).await;
+            let mut lost = Vec::new();
+            for (i, (pool, record)) in self.held.iter_mut().enumerate() {
+                let place = place(self.containers, self.clusters, pool);
+                let why = match timeout(every, place.renew(pool, record, self.settings.lease)).await {
+                    Ok(Ok(renewed)) => {
+                        *record = renewed;
+                        continue;
+                    }
+                    Ok(Err(LockError::Lost { why, .. })) => why,
+                    Ok(Err(e)) if SystemTime::now() + every < record.holder.expires => {
+                        tracing::warn!("cannot renew the lock of pool {pool} ({e}); trying again");
+                        continue;
+                    }
+                    Err(_) if SystemTime::now() + every < record.holder.expires => {
+                        tracing::warn!("renewing the lock of pool {pool} takes too long; trying again");
+                        continue;
+                    }
+                    Ok(Err(e)) => format!("it could not be renewed before it expired: {e}"),
+                    Err(_) => "it could not be renewed before it expired: no answer in time".to_owned(),
+                };
+                lost.push((
+                    i,
+                    format!("lost the lock of pool {pool}: {why}; stopping at the next step boundary"),
+                ));
+                interrupt.stop(StopReason::LockLost);
+            }
+            for (i, line) in lost.into_iter().rev() {
+                self.held.remove(i);
+                self.say(&line);
+            }
+        }
+    }
+
+    /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
+    pub async fn release(self) {
+        for (pool, record) in &self.held {
+            match place(self.containers, self.clusters, pool).release(pool, record).await {
+                Ok(()) => {}
+                Err(LockError::Lost { why, .. }) => {
+                    tracing::warn!("the lock of pool {pool} was no longer this run's ({why}); left as it is");
+                }
+                Err(e) => tracing::warn!(
+                    "cannot release the lock of pool {pool} ({e}); it lapses at {}",
+                    crate::model::timestamp(record.holder.expires)
+                ),
+            }
+        }
+    }
+
+    fn say(&self, line: &str) {
+        tracing::debug!("{line}");
+        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Progress is best effort, as the executor's.
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::execute::Executor;
+    use crate::observe::observe_and_plan;
+    use crate::testing::SharedBuf;
+    use crate::testing::build::{PoolArgs, container, desired, world_of};
+    use crate::testing::fake::{FakeCluster, FakeWorld};
+
+    /// A progress writer and what it received.
+    type Progress = Mutex<Box<dyn Write + Send>>;
+
+    fn progress() -> (Progress, Arc<Mutex<Vec<u8>>>) {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        (Mutex::new(Box::new(SharedBuf(buf.clone()))), buf)
+    }
+
+    fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+        String::from_utf8(buf.lock().unwrap().clone()).unwrap()
+    }
+
+    fn settings(lease: Duration, timeout: Duration) -> LockSettings {
+        LockSettings { who: "poolctl test (pid 1 on here)".into(), lease, timeout }
+    }
+
+    /// A container pool `w` that needs two batches (a new template), a node pool `k` that needs
+    /// creating, and an up-to-date pool `q`.
+    fn scene() -> (Desired, FakeWorld) {
+        let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+        let k = PoolArgs { nodes: true, hash: Some("kh"), ..PoolArgs::new("k", 1) }.build();
+        let q = PoolArgs { hash: Some("qh"), ..PoolArgs::new("q", 1) }.build();
+        let world = world_of(vec![
+            container("w-a", "w", "old", 1),
+            container("w-b", "w", "old", 2),
+            container("q-a", "q", "qh", 3),
+        ]);
+        (desired(vec![w, k, q]), FakeWorld::new(world))
+    }
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    #[tokio::test]
+    async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_made_again_under_the_locks()
+    {
+        let (desired, fake) = scene();
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, _) = progress();
+        let settings = settings(LONG, Duration::ZERO);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let current = locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
+        assert_eq!(current, plan, "the world did not change: the same plan, the same names");
+        let held: Vec<String> = fake.locks().into_keys().collect();
+        assert_eq!(held, ["docker/w", "lease/k"], "an up-to-date pool is not locked");
+        assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+    }
+
+    #[tokio::test]
+    async fn a_pool_another_run_holds_fails_at_once_naming_the_holder_and_changes_nothing() {
+        let (desired, fake) = scene();
+        fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, _) = progress();
+        let settings = settings(LONG, Duration::ZERO);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let err = locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("pool w is locked by poolctl apply (pid 9 on there) since "),
+            "{message}"
+        );
+        assert!(message.contains("unless renewed"), "{message}");
+        // `k` sorts before `w`: its lock was taken first, and is given up.
+        locks.release().await;
+        let left: Vec<String> = fake.locks().into_keys().collect();
+        assert_eq!(left, ["docker/w"], "the other run keeps its lock; ours is released");
+        assert!(!fake.calls().iter().any(|c| c.starts_with("create")), "{:?}", fake.calls());
+    }
+
+    #[tokio::test]
+    async fn an_expired_lock_is_taken_over() {
+        let (desired, fake) = scene();
+        fake.hold_lock(
+            "docker",
+            "w",
+            "poolctl apply (pid 9 on there)",
+            SystemTime::now() - Duration::from_secs(1),
+        );
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, _) = progress();
+        let settings = settings(LONG, Duration::ZERO);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
+        assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+    }
+
+    #[tokio::test]
+    async fn with_a_lock_timeout_a_run_waits_until_the_holder_lets_go() {
+        let (desired, fake) = scene();
+        fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, buf) = progress();
+        let settings = settings(LONG, LONG);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let interrupt = Interrupt::default();
+        let holder_lets_go = async {
+            // Once the waiting run was refused, the holder ends.
+            while !fake.calls().contains(&"lock w".to_owned()) {
+                tokio::task::yield_now().await;
+            }
+            fake.break_lock("docker", "w");
+        };
+        let (taken, ()) =
+            tokio::join!(locks.lock_and_replan(&desired, &plan, options, &interrupt), holder_lets_go);
+        taken.unwrap();
+        let said = text(&buf);
+        assert!(
+            said.contains("waiting up to 1m for the lock of pool w, held by poolctl apply (pid 9"),
+            "{said}"
+        );
+        assert!(said.contains("took the lock of pool w"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn locks_are_renewed_while_the_work_runs_and_a_broken_one_stops_it_at_the_next_step_boundary() {
+        let (desired, fake) = scene();
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, buf) = progress();
+        let settings = settings(Duration::from_millis(60), Duration::ZERO);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let interrupt = Interrupt::default();
+        locks.lock_and_replan(&desired, &plan, options, &interrupt).await.unwrap();
+        let renewals = || fake.calls().iter().filter(|c| *c == "renew w").count();
+        let work = async {
+            while renewals() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(!interrupt.is_set(), "renewed locks stop nothing");
+            fake.break_lock("docker", "w");
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        assert_eq!(interrupt.reason(), Some(StopReason::LockLost));
+        let said = text(&buf);
+        assert!(
+            said.contains("lost the lock of pool w: it was broken; stopping at the next step boundary"),
+            "{said}"
+        );
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "the lock of k is released, w's was broken: {:?}", fake.locks());
+    }
+
+    #[tokio::test]
+    async fn a_rollout_leaves_alone_a_pool_it_did_not_lock_when_it_looks_at_the_world_again() {
+        let (desired, fake) = scene();
+        // Pool q loses its instance once the rollout of w started: a later run replaces it.
+        let fake = fake.die_after("image busybox:latest", "q-a");
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let (out, _) = progress();
+        let interrupt = Interrupt::default();
+        let clusters: BTreeMap<String, FakeCluster> = clusters;
+        let executor = Executor::new(&desired, &fake, &clusters, &out, &interrupt);
+        let report = executor.execute(&plan, options).await.unwrap();
+        assert!(report.complete(), "{report:?}");
+        let calls = fake.calls();
+        assert!(calls.iter().any(|c| c.starts_with("create w-new-")), "{calls:?}");
+        assert!(!calls.iter().any(|c| c.starts_with("create q-")), "q was not locked: {calls:?}");
+    }
+}

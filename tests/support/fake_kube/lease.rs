@@ -1,0 +1,166 @@
+//! Leases (`coordination.k8s.io/v1`) in the fake API server, with the real server's optimistic
+//! concurrency: a create of a name that exists is a 409 `AlreadyExists`, and a replace or a delete
+//! whose resourceVersion (in the body, or in the delete's preconditions) is not the current one
+//! is a 409 `Conflict`. Every write is logged, so that tests can tell who held a Lease when.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use axum::http::Method;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde_json::{Value, json};
+
+use super::FakeKube;
+use super::store::{Store, not_found, status};
+
+/// The Leases of the fake cluster, by namespace and name.
+#[derive(Debug, Default)]
+pub struct Leases {
+    items: BTreeMap<(String, String), Lease>,
+    version: u64,
+    log: Vec<LeaseWrite>,
+}
+
+/// One successful write: the Lease's holder right after it (`None` once deleted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseWrite {
+    pub at: Instant,
+    pub namespace: String,
+    pub name: String,
+    pub verb: &'static str,
+    pub holder: Option<String>,
+}
+
+/// A reply: status code and body.
+pub type Answer = (u16, Value);
+
+fn status_json(st: &Status) -> Value {
+    let mut v = serde_json::to_value(st).expect("a Status serializes");
+    v["kind"] = json!("Status");
+    v["apiVersion"] = json!("v1");
+    v
+}
+
+fn error(code: u16, reason: &str, message: String) -> Answer {
+    (code, status_json(&status(code, reason, message)))
+}
+
+impl Leases {
+    fn write(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        verb: &'static str,
+        lease: Option<Lease>,
+    ) -> Option<Lease> {
+        let holder = lease.as_ref().and_then(|l| l.spec.as_ref()?.holder_identity.clone());
+        self.log.push(LeaseWrite {
+            at: Instant::now(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            verb,
+            holder,
+        });
+        let key = (namespace.to_owned(), name.to_owned());
+        match lease {
+            Some(mut lease) => {
+                self.version += 1;
+                lease.metadata.resource_version = Some(format!("lease-{}", self.version));
+                lease.metadata.namespace = Some(namespace.to_owned());
+                self.items.insert(key, lease.clone());
+                Some(lease)
+            }
+            None => self.items.remove(&key),
+        }
+    }
+
+    /// Serve one request under `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`.
+    pub fn serve(&mut self, method: &Method, ns: &str, name: Option<&str>, body: Option<&Value>) -> Answer {
+        let decoded = || body.cloned().map(serde_json::from_value::<Lease>);
+        match (method, name) {
+            (&Method::GET, Some(name)) => match self.items.get(&(ns.to_owned(), name.to_owned())) {
+                Some(l) => (200, to_json(l)),
+                None => (404, status_json(&not_found("leases", name))),
+            },
+            (&Method::GET, None) => {
+                let items: Vec<Value> =
+                    self.items.iter().filter(|((n, _), _)| n == ns).map(|(_, l)| to_json(l)).collect();
+                (
+                    200,
+                    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": items}),
+                )
+            }
+            (&Method::POST, None) => {
+                let Some(Ok(lease)) = decoded() else {
+                    return error(400, "BadRequest", "not a Lease".into());
+                };
+                let name = lease.metadata.name.clone().unwrap_or_default();
+                if self.items.contains_key(&(ns.to_owned(), name.clone())) {
+                    return error(
+                        409,
+                        "AlreadyExists",
+                        format!("leases.coordination.k8s.io \"{name}\" already exists"),
+                    );
+                }
+                let created = self.write(ns, &name, "create", Some(lease));
+                (201, to_json(&created))
+            }
+            (&Method::PUT, Some(name)) => {
+                let Some(Ok(lease)) = decoded() else {
+                    return error(400, "BadRequest", "not a Lease".into());
+                };
+                let Some(current) = self.items.get(&(ns.to_owned(), name.to_owned())) else {
+                    return (404, status_json(&not_found("leases", name)));
+                };
+                if lease.metadata.resource_version != current.metadata.resource_version {
+                    return error(409, "Conflict", conflict(name));
+                }
+                let replaced = self.write(ns, name, "replace", Some(lease));
+                (200, to_json(&replaced))
+            }
+            (&Method::DELETE, Some(name)) => {
+                let Some(current) = self.items.get(&(ns.to_owned(), name.to_owned())) else {
+                    return (404, status_json(&not_found("leases", name)));
+                };
+                let want =
+                    body.and_then(|b| b.pointer("/preconditions/resourceVersion")).and_then(Value::as_str);
+                if want.is_some_and(|w| Some(w) != current.metadata.resource_version.as_deref()) {
+                    return error(409, "Conflict", conflict(name));
+                }
+                let gone = self.write(ns, name, "delete", None);
+                (200, to_json(&gone))
+            }
+            _ => error(405, "MethodNotAllowed", format!("the fake API server does not {method} leases")),
+        }
+    }
+}
+
+fn conflict(name: &str) -> String {
+    format!(
+        "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; \
+         please apply your changes to the latest version and try again"
+    )
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("a Lease serializes")
+}
+
+impl Store {
+    pub fn leases(&mut self) -> &mut Leases {
+        &mut self.leases
+    }
+}
+
+impl FakeKube {
+    /// The Lease `namespace/name`, if it exists.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Lease> {
+        self.store().leases().items.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    /// Every successful write to a Lease so far, in order.
+    pub fn lease_writes(&self) -> Vec<LeaseWrite> {
+        self.store().leases().log.clone()
+    }
+}
