@@ -114,27 +114,31 @@ fn label(fake: &FakeKube, node: &str, key: &str) -> Option<String> {
     fake.node(node)?.metadata.labels?.get(key).cloned()
 }
 
+/// Apply the pool written, and SIGKILL apply while it waits for the new Node, which registered
+/// but does not turn Ready: the Node's name, and the prefix of the pool's instance names.
+async fn kill_apply_in_the_ready_wait(rig: &Rig) -> (String, String) {
+    let prefix = format!("{}-", rig.pool());
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
+    let mut apply = rig.spawn_apply_to_kill();
+    apply.wait_for(Stream::Stdout, "await-ready");
+    let registered = |st: &crate::support::fake_kube::Store| {
+        st.nodes().any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(registered))
+        .await
+        .expect("the kubelet registers the Node");
+    apply.kill();
+    let name = rig.fake.node_names().into_iter().find(|n| n.starts_with(&prefix)).unwrap();
+    (name, prefix)
+}
+
 #[tokio::test]
 async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_taint_converges() {
     let Some(rig) = Rig::new().await else { return };
     let v1 =
         rig.spec().replicas(1).node_label("team", "infra").node_taint("dedicated", "batch", "NoSchedule");
     rig.write(&v1);
-    // The new Node registers but does not turn Ready while apply waits: kill apply there.
-    let prefix = format!("{}-", rig.pool());
-    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
-    let mut apply = rig.spawn_apply_to_kill();
-    apply.wait_for(Stream::Stdout, "await-ready");
-    tokio::time::timeout(
-        LIMIT,
-        rig.fake.wait_until(|st| {
-            st.nodes().any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
-        }),
-    )
-    .await
-    .expect("the kubelet registers the Node");
-    apply.kill();
-    let name = rig.fake.node_names().into_iter().find(|n| n.starts_with(&prefix)).unwrap();
+    let (name, prefix) = kill_apply_in_the_ready_wait(&rig).await;
     assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool"), None, "killed before it labelled the Node");
 
     // The Node turns Ready later; the next apply labels and taints it, replacing nothing.
@@ -162,20 +166,7 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
 async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
     let Some(rig) = Rig::new().await else { return };
     rig.write(&rig.spec().replicas(1));
-    let prefix = format!("{}-", rig.pool());
-    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
-    let mut apply = rig.spawn_apply_to_kill();
-    apply.wait_for(Stream::Stdout, "await-ready");
-    tokio::time::timeout(
-        LIMIT,
-        rig.fake.wait_until(|st| {
-            st.nodes().any(|n| n.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
-        }),
-    )
-    .await
-    .expect("the kubelet registers the Node");
-    apply.kill();
-    let name = rig.fake.node_names().into_iter().find(|n| n.starts_with(&prefix)).unwrap();
+    let (name, prefix) = kill_apply_in_the_ready_wait(&rig).await;
     // Someone removes the container by hand: the Node, never labelled, is an orphan.
     rig.s.docker().remove(&name).await;
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));

@@ -274,8 +274,7 @@ async fn the_world_is_observed_again_between_batches() {
     // The first new instance dies once the first old one is gone. A plan carried out blindly
     // would go on to stop w-old-2 with one instance up, which the fake refuses.
     let fake = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
-    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
-    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
     let report = report.unwrap();
     assert!(report.complete(), "{report:?}");
     let calls = fake.calls();
@@ -296,18 +295,32 @@ fn node_pool(world: &World) -> (Desired, Plan) {
     (desired, plan)
 }
 
+/// A world of one outdated instance "k-old" of pool "k", created as a Node (its Node unseen).
+fn old_node_instance() -> World {
+    world_of(vec![Container {
+        scope: Some("path:/pools".into()),
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-old", "k", "old", 1)
+    }])
+}
+
+/// Execute the whole plan against the fake; the report (or error) and the progress text.
+async fn execute_all(
+    fake: &FakeWorld,
+    desired: &Desired,
+    plan: &Plan,
+) -> (Result<Report, ExecuteError>, String) {
+    let execute = async |e: &Executor<'_, _, _>| e.execute(plan, PlanOptions::default()).await;
+    with_executor(fake, desired, &Interrupt::default(), execute).await
+}
+
 fn position(calls: &[String], call: &str) -> usize {
     calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
 }
 
 #[tokio::test]
 async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_stops() {
-    let old = Container {
-        scope: Some("path:/pools".into()),
-        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
-        ..container("k-old", "k", "old", 1)
-    };
-    let world = world_of(vec![old]);
+    let world = old_node_instance();
     // Planned while the old instance's Node was missing: no cordon, no drain.
     let (desired, plan) = node_pool(&world);
     let verbs: Vec<&str> =
@@ -318,8 +331,7 @@ async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_s
     let fake = FakeWorld::new(world);
     fake.sim().world.nodes.push(node("k-old", "k"));
     fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
-    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
-    let (report, text) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
     assert!(report.unwrap().complete());
     let calls = fake.calls();
     assert!(position(&calls, "cordon k-old") < position(&calls, "drain k-old"));
@@ -334,8 +346,7 @@ async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_
     let new = plan.pools[0].steps[0].instance.clone();
     // The step after the Ready wait fails (the API server answers 500 to the Node's labels).
     let fake = FakeWorld::default().failing(&format!("configure {new}"));
-    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
-    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
     assert!(report.unwrap().failure().is_some());
     let calls = fake.calls();
     assert!(position(&calls, &format!("configure {new}")) < position(&calls, &format!("cordon {new}")));
@@ -347,17 +358,11 @@ async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_
 
 #[tokio::test]
 async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
-    let old = Container {
-        scope: Some("path:/pools".into()),
-        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
-        ..container("k-old", "k", "old", 1)
-    };
-    let world = world_of(vec![old]);
+    let world = old_node_instance();
     let (desired, plan) = node_pool(&world);
     let fake = FakeWorld::new(world).failing("cordon k-old");
     fake.sim().world.nodes.push(node("k-old", "k"));
-    let execute = async |e: &Executor<'_, _, _>| e.execute(&plan, PlanOptions::default()).await;
-    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
     assert_eq!(report.unwrap().failure().map(|f| (f.verb, f.instance.as_str())), Some(("stop", "k-old")));
     assert!(!fake.calls().contains(&"stop k-old".to_owned()), "{:?}", fake.calls());
 }
