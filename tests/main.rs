@@ -11,6 +11,7 @@ mod drain;
 mod e2e;
 mod e2e_kube;
 mod fake_kube;
+mod fake_kube_faults;
 mod kube;
 mod safety;
 mod source;
