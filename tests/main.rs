@@ -7,6 +7,7 @@
 mod cli;
 mod container_stop;
 mod docker;
+mod docker_bounds;
 mod drain;
 mod e2e;
 mod e2e_kube;
