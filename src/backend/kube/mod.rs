@@ -164,7 +164,9 @@ impl KubeCluster {
 
     /// The error for a call that had no answer by its step's deadline.
     fn no_answer(&self, what: &str, waited: Duration, last: Option<&str>) -> BackendError {
-        let waited = crate::spec::Duration::from(Duration::from_secs(waited.as_secs().max(1)));
+        // In whole seconds, rounded: an attempt cut at a 30s deadline waited 29.99s of it.
+        let secs = u64::try_from((waited.as_millis() + 500) / 1000).unwrap_or(u64::MAX).max(1);
+        let waited = crate::spec::Duration::from(Duration::from_secs(secs));
         self.unreachable(match last {
             Some(last) => format!("{what}: no answer within {waited} (before that: {last})"),
             None => format!("{what}: no answer within {waited}"),
@@ -266,6 +268,10 @@ impl Cluster for KubeCluster {
         // List, then watch from the list's resourceVersion; when the watch ends or breaks,
         // list again, so no transition can slip between the two.
         loop {
+            // A watch that ended just at the deadline: the Node is late, the server is fine.
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
             // A server that does not answer is named as such, not taken for a slow Node.
             let list = self.retrying("list node", deadline, || api.list(&list_params)).await?;
             if list.items.iter().any(|n| node_from(n).ready) {
