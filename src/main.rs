@@ -65,9 +65,11 @@ fn without_destructive_suggestion(e: clap::Error) -> clap::Error {
 
 fn init_tracing(verbose: u8, format: LogFormat) {
     // By default poolctl's own progress that is not on stdout (image pulls, evictions, watch
-    // status) shows, and other crates speak only to warn.
+    // status) shows, and other crates speak only to warn. kube's client logs every failed
+    // request as an ERROR in hyper's words ("client error (Connect)"), before poolctl reports
+    // the same failure with its cause: that line is only shown from -v on.
     let default = match verbose {
-        0 => "poolctl=info,warn",
+        0 => "poolctl=info,kube_client::client::builder=off,warn",
         1 => "poolctl=debug,info",
         _ => "trace",
     };

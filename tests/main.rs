@@ -7,11 +7,14 @@
 mod cli;
 mod container_stop;
 mod docker;
+mod docker_bounds;
 mod drain;
 mod e2e;
 mod e2e_kube;
 mod fake_kube;
+mod fake_kube_faults;
 mod kube;
+mod kube_tls;
 mod lock;
 mod safety;
 mod source;

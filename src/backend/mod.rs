@@ -17,9 +17,13 @@ pub mod retry;
 /// Why a backend call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
-    /// The daemon or API server could not be reached.
+    /// The daemon or API server could not be reached, or did not answer: worth another try.
     #[error("cannot reach {what} at {at}: {reason}")]
     Unreachable { what: &'static str, at: String, reason: String },
+    /// The connection or the credentials were refused (a TLS certificate, a client
+    /// certificate, a token): no retry can change that.
+    #[error("cannot connect to {what} at {at}: {reason}")]
+    Rejected { what: &'static str, at: String, reason: String },
     /// The object does not exist.
     #[error("{0} not found")]
     NotFound(String),

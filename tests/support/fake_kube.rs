@@ -1,13 +1,17 @@
-//! A fake Kubernetes API server over real HTTP, for tests that drive the real kube client.
+//! A fake Kubernetes API server over real HTTPS, for tests that drive the real kube client.
 //!
-//! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource, PodDisruptionBudgets
-//! and `DaemonSet` objects (get and list) and Leases on 127.0.0.1 with a random port, on a
-//! runtime of its own in a thread of its own, so it keeps answering while a test blocks on a
-//! child `poolctl` process. Tests
-//! steer it through Rust methods (add nodes, pods, apps, PDBs, inject faults) and read back
-//! the request log and the event log to check what happened in which order. A simulated
-//! kubelet registers Nodes for the test's pool containers in Docker; a simulated ReplicaSet
-//! controller re-creates evicted pods on schedulable Nodes, so PDB budgets refill.
+//! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource, PodDisruptionBudgets,
+//! `DaemonSet` objects (get and list) and Leases on 127.0.0.1 with a random port, on a runtime of its
+//! own in a thread of its own, so it keeps answering while a test blocks on a child `poolctl`
+//! process. Like a kind cluster, it speaks TLS only, with a certificate for 127.0.0.1 from a CA
+//! of its own, and requires a client certificate of that CA: clients reach it through a
+//! kubeconfig carrying `certificate-authority-data`, `client-certificate-data` and
+//! `client-key-data`, so kube's real rustls path runs in every test. Tests steer it through
+//! Rust methods (add nodes, pods, apps, PDBs, inject faults: failing answers, silence, hidden
+//! Nodes, broken certificates) and read back the request log and the event log to check what
+//! happened in which order. A simulated kubelet registers Nodes for the test's pool containers
+//! in Docker; a simulated ReplicaSet controller re-creates evicted pods on schedulable Nodes, so
+//! PDB budgets refill.
 //!
 //! Everything in the fixture is crate-internal to the test binary, and each test uses a
 //! different part of it, hence the lint allowances.
@@ -18,6 +22,8 @@ mod kubelet;
 mod lease;
 mod select;
 mod store;
+mod switches;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,8 +43,13 @@ pub use store::{
     App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
 };
 
+pub use switches::Silence;
+pub use tls::{Access, ClientCert, ServerCert, Trust};
+
 use http::Shared;
 use store::SimOptions;
+use switches::Switches;
+use tls::Pki;
 
 /// How the simulated kubelet finds its containers and when it turns their Nodes Ready.
 #[derive(Debug, Clone)]
@@ -84,6 +95,7 @@ impl Default for FakeKubeOptions {
 /// A running fake API server; dropping it stops the server and all background tasks.
 pub struct FakeKube {
     addr: SocketAddr,
+    pki: Arc<Pki>,
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
@@ -104,8 +116,11 @@ impl FakeKube {
                 .as_ref()
                 .map_or(ReadyPolicy::After(Duration::ZERO), |k| k.ready_policy),
         });
+        let pki = Arc::new(Pki::generate());
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
+            switches: Switches::default(),
+            tls: Mutex::new(pki.server_config(ServerCert::Valid)),
             shutdown: shutdown_rx,
             down: watch::channel(false).0,
             listening: (Mutex::new(true), std::sync::Condvar::new()),
@@ -121,24 +136,49 @@ impl FakeKube {
             Ok(Err(e)) => panic!("the fake API server did not start: {e}"),
             Err(std::sync::mpsc::RecvError) => panic!("the fake API server thread died while starting"),
         }
-        Self { addr, shared, shutdown, thread: Some(thread) }
+        Self { addr, pki, shared, shutdown, thread: Some(thread) }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
     }
 
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
-    /// A kube config for this server. Note `default_retry`: kube 5 retries 429, 503 and 504
-    /// answers by itself (up to 15 times, with backoff up to 1000 s) unless it is false; the
-    /// config returned here turns it off so tests see every answer.
+    /// A kube config for this server, trusting its CA and presenting its client certificate.
+    /// Note `default_retry`: kube 5 retries 429, 503 and 504 answers by itself (up to 15
+    /// times, with backoff up to 1000 s) unless it is false; the config returned here turns it
+    /// off so tests see every answer.
     pub fn config(&self) -> kube::Config {
+        self.config_with(Access::default())
+    }
+
+    /// A kube config for this server with the given trust and client certificate, as
+    /// `Config::from_kubeconfig` would make of a kubeconfig carrying them.
+    pub fn config_with(&self, access: Access) -> kube::Config {
         let mut config = kube::Config::new(self.url().parse().expect("the server URL is a valid URI"));
         config.default_namespace = "default".into();
         config.default_retry = false;
+        let data = self.pki.kubeconfig_data(access);
+        let ca =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &data.certificate_authority)
+                .expect("base64 of the CA");
+        config.root_cert = Some(
+            rustls_pki_types::pem::PemObject::pem_slice_iter(&ca)
+                .map(|c: Result<rustls_pki_types::CertificateDer<'static>, _>| {
+                    c.expect("a PEM certificate").to_vec()
+                })
+                .collect(),
+        );
+        // `AuthInfo` keeps the key in a secrecy type; going through its serde form avoids a
+        // dependency on that crate.
+        config.auth_info = serde_json::from_value(serde_json::json!({
+            "client-certificate-data": data.client_certificate,
+            "client-key-data": data.client_key,
+        }))
+        .expect("an AuthInfo");
         config
     }
 
@@ -147,15 +187,23 @@ impl FakeKube {
         kube::Client::try_from(self.config()).expect("build a kube client")
     }
 
-    /// Writes a kubeconfig (context `fakekube`, no auth) so that a poolctl child process can
-    /// be pointed at this server with KUBECONFIG.
+    /// Writes a kubeconfig (context `fakekube`) as kind writes one: the server's CA, and a
+    /// client certificate and key, inline in base64. A poolctl child process is pointed at this
+    /// server with KUBECONFIG.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        self.write_kubeconfig_with(path, Access::default())
+    }
+
+    /// Writes a kubeconfig with the given trust and client certificate.
+    pub fn write_kubeconfig_with(&self, path: &Path, access: Access) -> std::io::Result<()> {
+        let data = self.pki.kubeconfig_data(access);
         let yaml = format!(
             "apiVersion: v1
 kind: Config
 clusters:
 - name: fakekube
   cluster:
+    certificate-authority-data: {ca}
     server: {url}
 contexts:
 - name: fakekube
@@ -166,9 +214,14 @@ contexts:
 current-context: fakekube
 users:
 - name: fakekube
-  user: {{}}
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
 ",
-            url = self.url()
+            url = self.url(),
+            ca = data.certificate_authority,
+            cert = data.client_certificate,
+            key = data.client_key,
         );
         std::fs::write(path, yaml)
     }
@@ -349,6 +402,40 @@ users:
         self.shared.wait_listening(!down);
     }
 
+    /// Every request, whatever its path, answers `status` for the next `window`.
+    pub fn fail_for(&self, status: u16, window: Duration) {
+        self.shared.switches.fail_for(status, window);
+    }
+
+    /// Makes the server accept connections and then say nothing (see [`Silence`]), or talk
+    /// again. Connections already held stay silent until the server is taken down or dropped.
+    pub fn set_silence(&self, silence: Silence) {
+        self.shared.switches.set_silence(silence);
+    }
+
+    /// While `true`, every Node request is answered as if no Node existed: lists are empty,
+    /// gets, patches and deletes are 404, watches send nothing (and end once the Nodes are
+    /// shown again). The kubelet and the store go on as before.
+    pub fn hide_nodes(&self, hidden: bool) {
+        self.shared.switches.hide_nodes(hidden);
+    }
+
+    /// Presents another certificate to new connections.
+    pub fn set_server_cert(&self, cert: ServerCert) {
+        *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert);
+    }
+
+    /// How many TCP connections the server has accepted.
+    pub fn connections(&self) -> usize {
+        self.shared.switches.connections()
+    }
+
+    /// The errors of the TLS handshakes that failed, in order (the server's side of it: a
+    /// client refusing the server's certificate sends an alert, named here).
+    pub fn handshake_failures(&self) -> Vec<String> {
+        self.shared.switches.handshake_failures()
+    }
+
     pub fn events(&self) -> Vec<Event> {
         self.store().events().to_vec()
     }
@@ -452,25 +539,24 @@ async fn serve_until_shutdown(shared: Arc<Shared>, listener: tokio::net::TcpList
                 }
             },
         };
-        let (mut stop_on_down, mut stop_on_shutdown) = (down.clone(), shutdown.clone());
-        let app = http::router(shared.clone());
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(l, app).with_graceful_shutdown(async move {
-                tokio::select! {
-                    _ = stop_on_down.wait_for(|d| *d) => {}
-                    _ = stop_on_shutdown.wait_for(|s| *s) => {}
-                }
-            });
-            if let Err(e) = serve.await {
-                eprintln!("fake API server: {e}");
+        // Every connection is a task of this set: dropping it at the end of this round closes
+        // them all, so taking the API down closes open connections too.
+        let mut connections = tokio::task::JoinSet::new();
+        let stopping = loop {
+            tokio::select! {
+                accepted = l.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        connections.spawn(serve_connection(shared.clone(), stream));
+                    }
+                    Err(e) => eprintln!("fake API server: accept: {e}"),
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                _ = down.wait_for(|d| *d) => break false,
+                _ = shutdown.wait_for(|s| *s) => break true,
             }
-        });
-        let stopping = tokio::select! {
-            _ = down.wait_for(|d| *d) => false,
-            _ = shutdown.wait_for(|s| *s) => true,
         };
-        // A client that keeps a connection busy must not hold things up for long.
-        let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+        drop(l);
+        drop(connections);
         if stopping {
             return;
         }
@@ -480,6 +566,32 @@ async fn serve_until_shutdown(shared: Arc<Shared>, listener: tokio::net::TcpList
             _ = shutdown.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// One connection: the TLS handshake (unless the server is silent), then HTTP/1.1 for as long
+/// as the client keeps it open.
+async fn serve_connection(shared: Arc<Shared>, stream: tokio::net::TcpStream) {
+    shared.switches.connection_accepted();
+    if shared.switches.silence() == Silence::AfterAccept {
+        // Hold the socket open, read nothing: the handshake never starts. Ended when the
+        // connection set is dropped.
+        let _held = stream;
+        std::future::pending::<()>().await;
+        return;
+    }
+    let config = shared.tls.lock().expect("tls lock").clone();
+    let tls = match tokio_rustls::TlsAcceptor::from(config).accept(stream).await {
+        Ok(tls) => tls,
+        Err(e) => {
+            shared.switches.handshake_failed(e.to_string());
+            return;
+        }
+    };
+    let service = hyper_util::service::TowerToHyperService::new(http::router(shared));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    // A client that goes away mid-request is its own business.
+    let _ = conn.await;
 }
 
 fn rebind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {

@@ -47,6 +47,30 @@ const LOG_TAIL: &str = "20";
 /// the container is down, so its timeout must exceed the grace period by this margin.
 const STOP_MARGIN: Duration = Duration::from_secs(30);
 
+/// How long poolctl waits for Docker, unless a step has a deadline of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The first request (the version negotiation): a daemon that is there answers at once.
+    pub connect: Duration,
+    /// One whole request, its answer read to the end. bollard bounds a request only until the
+    /// response headers arrive; a body that never comes would hold the call for ever.
+    pub call: Duration,
+    /// An image pull may take long, but not in silence: the longest wait for its next
+    /// progress message.
+    pub pull_stall: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            // bollard's own default, generous for a create or a remove on a loaded host.
+            call: Duration::from_secs(120),
+            pull_stall: Duration::from_secs(120),
+        }
+    }
+}
+
 /// A connection to one Docker daemon.
 #[derive(Debug)]
 pub struct DockerBackend {
@@ -54,6 +78,7 @@ pub struct DockerBackend {
     /// Where the daemon was found, for error messages.
     host: String,
     calls: AtomicU64,
+    timeouts: Timeouts,
 }
 
 impl DockerBackend {
@@ -66,6 +91,11 @@ impl DockerBackend {
     /// or the default socket names when `None`. Talks to the daemon once, negotiating the API
     /// version, so that an unreachable daemon is reported here rather than halfway through a plan.
     pub async fn connect_with(host: Option<&str>) -> Result<Self, BackendError> {
+        Self::connect_bounded(host, Timeouts::default()).await
+    }
+
+    /// [`Self::connect_with`], waiting as `timeouts` say.
+    pub async fn connect_bounded(host: Option<&str>, timeouts: Timeouts) -> Result<Self, BackendError> {
         let host = match host {
             Some(h) => h.to_owned(),
             None => std::env::var("DOCKER_HOST")
@@ -75,10 +105,16 @@ impl DockerBackend {
         };
         let unreachable =
             |reason: String| BackendError::Unreachable { what: "Docker", at: host.clone(), reason };
-        let docker = Docker::connect_with_host(&host).map_err(|e| unreachable(connect_reason(&e)))?;
+        let docker = Docker::connect_with_host(&host)
+            .map_err(|e| unreachable(connect_reason(&e)))?
+            .with_timeout(timeouts.connect);
         // negotiate_version is itself a request (GET /version), so it doubles as the ping.
-        let docker = docker.negotiate_version().await.map_err(|e| unreachable(connect_reason(&e)))?;
-        Ok(Self { docker, host, calls: AtomicU64::new(1) })
+        let docker = tokio::time::timeout(timeouts.connect, docker.negotiate_version())
+            .await
+            .unwrap_or(Err(DockerError::RequestTimeoutError))
+            .map_err(|e| unreachable(connect_reason(&e)))?
+            .with_timeout(timeouts.call);
+        Ok(Self { docker, host, calls: AtomicU64::new(1), timeouts })
     }
 
     /// How many requests this backend has sent to the daemon (the version negotiation included).
@@ -101,6 +137,14 @@ impl DockerBackend {
         self.calls.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One request to the daemon, counted, and bounded as a whole by the call timeout.
+    async fn call<T>(&self, request: impl Future<Output = Result<T, DockerError>>) -> Result<T, DockerError> {
+        self.count();
+        tokio::time::timeout(self.timeouts.call, request)
+            .await
+            .unwrap_or(Err(DockerError::RequestTimeoutError))
+    }
+
     /// Turns a bollard error into the backend's: transport failures become `Unreachable`, the
     /// daemon's own refusals keep its message, prefixed with what was being done.
     fn error(&self, doing: &str, e: DockerError) -> BackendError {
@@ -118,15 +162,14 @@ impl DockerBackend {
             | DockerError::RequestTimeoutError => BackendError::Unreachable {
                 what: "Docker",
                 at: self.host.clone(),
-                reason: connect_reason(&e),
+                reason: format!("{doing}: {}", connect_reason(&e)),
             },
             other => BackendError::Failed(format!("{doing}: {}", connect_reason(&other))),
         }
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<ContainerInspectResponse>, BackendError> {
-        self.count();
-        match self.docker.inspect_container(name, None::<InspectContainerOptions>).await {
+        match self.call(self.docker.inspect_container(name, None::<InspectContainerOptions>)).await {
             Ok(c) => Ok(Some(c)),
             Err(e) if status_of(&e) == Some(404) => Ok(None),
             Err(e) => Err(self.error(&format!("inspect container {name}"), e)),
@@ -141,9 +184,13 @@ impl DockerBackend {
             LogsOptions { stdout: true, stderr: true, tail: LOG_TAIL.to_owned(), ..Default::default() };
         let mut logs = self.docker.logs(name, Some(options));
         let mut out = Tail::default();
-        while let Some(Ok(chunk)) = logs.next().await {
-            out.push(&chunk.into_bytes());
-        }
+        let read = async {
+            while let Some(Ok(chunk)) = logs.next().await {
+                out.push(&chunk.into_bytes());
+            }
+        };
+        // What came in time is enough to decorate the error.
+        let _ = tokio::time::timeout(self.timeouts.call, read).await;
         out.into_string()
     }
 
@@ -266,8 +313,7 @@ impl DockerBackend {
             cmd: Some(argv.to_vec()),
             ..Default::default()
         };
-        self.count();
-        let exec = self.docker.create_exec(name, config).await.map_err(|e| {
+        let exec = self.call(self.docker.create_exec(name, config)).await.map_err(|e| {
             if status_of(&e) == Some(404) {
                 BackendError::NotFound(format!("container {name}"))
             } else {
@@ -286,8 +332,8 @@ impl DockerBackend {
         // The attach stream can close a moment before the daemon records the exit code, so ask
         // until it has one; the caller's timeout bounds this.
         loop {
-            self.count();
-            let inspect = self.docker.inspect_exec(&exec.id).await.map_err(|e| self.error(&doing(), e))?;
+            let inspect =
+                self.call(self.docker.inspect_exec(&exec.id)).await.map_err(|e| self.error(&doing(), e))?;
             if inspect.running != Some(true)
                 && let Some(code) = inspect.exit_code
             {
@@ -312,15 +358,15 @@ impl Containers for DockerBackend {
             filters: Some(HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])])),
             ..Default::default()
         };
-        self.count();
-        let summaries =
-            self.docker.list_containers(Some(options)).await.map_err(|e| self.error("list containers", e))?;
+        let summaries = self
+            .call(self.docker.list_containers(Some(options)))
+            .await
+            .map_err(|e| self.error("list containers", e))?;
         Ok(summaries.into_iter().filter_map(container_from_summary).collect())
     }
 
     async fn ensure_image(&self, image: &str) -> Result<bool, BackendError> {
-        self.count();
-        match self.docker.inspect_image(image).await {
+        match self.call(self.docker.inspect_image(image)).await {
             Ok(_) => return Ok(false),
             Err(e) if status_of(&e) == Some(404) => {}
             Err(e) => return Err(self.error(&format!("inspect image {image}"), e)),
@@ -337,7 +383,14 @@ impl Containers for DockerBackend {
         // Progress arrives many times per second per layer; one line per layer and status is
         // what a person wants to read.
         let mut seen = HashSet::new();
-        while let Some(info) = pull.next().await {
+        loop {
+            let Ok(next) = tokio::time::timeout(self.timeouts.pull_stall, pull.next()).await else {
+                return Err(BackendError::Timeout {
+                    what: format!("pull image {image}: no progress from Docker at {}", self.host),
+                    after: self.timeouts.pull_stall,
+                });
+            };
+            let Some(info) = next else { break };
             let info = info.map_err(|e| self.error(&format!("pull image {image}"), e))?;
             let status = info.status.unwrap_or_default();
             let layer = info.id.unwrap_or_default();
@@ -353,8 +406,7 @@ impl Containers for DockerBackend {
     }
 
     async fn network_exists(&self, name: &str) -> Result<bool, BackendError> {
-        self.count();
-        match self.docker.inspect_network(name, None::<InspectNetworkOptions>).await {
+        match self.call(self.docker.inspect_network(name, None::<InspectNetworkOptions>)).await {
             Ok(_) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(self.error(&format!("inspect network {name}"), e)),
@@ -366,16 +418,12 @@ impl Containers for DockerBackend {
         let body = create::create_body(spec)
             .map_err(|why| BackendError::Failed(format!("create container {name}: {why}")))?;
         let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-        self.count();
-        self.docker
-            .create_container(Some(options), body)
+        self.call(self.docker.create_container(Some(options), body))
             .await
             .map_err(|e| self.error(&format!("create container {name}"), e))?;
         // A container that fails to start is left in place on purpose: the next plan sees it as
         // not running and replaces it, and meanwhile `docker logs` and inspect can explain why.
-        self.count();
-        self.docker
-            .start_container(name, None)
+        self.call(self.docker.start_container(name, None))
             .await
             .map_err(|e| self.error(&format!("start container {name}"), e))
     }
@@ -442,8 +490,7 @@ impl Containers for DockerBackend {
         // Anonymous volumes die with the container, as with `docker rm -v`; not forced, so that a
         // container that still runs (a stop that did not happen) is an error, not a kill.
         let options = RemoveContainerOptions { v: true, force: false, link: false };
-        self.count();
-        match self.docker.remove_container(name, Some(options)).await {
+        match self.call(self.docker.remove_container(name, Some(options))).await {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(404) => Ok(()),
             Err(e) => Err(self.error(&format!("remove container {name}"), e)),

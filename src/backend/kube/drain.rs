@@ -11,10 +11,11 @@ use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 
 use super::KubeCluster;
 use super::convert::{DaemonSets, daemon_set_of, node_from, pdb_from, pod_from};
+use super::errors::{Class, classify, reason};
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
@@ -135,8 +136,14 @@ impl KubeCluster {
                     |m| format!("{id} not evicted: {m}"),
                 ));
             }
-            let answer: Result<serde_json::Value, kube::Error> =
-                api.create_subresource("eviction", &name, &PostParams::default(), &body).await;
+            let params = PostParams::default();
+            let post = api.create_subresource("eviction", &name, &params, &body);
+            let Ok(answer): Result<Result<serde_json::Value, kube::Error>, _> =
+                timeout_at(deadline, post).await
+            else {
+                let last = last_refusal.map_or_else(String::new, |m| format!(" (before that: {m})"));
+                return Err(format!("{id}: no answer from {} to the eviction{last}", self.server));
+            };
             match answer {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
                 // some API server versions): that is not an eviction.
@@ -154,21 +161,33 @@ impl KubeCluster {
                     last_refusal = Some(message);
                     backoff.wait_until(deadline).await;
                 }
-                Err(kube::Error::Api(status)) if status.code == 500 || (400..500).contains(&status.code) => {
+                // A 4xx refuses this eviction for good; so does the one 500 that the eviction
+                // subresource answers for a pod under more than one budget. Any other 500 is
+                // the server's trouble, retried below.
+                Err(kube::Error::Api(status))
+                    if (400..500).contains(&status.code)
+                        || (status.code == 500
+                            && status.message.contains("more than one PodDisruptionBudget")) =>
+                {
                     return Err(format!("{id}: {}", self.refused(seen, &status.message, deadline).await));
                 }
-                Err(e) => {
-                    tracing::warn!("{id}: eviction request failed, will retry: {e}");
-                    last_refusal = Some(e.to_string());
+                Err(e) if classify(&e) == Class::Transient => {
+                    let why = reason(&e);
+                    tracing::warn!("{id}: eviction request failed, will retry: {why}");
+                    last_refusal = Some(why);
                     backoff.wait_until(deadline).await;
                 }
+                Err(e) => return Err(format!("{id}: eviction failed: {}", reason(&e))),
             }
         }
         tracing::info!("{id}: evicted");
         // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
         let mut backoff = Backoff::capped(Duration::from_secs(1));
         loop {
-            match api.get_opt(&name).await {
+            let Ok(answer) = timeout_at(deadline, api.get_opt(&name)).await else {
+                return Err(format!("{id}: evicted, but {} did not say whether it is gone", self.server));
+            };
+            match answer {
                 Ok(None) => return Ok(()),
                 Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
                 Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),

@@ -9,7 +9,12 @@
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
 //! because a 429 to an eviction is a PodDisruptionBudget speaking, which poolctl must report
 //! and bound by the drain timeout. Transient failures are retried by [`retrying`] instead,
-//! within each step's own deadline.
+//! within each step's own deadline; what is transient is decided in [`errors`].
+//!
+//! Every call is bounded twice: by the step's deadline, and by connect and read timeouts on
+//! the connection (kube sets no read timeout: a server that accepts and never answers would
+//! hold a call for ever), so that a dead connection is given up and retried while the step
+//! still has time.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -31,13 +36,36 @@ use crate::spec::Taint;
 
 mod convert;
 mod drain;
+mod errors;
 mod lease;
 
 use convert::{node_from, pdb_from, pod_from, taint_to};
+use errors::{Class, classify, reason};
 pub use lease::{LEASE_NAMESPACE, lease_name};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
+
+/// TCP connect plus TLS handshake: an API server on a local network answers in milliseconds.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest silence while a request is sent or its answer read. Shorter than
+/// [`API_RETRY_WINDOW`], so that a connection that went dead is retried within the window.
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A watch asks the server to end it after this long, well within [`READ_TIMEOUT`]: a Node
+/// that does not change sends nothing, and that silence must not pass for a dead server.
+const WATCH_WINDOW: u32 = 10;
+
+/// Set poolctl's timeouts on a kube `Config`.
+fn bound(config: &mut Config) {
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.write_timeout = Some(READ_TIMEOUT);
+    // Count the read timeout from when a request goes out, not from when its pooled
+    // connection went idle.
+    config.reset_reader_on_write = true;
+}
 
 /// One pool's view of its cluster.
 #[derive(Clone)]
@@ -104,9 +132,13 @@ impl KubeCluster {
     /// Build from a ready kube `Config` (tests point it at a fake API server).
     pub fn from_config(mut config: Config, pool: &str) -> Result<Self, BackendError> {
         config.default_retry = false;
+        bound(&mut config);
         let server = config.cluster_url.to_string();
         let client = Client::try_from(config).map_err(|e| {
-            BackendError::Failed(format!("cannot build a Kubernetes client for {server}: {e}"))
+            BackendError::Failed(format!(
+                "cannot build a Kubernetes client for {server}: {}",
+                errors::cause_chain(&e)
+            ))
         })?;
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
         Ok(Self { client, pool: pool.to_owned(), server, identity })
@@ -116,38 +148,57 @@ impl KubeCluster {
         Api::all(self.client.clone())
     }
 
-    fn unreachable(&self, e: &kube::Error) -> BackendError {
-        BackendError::Unreachable {
-            what: "the Kubernetes API server",
-            at: self.server.clone(),
-            reason: e.to_string(),
-        }
+    fn unreachable(&self, reason: String) -> BackendError {
+        BackendError::Unreachable { what: "the Kubernetes API server", at: self.server.clone(), reason }
     }
 
     fn error(&self, what: &str, e: &kube::Error) -> BackendError {
-        if is_transient(e) {
-            self.unreachable(e)
-        } else {
-            BackendError::Failed(format!("{what}: {}", api_message(e)))
+        match classify(e) {
+            Class::Transient => self.unreachable(format!("{what}: {}", reason(e))),
+            Class::Rejected => BackendError::Rejected {
+                what: "the Kubernetes API server",
+                at: self.server.clone(),
+                reason: reason(e),
+            },
+            Class::Final => BackendError::Failed(format!("{what}: {}", reason(e))),
         }
     }
 
+    /// The error for a call that had no answer by its step's deadline.
+    fn no_answer(&self, what: &str, waited: Duration, last: Option<&str>) -> BackendError {
+        // In whole seconds, rounded: an attempt cut at a 30s deadline waited 29.99s of it.
+        let secs = u64::try_from((waited.as_millis() + 500) / 1000).unwrap_or(u64::MAX).max(1);
+        let waited = crate::spec::Duration::from(Duration::from_secs(secs));
+        self.unreachable(match last {
+            Some(last) => format!("{what}: no answer within {waited} (before that: {last})"),
+            None => format!("{what}: no answer within {waited}"),
+        })
+    }
+
     /// Run `op` until it succeeds, fails for good, or `deadline` passes; transient failures
-    /// (connection refused, 5xx, timeouts) are retried with backoff.
+    /// (no answer, connection refused or reset, timeouts, 5xx, 429) are retried with backoff.
+    /// An attempt still waiting at the deadline is given up.
     async fn retrying<T, F, Fut>(&self, what: &str, deadline: Instant, mut op: F) -> Result<T, BackendError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
+        let start = Instant::now();
         let mut backoff = Backoff::api();
+        let mut last = None;
         loop {
-            match op().await {
-                Ok(v) => return Ok(v),
-                Err(e) if is_transient(&e) && Instant::now() + backoff.peek() < deadline => {
-                    tracing::warn!("{what}: {e}; retrying");
-                    backoff.wait().await;
-                }
-                Err(e) => return Err(self.error(what, &e)),
+            let e = match timeout_at(deadline, op()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => return Err(self.no_answer(what, start.elapsed(), last.as_deref())),
+            };
+            if classify(&e) == Class::Transient && Instant::now() + backoff.peek() < deadline {
+                let why = reason(&e);
+                tracing::warn!("{what} at {}: {why}; retrying", self.server);
+                last = Some(why);
+                backoff.wait().await;
+            } else {
+                return Err(self.error(what, &e));
             }
         }
     }
@@ -219,24 +270,26 @@ impl Cluster for KubeCluster {
         // List, then watch from the list's resourceVersion; when the watch ends or breaks,
         // list again, so no transition can slip between the two.
         loop {
-            let list = self
-                .retrying("list node", deadline, || api.list(&list_params))
-                .await
-                .map_err(|e| if Instant::now() >= deadline { timed_out() } else { e })?;
+            // A watch that ended just at the deadline: the Node is late, the server is fine.
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
+            // A server that does not answer is named as such, not taken for a slow Node.
+            let list = self.retrying("list node", deadline, || api.list(&list_params)).await?;
             if list.items.iter().any(|n| node_from(n).ready) {
                 return Ok(());
             }
             let version = list.metadata.resource_version.unwrap_or_default();
-            let remaining = deadline.saturating_duration_since(Instant::now()).as_secs().clamp(1, 290);
-            let params =
-                WatchParams::default().fields(&fields).timeout(u32::try_from(remaining).unwrap_or(290));
+            let remaining = deadline.saturating_duration_since(Instant::now()).as_secs();
+            let window = u32::try_from(remaining).unwrap_or(WATCH_WINDOW).clamp(1, WATCH_WINDOW);
+            let params = WatchParams::default().fields(&fields).timeout(window);
             // Ok(true): Ready. Ok(false): the watch ended; list again. Err: a refusal that
             // another try will not change (forbidden, say), which must not pass for a Node that
             // is merely slow.
             let watched = timeout_at(deadline, async {
                 let mut stream = match api.watch(&params, &version).await {
                     Ok(stream) => stream.boxed(),
-                    Err(e) if is_transient(&e) => return Ok(false),
+                    Err(e) if classify(&e) == Class::Transient => return Ok(false),
                     Err(e) => return Err(self.error(&format!("watch node {node}"), &e)),
                 };
                 while let Some(event) = stream.next().await {
@@ -247,7 +300,7 @@ impl Cluster for KubeCluster {
                         // The server ended the watch (410 Gone, say): list again.
                         Ok(WatchEvent::Error(_)) => return Ok(false),
                         Ok(_) => {}
-                        Err(e) if is_transient(&e) => return Ok(false),
+                        Err(e) if classify(&e) == Class::Transient => return Ok(false),
                         Err(e) => return Err(self.error(&format!("watch node {node}"), &e)),
                     }
                 }
@@ -320,23 +373,6 @@ impl Cluster for KubeCluster {
             }
         };
         self.retrying("delete node", deadline, delete).await
-    }
-}
-
-/// Worth retrying: no answer, or a 5xx other than 500 (which the eviction API uses for a
-/// definite refusal), or a 429 outside evictions.
-fn is_transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || (s.code > 500 && s.code < 600),
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
-    }
-}
-
-fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
-        other => other.to_string(),
     }
 }
 

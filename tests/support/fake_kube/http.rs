@@ -10,6 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde_json::{Value, json};
@@ -17,10 +18,15 @@ use tokio::sync::{broadcast, watch};
 
 use super::select::{FieldQuery, LabelQuery, merge_patch};
 use super::store::{Change, ChangeKind, RequestRecord, Resource, Store, not_found, status};
+use super::switches::{Silence, Switches};
 
-/// What the handlers share: the store, and the signals that end open watches.
+/// What the handlers share: the store, the fault switches, the TLS configuration and the signals
+/// that end open watches.
 pub struct Shared {
     pub store: Mutex<Store>,
+    pub switches: Switches,
+    /// What a new connection's TLS handshake uses: tests swap the server certificate.
+    pub tls: Mutex<Arc<rustls::ServerConfig>>,
     pub shutdown: watch::Receiver<bool>,
     /// True while a test has taken the API down (the listener is closed).
     pub down: watch::Sender<bool>,
@@ -79,9 +85,41 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
     let at = Instant::now();
     let wall = SystemTime::now();
 
+    let record = |status: u16| RequestRecord {
+        seq: 0,
+        at,
+        wall,
+        method: parts.method.to_string(),
+        path: path.clone(),
+        query: query_string.clone(),
+        content_type: parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: body_json.clone(),
+        status,
+    };
+    if state.switches.silence() == Silence::AfterRequest {
+        // Logged with status 0: read, never answered. The connection is held until the server
+        // is taken down or stopped, or the client gives up.
+        state.store.lock().expect("store lock").record_request(record(0));
+        let (mut shutdown, mut down) = (state.shutdown.clone(), state.down.subscribe());
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => {}
+            _ = down.wait_for(|d| *d) => {}
+        }
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+
     let fault = state.store.lock().expect("store lock").take_fault(parts.method.as_str(), &path);
-    let reply = match fault {
+    let reply = match fault.or_else(|| state.switches.failing()) {
         Some(code) => json_status(code, &status(code, "ServiceUnavailable", "injected fault")),
+        None if state.switches.nodes_hidden()
+            && (path == "/api/v1/nodes" || path.starts_with("/api/v1/nodes/")) =>
+        {
+            hidden_nodes(&state, &path, &query)
+        }
         None => route(&state, &parts.method, &path, &query, &parts.headers, body_json.as_ref()),
     };
     let (code, response) = match reply {
@@ -91,22 +129,42 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
         }
         Reply::Watch(r) => (r.status().as_u16(), r),
     };
-    state.store.lock().expect("store lock").record_request(RequestRecord {
-        seq: 0,
-        at,
-        wall,
-        method: parts.method.to_string(),
-        path,
-        query: query_string,
-        content_type: parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body: body_json,
-        status: code,
-    });
+    state.store.lock().expect("store lock").record_request(record(code));
     response
+}
+
+/// Node requests while Nodes are hidden: answered as if no Node existed. A watch sends nothing
+/// and ends when the Nodes are shown again, so that the client lists again and finds them.
+fn hidden_nodes(state: &AppState, path: &str, q: &HashMap<String, String>) -> Reply {
+    let name = path.strip_prefix("/api/v1/nodes/").unwrap_or_default();
+    if !name.is_empty() {
+        return json_status(404, &not_found("nodes", name));
+    }
+    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        let timeout: u64 = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800);
+        let (shown, mut shutdown, mut down) =
+            (state.switches.nodes_shown(), state.shutdown.clone(), state.down.subscribe());
+        let end = async move {
+            tokio::select! {
+                () = shown => {}
+                () = tokio::time::sleep(Duration::from_secs(timeout)) => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+                _ = down.wait_for(|d| *d) => {}
+            }
+        };
+        let body = futures::stream::once(end).filter_map(|()| async { None::<Result<Bytes, Infallible>> });
+        let response = Response::builder()
+            .status(200)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from_stream(body))
+            .expect("a watch response builds");
+        return Reply::Watch(response);
+    }
+    let rv = state.store.lock().expect("store lock").resource_version();
+    Reply::Json(
+        200,
+        json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": rv.to_string()}, "items": []}),
+    )
 }
 
 fn route(

@@ -1,0 +1,96 @@
+//! Every Docker call is bounded: against a fake daemon on TCP that answers the version
+//! negotiation and then stalls, in the one place bollard's own timeout does not reach (a body
+//! that never comes after the headers), or that accepts connections and says nothing at all.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use poolctl::backend::docker::{DockerBackend, Timeouts};
+use poolctl::backend::{BackendError, Containers};
+use serde_json::json;
+
+/// Guards against a hang only; no assertion depends on it.
+const LIMIT: Duration = Duration::from_secs(60);
+
+const SHORT: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    call: Duration::from_secs(1),
+    pull_stall: Duration::from_secs(1),
+};
+
+/// A daemon that negotiates the API version and has no image, then answers every other
+/// request with headers and a body that never ends.
+async fn stalling_daemon(listener: tokio::net::TcpListener) {
+    let app = axum::Router::new().fallback(|req: Request| async move {
+        let path = req.uri().path();
+        if path.ends_with("/version") {
+            let version = json!({"Version": "27.0.0", "ApiVersion": "1.47", "MinAPIVersion": "1.24"});
+            return axum::Json(version).into_response();
+        }
+        if path.contains("/images/") && path.ends_with("/json") {
+            let missing = json!({"message": "No such image"});
+            return (axum::http::StatusCode::NOT_FOUND, axum::Json(missing)).into_response();
+        }
+        let never = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Body::from_stream(never))
+            .expect("a response")
+    });
+    axum::serve(listener, app).await.expect("the fake daemon serves");
+}
+
+async fn listener() -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let host = format!("tcp://{}", listener.local_addr().expect("an address"));
+    (listener, host)
+}
+
+#[tokio::test]
+async fn a_daemon_that_stalls_after_the_headers_fails_the_call_naming_it() {
+    let (listener, host) = listener().await;
+    let server = tokio::spawn(stalling_daemon(listener));
+    let docker = DockerBackend::connect_bounded(Some(&host), SHORT).await.expect("the version is negotiated");
+
+    let err = tokio::time::timeout(LIMIT, docker.list()).await.expect("the call ends").unwrap_err();
+    assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
+    assert_eq!(err.to_string(), format!("cannot reach Docker at {host}: list containers: no answer in time"));
+
+    let err =
+        tokio::time::timeout(LIMIT, docker.network_exists("kind")).await.expect("the call ends").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot reach Docker at {host}: inspect network kind: no answer in time")
+    );
+
+    // A pull may take long, but not without progress.
+    let err =
+        tokio::time::timeout(LIMIT, docker.ensure_image("x:1")).await.expect("the pull ends").unwrap_err();
+    assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!("pull image x:1: no progress from Docker at {host}: timed out after 1s")
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_daemon_that_accepts_and_never_answers_fails_the_connection() {
+    let (listener, host) = listener().await;
+    // Accept, keep the sockets, read nothing.
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let err = tokio::time::timeout(LIMIT, DockerBackend::connect_bounded(Some(&host), SHORT))
+        .await
+        .expect("the connection ends")
+        .unwrap_err();
+    assert_eq!(err.to_string(), format!("cannot reach Docker at {host}: no answer in time"));
+    server.abort();
+}
