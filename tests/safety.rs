@@ -1,13 +1,13 @@
 //! The one rule, end to end: no container of a node pool stops while its Node may still hold
 //! pods that were not drained, whatever poolctl saw when it planned.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 
 use crate::support::cli::Stream;
 use crate::support::fake_kube::{
-    FakeKube, FakeKubeOptions, KubeletOptions, ReadyPolicy, write_kubeconfig_contexts,
+    EventKind, FakeKube, FakeKubeOptions, KubeletOptions, ReadyPolicy, write_kubeconfig_contexts,
 };
 use crate::support::rig::{LIMIT, Rig};
 use crate::support::scenario::Scenario;
@@ -174,4 +174,57 @@ async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
     assert!(plan.stdout.contains(&format!("delete-node {name}")), "{}", plan.stdout);
     rig.apply_after_kill().expect_code(0);
     assert!(rig.fake.node(&name).is_none(), "the orphan Node is deleted");
+}
+
+#[tokio::test]
+async fn nodes_hidden_while_planning_are_cordoned_and_drained_before_their_containers_stop() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(2);
+    let old = rig.start(&v1).await;
+    rig.fake.add_app("default", "web", 2);
+    let on_old = |st: &crate::support::fake_kube::Store| {
+        st.pods()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| old.contains(n)))
+            .count()
+            == 2
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(on_old)).await.expect("the app runs on the old Nodes");
+
+    // The API server shows no Node while poolctl plans (after a restart, say): the plan has
+    // no cordon and no drain for the old instances. The Nodes are back before they are retired.
+    rig.write(&v1.clone().env("VERSION", "2"));
+    rig.fake.hide_nodes(true);
+    let since = SystemTime::now();
+    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    let plan_text = apply.wait_for(Stream::Stdout, "[1/");
+    rig.fake.hide_nodes(false);
+    assert!(
+        !apply.output(Stream::Stdout).lines().any(|l| l.contains(" cordon ") || l.contains(" drain ")),
+        "planned without the Nodes: {plan_text}"
+    );
+    let status = apply.wait();
+    assert!(status.success(), "{}", apply.output(Stream::Stdout));
+
+    let events = rig.fake.events();
+    let docker = rig.s.docker().events(since);
+    for node in &old {
+        let stopped = docker
+            .iter()
+            .filter(|e| &e.name == node && matches!(e.action.as_str(), "kill" | "die" | "stop"))
+            .map(|e| e.at)
+            .min()
+            .expect("the old container stopped");
+        let cordoned = events
+            .iter()
+            .find(|e| matches!(&e.kind, EventKind::NodeCordoned { node: n } if n == node))
+            .map(|e| e.wall)
+            .expect("the Node was cordoned");
+        let evictions: Vec<SystemTime> = events
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::PodEvicted { node: Some(n), .. } if n == node))
+            .map(|e| e.wall)
+            .collect();
+        assert!(cordoned < stopped, "{node}: cordoned before its container stopped");
+        assert!(!evictions.is_empty() && evictions.iter().all(|t| *t < stopped), "{node}: drained first");
+    }
 }

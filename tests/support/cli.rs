@@ -137,6 +137,11 @@ impl Process {
         let sent = Command::new("kill").args([format!("-{signal}"), self.child.id().to_string()]).status();
         assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} failed");
         // Drain the output, so that the child never blocks on a full pipe while exiting.
+        self.wait()
+    }
+
+    /// Waits for the exit, reading all the output.
+    pub fn wait(&mut self) -> ExitStatus {
         while let Ok((s, line)) = self.lines.recv_timeout(PATIENCE) {
             self.seen.push(format!("{s:?}: {line}"));
         }
