@@ -15,6 +15,7 @@ mod fake_kube;
 mod fake_kube_faults;
 mod kube;
 mod kube_tls;
+mod kubeconfig;
 mod lock;
 mod safety;
 mod source;

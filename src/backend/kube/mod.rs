@@ -24,7 +24,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod as K8sPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::{Client, Config};
 use serde_json::json;
 use tokio::time::{Instant, sleep, timeout_at};
@@ -37,6 +37,7 @@ use crate::spec::Taint;
 mod convert;
 mod drain;
 mod errors;
+mod kubeconfig;
 mod lease;
 
 use convert::{node_from, pdb_from, pod_from, taint_to};
@@ -88,18 +89,11 @@ impl KubeCluster {
     ) -> Result<Self, BackendError> {
         let options =
             KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
-        let kc = match kubeconfig {
-            Some(path) => {
-                let path = expand_home(path);
-                Kubeconfig::read_from(&path)
-                    .map_err(|e| BackendError::Failed(format!("cannot read kubeconfig {path}: {e}")))?
-            }
-            None => Kubeconfig::read()
-                .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?,
-        };
+        let mut kc = kubeconfig::load(kubeconfig)?;
         // The context the connection uses, named: "the current one" is what changes under a
         // `kubectl config use-context`, and the name is what the user recognises.
         let resolved = context.map(str::to_owned).or_else(|| kc.current_context.clone()).unwrap_or_default();
+        kubeconfig::resolve_credentials(&mut kc, &resolved)?;
         let config = Config::from_custom_kubeconfig(kc, &options)
             .await
             .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?;
@@ -373,12 +367,5 @@ impl Cluster for KubeCluster {
             }
         };
         self.retrying("delete node", deadline, delete).await
-    }
-}
-
-fn expand_home(path: &str) -> String {
-    match (path.strip_prefix("~/"), std::env::var("HOME")) {
-        (Some(rest), Ok(home)) => format!("{home}/{rest}"),
-        _ => path.to_owned(),
     }
 }

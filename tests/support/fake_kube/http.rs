@@ -92,6 +92,11 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
         method: parts.method.to_string(),
         path: path.clone(),
         query: query_string.clone(),
+        authorization: parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
         content_type: parts
             .headers
             .get(header::CONTENT_TYPE)

@@ -144,6 +144,8 @@ pub struct RequestRecord {
     pub path: String,
     pub query: Option<String>,
     pub content_type: Option<String>,
+    /// The `Authorization` header, as sent.
+    pub authorization: Option<String>,
     pub body: Option<Value>,
     pub status: u16,
 }
