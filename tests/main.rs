@@ -9,6 +9,7 @@ mod docker;
 mod e2e;
 mod e2e_kube;
 mod fake_kube;
+mod faults;
 mod kube;
 mod safety;
 mod source;

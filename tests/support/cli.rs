@@ -117,6 +117,27 @@ impl Process {
         }
     }
 
+    /// The next line of either stream, or `None` once both are closed (poolctl exited).
+    #[track_caller]
+    pub fn next_line(&mut self) -> Option<(Stream, String)> {
+        match self.lines.recv_timeout(PATIENCE) {
+            Ok((s, line)) => {
+                self.seen.push(format!("{s:?}: {line}"));
+                Some((s, line))
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("poolctl printed nothing for {PATIENCE:?}; output:\n{}", self.seen.join("\n"))
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Reads the rest of the output and waits for the exit.
+    pub fn wait(&mut self) -> ExitStatus {
+        while self.next_line().is_some() {}
+        self.child.wait().expect("wait")
+    }
+
     /// The next applied plan: waits until a rollout reports completion.
     #[track_caller]
     pub fn applied(&mut self) {

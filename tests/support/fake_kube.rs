@@ -314,6 +314,12 @@ users:
         self.store().add_fault(method, path_prefix, count, status);
     }
 
+    /// Every request answers `status` for `duration` from now, as a server that is briefly
+    /// unwell does; `Duration::ZERO` ends a window that is still open.
+    pub fn fail_for(&self, status: u16, duration: Duration) {
+        self.store().set_fail_window(std::time::Instant::now() + duration, status);
+    }
+
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.store().requests().to_vec()
     }

@@ -281,6 +281,8 @@ pub struct Store {
     requests: Vec<RequestRecord>,
     evictions: Vec<EvictionRecord>,
     faults: Vec<Fault>,
+    /// Until when every request fails, and with which status (see `fail_for`).
+    fail_window: Option<(Instant, u16)>,
     traps: BTreeMap<PodKey, u16>,
     kubelet: BTreeMap<String, KubeletNode>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
@@ -444,6 +446,7 @@ impl Store {
             requests: Vec::new(),
             evictions: Vec::new(),
             faults: Vec::new(),
+            fail_window: None,
             traps: BTreeMap::new(),
             kubelet: BTreeMap::new(),
             prefix_policies: Vec::new(),
@@ -1231,8 +1234,18 @@ impl Store {
         });
     }
 
+    /// Every request until `until` answers `status`; a time in the past ends a window early.
+    pub fn set_fail_window(&mut self, until: Instant, status: u16) {
+        self.fail_window = Some((until, status));
+    }
+
     /// Consumes one matching fault, if any, and returns the status to answer with.
     pub fn take_fault(&mut self, method: &str, path: &str) -> Option<u16> {
+        match self.fail_window {
+            Some((until, status)) if Instant::now() < until => return Some(status),
+            Some(_) => self.fail_window = None,
+            None => {}
+        }
         let f = self.faults.iter_mut().find(|f| {
             f.remaining > 0
                 && f.method.as_deref().is_none_or(|m| m == method)
