@@ -411,12 +411,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
             Action::Drain(_) => self.drain(pool_name, name).await?,
-            Action::Stop => {
-                self.drain_before_stop(pool_name, name).await?;
-                let grace = self.rollout_of(pool_name).stop_grace_period.get();
-                self.containers.stop(name, grace).await?;
+            Action::Stop => self.stop_after_drain(pool_name, name).await?,
+            Action::DeleteNode => {
+                // The Node goes only once its container does not run: a running kubelet
+                // registers it again, and pods may be bound to it. The plan may have seen the
+                // container created but not started (an apply killed during create, whose start
+                // Docker finished afterwards); then it is stopped now, the safe way.
+                if self.may_run(name).await? {
+                    self.say(&format!(
+                        "{name}: its container runs now; stopping it before its Node is deleted"
+                    ));
+                    self.stop_after_drain(pool_name, name).await?;
+                }
+                self.cluster(pool_name)?.delete_node(name).await?;
             }
-            Action::DeleteNode => self.cluster(pool_name)?.delete_node(name).await?,
             Action::Remove => self.containers.remove(name).await?,
         }
         Ok(())
@@ -427,6 +435,19 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         self.cluster(pool)?.drain(node, timeout).await?;
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
+    }
+
+    /// Stop a container after draining whatever Node it has now.
+    async fn stop_after_drain(&self, pool: &str, name: &str) -> Result<(), StepError> {
+        self.drain_before_stop(pool, name).await?;
+        let grace = self.rollout_of(pool).stop_grace_period.get();
+        Ok(self.containers.stop(name, grace).await?)
+    }
+
+    /// Whether the container may run now, as Docker reports it at this moment.
+    async fn may_run(&self, name: &str) -> Result<bool, StepError> {
+        let containers = self.containers.list().await?;
+        Ok(containers.iter().any(|c| c.name == name && c.state.may_run()))
     }
 
     /// Before the container of a node-pool instance stops: whatever Node it has *now* is

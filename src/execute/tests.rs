@@ -295,16 +295,18 @@ fn node_pool(world: &World) -> (Desired, Plan) {
     (desired, plan)
 }
 
-/// A world of one outdated instance "k-old" of pool "k", created as a Node (its Node unseen).
-fn old_node_instance() -> World {
+/// A world of one outdated instance `k-old` of pool "k", in `state`, recorded as a Node of the
+/// default cluster.
+fn old_node_instance(state: crate::model::ContainerState) -> World {
     world_of(vec![Container {
+        state,
         scope: Some("path:/pools".into()),
         cluster: Some(ClusterRef { kubeconfig: None, context: None }),
         ..container("k-old", "k", "old", 1)
     }])
 }
 
-/// Execute the whole plan against the fake; the report (or error) and the progress text.
+/// Carries the whole plan out on `fake`.
 async fn execute_all(
     fake: &FakeWorld,
     desired: &Desired,
@@ -320,7 +322,7 @@ fn position(calls: &[String], call: &str) -> usize {
 
 #[tokio::test]
 async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_stops() {
-    let world = old_node_instance();
+    let world = old_node_instance(crate::model::ContainerState::Running);
     // Planned while the old instance's Node was missing: no cordon, no drain.
     let (desired, plan) = node_pool(&world);
     let verbs: Vec<&str> =
@@ -358,7 +360,7 @@ async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_
 
 #[tokio::test]
 async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
-    let world = old_node_instance();
+    let world = old_node_instance(crate::model::ContainerState::Running);
     let (desired, plan) = node_pool(&world);
     let fake = FakeWorld::new(world).failing("cordon k-old");
     fake.sim().world.nodes.push(node("k-old", "k"));
@@ -396,4 +398,28 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
     assert!(text.contains("container n1 exited with code 0 while its Node was awaited"), "{text}");
     let calls = fake.calls();
     assert!(!calls.iter().any(|c| c == "configure n1" || c == "stop o1"), "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_container_that_started_after_the_plan_is_drained_and_stopped_before_its_node_is_deleted() {
+    let world = old_node_instance(crate::model::ContainerState::Created);
+    // Planned while the container was created but not started (an apply killed during create):
+    // nothing to stop, no Node.
+    let (desired, plan) = node_pool(&world);
+    let verbs: Vec<&str> =
+        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
+    assert_eq!(verbs, ["delete-node", "remove"]);
+
+    // Docker finishes starting it, its kubelet registers the Node, and a pod is bound to it.
+    let fake = FakeWorld::new(world);
+    fake.sim().world.containers[0].state = crate::model::ContainerState::Running;
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"), "{calls:?}");
+    assert!(position(&calls, "stop k-old") < position(&calls, "delete-node k-old"), "{calls:?}");
+    assert!(text.contains("k-old: its container runs now; stopping it before its Node is deleted"), "{text}");
+    assert!(fake.world().pods.is_empty(), "the pod was evicted");
 }

@@ -110,6 +110,12 @@ pub enum ContainerState {
 }
 
 impl ContainerState {
+    /// Whether the container holds processes that a stop must end gracefully: it runs, or is
+    /// paused or restarting. A kubelet in it may register its Node.
+    pub fn may_run(self) -> bool {
+        matches!(self, Self::Running | Self::Paused | Self::Restarting)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Created => "created",

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{Container, ContainerState, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
+use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
@@ -401,9 +401,7 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>) -> V
     }
     let node = instance.node.filter(|_| is_node);
     // A paused or restarting container still holds a process that must be stopped gracefully.
-    let running = instance.container.is_some_and(|c| {
-        matches!(c.state, ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
-    });
+    let running = instance.container.is_some_and(|c| c.state.may_run());
     let mut actions = Vec::new();
     if node.is_some_and(|n| !n.unschedulable) {
         actions.push(Action::Cordon);

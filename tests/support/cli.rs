@@ -117,6 +117,27 @@ impl Process {
         }
     }
 
+    /// The next line of either stream, or `None` once both are closed (poolctl exited).
+    #[track_caller]
+    pub fn next_line(&mut self) -> Option<(Stream, String)> {
+        match self.lines.recv_timeout(PATIENCE) {
+            Ok((s, line)) => {
+                self.seen.push(format!("{s:?}: {line}"));
+                Some((s, line))
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("poolctl printed nothing for {PATIENCE:?}; output:\n{}", self.seen.join("\n"))
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Reads the rest of the output and waits for the exit.
+    pub fn wait(&mut self) -> ExitStatus {
+        while self.next_line().is_some() {}
+        self.child.wait().expect("wait")
+    }
+
     /// The next applied plan: waits until a rollout reports completion.
     #[track_caller]
     pub fn applied(&mut self) {
@@ -138,14 +159,6 @@ impl Process {
         assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} failed");
         // Drain the output, so that the child never blocks on a full pipe while exiting.
         self.wait()
-    }
-
-    /// Waits for the exit, reading all the output.
-    pub fn wait(&mut self) -> ExitStatus {
-        while let Ok((s, line)) = self.lines.recv_timeout(PATIENCE) {
-            self.seen.push(format!("{s:?}: {line}"));
-        }
-        self.child.wait().expect("wait")
     }
 
     /// SIGKILL: no chance to clean up.

@@ -402,7 +402,8 @@ users:
         self.shared.wait_listening(!down);
     }
 
-    /// Every request, whatever its path, answers `status` for the next `window`.
+    /// Every request, whatever its path, answers `status` for the next `window`, as a server
+    /// that is briefly unwell does; `Duration::ZERO` ends a window that is still open.
     pub fn fail_for(&self, status: u16, window: Duration) {
         self.shared.switches.fail_for(status, window);
     }

@@ -177,6 +177,8 @@ pub struct PoolYaml {
     node_taints: Vec<(String, String, String)>,
     ready_timeout: String,
     drain_timeout: String,
+    max_unavailable: u32,
+    stop_grace_period: String,
 }
 
 impl PoolYaml {
@@ -196,6 +198,8 @@ impl PoolYaml {
             node_taints: Vec::new(),
             ready_timeout: "10s".to_owned(),
             drain_timeout: "5s".to_owned(),
+            max_unavailable: 0,
+            stop_grace_period: "2s".to_owned(),
         }
     }
 
@@ -268,6 +272,18 @@ impl PoolYaml {
         timeout.clone_into(&mut self.drain_timeout);
         self
     }
+
+    #[must_use]
+    pub fn max_unavailable(mut self, max_unavailable: u32) -> Self {
+        self.max_unavailable = max_unavailable;
+        self
+    }
+
+    #[must_use]
+    pub fn stop_grace_period(mut self, period: &str) -> Self {
+        period.clone_into(&mut self.stop_grace_period);
+        self
+    }
 }
 
 /// A YAML scalar: JSON's quoted string is one.
@@ -321,8 +337,8 @@ impl fmt::Display for PoolYaml {
         }
         writeln!(
             f,
-            "  rollout:\n    maxSurge: 1\n    maxUnavailable: 0\n    stopGracePeriod: 2s\n    drainTimeout: {}",
-            self.drain_timeout
+            "  rollout:\n    maxSurge: 1\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
+            self.max_unavailable, self.stop_grace_period, self.drain_timeout
         )
     }
 }
