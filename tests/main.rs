@@ -10,6 +10,7 @@ mod docker;
 mod drain;
 mod e2e;
 mod e2e_kube;
+mod endpoints;
 mod fake_kube;
 mod kube;
 mod lock;
