@@ -123,6 +123,7 @@ fn desired(replicas: usize, nodes: bool) -> Desired {
             template,
             bootstrap: Vec::new(),
             node,
+            docker: None,
             rollout: Rollout::default(),
         },
     };
@@ -162,6 +163,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             image: template.image.clone(),
             cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
             cluster_id: None,
+            elsewhere: None,
         });
         if nodes {
             world.nodes.push(Node {

@@ -246,10 +246,10 @@ async fn stop_and_remove_of_a_missing_container_succeed() {
 #[tokio::test]
 async fn ensure_image_finds_local_images_and_names_the_one_it_cannot_pull() {
     let Some(d) = docker().await else { return };
-    assert!(!d.backend.ensure_image(IMAGE).await.expect("present"));
+    assert!(!d.backend.ensure_image(&d.pool, IMAGE).await.expect("present"));
     // A registry that refuses connections: fails at once, whatever the network.
     let missing = format!("localhost:1/{}-missing:latest", d.pool);
-    let err = d.backend.ensure_image(&missing).await.expect_err("cannot pull");
+    let err = d.backend.ensure_image(&d.pool, &missing).await.expect_err("cannot pull");
     let msg = err.to_string();
     assert!(msg.contains(&missing), "{msg}");
     assert!(!msg.contains('\n'), "one line: {msg}");
@@ -258,8 +258,8 @@ async fn ensure_image_finds_local_images_and_names_the_one_it_cannot_pull() {
 #[tokio::test]
 async fn network_exists() {
     let Some(d) = docker().await else { return };
-    assert!(d.backend.network_exists("bridge").await.expect("inspect"));
-    assert!(!d.backend.network_exists(&format!("{}-no-such-net", d.pool)).await.expect("inspect"));
+    assert!(d.backend.network_exists(&d.pool, "bridge").await.expect("inspect"));
+    assert!(!d.backend.network_exists(&d.pool, &format!("{}-no-such-net", d.pool)).await.expect("inspect"));
 }
 
 #[tokio::test]

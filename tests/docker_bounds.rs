@@ -59,16 +59,20 @@ async fn a_daemon_that_stalls_after_the_headers_fails_the_call_naming_it() {
     assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
     assert_eq!(err.to_string(), format!("cannot reach Docker at {host}: list containers: no answer in time"));
 
-    let err =
-        tokio::time::timeout(LIMIT, docker.network_exists("kind")).await.expect("the call ends").unwrap_err();
+    let err = tokio::time::timeout(LIMIT, docker.network_exists("p", "kind"))
+        .await
+        .expect("the call ends")
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!("cannot reach Docker at {host}: inspect network kind: no answer in time")
     );
 
     // A pull may take long, but not without progress.
-    let err =
-        tokio::time::timeout(LIMIT, docker.ensure_image("x:1")).await.expect("the pull ends").unwrap_err();
+    let err = tokio::time::timeout(LIMIT, docker.ensure_image("p", "x:1"))
+        .await
+        .expect("the pull ends")
+        .unwrap_err();
     assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),

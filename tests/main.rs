@@ -11,6 +11,7 @@ mod docker_bounds;
 mod drain;
 mod e2e;
 mod e2e_kube;
+mod endpoints;
 mod fake_kube;
 mod fake_kube_faults;
 mod faults;

@@ -1,7 +1,7 @@
 //! The backends: the small traits that observe and the executor drive, in the project's own
 //! types, so that the same code runs against Docker + Kubernetes and against in-memory fakes;
-//! their two implementations ([`docker`] with bollard, [`kube`] with kube-rs); and the one
-//! [`retry`] policy both use.
+//! their two implementations ([`docker`] with bollard, [`kube`] with kube-rs); [`endpoints`],
+//! which routes each pool to its Docker endpoint; and the one [`retry`] policy both use.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,6 +11,7 @@ use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb
 use crate::spec::{CgroupnsMode, Taint, UsernsMode};
 
 pub mod docker;
+pub mod endpoints;
 pub mod kube;
 pub mod retry;
 
@@ -102,10 +103,19 @@ impl std::fmt::Display for Stopped {
 pub trait Containers: Sync {
     /// Every pool container (one list call).
     fn list(&self) -> impl Future<Output = Result<Vec<Container>, BackendError>> + Send;
-    /// Make sure the image is present locally, pulling it if not. Returns whether it pulled.
-    fn ensure_image(&self, image: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
-    /// Whether the named network exists.
-    fn network_exists(&self, name: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Make sure the image is present where `pool`'s containers are created, pulling it if not.
+    /// Returns whether it pulled.
+    fn ensure_image(
+        &self,
+        pool: &str,
+        image: &str,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Whether the named network exists where `pool`'s containers are created.
+    fn network_exists(
+        &self,
+        pool: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
     /// Create and start a container.
     fn create(&self, spec: &NewContainer) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Run a command in a running container and wait for it, up to `timeout`.

@@ -16,6 +16,7 @@ use anyhow::{Result, anyhow, bail};
 use super::common::{Planned, compute, confirm, held_locks, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::docker::DockerBackend;
+use crate::backend::endpoints::Endpoints;
 use crate::backend::kube::KubeCluster;
 use crate::cli::ApplyArgs;
 use crate::execute::{Executor, Interrupt, StopReason};
@@ -58,7 +59,7 @@ pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
 /// What carrying a plan out needs.
 struct Run<'a> {
     desired: &'a Desired,
-    docker: &'a DockerBackend,
+    docker: &'a Endpoints<DockerBackend>,
     clusters: &'a std::collections::BTreeMap<String, KubeCluster>,
     progress: &'a Mutex<Box<dyn Write + Send>>,
     interrupt: &'a Interrupt,

@@ -1,4 +1,4 @@
-//! What the commands share: reading the source, connecting to Docker and observing, reading
+//! What the commands share: reading the source, connecting to its Docker endpoints and observing, reading
 //! the pools' locks, asking for confirmation, writing to stdout.
 
 use std::collections::BTreeMap;
@@ -6,7 +6,8 @@ use std::io::{self, BufRead, IsTerminal, Write};
 
 use anyhow::{Context, Result, bail};
 
-use crate::backend::docker::DockerBackend;
+use crate::backend::docker::{DockerBackend, DockerEnv, connect_endpoints};
+use crate::backend::endpoints::Endpoints;
 use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::SourceArgs;
 use crate::lock::inspect_locks;
@@ -44,15 +45,17 @@ pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
 /// A plan, with what it was made from and the connections the executor needs.
 pub(super) struct Planned {
     pub desired: Desired,
-    pub docker: DockerBackend,
+    /// Every Docker endpoint the pools live on.
+    pub docker: Endpoints<DockerBackend>,
     pub clusters: std::collections::BTreeMap<String, KubeCluster>,
     pub plan: Plan,
 }
 
-/// Read the source, connect to Docker, observe and plan: what plan and apply both do first.
+/// Read the source, connect to the Docker endpoints of its pools, observe and plan: what plan
+/// and apply both do first.
 pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<Planned> {
     let desired = load_source(args)?;
-    let docker = DockerBackend::connect().await?;
+    let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
     let (clusters, plan) = observe_and_plan(&desired, &docker, &KubeConnect, options).await?;
     Ok(Planned { desired, docker, clusters, plan })
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 
 use super::common::{confirm, load_source, write_stdout};
 use super::exit::Exit;
-use crate::backend::docker::DockerBackend;
+use crate::backend::docker::{DockerEnv, connect_endpoints};
 use crate::backend::kube::KubeConnect;
 use crate::backend::{Connect, Containers, LockError};
 use crate::cli::UnlockArgs;
@@ -18,7 +18,7 @@ use crate::observe::cluster_refs;
 pub(super) async fn unlock_command(args: UnlockArgs) -> Result<Exit> {
     let pool = args.pool.as_str();
     let desired = load_source(&args.source)?;
-    let docker = DockerBackend::connect().await?;
+    let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
     // A pool of Nodes keeps its lock in its cluster: the one its spec or its containers name.
     let containers = docker.list().await.context("cannot list the pool containers")?;
     let mut clusters = BTreeMap::new();

@@ -204,34 +204,35 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     /// Check, before anything changes, that every image a Create needs is there (pulling the
-    /// missing ones) and every network exists.
+    /// missing ones) and every network exists, where each pool's containers are created.
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
-        let mut images: Vec<&str> = Vec::new();
-        let mut networks: Vec<&str> = Vec::new();
+        let mut images: Vec<(&str, &str)> = Vec::new();
+        let mut networks: Vec<(&str, &str)> = Vec::new();
         for (pool, step) in plan.steps() {
             if let Action::Create { image, .. } = &step.action {
-                if !images.contains(&image.as_str()) {
+                let image = (pool.name.as_str(), image.as_str());
+                if !images.contains(&image) {
                     images.push(image);
                 }
                 let network =
                     self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
-                if let Some(n) = network.filter(|n| !networks.contains(n)) {
+                if let Some(n) = network.map(|n| (pool.name.as_str(), n)).filter(|n| !networks.contains(n)) {
                     networks.push(n);
                 }
             }
         }
-        for image in images {
+        for (pool, image) in images {
             let pulled = self
                 .containers
-                .ensure_image(image)
+                .ensure_image(pool, image)
                 .await
                 .map_err(|source| PreflightError::Image { image: image.into(), source })?;
             if pulled {
                 self.say(&format!("pulled image {image}"));
             }
         }
-        for network in networks {
-            match self.containers.network_exists(network).await {
+        for (pool, network) in networks {
+            match self.containers.network_exists(pool, network).await {
                 Ok(true) => {}
                 Ok(false) => return Err(PreflightError::NoNetwork(network.into())),
                 Err(source) => return Err(PreflightError::Network { network: network.into(), source }),

@@ -51,6 +51,7 @@ fn rolling_plan() -> Plan {
             template_hash: Some("new".into()),
             replicas: 3,
             template_change: None,
+            docker: None,
             instances: Vec::new(),
             steps,
         }],

@@ -46,6 +46,10 @@ pub struct Container {
     /// against the cluster the kubeconfig resolves to now. `None` for containers created before
     /// poolctl recorded it.
     pub cluster_id: Option<ClusterIdentity>,
+    /// The Docker endpoint it lives on, when its pool's spec places the pool on another one
+    /// (the pool moved): such an instance is replaced where the spec says, like an outdated one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<String>,
 }
 
 /// Which cluster a Node lives in, as resolved when poolctl connected: the kubeconfig context,

@@ -77,6 +77,10 @@ pub struct PoolPlan {
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_change: Option<TemplateChange>,
+    /// The Docker endpoint the spec places the pool on (`context NAME`, `host URL`); absent for
+    /// the docker CLI's current one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub docker: Option<String>,
     /// Every existing instance and what becomes of it.
     pub instances: Vec<InstanceStatus>,
     pub steps: Vec<Step>,
@@ -124,6 +128,10 @@ pub struct InstanceStatus {
     /// that an earlier apply began. A cordon without it is someone else's and is left alone.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retiring: bool,
+    /// The Docker endpoint the instance lives on, when the spec places its pool on another
+    /// one: it is replaced there.
+    #[serde(rename = "endpoint", skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<String>,
     pub fate: Fate,
 }
 

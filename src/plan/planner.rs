@@ -189,14 +189,23 @@ impl<'a> Target<'a> {
         }
     }
 
+    /// Whether the instance runs the spec's template where the spec places the pool: one left
+    /// on a Docker endpoint the pool moved away from is replaced like an outdated one.
     fn is_current(&self, instance: &Instance<'_>) -> bool {
-        instance.container.is_some_and(|c| Some(c.template_hash.as_str()) == self.hash)
+        instance
+            .container
+            .is_some_and(|c| Some(c.template_hash.as_str()) == self.hash && c.elsewhere.is_none())
     }
 
     /// Whether the instance is a Node, and so is retired with cordon, drain and Node deletion:
     /// the spec says the pool's instances are Nodes, or the container was created as one, or
     /// its Node was observed. Whichever holds, dropping only the container would leave the
     /// Node's pods to die undrained.
+    /// The Docker endpoint the spec names for the pool; `None` for the current one.
+    fn docker(&self) -> Option<String> {
+        self.pool.and_then(|dp| dp.pool.spec.docker.as_ref()).map(crate::spec::DockerSpec::describe)
+    }
+
     fn is_node(&self, instance: &Instance<'_>) -> bool {
         self.with_nodes || instance.node.is_some() || instance.container.is_some_and(|c| c.cluster.is_some())
     }
@@ -269,6 +278,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
+        docker: target.docker(),
         instances: all.iter().map(|i| status(target, i, kept.contains(i.name))).collect(),
         steps,
     }
@@ -310,6 +320,7 @@ fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
         template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,
+        docker: target.docker(),
         instances: all.iter().map(|i| status(target, i, true)).collect(),
         steps: Vec::new(),
     }
@@ -475,6 +486,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         node,
         cordoned: instance.node.is_some_and(|n| n.unschedulable),
         retiring: instance.node.is_some_and(|n| n.unschedulable && n.cordoned_by_poolctl),
+        elsewhere: instance.container.and_then(|c| c.elsewhere.clone()),
         fate: if keep { Fate::Keep } else { Fate::Retire },
     }
 }

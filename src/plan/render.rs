@@ -32,6 +32,9 @@ pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write)
     for pool in &plan.pools {
         writeln!(out)?;
         writeln!(out, "{}", pool_header(pool))?;
+        if let Some(docker) = &pool.docker {
+            writeln!(out, "  Docker: {docker}")?;
+        }
         if let Some(holder) = held.locks.get(&pool.name) {
             writeln!(out, "  Locked by {}", holder.describe(held.now))?;
         }
@@ -167,6 +170,9 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
         Fate::Keep => "keep".to_owned(),
         Fate::Retire => "retire".to_owned(),
     });
+    if let Some(endpoint) = &instance.elsewhere {
+        row.push(format!("(on {endpoint}: the pool moved)"));
+    }
     row
 }
 

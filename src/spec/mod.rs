@@ -74,6 +74,11 @@ pub struct PoolSpec {
     /// How each instance appears in Kubernetes. Without it the pool is container-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeSpec>,
+    /// The Docker daemon the pool's containers live on. Default: the docker CLI's current
+    /// endpoint (`DOCKER_HOST`, else `DOCKER_CONTEXT`, else the config's `currentContext`).
+    /// Not covered by the template hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerSpec>,
     /// How instances are replaced.
     #[serde(default)]
     pub rollout: Rollout,
@@ -236,6 +241,52 @@ pub struct NodeSpec {
 impl NodeSpec {
     fn default_ready_timeout() -> Duration {
         Duration::from_secs(300)
+    }
+}
+
+/// Where a pool's containers live: a docker CLI context, or a daemon address. Exactly one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DockerSpec {
+    /// A context of the docker CLI (`docker context ls`), read from `$DOCKER_CONFIG/contexts`
+    /// (default `~/.docker/contexts`), with its TLS material. `default` is the endpoint of
+    /// `DOCKER_HOST` (or the local socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub context: Option<String>,
+    /// A daemon address: `unix:///path/to/docker.sock`, or `tcp://HOST:PORT` (TLS as
+    /// `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` say, as `docker -H` does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(unix|tcp|http|https)://."))]
+    pub host: Option<String>,
+}
+
+impl DockerSpec {
+    /// How the plan names the endpoint: `context NAME` or `host URL`.
+    pub fn describe(&self) -> String {
+        match (&self.context, &self.host) {
+            (Some(context), _) => format!("context {context}"),
+            (None, Some(host)) => format!("host {host}"),
+            (None, None) => "the current docker endpoint".to_owned(),
+        }
+    }
+}
+
+/// Why a Docker daemon address cannot be used, if it cannot: the schemes bollard speaks here.
+/// `ssh://` is refused rather than half-supported (see the README).
+pub fn docker_host_problem(host: &str) -> Option<String> {
+    let Some((scheme, rest)) = host.split_once("://") else {
+        return Some(format!("{host:?} is not an address: expected unix:///PATH or tcp://HOST:PORT"));
+    };
+    match scheme {
+        "unix" | "tcp" | "http" | "https" if !rest.is_empty() => None,
+        "unix" | "tcp" | "http" | "https" => Some(format!("{host:?} names no socket or host")),
+        "ssh" => Some(format!(
+            "{host:?}: ssh:// endpoints are not supported; forward the remote socket (ssh -L \
+             /tmp/remote.sock:/var/run/docker.sock HOST) and use unix:///tmp/remote.sock, or serve the \
+             daemon over tcp:// with TLS"
+        )),
+        other => Some(format!("{host:?}: unknown scheme {other}:// (expected unix:// or tcp://)")),
     }
 }
 

@@ -146,7 +146,30 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
             }
         }
     }
+    if let Some(docker) = &spec.docker {
+        for (path, message) in docker_problems(docker) {
+            fail(path, message);
+        }
+    }
     errors
+}
+
+/// What is wrong with a pool's `docker:` section: it names one endpoint, of a kind poolctl
+/// can reach.
+fn docker_problems(docker: &super::DockerSpec) -> Vec<(FieldPath, String)> {
+    let at = FieldPath::of("spec.docker");
+    match (&docker.context, &docker.host) {
+        (Some(_), Some(_)) => vec![(at, "give either context or host, not both".to_owned())],
+        (None, None) => vec![(at, "must name a context or a host".to_owned())],
+        (Some(context), None) if context.trim().is_empty() => {
+            vec![(at.key("context"), "must not be empty".to_owned())]
+        }
+        (Some(_), None) => Vec::new(),
+        (None, Some(host)) => match super::docker_host_problem(host) {
+            Some(problem) => vec![(at.key("host"), problem)],
+            None => Vec::new(),
+        },
+    }
 }
 
 /// The durations and counts of a pool that are out of bounds, as (field path, message).
@@ -346,5 +369,31 @@ mod tests {
         for bad in ["", "Workers", "-w", "w-", "w_1", "w.1", "wörk", &"a".repeat(47)] {
             assert!(name_problem(bad).is_some(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_docker_section_names_one_reachable_kind_of_endpoint() {
+        let spec = |context: Option<&str>, host: Option<&str>| super::super::DockerSpec {
+            context: context.map(str::to_owned),
+            host: host.map(str::to_owned),
+        };
+        let problems =
+            |d| docker_problems(&d).into_iter().map(|(p, m)| format!("{p}: {m}")).collect::<Vec<_>>();
+        assert!(problems(spec(Some("remote"), None)).is_empty());
+        assert!(problems(spec(None, Some("unix:///run/user/1000/docker.sock"))).is_empty());
+        assert!(problems(spec(None, Some("tcp://10.0.0.2:2376"))).is_empty());
+        assert_eq!(
+            problems(spec(Some("a"), Some("tcp://b:2376"))),
+            ["spec.docker: give either context or host, not both"]
+        );
+        assert_eq!(problems(spec(None, None)), ["spec.docker: must name a context or a host"]);
+        assert_eq!(problems(spec(Some(" "), None)), ["spec.docker.context: must not be empty"]);
+        let ssh = problems(spec(None, Some("ssh://me@far")));
+        assert!(
+            ssh[0].starts_with("spec.docker.host: \"ssh://me@far\": ssh:// endpoints are not supported"),
+            "{ssh:?}"
+        );
+        let bare = problems(spec(None, Some("10.0.0.2:2376")));
+        assert!(bare[0].contains("is not an address"), "{bare:?}");
     }
 }

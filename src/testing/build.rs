@@ -83,7 +83,7 @@ impl PoolArgs {
                 api_version: crate::spec::API_VERSION.to_owned(),
                 kind: crate::spec::KIND_POOL.to_owned(),
                 metadata: Metadata { name: self.name.to_owned() },
-                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, rollout },
+                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, docker: None, rollout },
             },
             file: format!("{}.yaml", self.name),
             template_hash: hash,
@@ -110,6 +110,7 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         image: "busybox:old".to_owned(),
         cluster: None,
         cluster_id: None,
+        elsewhere: None,
     }
 }
 

@@ -258,11 +258,11 @@ impl Containers for FakeWorld {
         Ok(self.sim().world.containers.clone())
     }
 
-    async fn ensure_image(&self, image: &str) -> Result<bool, BackendError> {
+    async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
         self.call(format!("image {image}"), |_| Ok(false)).await
     }
 
-    async fn network_exists(&self, name: &str) -> Result<bool, BackendError> {
+    async fn network_exists(&self, _pool: &str, name: &str) -> Result<bool, BackendError> {
         Ok(name != "missing")
     }
 

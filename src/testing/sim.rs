@@ -103,6 +103,7 @@ impl SimWorld {
             image: String::new(),
             cluster: None,
             cluster_id: None,
+            elsewhere: None,
         };
         self.clock += 1;
         c

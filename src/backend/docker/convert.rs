@@ -46,6 +46,7 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         image: s.image.unwrap_or_default(),
         cluster: cluster_from_labels(&labels),
         cluster_id: cluster_id_from_labels(&labels),
+        elsewhere: None,
     })
 }
 
@@ -132,6 +133,7 @@ mod tests {
                 image: "img:1".to_owned(),
                 cluster: None,
                 cluster_id: None,
+                elsewhere: None,
             }
         );
 

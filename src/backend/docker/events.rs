@@ -1,6 +1,6 @@
 //! Docker's event stream as drift signals for `watch`: the die, stop and destroy events of one
-//! source's containers, debounced into one-line descriptions, re-subscribed with backoff
-//! whenever the daemon goes away.
+//! source's containers on one endpoint, debounced into one-line descriptions, re-subscribed with
+//! backoff whenever the daemon goes away. Watch follows each endpoint its pools live on.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::DockerBackend;
+use super::{DockerBackend, Endpoint};
 use crate::backend::retry;
 use crate::model::labels;
 
@@ -19,12 +19,12 @@ const DRIFT_DEBOUNCE: Duration = Duration::from_millis(250);
 /// The longest wait before subscribing again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// Forward the drift events of the containers whose scope label is `scope` to `tx`, until `tx`
-/// is closed.
-pub async fn drift_events(scope: String, tx: mpsc::Sender<String>) {
+/// Forward the drift events on `endpoint` of the containers whose scope label is `scope` to
+/// `tx`, until `tx` is closed.
+pub async fn drift_events(endpoint: Endpoint, scope: String, tx: mpsc::Sender<String>) {
     let mut failures = 0;
     loop {
-        match subscribe(&scope, &tx).await {
+        match subscribe(&endpoint, &scope, &tx).await {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -39,8 +39,8 @@ pub async fn drift_events(scope: String, tx: mpsc::Sender<String>) {
     }
 }
 
-async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String> {
-    let docker = DockerBackend::connect().await.map_err(|e| e.to_string())?;
+async fn subscribe(endpoint: &Endpoint, scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String> {
+    let docker = DockerBackend::connect_to(endpoint).await.map_err(|e| e.to_string())?;
     let filters = [
         ("type", vec!["container".to_owned()]),
         ("event", vec!["die".to_owned(), "stop".to_owned(), "destroy".to_owned()]),
@@ -51,7 +51,7 @@ async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String>
         ..Default::default()
     };
     let mut events = docker.client().events(Some(options));
-    debug!("following Docker events of {scope}");
+    debug!("following Docker events of {scope} on {}", endpoint.name);
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| format!("the event stream failed: {e}"))?;
         let name = event

@@ -5,7 +5,7 @@
 //! list's `Status` text rather than from an inspect per container. Every request to the daemon
 //! bumps a counter ([`DockerBackend::api_calls`]) so that tests and the benchmark can check that.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -20,16 +20,19 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
+use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, Stopped};
-use crate::model::{Container, labels};
+use crate::model::{Container, Desired, labels};
 
 mod convert;
 mod create;
+pub mod endpoint;
 mod events;
 mod lock;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
+pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::drift_events;
 pub use lock::lock_name;
 
@@ -82,39 +85,51 @@ pub struct DockerBackend {
 }
 
 impl DockerBackend {
-    /// Connects to the daemon named by `DOCKER_HOST`, or to the default socket.
+    /// Connects to the docker CLI's current endpoint (see [`endpoint`]).
     pub async fn connect() -> Result<Self, BackendError> {
         Self::connect_with(None).await
     }
 
-    /// Connects to `host` (a `unix://`, `tcp://` or `http://` address), or to what `DOCKER_HOST`
-    /// or the default socket names when `None`. Talks to the daemon once, negotiating the API
-    /// version, so that an unreachable daemon is reported here rather than halfway through a plan.
+    /// Connects to `host` (a `unix://`, `tcp://` or `http://` address, without TLS), or to the
+    /// docker CLI's current endpoint when `None`.
     pub async fn connect_with(host: Option<&str>) -> Result<Self, BackendError> {
         Self::connect_bounded(host, Timeouts::default()).await
     }
 
     /// [`Self::connect_with`], waiting as `timeouts` say.
     pub async fn connect_bounded(host: Option<&str>, timeouts: Timeouts) -> Result<Self, BackendError> {
-        let host = match host {
-            Some(h) => h.to_owned(),
-            None => std::env::var("DOCKER_HOST")
-                .ok()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| DEFAULT_HOST.to_owned()),
+        let endpoint = match host {
+            Some(h) => Endpoint { name: h.to_owned(), host: h.to_owned(), tls: None },
+            None => endpoint::current(&DockerEnv::from_process()).map_err(|e| BackendError::Unreachable {
+                what: "Docker",
+                at: "the docker CLI's current endpoint".to_owned(),
+                reason: e.to_string(),
+            })?,
         };
+        Self::connect_to_bounded(&endpoint, timeouts).await
+    }
+
+    /// Connects to a resolved endpoint. Talks to the daemon once, negotiating the API version,
+    /// so that an endpoint that does not answer is reported here, by its name, rather than
+    /// halfway through a plan.
+    pub async fn connect_to(endpoint: &Endpoint) -> Result<Self, BackendError> {
+        Self::connect_to_bounded(endpoint, Timeouts::default()).await
+    }
+
+    /// [`Self::connect_to`], waiting as `timeouts` say.
+    pub async fn connect_to_bounded(endpoint: &Endpoint, timeouts: Timeouts) -> Result<Self, BackendError> {
+        let at = endpoint.name.clone();
         let unreachable =
-            |reason: String| BackendError::Unreachable { what: "Docker", at: host.clone(), reason };
-        let docker = Docker::connect_with_host(&host)
-            .map_err(|e| unreachable(connect_reason(&e)))?
-            .with_timeout(timeouts.connect);
+            |reason: String| BackendError::Unreachable { what: "Docker", at: at.clone(), reason };
+        let docker =
+            client_for(endpoint).map_err(|e| unreachable(connect_reason(&e)))?.with_timeout(timeouts.connect);
         // negotiate_version is itself a request (GET /version), so it doubles as the ping.
         let docker = tokio::time::timeout(timeouts.connect, docker.negotiate_version())
             .await
             .unwrap_or(Err(DockerError::RequestTimeoutError))
             .map_err(|e| unreachable(connect_reason(&e)))?
             .with_timeout(timeouts.call);
-        Ok(Self { docker, host, calls: AtomicU64::new(1), timeouts })
+        Ok(Self { docker, host: at, calls: AtomicU64::new(1), timeouts })
     }
 
     /// How many requests this backend has sent to the daemon (the version negotiation included).
@@ -122,7 +137,7 @@ impl DockerBackend {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// The daemon address in use.
+    /// The endpoint in use, as messages name it (`context remote (tcp://...)`).
     pub fn host(&self) -> &str {
         &self.host
     }
@@ -365,7 +380,7 @@ impl Containers for DockerBackend {
         Ok(summaries.into_iter().filter_map(container_from_summary).collect())
     }
 
-    async fn ensure_image(&self, image: &str) -> Result<bool, BackendError> {
+    async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
         match self.call(self.docker.inspect_image(image)).await {
             Ok(_) => return Ok(false),
             Err(e) if status_of(&e) == Some(404) => {}
@@ -405,7 +420,7 @@ impl Containers for DockerBackend {
         Ok(true)
     }
 
-    async fn network_exists(&self, name: &str) -> Result<bool, BackendError> {
+    async fn network_exists(&self, _pool: &str, name: &str) -> Result<bool, BackendError> {
         match self.call(self.docker.inspect_network(name, None::<InspectNetworkOptions>)).await {
             Ok(_) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
@@ -504,6 +519,117 @@ fn status_of(e: &DockerError) -> Option<u16> {
         DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
     }
+}
+
+/// Why the Docker endpoints of a run cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointsError {
+    /// A pool's `docker:` section (or the docker CLI's configuration) names no usable endpoint.
+    #[error("{}: cannot resolve the Docker endpoint", whose(pools))]
+    Resolve {
+        pools: Vec<String>,
+        #[source]
+        source: EndpointError,
+    },
+    /// An endpoint does not answer. Never replaced by another one: the pools live there.
+    #[error("{}: the Docker endpoint does not answer", whose(pools))]
+    Connect {
+        pools: Vec<String>,
+        #[source]
+        source: BackendError,
+    },
+}
+
+fn whose(pools: &[String]) -> String {
+    match pools {
+        [] => "the docker CLI's current endpoint".to_owned(),
+        [one] => format!("pool {one}"),
+        many => format!("pools {}", many.join(", ")),
+    }
+}
+
+/// The endpoints the declared pools name, resolved, each once (by address), and the index of
+/// each pool's; the current endpoint alone when no pool is declared (a source that declares
+/// nothing still prunes there).
+pub fn resolve_endpoints(
+    desired: &Desired,
+    env: &DockerEnv,
+) -> Result<(Vec<Endpoint>, BTreeMap<String, usize>), EndpointsError> {
+    let mut endpoints: Vec<Endpoint> = Vec::new();
+    let mut pools = BTreeMap::new();
+    let mut current = None;
+    let mut add = |endpoint: Endpoint| {
+        endpoints.iter().position(|e| e.host == endpoint.host).unwrap_or_else(|| {
+            endpoints.push(endpoint);
+            endpoints.len() - 1
+        })
+    };
+    for pool in &desired.pools {
+        let resolve_error = |source| EndpointsError::Resolve { pools: vec![pool.name().to_owned()], source };
+        let endpoint = if let Some(spec) = &pool.pool.spec.docker {
+            endpoint::resolve(Some(spec), env).map_err(resolve_error)?
+        } else {
+            // Resolved once: every pool without `docker:` is on the same endpoint.
+            if current.is_none() {
+                current = Some(endpoint::current(env).map_err(resolve_error)?);
+            }
+            current.clone().expect("resolved above")
+        };
+        pools.insert(pool.name().to_owned(), add(endpoint));
+    }
+    if endpoints.is_empty() {
+        let e =
+            endpoint::current(env).map_err(|source| EndpointsError::Resolve { pools: Vec::new(), source })?;
+        endpoints.push(e);
+    }
+    Ok((endpoints, pools))
+}
+
+/// Connect to every endpoint the declared pools name (see [`resolve_endpoints`]). An endpoint
+/// that does not answer fails the run, naming it and its pools.
+pub async fn connect_endpoints(
+    desired: &Desired,
+    env: &DockerEnv,
+) -> Result<Endpoints<DockerBackend>, EndpointsError> {
+    let (endpoints, pools) = resolve_endpoints(desired, env)?;
+    let mut places = Vec::new();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        match DockerBackend::connect_to(endpoint).await {
+            Ok(backend) => places.push((endpoint.name.clone(), backend)),
+            Err(source) => {
+                let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();
+                return Err(EndpointsError::Connect { pools, source });
+            }
+        }
+    }
+    Ok(Endpoints::new(places, pools))
+}
+
+/// The bollard client for an endpoint: over TLS when it has TLS material. A missing `ca.pem`
+/// leaves the system's roots alone to verify the daemon (bollard reads the CA file always, and
+/// an empty one adds nothing); a missing client certificate or key offers none.
+fn client_for(endpoint: &Endpoint) -> Result<Docker, DockerError> {
+    const TIMEOUT_SECS: u64 = 120;
+    let version = bollard::API_DEFAULT_VERSION;
+    let Some(tls) = &endpoint.tls else {
+        // Not `connect_with_host`: it reads DOCKER_TLS_VERIFY itself, and the endpoint already
+        // says whether TLS is wanted (a context's own settings win over the environment's).
+        return if endpoint.host.starts_with("unix://") {
+            Docker::connect_with_unix(&endpoint.host, TIMEOUT_SECS, version)
+        } else {
+            Docker::connect_with_http(&endpoint.host, TIMEOUT_SECS, version)
+        };
+    };
+    let none = std::path::Path::new("/dev/null");
+    let missing = std::path::Path::new("/nonexistent/poolctl/no-client-certificate.pem");
+    Docker::connect_with_ssl(
+        &endpoint.host,
+        tls.key.as_deref().unwrap_or(missing),
+        tls.cert.as_deref().unwrap_or(missing),
+        tls.ca.as_deref().unwrap_or(none),
+        TIMEOUT_SECS,
+        version,
+    )
 }
 
 /// The most specific message in an error's chain ("Connection refused (os error 111)" rather

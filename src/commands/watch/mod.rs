@@ -30,7 +30,7 @@ use tracing::{debug, error, info, warn};
 
 use super::common::{source_spec, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
-use crate::backend::docker::{DockerBackend, drift_events};
+use crate::backend::docker::{DockerEnv, connect_endpoints, drift_events, resolve_endpoints};
 use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::WatchArgs;
 use crate::execute::{Interrupt, StopReason};
@@ -99,7 +99,8 @@ struct Loop {
     unreadable: Option<String>,
     retry: Option<Instant>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
-    drift: Option<JoinHandle<()>>,
+    /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
+    drift: BTreeMap<String, JoinHandle<()>>,
     drift_tx: mpsc::Sender<String>,
     drift_rx: mpsc::Receiver<String>,
     changed_rx: mpsc::Receiver<()>,
@@ -125,7 +126,7 @@ impl Loop {
             unreadable: None,
             retry: None,
             run: None,
-            drift: None,
+            drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
             changed_rx,
@@ -276,10 +277,10 @@ impl Loop {
             Checked::Unchanged => SourceNews::Unchanged,
             Checked::Loaded(revision, desired) => {
                 self.seen = Some(revision);
+                self.follow_drift_events(&desired);
                 let news = match &self.good {
                     None => {
                         info!("source read: {}", desired.origin);
-                        self.start_drift_events(&desired);
                         SourceNews::Changed
                     }
                     Some(good) if same_spec(good, &desired) => {
@@ -320,11 +321,31 @@ impl Loop {
         self.run = Some((task, interrupt));
     }
 
-    /// Follow Docker's events for the containers of this source (their scope label), from a task
-    /// that re-subscribes with backoff whenever the daemon goes away.
-    fn start_drift_events(&mut self, desired: &Desired) {
-        if self.drift.is_none() {
-            self.drift = Some(tokio::spawn(drift_events(desired.origin.scope(), self.drift_tx.clone())));
+    /// Follow Docker's events for the containers of this source (their scope label) on every
+    /// endpoint its pools live on, each from a task that re-subscribes with backoff whenever the
+    /// daemon goes away; stop following an endpoint no pool lives on any more.
+    fn follow_drift_events(&mut self, desired: &Desired) {
+        let endpoints = match resolve_endpoints(desired, &DockerEnv::from_process()) {
+            Ok((endpoints, _)) => endpoints,
+            // The reconcile reports it, with the rest of what is wrong.
+            Err(e) => {
+                debug!("not following Docker events: {e}");
+                return;
+            }
+        };
+        self.drift.retain(|host, task| {
+            let keep = endpoints.iter().any(|e| &e.host == host);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for endpoint in endpoints {
+            if !self.drift.contains_key(&endpoint.host) {
+                let host = endpoint.host.clone();
+                let task = drift_events(endpoint, desired.origin.scope(), self.drift_tx.clone());
+                self.drift.insert(host, tokio::spawn(task));
+            }
         }
     }
 
@@ -336,14 +357,14 @@ impl Loop {
         };
         // Docker alone: the summary counts containers, and a cluster may be what went away.
         let no_clusters = BTreeMap::<String, KubeCluster>::new();
-        let world = match DockerBackend::connect().await {
-            Ok(docker) => observe_again(&docker, &no_clusters).await,
-            Err(e) => Err(e),
+        let world = match connect_endpoints(desired, &DockerEnv::from_process()).await {
+            Ok(docker) => observe_again(&docker, &no_clusters).await.map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::Error::from(e)),
         };
         let world = match world {
             Ok(world) => world,
             Err(e) => {
-                warn!("cannot observe the pools: {e}");
+                warn!("cannot observe the pools: {e:#}");
                 return;
             }
         };
@@ -378,7 +399,8 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// One reconcile as a task of its own, so that the loop keeps listening: connect to Docker,
+/// One reconcile as a task of its own, so that the loop keeps listening: connect to the Docker
+/// endpoints of the pools,
 /// then [`Reconcile::run`] with stdout for output.
 async fn reconcile(
     desired: Arc<Desired>,
@@ -386,10 +408,10 @@ async fn reconcile(
     config: Config,
     interrupt: Arc<Interrupt>,
 ) -> Ended {
-    let docker = match DockerBackend::connect().await {
+    let docker = match connect_endpoints(&desired, &DockerEnv::from_process()).await {
         Ok(d) => d,
         Err(e) => {
-            error!("{e}");
+            error!("{:#}", anyhow::Error::from(e));
             return Ended::Failed;
         }
     };

@@ -1,0 +1,248 @@
+//! Several Docker endpoints behind one [`Containers`] and [`Locks`], so that observe, the
+//! executor and the locks stay unaware of them: a pool's containers are created, and its lock
+//! kept, on the endpoint its spec names; an instance is acted on where it was seen.
+//!
+//! Listing lists each endpoint once. One daemon behind two addresses (two contexts, a socket
+//! and a TCP port) shows its containers through both: a container is one container by its ID,
+//! counted once, and belongs to the endpoint of its pool when that endpoint shows it. Seen only
+//! through another endpoint, it lives there while the spec places its pool elsewhere: it is
+//! marked [`Container::elsewhere`], and the planner replaces it where the spec says.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use super::{BackendError, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer, Stopped};
+use crate::model::{Container, labels};
+
+/// The Docker endpoints of one run, the backend of each, and which pool lives where.
+pub struct Endpoints<C> {
+    /// The endpoints, each with its name (for messages and the plan); the first is the fallback
+    /// for an instance or pool seen nowhere.
+    places: Vec<(String, C)>,
+    /// The endpoint (index into `places`) of each declared pool.
+    pools: BTreeMap<String, usize>,
+    seen: Mutex<Seen>,
+}
+
+/// Where the last list (and the creations since) found things.
+#[derive(Default)]
+struct Seen {
+    /// Instance name -> endpoint.
+    instances: HashMap<String, usize>,
+    /// Pool name -> an endpoint that shows its containers (for pools no longer declared).
+    pools: HashMap<String, usize>,
+}
+
+impl<C> Endpoints<C> {
+    /// One endpoint for every pool: what a run whose pools name no endpoint uses.
+    pub fn single(name: impl Into<String>, backend: C) -> Self {
+        Self { places: vec![(name.into(), backend)], pools: BTreeMap::new(), seen: Mutex::default() }
+    }
+
+    /// Endpoints (at least one, the first being the fallback), and the index of each declared
+    /// pool's.
+    pub fn new(places: Vec<(String, C)>, pools: BTreeMap<String, usize>) -> Self {
+        assert!(!places.is_empty(), "a run has an endpoint");
+        assert!(pools.values().all(|&i| i < places.len()), "every pool's endpoint is one of them");
+        Self { places, pools, seen: Mutex::default() }
+    }
+
+    /// Every endpoint, with its name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &C)> {
+        self.places.iter().map(|(name, backend)| (name.as_str(), backend))
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where `pool` lives: its spec's endpoint, else where its containers were seen.
+    fn of_pool(&self, pool: &str) -> usize {
+        self.pools.get(pool).copied().or_else(|| self.seen().pools.get(pool).copied()).unwrap_or(0)
+    }
+
+    /// Where the instance `name` lives: where it was seen or created, else the endpoint of the
+    /// pool its name starts with (the longest such declared pool).
+    fn of_instance(&self, name: &str) -> usize {
+        if let Some(&i) = self.seen().instances.get(name) {
+            return i;
+        }
+        let pool = self
+            .pools
+            .keys()
+            .filter(|p| name.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with('-')))
+            .max_by_key(|p| p.len());
+        pool.map_or(0, |p| self.of_pool(p))
+    }
+
+    fn instance(&self, name: &str) -> &C {
+        &self.places[self.of_instance(name)].1
+    }
+
+    fn pool(&self, pool: &str) -> &C {
+        &self.places[self.of_pool(pool)].1
+    }
+}
+
+impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
+    async fn list(&self) -> Result<Vec<Container>, BackendError> {
+        let mut out: Vec<Container> = Vec::new();
+        let mut by_id: HashMap<String, usize> = HashMap::new();
+        let mut seen = Seen::default();
+        for (i, (name, backend)) in self.places.iter().enumerate() {
+            for mut c in backend.list().await? {
+                let home = self.pools.get(&c.pool).copied();
+                if let Some(&at) = by_id.get(&c.id) {
+                    // The same container through a second address of its daemon.
+                    if home == Some(i) {
+                        out[at].elsewhere = None;
+                        seen.instances.insert(c.name.clone(), i);
+                    }
+                    continue;
+                }
+                c.elsewhere = home.filter(|&h| h != i).map(|_| name.clone());
+                seen.instances.insert(c.name.clone(), i);
+                seen.pools.entry(c.pool.clone()).or_insert(i);
+                by_id.insert(c.id.clone(), out.len());
+                out.push(c);
+            }
+        }
+        *self.seen() = seen;
+        Ok(out)
+    }
+
+    async fn ensure_image(&self, pool: &str, image: &str) -> Result<bool, BackendError> {
+        self.pool(pool).ensure_image(pool, image).await
+    }
+
+    async fn network_exists(&self, pool: &str, name: &str) -> Result<bool, BackendError> {
+        self.pool(pool).network_exists(pool, name).await
+    }
+
+    async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
+        let at = spec.labels.get(labels::POOL).map_or(0, |pool| self.of_pool(pool));
+        self.seen().instances.insert(spec.name.clone(), at);
+        self.places[at].1.create(spec).await
+    }
+
+    async fn exec(&self, name: &str, argv: &[String], timeout: Duration) -> Result<ExecOutput, BackendError> {
+        self.instance(name).exec(name, argv, timeout).await
+    }
+
+    async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
+        self.instance(name).wait_up(name, timeout).await
+    }
+
+    async fn wait_stopped(&self, name: &str) -> Result<Stopped, BackendError> {
+        self.instance(name).wait_stopped(name).await
+    }
+
+    async fn stop(&self, name: &str, grace: Duration) -> Result<(), BackendError> {
+        self.instance(name).stop(name, grace).await
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), BackendError> {
+        self.instance(name).remove(name).await
+    }
+}
+
+/// A pool's lock lives on the pool's endpoint, beside its containers.
+impl<C: Locks + Send + Sync> Locks for Endpoints<C> {
+    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+        self.pool(pool).acquire(pool, who, lease).await
+    }
+
+    async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
+        self.pool(pool).renew(pool, held, lease).await
+    }
+
+    async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
+        self.pool(pool).release(pool, held).await
+    }
+
+    async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {
+        self.pool(pool).inspect(pool).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::execute::{Executor, Interrupt};
+    use crate::model::{Desired, World};
+    use crate::observe::observe_and_plan;
+    use crate::plan::{Fate, PlanOptions};
+    use crate::spec::DockerSpec;
+    use crate::testing::build::{PoolArgs, container, desired, world_of};
+    use crate::testing::fake::{FakeCluster, FakeWorld};
+
+    /// Pool `a` on endpoint 0 and pool `b` on endpoint 1, both with the current template.
+    fn two_pools() -> Desired {
+        let mut a = PoolArgs { hash: Some("h"), ..PoolArgs::new("a", 1) }.build();
+        let mut b = PoolArgs { hash: Some("h"), ..PoolArgs::new("b", 1) }.build();
+        a.pool.spec.docker = Some(DockerSpec { context: Some("one".into()), host: None });
+        b.pool.spec.docker = Some(DockerSpec { context: Some("two".into()), host: None });
+        desired(vec![a, b])
+    }
+
+    fn routed(one: FakeWorld, two: FakeWorld) -> Endpoints<FakeWorld> {
+        let pools = BTreeMap::from([("a".to_owned(), 0), ("b".to_owned(), 1)]);
+        Endpoints::new(vec![("context one".into(), one), ("context two".into(), two)], pools)
+    }
+
+    #[tokio::test]
+    async fn one_daemon_behind_two_endpoints_shows_each_container_once() {
+        let daemon =
+            FakeWorld::new(world_of(vec![container("a-h-1", "a", "h", 1), container("b-h-1", "b", "h", 2)]));
+        let endpoints = routed(daemon.clone(), daemon.clone());
+        let listed = endpoints.list().await.unwrap();
+        let names: Vec<(&str, Option<&str>)> =
+            listed.iter().map(|c| (c.name.as_str(), c.elsewhere.as_deref())).collect();
+        assert_eq!(names, [("a-h-1", None), ("b-h-1", None)]);
+        let (_, plan) =
+            observe_and_plan(&two_pools(), &endpoints, &daemon, PlanOptions::default()).await.unwrap();
+        assert!(!plan.has_changes(), "nothing is counted twice: {plan:#?}");
+    }
+
+    #[tokio::test]
+    async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_was() {
+        // `b` was on the daemon of `one`, and its spec now places it on `two`.
+        let one =
+            FakeWorld::new(world_of(vec![container("a-h-1", "a", "h", 1), container("b-h-1", "b", "h", 2)]));
+        let two = FakeWorld::new(World::default());
+        let endpoints = routed(one.clone(), two.clone());
+        let desired = two_pools();
+        let options = PlanOptions::default();
+        let (clusters, plan) = observe_and_plan(&desired, &endpoints, &one, options).await.unwrap();
+        let b = plan.pools.iter().find(|p| p.name == "b").unwrap();
+        assert_eq!(b.docker.as_deref(), Some("context two"));
+        assert_eq!(b.instances[0].elsewhere.as_deref(), Some("context one"));
+        assert_eq!(b.instances[0].fate, Fate::Retire);
+
+        let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
+        let interrupt = Interrupt::default();
+        let clusters: BTreeMap<String, FakeCluster> = clusters;
+        let executor = Executor::new(&desired, &endpoints, &clusters, &progress, &interrupt);
+        assert!(executor.execute(&plan, options).await.unwrap().complete());
+        let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
+        assert_eq!(created.len(), 1, "the new instance is created on two: {:?}", two.calls());
+        assert!(one.calls().contains(&"remove b-h-1".to_owned()), "{:?}", one.calls());
+        assert!(!one.calls().iter().any(|c| c.starts_with("create")), "{:?}", one.calls());
+        let (_, again) = observe_and_plan(&desired, &endpoints, &one, options).await.unwrap();
+        assert!(!again.has_changes(), "{again:#?}");
+    }
+
+    #[tokio::test]
+    async fn a_pools_lock_is_kept_on_its_endpoint() {
+        let (one, two) = (FakeWorld::default(), FakeWorld::default());
+        let endpoints = routed(one.clone(), two.clone());
+        let lease = Duration::from_secs(60);
+        endpoints.acquire("b", "me", lease).await.unwrap();
+        assert!(one.locks().is_empty());
+        assert_eq!(two.locks().into_keys().collect::<Vec<_>>(), ["docker/b"]);
+    }
+}
