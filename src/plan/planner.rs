@@ -157,8 +157,8 @@ impl<'a> Target<'a> {
             hash: Some(&dp.template_hash),
             pool: Some(dp),
             replicas: to_count(spec.replicas),
-            max_surge: to_count(spec.rollout.max_surge),
-            max_unavailable: to_count(spec.rollout.max_unavailable),
+            max_surge: to_count(spec.rollout.surge(spec.replicas)),
+            max_unavailable: to_count(spec.rollout.unavailable(spec.replicas)),
             with_nodes: spec.node.is_some(),
             any_nodes: spec.node.is_some() || labelled,
         }
