@@ -96,6 +96,8 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
         sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
         sum.configure += pool.steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
+        sum.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
+        sum.foreign += usize::from(pool.status == PoolStatus::Foreign);
         sum
     });
     Plan { origin: desired.origin.clone(), pools, summary }
