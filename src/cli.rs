@@ -99,6 +99,12 @@ pub struct SourceArgs {
     /// (default: all of it).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
+
+    /// Accept a source that declares no pool (a repository emptied on purpose). Without it, a
+    /// source with no pool document is an error: the wrong folder or a typo in --path must not
+    /// read as "nothing to do".
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Debug, Args)]

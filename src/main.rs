@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use poolctl::cli::{Cli, LogFormat};
 use poolctl::commands::{EXIT_ERROR, dispatch};
+use poolctl::spec::escape_controls;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -31,7 +32,11 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli.command)) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // The last guard for every message: whatever a cause quotes (a path, a URL, a
+            // daemon's answer) cannot drive the terminal. Lines stay lines.
+            let message = format!("{e:#}");
+            let lines: Vec<_> = message.split('\n').map(escape_controls).collect();
+            eprintln!("error: {}", lines.join("\n"));
             ExitCode::from(EXIT_ERROR)
         }
     }

@@ -216,14 +216,19 @@ async fn a_pool_removed_from_the_source_is_kept_unless_pruned() {
     s.run("apply", &["--yes"]).expect_code(0);
     fs::remove_file(s.dir().join("pool.yaml")).unwrap();
 
-    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    // A source with no pool left is refused unless it is empty on purpose.
+    let refused = s.run("plan", &["--prune"]).expect_code(1);
+    assert!(refused.stderr.contains("no pool found"), "{}", refused.stderr);
+    // Left alone, but the world differs from the source: --detailed-exitcode says so.
+    let plan = s.run("plan", &["--detailed-exitcode", "--allow-empty"]).expect_code(2);
     assert!(plan.stdout.contains("--prune"), "{}", plan.stdout);
-    s.run("apply", &["--yes"]).expect_code(0);
+    assert!(plan.stdout.contains("left alone: 1 pool no longer declared"), "{}", plan.stdout);
+    s.run("apply", &["--yes", "--allow-empty"]).expect_code(0);
     assert_eq!(s.running().await.len(), 2, "a deleted file does not wipe the pool");
 
-    let pruned = s.run("plan", &["--prune", "--detailed-exitcode"]).expect_code(2);
+    let pruned = s.run("plan", &["--prune", "--detailed-exitcode", "--allow-empty"]).expect_code(2);
     assert!(pruned.stdout.contains("2 to retire"), "{}", pruned.stdout);
-    s.run("apply", &["--yes", "--prune"]).expect_code(0);
+    s.run("apply", &["--yes", "--prune", "--allow-empty"]).expect_code(0);
     assert!(s.containers().await.is_empty());
 }
 
@@ -331,8 +336,10 @@ async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopt
     let other = s.path("other");
     write_file(&other, "pool.yaml", &spec(&s, 2, "bonjour").to_string());
     let from_other = |args: &[&str]| Run::of(s.poolctl(args).arg("--source").arg(&other));
-    let plan = from_other(&["plan", "--detailed-exitcode"]).expect_code(0);
+    // Left alone, yet different from this source: --detailed-exitcode says so.
+    let plan = from_other(&["plan", "--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("left alone: 1 pool of another source"), "{}", plan.stdout);
     from_other(&["apply", "--yes"]).expect_code(0);
     let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
     assert_eq!(running, first, "the other source touched nothing");
@@ -342,6 +349,6 @@ async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopt
     assert_eq!(adopted.len(), 2);
     assert!(adopted.iter().all(|c| !first.contains(&c.name)), "replaced under the adopting source");
     // Now the first source is the stranger.
-    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
 }

@@ -269,7 +269,8 @@ async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
     // say that it is a Node, and of which cluster.
     std::fs::remove_file(rig.s.dir().join("pool.yaml")).expect("remove the pool file");
 
-    let plan = rig.poolctl("plan", &["--prune"]).expect_code(0).stdout;
+    // The source is empty on purpose here.
+    let plan = rig.poolctl("plan", &["--prune", "--allow-empty"]).expect_code(0).stdout;
     for verb in ["cordon", "drain", "stop", "delete-node", "remove"] {
         assert!(plan.contains(&format!("{verb:<11} {old}")), "{verb} {old}:\n{plan}");
     }
@@ -278,7 +279,7 @@ async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
 
     let from = rig.last_seq();
     let since = SystemTime::now();
-    let run = rig.poolctl("apply", &["--yes", "--prune"]).expect_code(0);
+    let run = rig.poolctl("apply", &["--yes", "--prune", "--allow-empty"]).expect_code(0);
     assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
     let events = rig.events_after(from);
     let docker_events = rig.docker_events(since);

@@ -127,15 +127,24 @@ fn directory_source_errors_name_the_path() {
 
     fs::write(s.dir().join("latin1.yaml"), b"name: caf\xe9").unwrap();
     let err = read_files(&SourceSpec::new(root, None, None).unwrap()).unwrap_err();
-    assert_eq!(err.to_string(), format!("{} is not UTF-8 text", s.dir().join("latin1.yaml").display()));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{} is not UTF-8 text: line 1, byte 10 (byte 9 of the file) is 0xe9; save it as UTF-8",
+            s.dir().join("latin1.yaml").display()
+        )
+    );
 }
 
 #[test]
 fn load_keeps_the_origin_of_the_files_it_read() {
     let s = Scenario::new();
     s.write("empty.yaml", "");
-    let desired = load(&SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap()).unwrap();
+    let spec = SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap();
+    let desired = load(&spec.clone().allowing_empty(true)).unwrap();
     assert_eq!(desired.origin, Origin::Path { path: canonical(s.dir()) });
+    // Without --allow-empty, a source with no pool is an error, not an empty desired state.
+    assert!(matches!(load(&spec), Err(SourceError::NoPools { files: 1, .. })));
 }
 
 #[test]
@@ -417,5 +426,12 @@ fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
 fn a_repository_without_commits_has_no_head_to_read() {
     let repo = repo();
     let err = read_files(&git_source_at(&repo, &repo.git().url(), None, None)).unwrap_err();
-    assert_eq!(err.to_string(), format!("{} has no branch, tag or commit `HEAD`", repo.git().url()));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no ref could be resolved in {}: the repository is empty (it has no branch); pass --ref once it \
+             has a commit",
+            repo.git().url()
+        )
+    );
 }

@@ -40,8 +40,8 @@ fn a_valid_pool_loads_with_defaults() {
     assert_eq!(doc.file, "a.yaml");
     assert_eq!(doc.pool.metadata.name, "workers");
     assert_eq!(doc.pool.spec.replicas, 3);
-    assert_eq!(doc.pool.spec.rollout.max_surge, 1);
-    assert_eq!(doc.pool.spec.rollout.max_unavailable, 0);
+    assert_eq!(doc.pool.spec.rollout.max_surge, poolctl::spec::IntOrPercent::Count(1));
+    assert_eq!(doc.pool.spec.rollout.max_unavailable, poolctl::spec::IntOrPercent::Count(0));
     assert_eq!(doc.pool.spec.rollout.stop_grace_period.to_string(), "30s");
     assert!(validate_pools(&[doc]).is_ok());
 }

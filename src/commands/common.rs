@@ -18,27 +18,34 @@ use crate::source::{self, SourceSpec};
 
 /// The classified `--source`/`--ref`/`--path`.
 pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
-    Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?)
+    Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?
+        .allowing_empty(args.allow_empty))
 }
 
 /// Read and validate the source.
 pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
     let spec = source_spec(args)?;
-    match source::load(&spec) {
-        Ok(desired) => Ok(desired),
+    source::load(&spec).map_err(|e| source_failure(&args.source, e))
+}
+
+/// Why the source `source` (as given, or a label of it) gave no desired state, as one error.
+pub(super) fn source_failure(source: &str, error: source::SourceError) -> anyhow::Error {
+    match error {
         // Spec errors are the user's to fix, one per line with its place; "cannot read" would
         // send them looking for an I/O problem.
-        Err(source::SourceError::Spec(errors)) => {
+        source::SourceError::Spec(errors) => {
             let n = errors.0.len();
             let lines: Vec<String> = errors.0.iter().map(|e| format!("  {e}")).collect();
-            bail!(
+            anyhow::anyhow!(
                 "the pool spec in {} has {n} error{}:\n{}",
-                args.source,
+                source::shown(source),
                 if n == 1 { "" } else { "s" },
                 lines.join("\n")
             )
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read the source {}", args.source)),
+        // Says what it is about already, and the source would only repeat it.
+        e @ source::SourceError::NoPools { .. } => e.into(),
+        e => anyhow::Error::from(e).context(format!("cannot read the source {}", source::shown(source))),
     }
 }
 

@@ -20,5 +20,6 @@ pub(super) async fn plan_command(args: PlanArgs) -> Result<Exit> {
         }
         OutputFormat::Json => render_json_locked(plan, &locks, out),
     })?;
-    Ok(if args.detailed_exitcode && plan.has_changes() { Exit::Changes } else { Exit::Success })
+    // A pool left alone is a difference too: CI must see it even though apply will not act.
+    Ok(if args.detailed_exitcode && !plan.in_sync() { Exit::Changes } else { Exit::Success })
 }

@@ -5,6 +5,7 @@ use anyhow::Result;
 use super::common::{load_source, write_stdout};
 use super::exit::Exit;
 use crate::cli::SourceArgs;
+use crate::spec::escape_controls;
 
 pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {
     let desired = load_source(args)?;
@@ -16,7 +17,7 @@ pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {
                 out,
                 "  {} ({}, {} replicas, template {})",
                 p.name(),
-                p.file,
+                escape_controls(&p.file),
                 p.pool.spec.replicas,
                 p.template_hash
             )?;

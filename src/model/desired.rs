@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::spec::Pool;
+use crate::spec::{Pool, escape_controls};
 
 /// Where the desired state was read from, as shown in the plan header and container labels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,14 +42,15 @@ impl Origin {
 }
 
 impl std::fmt::Display for Origin {
+    /// With control characters escaped: a directory's name or a ref may come from anywhere.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Path { path } => f.write_str(path),
+            Self::Path { path } => f.write_str(&escape_controls(path)),
             Self::Git { url, reference, commit, path } => {
                 let short = commit.get(..7).unwrap_or(commit);
-                write!(f, "{url} @ {reference} ({short})")?;
+                write!(f, "{} @ {} ({short})", escape_controls(url), escape_controls(reference))?;
                 if !path.is_empty() {
-                    write!(f, " path {path}")?;
+                    write!(f, " path {}", escape_controls(path))?;
                 }
                 Ok(())
             }

@@ -27,6 +27,13 @@ impl Plan {
         self.pools.iter().any(|p| !p.steps.is_empty())
     }
 
+    /// Whether the world matches the source: nothing to do, and no pool left alone (one that
+    /// is no longer declared but not pruned, or declared but another source's). A GitOps CI
+    /// wants to hear about those even though poolctl will not act on them.
+    pub fn in_sync(&self) -> bool {
+        !self.has_changes() && self.summary.left_alone() == 0
+    }
+
     /// Split off each pool's first batch: the part to carry out before the world is looked at
     /// again. Returns that part and the rest.
     pub fn split_first_batch(&self) -> (Plan, Plan) {
@@ -48,19 +55,28 @@ impl Plan {
 /// Counts for the summary line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
+    /// Instances to create.
     pub create: usize,
+    /// Instances to retire.
     pub retire: usize,
+    /// Instances kept as they are (those of pools left alone included).
     pub unchanged: usize,
     /// Kept instances whose Node's labels or taints differ from the spec.
-    #[serde(skip_serializing_if = "is_zero")]
     pub configure: usize,
+    /// Pools that have containers from this source but are no longer declared, left alone
+    /// without `--prune`.
+    pub undeclared: usize,
+    /// Declared pools whose containers another source created, left alone without `--adopt`.
+    pub foreign: usize,
 }
 
-// serde's skip_serializing_if takes a reference.
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &usize) -> bool {
-    *n == 0
+impl Summary {
+    /// Pools that differ from the source and that this plan leaves alone.
+    pub fn left_alone(&self) -> usize {
+        self.undeclared + self.foreign
+    }
 }
+
 
 /// What happens to one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -96,6 +96,8 @@ pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
         sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
         sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
         sum.configure += pool.steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
+        sum.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
+        sum.foreign += usize::from(pool.status == PoolStatus::Foreign);
         sum
     });
     Plan { origin: desired.origin.clone(), pools, summary }
@@ -157,8 +159,8 @@ impl<'a> Target<'a> {
             hash: Some(&dp.template_hash),
             pool: Some(dp),
             replicas: to_count(spec.replicas),
-            max_surge: to_count(spec.rollout.max_surge),
-            max_unavailable: to_count(spec.rollout.max_unavailable),
+            max_surge: to_count(spec.rollout.surge(spec.replicas)),
+            max_unavailable: to_count(spec.rollout.unavailable(spec.replicas)),
             with_nodes: spec.node.is_some(),
             any_nodes: spec.node.is_some() || labelled,
         }

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 use similar::TextDiff;
 
+use crate::spec::escape_controls;
+
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
 
@@ -41,17 +43,39 @@ pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write)
         pool_text(pool, &mut number, out)?;
     }
     writeln!(out)?;
-    if plan.has_changes() {
-        let s = plan.summary;
-        let configure =
-            if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
-        writeln!(
-            out,
-            "Plan: {} to create, {} to retire{configure}, {} unchanged.",
+    writeln!(out, "{}", summary_line(plan))
+}
+
+/// The last line: what the plan does, and what differs from the source that it leaves alone.
+fn summary_line(plan: &Plan) -> String {
+    let s = plan.summary;
+    let mut alone = Vec::new();
+    let pools = |n: usize| if n == 1 { ("1 pool".to_owned(), "it") } else { (format!("{n} pools"), "them") };
+    if s.undeclared > 0 {
+        let (pools, them) = pools(s.undeclared);
+        alone.push(format!("{pools} no longer declared (--prune retires {them})"));
+    }
+    if s.foreign > 0 {
+        let (pools, them) = pools(s.foreign);
+        alone.push(format!("{pools} of another source (--adopt takes {them} over)"));
+    }
+    let alone = alone.join(", ");
+    let configure = if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
+    match (plan.has_changes(), alone.is_empty()) {
+        (true, true) => {
+            format!(
+                "Plan: {} to create, {} to retire{configure}, {} unchanged.",
+                s.create, s.retire, s.unchanged
+            )
+        }
+        (true, false) => format!(
+            "Plan: {} to create, {} to retire{configure}, {} unchanged; left alone: {alone}.",
             s.create, s.retire, s.unchanged
-        )
-    } else {
-        writeln!(out, "No changes. The world matches the source.")
+        ),
+        (false, true) => "No changes. The world matches the source.".to_owned(),
+        (false, false) => {
+            format!("No changes planned, but the world differs from the source; left alone: {alone}.")
+        }
     }
 }
 
@@ -137,7 +161,7 @@ fn pool_header(pool: &PoolPlan) -> String {
         PoolStatus::Foreign => format!(
             "Pool {name}: its containers were created from another source ({}); not touched: pass \
              --adopt to manage them from this one",
-            pool.managed_by.as_deref().unwrap_or("unknown")
+            escape_controls(pool.managed_by.as_deref().unwrap_or("unknown"))
         ),
         PoolStatus::New | PoolStatus::Existing => {
             let new = if pool.status == PoolStatus::New { " (new)" } else { "" };

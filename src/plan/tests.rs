@@ -504,6 +504,17 @@ fn an_undeclared_pool_is_kept_unless_pruned() {
     assert_eq!(gone.status, PoolStatus::Undeclared);
     assert!(gone.steps.is_empty());
     assert!(text(&kept).contains("not removed: pass --prune to retire it"), "{}", text(&kept));
+    // Nothing to do, and yet the world differs from the source: the summary says so.
+    assert_eq!((kept.summary.undeclared, kept.summary.foreign), (1, 0));
+    assert!(!kept.has_changes() && !kept.in_sync());
+    assert!(
+        text(&kept).ends_with(
+            "No changes planned, but the world differs from the source; left alone: 1 pool no longer \
+             declared (--prune retires it).\n"
+        ),
+        "{}",
+        text(&kept)
+    );
 
     let pruned = plan(&empty, &world, PlanOptions { prune: true, ..PlanOptions::default() });
     let gone = pool_plan(&pruned, "gone");
@@ -939,6 +950,9 @@ fn a_pool_another_source_created_is_left_alone_unless_adopted() {
         "{shown}"
     );
     assert!(shown.contains("--adopt"), "{shown}");
+    assert_eq!((left.summary.undeclared, left.summary.foreign), (0, 1));
+    assert!(!left.in_sync());
+    assert!(shown.ends_with("left alone: 1 pool of another source (--adopt takes it over).\n"), "{shown}");
 
     let adopted = plan(&desired(vec![dp]), &world, PlanOptions { adopt: true, ..PlanOptions::default() });
     let pool = pool_plan(&adopted, "web");

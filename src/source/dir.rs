@@ -1,10 +1,11 @@
 //! Reading a file or directory source from disk, as it is now.
 
 use std::fs;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file};
+use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file, utf8_text};
 
 /// Read `root` (or `root/path` when `--path` was given): a file as itself, a directory as all of
 /// its pool files below it, sorted by their path relative to `root`.
@@ -17,6 +18,9 @@ pub(super) fn read(root: &Path, path: &str) -> Result<(Origin, Vec<SourceFile>),
     }
     let target = if path.is_empty() { root.to_path_buf() } else { root.join(path) };
     let meta = fs::metadata(&target).map_err(|e| io_error(&target, e))?;
+    if !meta.is_file() && !meta.is_dir() {
+        return Err(SourceError::NotAFile { kind: kind_of(&meta), path: target });
+    }
     let canonical = fs::canonicalize(&target).map_err(|e| io_error(&target, e))?;
     let origin = Origin::Path { path: canonical.to_string_lossy().into_owned() };
 
@@ -64,9 +68,42 @@ fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), Sou
     Ok(())
 }
 
+/// Read one pool file. Only a regular file is opened (a FIFO would block the read until a
+/// writer came), and only up to the size a pool file may have.
 fn read_text(path: &Path) -> Result<String, SourceError> {
-    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
-    String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 { file: path.display().to_string() })
+    let meta = fs::metadata(path).map_err(|e| io_error(path, e))?;
+    if !meta.is_file() {
+        return Err(SourceError::NotAFile { kind: kind_of(&meta), path: path.to_path_buf() });
+    }
+    let limit = u64::try_from(crate::spec::MAX_FILE_BYTES).unwrap_or(u64::MAX);
+    if meta.len() > limit {
+        return Err(SourceError::TooLarge { path: path.to_path_buf(), bytes: meta.len() });
+    }
+    let mut bytes = Vec::new();
+    // Bounded even if the file grows between the look and the read.
+    fs::File::open(path)
+        .and_then(|file| file.take(limit + 1).read_to_end(&mut bytes))
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(SourceError::TooLarge { path: path.to_path_buf(), bytes: bytes.len() as u64 });
+    }
+    utf8_text(bytes, || path.display().to_string())
+}
+
+/// What a path that is neither a regular file nor a directory is, in words.
+fn kind_of(meta: &fs::Metadata) -> &'static str {
+    let kind = meta.file_type();
+    if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> SourceError {

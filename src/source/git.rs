@@ -14,7 +14,7 @@ use git2::{
 };
 use sha2::{Digest, Sha256};
 
-use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file};
+use super::{Origin, SourceError, SourceFile, is_hidden, is_pool_file, utf8_text};
 
 const REMOTE_HEAD: &str = "refs/remotes/origin/HEAD";
 
@@ -224,6 +224,9 @@ fn resolve_ref<'r>(
                 .map_err(|source| SourceError::Git { url: url.to_owned(), source: source.into() });
         }
     }
+    if reference == "HEAD" {
+        return Err(SourceError::NoHead { url: url.to_owned(), branches: branches(repo) });
+    }
     let is_hex =
         reference.len() >= 4 && reference.len() <= 40 && reference.bytes().all(|b| b.is_ascii_hexdigit());
     if is_hex {
@@ -239,9 +242,19 @@ fn resolve_ref<'r>(
     Err(SourceError::RefNotFound { url: url.to_owned(), reference: reference.to_owned() })
 }
 
+/// The branches fetched from the remote, for advice.
+fn branches(repo: &Repository) -> Vec<String> {
+    let Ok(refs) = repo.references_glob("refs/remotes/origin/*") else { return Vec::new() };
+    let mut names: Vec<String> = refs
+        .filter_map(Result::ok)
+        .filter_map(|r| r.name().ok().and_then(|n| n.strip_prefix("refs/remotes/origin/")).map(str::to_owned))
+        .filter(|name| name != "HEAD")
+        .collect();
+    names.sort();
+    names
+}
+
 fn source_file(relative: String, content: &[u8], url: &str, commit: &str) -> Result<SourceFile, SourceError> {
-    match std::str::from_utf8(content) {
-        Ok(text) => Ok(SourceFile { path_relative: relative, text: text.to_owned() }),
-        Err(_) => Err(SourceError::NotUtf8 { file: format!("{relative} in {url} at {commit}") }),
-    }
+    let text = utf8_text(content.to_vec(), || format!("{relative} in {url} at {commit}"))?;
+    Ok(SourceFile { path_relative: relative, text })
 }

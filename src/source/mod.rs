@@ -25,6 +25,9 @@ use crate::spec::{self, SpecErrors};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceSpec {
     pub location: Location,
+    /// `--allow-empty`: a source with no pool document is a valid, empty desired state rather
+    /// than an error.
+    pub allow_empty: bool,
     /// Where bare clones of Git sources are kept (see [`default_cache_dir`]). An explicit field
     /// rather than an environment lookup at read time, so tests can each use their own.
     pub cache_dir: PathBuf,
@@ -74,64 +77,142 @@ pub enum Revision {
     Content(String),
 }
 
-/// Why a source could not be read.
+/// Why a source could not be read. Every path, URL and name in a message is shown with its
+/// password dropped and its control characters escaped (see [`shown`]): they come from the
+/// command line or from a repository.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The arguments do not describe a source.
-    #[error("invalid source: {0}")]
+    #[error("invalid source: {}", shown(.0))]
     Invalid(String),
     /// A file or directory source, or its `--path`, does not exist.
-    #[error("source not found: {}", path.display())]
+    #[error("source not found: {}", shown_path(path))]
     NotFound { path: PathBuf },
+    /// The source is neither a regular file nor a directory (a FIFO, a device, a socket): it is
+    /// refused without being opened, since reading a FIFO would wait for a writer for ever.
+    #[error("{} is {kind}, not a pool file or a directory", shown_path(path))]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// A pool file is larger than a pool file may be.
+    #[error(
+        "{} is {bytes} bytes long; pool files may have at most {} bytes",
+        shown_path(path),
+        spec::MAX_FILE_BYTES
+    )]
+    TooLarge { path: PathBuf, bytes: u64 },
     /// A file or directory exists but could not be read.
-    #[error("cannot read {}", path.display())]
+    #[error("cannot read {}", shown_path(path))]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// A pool file is not UTF-8 text.
-    #[error("{file} is not UTF-8 text")]
-    NotUtf8 { file: String },
+    #[error(
+        "{} is not UTF-8 text: line {line}, byte {column} (byte {offset} of the file) is 0x{byte:02x}; save it as UTF-8",
+        shown(file)
+    )]
+    NotUtf8 {
+        file: String,
+        /// 1-based.
+        line: usize,
+        /// 1-based, counted in bytes from the start of the line.
+        column: usize,
+        /// 0-based, from the start of the file.
+        offset: usize,
+        /// The first byte that is not UTF-8.
+        byte: u8,
+    },
     /// A local path given with `--ref` does not exist.
-    #[error("Git repository not found: {}", path.display())]
+    #[error("Git repository not found: {}", shown_path(path))]
     RepoNotFound { path: PathBuf },
     /// The local cache of Git sources could not be created or opened.
-    #[error("cannot open the Git cache at {}", path.display())]
+    #[error("cannot open the Git cache at {}", shown_path(path))]
     Cache {
         path: PathBuf,
         #[source]
         source: GitError,
     },
     /// Fetching a Git source failed (unreachable, not a repository, authentication...).
-    #[error("cannot fetch {url}")]
+    #[error("cannot fetch {}", shown(url))]
     Fetch {
         url: String,
         #[source]
         source: GitError,
     },
     /// `--ref` names no branch, tag or fetched commit.
-    #[error("{url} has no branch, tag or commit `{reference}`")]
+    #[error("{} has no branch, tag or commit `{}`", shown(url), shown(reference))]
     RefNotFound { url: String, reference: String },
+    /// No `--ref` was given and the repository's HEAD names no commit: the repository is empty,
+    /// or its HEAD names a branch that does not exist.
+    #[error("no ref could be resolved in {}: {}", shown(url), no_head_advice(branches))]
+    NoHead {
+        url: String,
+        /// The branches the repository has (empty for an empty repository).
+        branches: Vec<String>,
+    },
     /// `--path` does not exist in the commit that was read.
-    #[error("path `{path}` not found in {url} at commit {commit}")]
+    #[error("path `{}` not found in {} at commit {commit}", shown(path), shown(url))]
     PathNotFound { url: String, commit: String, path: String },
     /// Any other failure while reading a Git source.
-    #[error("cannot read {url}")]
+    #[error("cannot read {}", shown(url))]
     Git {
         url: String,
         #[source]
         source: GitError,
     },
+    /// The source was read, and holds no pool document. Refused unless `--allow-empty`: a typo
+    /// in `--path` or the wrong folder must not read as "nothing to do", nor let `--prune`
+    /// retire every pool.
+    #[error(
+        "no pool found in {}: {}; check --source and --path, or pass --allow-empty if the source \
+         is empty on purpose",
+        shown(origin),
+        what_was_read(*files)
+    )]
+    NoPools { origin: String, files: usize },
     /// The files were read but their pools are invalid.
     #[error(transparent)]
     Spec(#[from] SpecErrors),
 }
 
+fn what_was_read(files: usize) -> String {
+    let pool = format!("`apiVersion: {}` and `kind: {}`", spec::API_VERSION, spec::KIND_POOL);
+    match files {
+        0 => "it has no .yaml or .yml file".to_owned(),
+        1 => format!("its one YAML file has no document with {pool}"),
+        n => format!("none of its {n} YAML files has a document with {pool}"),
+    }
+}
+
+fn no_head_advice(branches: &[String]) -> String {
+    if branches.is_empty() {
+        "the repository is empty (it has no branch); pass --ref once it has a commit".to_owned()
+    } else {
+        let shown: Vec<String> = branches.iter().take(10).map(|b| shown(b)).collect();
+        let more = if branches.len() > 10 { ", ..." } else { "" };
+        format!(
+            "its HEAD names no commit (a branch that does not exist); pass --ref with one of its branches \
+             ({}{more}), a tag or a commit",
+            shown.join(", ")
+        )
+    }
+}
+
+/// Text from the command line or a repository as it may be printed: a password in a URL
+/// dropped, control characters escaped.
+pub fn shown(text: &str) -> String {
+    spec::escape_controls(&redact(text)).into_owned()
+}
+
+fn shown_path(path: &std::path::Path) -> String {
+    shown(&path.to_string_lossy())
+}
+
 /// A libgit2 failure, shown by its message alone: git2's own `Display` appends the error's class
-/// and code, which mean nothing to a user.
+/// and code, which mean nothing to a user. libgit2 may quote the URL it was given, credentials
+/// included, so the message is shown through [`shown`].
 #[derive(Debug, thiserror::Error)]
-#[error("{}", .0.message())]
+#[error("{}", shown(.0.message()))]
 pub struct GitError(pub git2::Error);
 
 // Not `#[from]`: that would also make the git2 error this one's source, printing it twice.
@@ -182,7 +263,7 @@ impl SourceSpec {
         let path = normalize_subpath(path.unwrap_or(""))?;
         let reference = reference.map(str::to_owned);
         let location = if is_url(source) {
-            Location::Git { url: redact_url(source), fetch_url: source.to_owned(), reference, path }
+            Location::Git { url: redact(source).into_owned(), fetch_url: source.to_owned(), reference, path }
         } else if reference.is_some() {
             let canonical = std::fs::canonicalize(source)
                 .map_err(|_| SourceError::RepoNotFound { path: PathBuf::from(source) })?;
@@ -191,13 +272,20 @@ impl SourceSpec {
         } else {
             Location::Path { root: PathBuf::from(source), path }
         };
-        Ok(Self { location, cache_dir: default_cache_dir() })
+        Ok(Self { location, allow_empty: false, cache_dir: default_cache_dir() })
     }
 
     /// The same source, cached in `cache_dir` instead.
     #[must_use]
     pub fn with_cache_dir(mut self, cache_dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = cache_dir.into();
+        self
+    }
+
+    /// The same source, with `--allow-empty` as given.
+    #[must_use]
+    pub fn allowing_empty(mut self, allow_empty: bool) -> Self {
+        self.allow_empty = allow_empty;
         self
     }
 
@@ -224,9 +312,14 @@ pub fn read_files(spec: &SourceSpec) -> Result<(Origin, Vec<SourceFile>), Source
 }
 
 /// Read, parse and validate a source. Every error of every file is reported, not just the first.
+/// A source without any pool is refused unless [`SourceSpec::allow_empty`].
 pub fn load(spec: &SourceSpec) -> Result<Desired, SourceError> {
     let (origin, files) = read_files(spec)?;
-    desired_from_files(origin, &files)
+    let desired = desired_from_files(origin, &files)?;
+    if desired.pools.is_empty() && !spec.allow_empty {
+        return Err(SourceError::NoPools { origin: desired.origin.to_string(), files: files.len() });
+    }
+    Ok(desired)
 }
 
 /// Parse and validate files that were already read (see [`read_files`]).
@@ -290,21 +383,66 @@ fn is_url(source: &str) -> bool {
     }
 }
 
-/// Drop the password of an `scheme://user:password@host/...` URL: the URL is shown in plans and
-/// stored in container labels.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}@{host}{tail}")
-        }
-        _ => url.to_owned(),
+/// `text` with every password of a URL in it dropped: `scheme://user:password@host` anywhere
+/// (libgit2 messages quote URLs), and `user:password@host:path` at its start (what a user may
+/// type for an scp-like Git address). The URL of a Git source is kept this way, since it is
+/// shown in plans and stored in container labels.
+pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
     }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // The start of the text is an authority too, for scp-like addresses; a path with a '/'
+    // before its '@' is not one, so local paths are never changed.
+    let mut at_authority = rest.find("://").is_none_or(|i| rest[..i].contains('/'));
+    while !rest.is_empty() {
+        if at_authority {
+            let end = rest
+                .find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"')
+                .unwrap_or(rest.len());
+            let authority = &rest[..end];
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) if userinfo.contains(':') => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+                    out.push_str(user);
+                    out.push('@');
+                    out.push_str(host);
+                }
+                _ => out.push_str(authority),
+            }
+            rest = &rest[end..];
+            at_authority = false;
+            continue;
+        }
+        if let Some(i) = rest.find("://") {
+            out.push_str(&rest[..i + 3]);
+            rest = &rest[i + 3..];
+            at_authority = true;
+        } else {
+            out.push_str(rest);
+            rest = "";
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `bytes` as text, or where they stop being UTF-8.
+fn utf8_text(bytes: Vec<u8>, file: impl FnOnce() -> String) -> Result<String, SourceError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = &bytes[..offset];
+        let line = before.split(|&b| b == b'\n').count();
+        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        SourceError::NotUtf8 {
+            file: file(),
+            line,
+            column: offset - line_start + 1,
+            offset,
+            byte: bytes[offset],
+        }
+    })
 }
 
 /// `--path` as a clean relative path with `/` separators: `""` for the root; absolute paths and
@@ -373,11 +511,40 @@ mod tests {
     }
 
     #[test]
-    fn redact_url_drops_only_a_password() {
-        assert_eq!(redact_url("https://u:p@h/r"), "https://u@h/r");
-        assert_eq!(redact_url("https://u:p@h"), "https://u@h");
-        assert_eq!(redact_url("https://u@h/r@x:y"), "https://u@h/r@x:y");
-        assert_eq!(redact_url("ssh://git@h:22/r"), "ssh://git@h:22/r");
-        assert_eq!(redact_url("git@h:r"), "git@h:r");
+    fn redact_drops_only_a_password() {
+        assert_eq!(redact("https://u:p@h/r"), "https://u@h/r");
+        assert_eq!(redact("https://u:p@h"), "https://u@h");
+        assert_eq!(redact("https://u@h/r@x:y"), "https://u@h/r@x:y");
+        assert_eq!(redact("ssh://git@h:22/r"), "ssh://git@h:22/r");
+        assert_eq!(redact("git@h:r"), "git@h:r");
+        assert_eq!(redact("u:s3cret@h:r"), "u@h:r");
+        assert_eq!(redact("https://u:p@[::1]:80/r"), "https://u@[::1]:80/r");
+        assert_eq!(
+            redact("failed for 'https://u:p@h/r' and http://v:q@g"),
+            "failed for 'https://u@h/r' and http://v@g"
+        );
+        // Local paths are never changed, whatever their names.
+        assert_eq!(redact("/srv/a:b@c/pools"), "/srv/a:b@c/pools");
+        assert_eq!(redact("./a:b@c"), "./a:b@c");
+        assert_eq!(redact("no at sign"), "no at sign");
+    }
+
+    #[test]
+    fn shown_escapes_control_characters() {
+        assert_eq!(shown("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+    }
+
+    #[test]
+    fn non_utf8_text_is_located_by_line_and_byte() {
+        let err = utf8_text(b"a: 1\nb: x\xffy\n".to_vec(), || "p.yaml".to_owned()).unwrap_err();
+        assert!(
+            matches!(err, SourceError::NotUtf8 { line: 2, column: 5, offset: 9, byte: 0xff, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "p.yaml is not UTF-8 text: line 2, byte 5 (byte 9 of the file) is 0xff; save it as UTF-8"
+        );
+        assert_eq!(utf8_text(b"ok".to_vec(), String::new).unwrap(), "ok");
     }
 }

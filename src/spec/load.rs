@@ -194,12 +194,10 @@ pub fn load_documents(file: &str, text: &str) -> Result<Vec<Document>, Vec<SpecE
 pub fn load_files<'a>(
     files: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<Vec<Document>, SpecErrors> {
-    let mut docs = Vec::new();
     let mut checked = Vec::new();
     let mut errors = Vec::new();
     for (file, text) in files {
         let parsed = parse_file(file, text);
-        docs.extend(parsed.good.iter().cloned());
         checked.extend(parsed.good);
         checked.extend(parsed.flawed);
         errors.extend(parsed.errors);
@@ -207,7 +205,8 @@ pub fn load_files<'a>(
     if let Err(failed) = super::validate_pools(&checked) {
         errors.extend(failed);
     }
-    if errors.is_empty() { Ok(docs) } else { Err(SpecErrors(errors)) }
+    // No error means no flawed document either: every checked document is a good one.
+    if errors.is_empty() { Ok(checked) } else { Err(SpecErrors(errors)) }
 }
 
 /// Parse what can be parsed: the good pool documents of one file, and the errors of the bad
@@ -259,7 +258,7 @@ fn parse_file(file: &str, text: &str) -> Parsed {
                 let flawed = !problems.is_empty();
                 parsed.errors.extend(problems.into_iter().map(|p| SpecError::from_problem(file, p)));
                 if let Some(pool) = pool {
-                    let spans = Some(Arc::new(SpanMap::of(&tree.root)));
+                    let spans = Some(Arc::new(SpanMap::of(tree.root)));
                     let doc = Document { pool, file: file.to_owned(), spans };
                     if flawed { parsed.flawed.push(doc) } else { parsed.good.push(doc) }
                 }

@@ -59,7 +59,7 @@ impl fmt::Display for FieldPath {
 
 /// `text` with control characters escaped (`\u{1b}`), so that a file name, key or value from
 /// a repository cannot clear or recolour the terminal it is printed on.
-pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     if text.chars().any(char::is_control) {
         text.chars()
             .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })

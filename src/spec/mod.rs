@@ -9,6 +9,8 @@ mod duration;
 mod hash;
 mod load;
 mod locate;
+mod names;
+mod scale;
 mod tree;
 mod validate;
 
@@ -22,6 +24,8 @@ pub use hash::{HASH_LEN, canonical_template, template_hash};
 pub use load::{
     Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
 };
+pub use locate::escape_controls;
+pub use scale::{IntOrPercent, Rounding};
 pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
 pub use validate::{MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools};
 
@@ -306,15 +310,14 @@ pub struct Taint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rollout {
-    /// How many instances may exist above `replicas` during a rollout (default 1, at most 1000).
+    /// How many instances may exist above `replicas` during a rollout: a count (default 1, at
+    /// most 1000) or a percentage of replicas, rounded up (`25%`).
     #[serde(default = "Rollout::default_max_surge")]
-    #[schemars(range(min = 0, max = 1000))]
-    pub max_surge: i64,
-    /// How many instances may be unavailable below `replicas` during a rollout (default 0, at
-    /// most 1000).
-    #[serde(default)]
-    #[schemars(range(min = 0, max = 1000))]
-    pub max_unavailable: i64,
+    pub max_surge: IntOrPercent,
+    /// How many instances may be unavailable below `replicas` during a rollout: a count
+    /// (default 0, at most 1000) or a percentage of replicas up to 100%, rounded down (`25%`).
+    #[serde(default = "Rollout::default_max_unavailable")]
+    pub max_unavailable: IntOrPercent,
     /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
     #[serde(default = "Rollout::default_stop_grace_period")]
     pub stop_grace_period: Duration,
@@ -324,8 +327,21 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    fn default_max_surge() -> i64 {
-        1
+    /// `maxSurge` as a number of instances for a pool of `replicas`.
+    pub fn surge(&self, replicas: i64) -> i64 {
+        self.max_surge.resolve(replicas, Rounding::Up)
+    }
+
+    /// `maxUnavailable` as a number of instances for a pool of `replicas`.
+    pub fn unavailable(&self, replicas: i64) -> i64 {
+        self.max_unavailable.resolve(replicas, Rounding::Down)
+    }
+
+    fn default_max_surge() -> IntOrPercent {
+        IntOrPercent::Count(1)
+    }
+    fn default_max_unavailable() -> IntOrPercent {
+        IntOrPercent::Count(0)
     }
     fn default_stop_grace_period() -> Duration {
         Duration::from_secs(30)
@@ -339,7 +355,7 @@ impl Default for Rollout {
     fn default() -> Self {
         Self {
             max_surge: Self::default_max_surge(),
-            max_unavailable: 0,
+            max_unavailable: Self::default_max_unavailable(),
             stop_grace_period: Self::default_stop_grace_period(),
             drain_timeout: Self::default_drain_timeout(),
         }

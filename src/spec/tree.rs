@@ -294,20 +294,33 @@ fn explain(message: &str) -> String {
     }
 }
 
-/// Where each node of a document is, by field path: built once per document, so locating
-/// any number of errors costs one walk of the tree.
-#[derive(Default, PartialEq, Eq)]
-pub struct SpanMap(HashMap<FieldPath, Place>);
+/// Where each node of a document is, by field path. The index is built on the first lookup,
+/// once per document, so that locating any number of errors costs one walk of the tree, and a
+/// valid document (the common case, thousands in a large source) never pays for it.
+pub struct SpanMap {
+    root: Located,
+    index: std::sync::OnceLock<HashMap<FieldPath, Place>>,
+}
+
+impl PartialEq for SpanMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
 
 impl fmt::Debug for SpanMap {
     // Every node of the document would drown any debug output a Document appears in.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpanMap").field("nodes", &self.0.len()).finish()
+        f.debug_struct("SpanMap").field("root", &self.root.place()).finish_non_exhaustive()
     }
 }
 
 impl SpanMap {
-    pub(crate) fn of(root: &Located) -> Self {
+    pub(crate) fn of(root: Located) -> Self {
+        Self { root, index: std::sync::OnceLock::new() }
+    }
+
+    fn index(root: &Located) -> HashMap<FieldPath, Place> {
         let mut map = HashMap::new();
         let mut stack = vec![(FieldPath::default(), root)];
         while let Some((path, node)) = stack.pop() {
@@ -325,12 +338,13 @@ impl SpanMap {
             }
             map.entry(path).or_insert(node.place());
         }
-        Self(map)
+        map
     }
 
     /// The place of the node at `path`, or of its nearest ancestor that exists (a defaulted
     /// field has no place of its own).
     pub(crate) fn locate(&self, path: &FieldPath) -> Option<Place> {
-        path.ancestors().find_map(|p| self.0.get(&p).copied())
+        let index = self.index.get_or_init(|| Self::index(&self.root));
+        path.ancestors().find_map(|p| index.get(&p).copied())
     }
 }

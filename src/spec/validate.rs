@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use super::locate::FieldPath;
-use super::{Document, Pool, SpecError};
+use super::names;
+use super::{Document, IntOrPercent, Pool, SpecError};
 
 /// Pool names are DNS-1123 labels short enough that `<pool>-<10 hex>-<5 chars>`, the instance
 /// name and hostname, fits the 63 characters of a label.
@@ -60,25 +61,16 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     }
 
     let spec = &pool.spec;
-    let rollout = &spec.rollout;
-    for (field, value) in [
-        ("spec.replicas", spec.replicas),
-        ("spec.rollout.maxSurge", rollout.max_surge),
-        ("spec.rollout.maxUnavailable", rollout.max_unavailable),
-    ] {
-        if value < 0 {
-            fail(FieldPath::of(field), format!("must be 0 or more, got {value}"));
-        } else if value > MAX_REPLICAS {
-            fail(FieldPath::of(field), format!("must be at most {MAX_REPLICAS}, got {value}"));
-        }
-    }
-    if rollout.max_surge == 0 && rollout.max_unavailable == 0 {
+    if spec.replicas < 0 {
+        fail(FieldPath::of("spec.replicas"), format!("must be 0 or more, got {}", spec.replicas));
+    } else if spec.replicas > MAX_REPLICAS {
         fail(
-            FieldPath::of("spec.rollout.maxSurge"),
-            "maxSurge and maxUnavailable are both 0, so a rollout could never replace an \
-             instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
-                .to_owned(),
+            FieldPath::of("spec.replicas"),
+            format!("must be at most {MAX_REPLICAS}, got {}", spec.replicas),
         );
+    }
+    for (path, message) in rollout_problems(spec) {
+        fail(path, message);
     }
 
     for (path, message) in bound_problems(spec) {
@@ -87,8 +79,10 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
 
     let template = FieldPath::of("spec.template");
     let t = &spec.template;
-    if t.image.trim().is_empty() {
+    if t.image.is_empty() {
         fail(template.key("image"), "must not be empty".to_owned());
+    } else if let Some(problem) = names::image_problem(&t.image) {
+        fail(template.key("image"), problem);
     }
     for key in t.env.keys() {
         if key.is_empty() {
@@ -103,6 +97,8 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
                 template.key("labels").key(key),
                 format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
             );
+        } else if let Some(problem) = names::container_label_problem(key) {
+            fail(template.key("labels").key(key), problem);
         }
     }
     for (path, message) in container_setting_problems(spec) {
@@ -121,34 +117,115 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     }
 
     if let Some(node) = &spec.node {
-        let at = FieldPath::of("spec.node");
-        for key in node.labels.keys() {
-            if key.starts_with(RESERVED_PREFIX) {
-                fail(
-                    at.key("labels").key(key),
-                    format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
-                );
-            }
-        }
-        for (i, taint) in node.taints.iter().enumerate() {
-            if taint.key.is_empty() {
-                fail(at.key("taints").index(i).key("key"), "must not be empty".to_owned());
-            }
-            if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
-                fail(
-                    at.key("taints").index(i).key("effect"),
-                    format!(
-                        "unknown taint effect {:?}: expected one of {}",
-                        taint.effect,
-                        TAINT_EFFECTS.join(", ")
-                    ),
-                );
-            }
+        for (path, message) in node_problems(node) {
+            fail(path, message);
         }
     }
     if let Some(docker) = &spec.docker {
         for (path, message) in docker_problems(docker) {
             fail(path, message);
+        }
+    }
+    errors
+}
+
+/// The rules of `maxSurge` and `maxUnavailable`: bounded counts, or percentages of replicas
+/// rounded as a Deployment rounds them, and never both 0.
+fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let rollout = &spec.rollout;
+    let replicas = spec.replicas.clamp(0, MAX_REPLICAS);
+    let surge = rollout.surge(replicas);
+    let unavailable = rollout.unavailable(replicas);
+    for (field, value, resolved) in [
+        ("spec.rollout.maxSurge", rollout.max_surge, surge),
+        ("spec.rollout.maxUnavailable", rollout.max_unavailable, unavailable),
+    ] {
+        let path = FieldPath::of(field);
+        match value {
+            IntOrPercent::Count(n) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
+            IntOrPercent::Count(n) if n > MAX_REPLICAS => {
+                errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
+            }
+            // A Deployment refuses more than 100% unavailable: there is nothing beyond all.
+            IntOrPercent::Percent(p) if p > 100 && field.ends_with("maxUnavailable") => {
+                errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
+            }
+            IntOrPercent::Percent(p) if resolved > MAX_REPLICAS => errors.push((
+                path,
+                format!("{p}% of {replicas} replicas is {resolved}; at most {MAX_REPLICAS} are allowed"),
+            )),
+            _ => {}
+        }
+    }
+    // A pool of 0 replicas written with percentages has nothing to replace; written as two
+    // zeros it is the same mistake at any size.
+    let both_written_zero = rollout.max_surge.is_zero() && rollout.max_unavailable.is_zero();
+    if surge == 0 && unavailable == 0 && (replicas > 0 || both_written_zero) {
+        let rounded = if both_written_zero {
+            String::new()
+        } else {
+            format!(
+                " ({} and {} of {replicas} replicas round to 0: maxSurge rounds up, maxUnavailable down)",
+                rollout.max_surge, rollout.max_unavailable
+            )
+        };
+        errors.push((
+            FieldPath::of("spec.rollout.maxSurge"),
+            format!(
+                "maxSurge and maxUnavailable are both 0{rounded}, so a rollout could never replace an \
+                 instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
+            ),
+        ));
+    }
+    errors
+}
+
+/// Node labels and taints by Kubernetes' rules, so that a Node poolctl would label or taint
+/// never refuses it after the instance was created.
+fn node_problems(node: &super::NodeSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let at = FieldPath::of("spec.node");
+    for (key, value) in &node.labels {
+        let path = at.key("labels").key(key);
+        if key.starts_with(RESERVED_PREFIX) {
+            errors.push((
+                path,
+                format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
+            ));
+            continue;
+        }
+        let problems = [names::qualified_name_problem(key), names::label_value_problem(value)];
+        errors.extend(problems.into_iter().flatten().map(|problem| (path.clone(), problem)));
+    }
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, taint) in node.taints.iter().enumerate() {
+        let at = at.key("taints").index(i);
+        if let Some(problem) = names::qualified_name_problem(&taint.key) {
+            errors.push((at.key("key"), problem));
+        }
+        if let Some(problem) = taint.value.as_deref().and_then(names::label_value_problem) {
+            errors.push((at.key("value"), problem));
+        }
+        if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+            errors.push((
+                at.key("effect"),
+                format!(
+                    "unknown taint effect {:?}: expected one of {}",
+                    taint.effect,
+                    TAINT_EFFECTS.join(", ")
+                ),
+            ));
+        }
+        // Kubernetes keeps one taint per key and effect.
+        if let Some(first) = seen.insert((taint.key.as_str(), taint.effect.as_str()), i) {
+            errors.push((
+                at.key("key"),
+                format!(
+                    "taint {:?} with effect {} is already declared at spec.node.taints[{first}]",
+                    taint.key, taint.effect
+                ),
+            ));
         }
     }
     errors
@@ -307,7 +384,7 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
             Err(problem) => errors.push((at.key("ports").index(i), problem)),
             // Two containers cannot bind one host port, and a rollout that surges runs the new
             // instance beside the old one.
-            Ok(p) if p.fixed_host_port() && (spec.replicas > 1 || spec.rollout.max_surge > 0) => {
+            Ok(p) if p.fixed_host_port() && (spec.replicas > 1 || spec.rollout.surge(spec.replicas) > 0) => {
                 errors.push((
                     at.key("ports").index(i),
                     format!(

@@ -76,8 +76,11 @@ impl PoolArgs {
             taints: Vec::new(),
         });
         let hash = self.hash.map_or_else(|| template_hash(&template, &bootstrap), str::to_owned);
-        let rollout =
-            Rollout { max_surge: self.surge, max_unavailable: self.unavailable, ..Rollout::default() };
+        let rollout = Rollout {
+            max_surge: self.surge.into(),
+            max_unavailable: self.unavailable.into(),
+            ..Rollout::default()
+        };
         DesiredPool {
             pool: Pool {
                 api_version: crate::spec::API_VERSION.to_owned(),

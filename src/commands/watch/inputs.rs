@@ -40,13 +40,19 @@ pub(super) fn check_source(spec: &SourceSpec, seen: Option<&Revision>) -> Checke
     match source::load(spec) {
         // The commit that was read, should the ref have moved since the resolve.
         Ok(d) => Checked::Loaded(d.origin.commit().map_or(revision, |c| Revision::Commit(c.to_owned())), d),
-        Err(e @ SourceError::Spec(_)) => Checked::Invalid(revision, e),
+        // What this revision says is wrong: looking again finds the same until it changes.
+        Err(
+            e @ (SourceError::Spec(_)
+            | SourceError::NoPools { .. }
+            | SourceError::NotUtf8 { .. }
+            | SourceError::TooLarge { .. }),
+        ) => Checked::Invalid(revision, e),
         Err(e) => Checked::Unreachable(e),
     }
 }
 
 pub(super) fn source_label(spec: &SourceSpec) -> String {
-    match &spec.location {
+    let label = match &spec.location {
         Location::Path { .. } => spec.local_path().map_or_else(String::new, |p| p.display().to_string()),
         Location::Git { url, reference, path, .. } => {
             format!(
@@ -55,7 +61,8 @@ pub(super) fn source_label(spec: &SourceSpec) -> String {
                 if path.is_empty() { String::new() } else { format!(" path {path}") }
             )
         }
-    }
+    };
+    source::shown(&label)
 }
 
 /// Watch what can change a source on this machine: the directory (or file) of a path source,
@@ -107,7 +114,10 @@ pub(super) fn watch_files(spec: &SourceSpec, tx: mpsc::Sender<()>) -> Option<not
     };
     for (path, mode) in &paths {
         if let Err(e) = watcher.watch(path, *mode) {
-            warn!("cannot watch {} for changes ({e}); relying on the fetch interval", path.display());
+            warn!(
+                "cannot watch {} for changes ({e}); relying on the fetch interval",
+                source::shown(&path.to_string_lossy())
+            );
         }
     }
     tokio::spawn(async move {

@@ -78,6 +78,9 @@ pub(super) enum Decision {
     Exit,
     /// A second signal: exit at once.
     ExitNow,
+    /// The source could not be read, or was invalid, before any good state was read: there is
+    /// nothing to keep running for. Exit 1 with the reason, as plan would.
+    Fail,
 }
 
 /// The longest wait between retries of a failed reconcile.
@@ -91,6 +94,9 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub(super) struct State {
     /// A good desired state was read: there is something to reconcile towards.
     pub has_desired: bool,
+    /// The source was read and found good at least once; until then, a source that cannot be
+    /// read or is invalid ends the watch.
+    pub source_read: bool,
     /// A reconcile is in flight.
     pub running: bool,
     /// What to reconcile for once the running one ends (triggers coalesce).
@@ -111,6 +117,7 @@ impl Default for State {
     fn default() -> Self {
         Self {
             has_desired: false,
+            source_read: false,
             running: false,
             pending: None,
             failures: 0,
@@ -135,12 +142,14 @@ pub(super) fn next_action(mut state: State, event: Event) -> (State, Decision) {
             state.stopping = true;
             if state.running { Decision::StopRun } else { Decision::Exit }
         }
+        Event::Source(SourceNews::Invalid | SourceNews::Unreachable) if !state.source_read => Decision::Fail,
         Event::Source(news) => {
             if news == SourceNews::Unreachable {
                 state.source_failures += 1;
                 return (state, Decision::LookAgainAfter(backoff(state.source_failures, state.source_cap)));
             }
             state.source_failures = 0;
+            state.source_read |= matches!(news, SourceNews::Changed | SourceNews::Unchanged);
             match news {
                 SourceNews::Changed if !state.has_desired => {
                     return next_action(state, Event::Trigger(Trigger::Start));
@@ -279,11 +288,28 @@ mod tests {
     }
 
     #[test]
+    fn a_source_that_is_bad_at_start_fails_and_once_good_is_kept_through_failures() {
+        for bad in [SourceNews::Invalid, SourceNews::Unreachable] {
+            let (_, a) = step(State::default(), Event::Source(bad));
+            assert_eq!(a, Decision::Fail, "{bad:?} before any good state: nothing to keep running for");
+        }
+        let (s, a) = step(State::default(), Event::Source(SourceNews::Changed));
+        assert_eq!(a, Decision::Reconcile(Trigger::Start));
+        assert!(s.source_read);
+        let (s, a) = step(s, Event::Source(SourceNews::Invalid));
+        assert_eq!(a, Decision::Wait, "the last good state is kept");
+        let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
+        assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
+        let (s, a) = step(s, Event::Finished(Ended::Converged));
+        assert_eq!(a, Decision::Wait);
+        let (_, a) = step(s, Event::Source(SourceNews::Invalid));
+        assert_eq!(a, Decision::Wait, "still kept after a reconcile");
+    }
+
+    #[test]
     fn the_first_good_source_starts_and_a_changed_one_supersedes() {
         let (s, a) = step(State::default(), Event::Trigger(Trigger::Resync));
         assert_eq!(a, Decision::Wait, "no desired state yet: nothing to reconcile towards");
-        let (s, a) = step(s, Event::Source(SourceNews::Invalid));
-        assert_eq!(a, Decision::Wait);
         let (s, a) = step(s, Event::Source(SourceNews::Changed));
         assert_eq!(a, Decision::Reconcile(Trigger::Start));
         let (s, a) = step(s, Event::Source(SourceNews::Unchanged));
@@ -294,7 +320,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_source_is_read_again_with_backoff_up_to_the_interval() {
-        let s = State { source_cap: Duration::from_secs(3), ..State::default() };
+        let s = State { source_cap: Duration::from_secs(3), source_read: true, ..State::default() };
         let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
         assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
         let (s, a) = step(s, Event::Source(SourceNews::Unreachable));

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use super::common::{source_spec, write_stdout};
+use super::common::{source_failure, source_spec, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::docker::{DockerEnv, connect_endpoints, drift_events, resolve_endpoints};
 use crate::backend::kube::{KubeCluster, KubeConnect};
@@ -36,7 +36,7 @@ use crate::cli::WatchArgs;
 use crate::execute::{Interrupt, StopReason};
 use crate::model::{Desired, World};
 use crate::observe::observe_again;
-use crate::source::{Location, Revision, SourceSpec};
+use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
 use machine::{Decision, Ended, Event, SourceNews, State, Trigger, next_action};
 use reconcile::Reconcile;
@@ -94,9 +94,10 @@ struct Loop {
     seen: Option<Revision>,
     check: Option<JoinHandle<Checked>>,
     recheck: bool,
-    /// When to look at an unreadable source again, and why it could not be read.
+    /// When to look at an unreadable source again.
     look_again: Option<Instant>,
-    unreadable: Option<String>,
+    /// Why the last look at the source failed, until it is reported (or watch fails with it).
+    problem: Option<SourceError>,
     retry: Option<Instant>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
@@ -123,7 +124,7 @@ impl Loop {
             check: None,
             recheck: false,
             look_again: None,
-            unreadable: None,
+            problem: None,
             retry: None,
             run: None,
             drift: BTreeMap::new(),
@@ -173,6 +174,14 @@ impl Loop {
             let (state, decision) = next_action(self.state, event);
             self.state = state;
             debug!(?event, ?decision, "watch step");
+            if event == Event::Source(SourceNews::Invalid)
+                && decision != Decision::Fail
+                && let Some(e) = self.problem.take()
+            {
+                error!(
+                    "the source has errors; the world is left as it is (keeping the last good state):\n{e:#}"
+                );
+            }
             match decision {
                 Decision::Wait => {}
                 Decision::Reconcile(trigger) => self.start_reconcile(trigger),
@@ -187,7 +196,11 @@ impl Loop {
                     self.retry = Some(Instant::now() + after);
                 }
                 Decision::LookAgainAfter(after) => {
-                    let why = self.unreadable.take().unwrap_or_default();
+                    let why = self
+                        .problem
+                        .take()
+                        .map(|e| format!("{:#}", anyhow::Error::from(e)))
+                        .unwrap_or_default();
                     warn!(
                         "cannot read the source: {why}; keeping the last good state; backing off, retrying in {}s",
                         after.as_secs()
@@ -204,6 +217,13 @@ impl Loop {
                     info!("signal: stopping");
                     self.print_pool_state().await;
                     return Ok(Exit::Success);
+                }
+                Decision::Fail => {
+                    let e = self.problem.take().map_or_else(
+                        || anyhow::anyhow!("the source could not be read"),
+                        |e| source_failure(&source_label(&self.spec), e),
+                    );
+                    return Err(e.context("watch cannot start: no good desired state was read"));
                 }
                 Decision::ExitNow => {
                     warn!("second signal: exiting at once; a later apply or watch resumes from the world");
@@ -296,16 +316,14 @@ impl Loop {
                 self.good = Some(Arc::new(desired));
                 news
             }
+            // Reported as the state machine decides: kept past, or the reason watch ends.
             Checked::Invalid(revision, e) => {
                 self.seen = Some(revision);
-                let keeping =
-                    if self.good.is_some() { "keeping the last good state" } else { "nothing to apply yet" };
-                error!("the source has errors; the world is left as it is ({keeping}):\n{e:#}");
+                self.problem = Some(e);
                 SourceNews::Invalid
             }
             Checked::Unreachable(e) => {
-                // Reported with the delay the state machine chooses.
-                self.unreadable = Some(format!("{:#}", anyhow::Error::from(e)));
+                self.problem = Some(e);
                 SourceNews::Unreachable
             }
         }
