@@ -13,6 +13,7 @@ mod e2e;
 mod e2e_kube;
 mod fake_kube;
 mod fake_kube_faults;
+mod join;
 mod kube;
 mod kube_tls;
 mod lock;

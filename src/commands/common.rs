@@ -20,10 +20,22 @@ pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
     Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?)
 }
 
-/// Read and validate the source.
+/// Read and validate the source, and read the sensitive values it names.
 pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
+    load_with(args, source::load)
+}
+
+/// Read and validate the source offline: sensitive values are not read (`validate`).
+pub(super) fn load_source_offline(args: &SourceArgs) -> Result<Desired> {
+    load_with(args, source::load_offline)
+}
+
+fn load_with(
+    args: &SourceArgs,
+    load: fn(&SourceSpec) -> Result<Desired, source::SourceError>,
+) -> Result<Desired> {
     let spec = source_spec(args)?;
-    match source::load(&spec) {
+    match load(&spec) {
         Ok(desired) => Ok(desired),
         // Spec errors are the user's to fix, one per line with its place; "cannot read" would
         // send them looking for an I/O problem.
