@@ -349,3 +349,17 @@ async fn a_value_from_secret_is_redacted_everywhere_and_a_new_value_replaces_the
         missing.stderr
     );
 }
+
+#[tokio::test]
+async fn a_join_through_a_container_that_is_not_there_changes_nothing() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let missing = s.docker().name("no-such-server");
+    s.write("pool.yaml", &pool_yaml(&s, 1, "", &format!("  join:\n    k3s:\n      server: {missing}\n")));
+    let apply = s.run("apply", &["--yes"]).expect_code(1);
+    assert!(
+        apply.stderr.contains(&format!("joins through container {missing}, which is not running")),
+        "{}",
+        apply.stderr
+    );
+    assert!(s.containers().await.is_empty(), "nothing was created");
+}

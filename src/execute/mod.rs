@@ -80,7 +80,13 @@ pub enum PreflightError {
     NoNetwork(String),
     #[error("cannot check network {network}")]
     Network { network: String, source: BackendError },
+    #[error("pool {pool} joins through container {container}, which is not running")]
+    JoinContainer { pool: String, container: String, source: BackendError },
 }
+
+/// How long preflight waits for a join's control plane or server to be up: it should be up
+/// already, and a restarting one gets a moment.
+const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
 
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
@@ -237,21 +243,37 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     /// Check, before anything changes, that every image a Create needs is there (pulling the
-    /// missing ones) and every network exists.
+    /// missing ones), every network exists, and every container a join goes through runs.
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
         let mut images: Vec<&str> = Vec::new();
         let mut networks: Vec<&str> = Vec::new();
+        let mut joins: Vec<(&str, &str)> = Vec::new();
         for (pool, step) in plan.steps() {
             if let Action::Create { image, .. } = &step.action {
                 if !images.contains(&image.as_str()) {
                     images.push(image);
                 }
-                let network =
-                    self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
+                let spec = self.pool(&pool.name).ok().map(|p| &p.pool.spec);
+                let network = spec.and_then(|s| s.template.network.as_deref());
                 if let Some(n) = network.filter(|n| !networks.contains(n)) {
                     networks.push(n);
                 }
+                let join = spec.and_then(|s| s.join.as_ref());
+                let through = join.and_then(|j| {
+                    j.kubeadm
+                        .as_ref()
+                        .map(|k| k.control_plane.as_str())
+                        .or(j.k3s.as_ref().map(|k| k.server.as_str()))
+                });
+                if let Some(container) = through.filter(|c| !joins.iter().any(|(_, j)| j == c)) {
+                    joins.push((&pool.name, container));
+                }
             }
+        }
+        for (pool, container) in joins {
+            self.containers.wait_up(container, JOIN_PREFLIGHT).await.map_err(|source| {
+                PreflightError::JoinContainer { pool: pool.into(), container: container.into(), source }
+            })?;
         }
         for image in images {
             let pulled = self

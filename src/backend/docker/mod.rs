@@ -361,10 +361,8 @@ impl DockerBackend {
         let mut stream = self.docker.download_from_container(name, Some(options));
         let mut archive = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| match status_of(&e) {
-                Some(404) => BackendError::NotFound(format!("{path} in container {name}")),
-                _ => self.error(&doing(), e),
-            })?;
+            // The daemon's own words tell a missing container from a missing file.
+            let chunk = chunk.map_err(|e| self.error(&doing(), e))?;
             archive.extend_from_slice(&chunk);
             if archive.len() > MAX_READ + 4 * 512 {
                 return Err(BackendError::Failed(format!("{}: larger than {MAX_READ} bytes", doing())));
