@@ -357,18 +357,24 @@ impl DockerBackend {
     async fn download(&self, name: &str, path: &str) -> Result<tar::Entry, BackendError> {
         let doing = || format!("read {path} in container {name}");
         let options = DownloadFromContainerOptions { path: path.to_owned() };
-        self.count();
-        let mut stream = self.docker.download_from_container(name, Some(options));
-        let mut archive = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            // The daemon's own words tell a missing container from a missing file.
-            let chunk = chunk.map_err(|e| self.error(&doing(), e))?;
-            archive.extend_from_slice(&chunk);
-            if archive.len() > MAX_READ + 4 * 512 {
-                return Err(BackendError::Failed(format!("{}: larger than {MAX_READ} bytes", doing())));
+        let read = async {
+            let mut stream = self.docker.download_from_container(name, Some(options));
+            let mut archive = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                archive.extend_from_slice(&chunk?);
+                if archive.len() > MAX_READ + 4 * 512 {
+                    return Ok(None);
+                }
             }
+            Ok(Some(archive))
+        };
+        // The daemon's own words tell a missing container from a missing file.
+        match self.call(read).await.map_err(|e| self.error(&doing(), e))? {
+            Some(archive) => {
+                tar::first_entry(&archive).map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))
+            }
+            None => Err(BackendError::Failed(format!("{}: larger than {MAX_READ} bytes", doing()))),
         }
-        tar::first_entry(&archive).map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))
     }
 }
 
@@ -503,9 +509,7 @@ impl Containers for DockerBackend {
             .map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))?;
         let parent = if parent.is_empty() { "/" } else { parent };
         let options = UploadToContainerOptions { path: parent.to_owned(), ..Default::default() };
-        self.count();
-        self.docker
-            .upload_to_container(name, Some(options), bollard::body_full(archive.into()))
+        self.call(self.docker.upload_to_container(name, Some(options), bollard::body_full(archive.into())))
             .await
             .map_err(|e| self.error(&doing(), e))
     }
