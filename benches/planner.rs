@@ -26,8 +26,8 @@ use poolctl::model::{
 use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
 use poolctl::spec::{
-    API_VERSION, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, canonical_template,
-    template_hash,
+    API_VERSION, EnvValue, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template,
+    canonical_template, template_hash,
 };
 
 const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
@@ -90,7 +90,7 @@ fn template(image: &str) -> Template {
         image: image.to_owned(),
         command: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
         entrypoint: None,
-        env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
+        env: BTreeMap::from([("ROLE".to_owned(), EnvValue::plain("worker"))]),
         labels: BTreeMap::from([("team".to_owned(), "platform".to_owned())]),
         network: Some("kind".to_owned()),
         privileged: true,
@@ -104,28 +104,35 @@ fn origin() -> Origin {
     Origin::Path { path: "pools/".to_owned() }
 }
 
+/// A pool spec of `template` with no bootstrap, join or Nodes.
+fn spec(template: Template) -> PoolSpec {
+    PoolSpec {
+        replicas: 0,
+        template,
+        bootstrap: Vec::new(),
+        join: None,
+        node: None,
+        docker: None,
+        rollout: Rollout::default(),
+    }
+}
+
 fn desired(replicas: usize, nodes: bool) -> Desired {
-    let template = template("kindest/node:v1.31.0");
-    let hash = template_hash(&template, &[]);
-    let node = nodes.then(|| NodeSpec {
+    let mut spec = spec(template("kindest/node:v1.31.0"));
+    let hash = template_hash(&spec);
+    spec.node = nodes.then(|| NodeSpec {
         kubeconfig: None,
         context: None,
         ready_timeout: poolctl::spec::Duration::from_secs(300),
         labels: BTreeMap::new(),
         taints: Vec::new(),
     });
+    spec.replicas = i64::try_from(replicas).expect("a small size");
     let pool = Pool {
         api_version: API_VERSION.to_owned(),
         kind: KIND_POOL.to_owned(),
         metadata: Metadata { name: POOL.to_owned() },
-        spec: PoolSpec {
-            replicas: i64::try_from(replicas).expect("a small size"),
-            template,
-            bootstrap: Vec::new(),
-            node,
-            docker: None,
-            rollout: Rollout::default(),
-        },
+        spec,
     };
     Desired {
         origin: origin(),
@@ -135,9 +142,9 @@ fn desired(replicas: usize, nodes: bool) -> Desired {
 
 /// `size` running containers of the pool, created from `template`, each carrying the canonical
 /// template label as real ones do; with `nodes`, their Ready Nodes, pods and the PDBs over them.
-fn world(size: usize, template: &Template, nodes: bool) -> World {
-    let json = canonical_template(template, &[]);
-    let hash = template_hash(template, &[]);
+fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
+    let json = canonical_template(spec);
+    let hash = template_hash(spec);
     let scope = origin().scope();
     // Every vector is allocated at its final size: a vector that grew by doubling would leave
     // freed pages behind that the planner could reuse unseen by the peak-RSS mark.
@@ -160,7 +167,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             created: 1_700_000_000 + i64::try_from(i).expect("a small size"),
             template: Some(json.clone()),
             scope: Some(scope.clone()),
-            image: template.image.clone(),
+            image: spec.template.image.clone(),
             cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
             cluster_id: None,
             elsewhere: None,
@@ -215,8 +222,10 @@ fn inputs(scenario: Scenario, size: usize) -> (Desired, World) {
     let desired = desired(size, nodes);
     let world = match scenario {
         Scenario::Create => World::default(),
-        Scenario::Converged => world(size, &desired.pools[0].pool.spec.template, false),
-        Scenario::Rolling | Scenario::RollingNodes => world(size, &template("kindest/node:v1.30.0"), nodes),
+        Scenario::Converged => world(size, &desired.pools[0].pool.spec, false),
+        Scenario::Rolling | Scenario::RollingNodes => {
+            world(size, &spec(template("kindest/node:v1.30.0")), nodes)
+        }
     };
     (desired, world)
 }

@@ -7,6 +7,8 @@ use poolctl::cli::{Cli, LogFormat};
 use poolctl::commands::{EXIT_ERROR, dispatch};
 use poolctl::spec::escape_controls;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -83,8 +85,14 @@ fn init_tracing(verbose: u8, format: LogFormat) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // bollard's debug and trace output quotes request bodies: a container's environment (its
+    // sensitive values too) and the files poolctl writes into containers (join tokens). No
+    // RUST_LOG may bring it out.
+    let no_bodies = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.target().starts_with("bollard") && *meta.level() > tracing::Level::INFO)
+    });
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.finish().with(no_bodies).init(),
+        LogFormat::Json => builder.json().finish().with(no_bodies).init(),
     }
 }

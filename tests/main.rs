@@ -15,6 +15,7 @@ mod endpoints;
 mod fake_kube;
 mod fake_kube_faults;
 mod faults;
+mod join;
 mod kube;
 mod kube_tls;
 mod kubeconfig;

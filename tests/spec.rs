@@ -328,7 +328,7 @@ mod template_hash {
 
     fn hash_of(text: &str) -> String {
         let pool = load_one(text).pool;
-        spec::template_hash(&pool.spec.template, &pool.spec.bootstrap)
+        spec::template_hash(&pool.spec)
     }
 
     const BASE: &str = "\

@@ -12,8 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{BackendError, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer, Stopped};
+use super::{
+    BackendError, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer, NewFile, Stopped,
+};
 use crate::model::{Container, labels};
+use crate::spec::Secret;
 
 /// The Docker endpoints of one run, the backend of each, and which pool lives where.
 pub struct Endpoints<C> {
@@ -128,6 +131,14 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
 
     async fn exec(&self, name: &str, argv: &[String], timeout: Duration) -> Result<ExecOutput, BackendError> {
         self.instance(name).exec(name, argv, timeout).await
+    }
+
+    async fn read_file(&self, name: &str, path: &str) -> Result<Secret, BackendError> {
+        self.instance(name).read_file(name, path).await
+    }
+
+    async fn write_file(&self, name: &str, file: &NewFile) -> Result<(), BackendError> {
+        self.instance(name).write_file(name, file).await
     }
 
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {

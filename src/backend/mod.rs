@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod};
-use crate::spec::{CgroupnsMode, Taint, UsernsMode};
+use crate::spec::{CgroupnsMode, Secret, Taint, UsernsMode};
 
 pub mod docker;
 pub mod endpoints;
@@ -45,6 +45,11 @@ pub struct NewContainer {
     pub command: Option<Vec<String>>,
     pub entrypoint: Option<Vec<String>>,
     pub env: BTreeMap<String, String>,
+    /// Sensitive environment values (`valueFrom`), apart from `env` so that nothing that shows
+    /// a container's settings shows them.
+    pub secret_env: BTreeMap<String, Secret>,
+    /// Files written into the container once it is created, before it starts (a join token).
+    pub files: Vec<NewFile>,
     /// The template's labels plus poolctl's own.
     pub labels: BTreeMap<String, String>,
     pub network: Option<String>,
@@ -71,6 +76,15 @@ pub struct NewContainer {
     pub stop_signal: Option<String>,
     pub cpus: Option<String>,
     pub memory: Option<String>,
+}
+
+/// A file to write into a container: readable by root alone (mode 0600, in a directory of mode
+/// 0700 that is created if missing, whose parent must exist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFile {
+    /// An absolute path.
+    pub path: String,
+    pub content: Secret,
 }
 
 /// What an exec inside a container ended with.
@@ -116,7 +130,7 @@ pub trait Containers: Sync {
         pool: &str,
         name: &str,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
-    /// Create and start a container.
+    /// Create a container, write its files, and start it.
     fn create(&self, spec: &NewContainer) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Run a command in a running container and wait for it, up to `timeout`.
     fn exec(
@@ -125,6 +139,11 @@ pub trait Containers: Sync {
         argv: &[String],
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecOutput, BackendError>> + Send;
+    /// Read a file out of a container (running or not), following symbolic links.
+    fn read_file(&self, name: &str, path: &str) -> impl Future<Output = Result<Secret, BackendError>> + Send;
+    /// Write a file into a container (running or not), as [`NewFile`] says.
+    fn write_file(&self, name: &str, file: &NewFile)
+    -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
     fn wait_up(&self, name: &str, timeout: Duration)
     -> impl Future<Output = Result<(), BackendError>> + Send;

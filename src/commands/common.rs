@@ -22,10 +22,22 @@ pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
         .allowing_empty(args.allow_empty))
 }
 
-/// Read and validate the source.
+/// Read and validate the source, and read the sensitive values it names.
 pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
+    load_with(args, source::load)
+}
+
+/// Read and validate the source offline: sensitive values are not read (`validate`).
+pub(super) fn load_source_offline(args: &SourceArgs) -> Result<Desired> {
+    load_with(args, source::load_offline)
+}
+
+fn load_with(
+    args: &SourceArgs,
+    load: fn(&SourceSpec) -> Result<Desired, source::SourceError>,
+) -> Result<Desired> {
     let spec = source_spec(args)?;
-    source::load(&spec).map_err(|e| source_failure(&args.source, e))
+    load(&spec).map_err(|e| source_failure(&args.source, e))
 }
 
 /// Why the source `source` (as given, or a label of it) gave no desired state, as one error.

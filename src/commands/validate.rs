@@ -2,25 +2,26 @@
 
 use anyhow::Result;
 
-use super::common::{load_source, write_stdout};
+use super::common::{load_source_offline, write_stdout};
 use super::exit::Exit;
 use crate::cli::SourceArgs;
 use crate::spec::escape_controls;
 
 pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {
-    let desired = load_source(args)?;
+    // Offline: the secrets a pool reads are not where a repository's CI runs.
+    let desired = load_source_offline(args)?;
     let n = desired.pools.len();
     write_stdout(|out| {
         writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;
         for p in &desired.pools {
-            writeln!(
-                out,
-                "  {} ({}, {} replicas, template {})",
-                p.name(),
-                escape_controls(&p.file),
-                p.pool.spec.replicas,
-                p.template_hash
-            )?;
+            // The hash covers the secrets' values, which only a plan reads.
+            let template = match p.reads_secrets() {
+                0 => format!("template {}", p.template_hash),
+                1 => "template hash set at plan time: it covers 1 sensitive value".to_owned(),
+                n => format!("template hash set at plan time: it covers {n} sensitive values"),
+            };
+            let file = escape_controls(&p.file);
+            writeln!(out, "  {} ({file}, {} replicas, {template})", p.name(), p.pool.spec.replicas)?;
         }
         Ok(())
     })?;

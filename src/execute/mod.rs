@@ -5,6 +5,7 @@
 //! creations of a batch run concurrently, everything else runs in plan order, and a failure
 //! or an interrupt halts before the next step, so that nothing more is retired.
 
+pub mod join;
 mod ready;
 mod report;
 
@@ -19,6 +20,7 @@ use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::model::{ClusterIdentity, Desired, DesiredPool, Origin, labels};
 use crate::observe::observe_again;
 use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
+use crate::spec::{EnvValue, SecretEnv};
 
 pub use report::{Interrupt, Report, StepOutcome, StopReason};
 
@@ -41,6 +43,16 @@ pub enum StepError {
     /// The step needs a Kubernetes cluster but the pool has none configured.
     #[error("pool {0}: this step acts on a Kubernetes Node, but no cluster is configured for the pool")]
     NoCluster(String),
+    /// Joining the cluster (`spec.join`) failed.
+    #[error(transparent)]
+    Join(#[from] join::JoinError),
+    /// The pool's sensitive values were not read with the source (a bug: only `validate`
+    /// loads a source without them).
+    #[error("pool {pool}: the value of env {key} was not read")]
+    UnreadSecret { pool: String, key: String },
+    /// The plan asks for a join the pool does not declare (a stale plan).
+    #[error("pool {0} declares no kubeadm join")]
+    NoJoin(String),
     /// The container stopped running while the step waited on it.
     #[error("container {name} {how} while its Node was awaited")]
     ContainerStopped { name: String, how: Stopped },
@@ -68,7 +80,13 @@ pub enum PreflightError {
     NoNetwork(String),
     #[error("cannot check network {network}")]
     Network { network: String, source: BackendError },
+    #[error("pool {pool} joins through container {container}, which is not running")]
+    JoinContainer { pool: String, container: String, source: BackendError },
 }
+
+/// How long preflight waits for a join's control plane or server to be up: it should be up
+/// already, and a restarting one gets a moment.
+const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
 
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
@@ -109,7 +127,8 @@ pub fn new_container(
     let mut all_labels = t.labels.clone();
     all_labels.insert(labels::POOL.into(), pool.name().into());
     all_labels.insert(labels::TEMPLATE_HASH.into(), pool.template_hash.clone());
-    all_labels.insert(labels::TEMPLATE.into(), crate::spec::canonical_template(t, &spec.bootstrap));
+    // Sensitive values are there as digests only.
+    all_labels.insert(labels::TEMPLATE.into(), crate::spec::canonical_template(spec));
     all_labels.insert(labels::SCOPE.into(), origin.scope());
     all_labels.insert(labels::SOURCE.into(), format!("{origin} file {}", pool.file));
     if let Some(commit) = origin.commit() {
@@ -124,12 +143,32 @@ pub fn new_container(
         all_labels.insert(labels::CLUSTER_SERVER.into(), id.server.clone());
         all_labels.insert(labels::CLUSTER_UID.into(), id.uid.clone().unwrap_or_default());
     }
+    let mut env = BTreeMap::new();
+    let mut secret_env = BTreeMap::new();
+    for (key, value) in &t.env {
+        match value {
+            EnvValue::Plain(value) => {
+                env.insert(key.clone(), value.clone());
+            }
+            // An unread one is refused by the executor before it gets here.
+            EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => {
+                secret_env.insert(key.clone(), secret.clone());
+            }
+            EnvValue::Secret(SecretEnv { value: None, .. }) => {}
+        }
+    }
+    if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
+        env.extend(join::k3s_env(k3s));
+    }
     NewContainer {
         name: name.into(),
         image: t.image.clone(),
         command: t.command.clone(),
         entrypoint: t.entrypoint.clone(),
-        env: t.env.clone(),
+        env,
+        secret_env,
+        // The executor adds a join's token, which it reads only when it creates the container.
+        files: Vec::new(),
         labels: all_labels,
         network: t.network.clone(),
         privileged: t.privileged,
@@ -204,22 +243,39 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     /// Check, before anything changes, that every image a Create needs is there (pulling the
-    /// missing ones) and every network exists, where each pool's containers are created.
+    /// missing ones) and every network exists, where each pool's containers are created, and that
+    /// every container a join goes through runs.
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
         let mut images: Vec<(&str, &str)> = Vec::new();
         let mut networks: Vec<(&str, &str)> = Vec::new();
+        let mut joins: Vec<(&str, &str)> = Vec::new();
         for (pool, step) in plan.steps() {
             if let Action::Create { image, .. } = &step.action {
                 let image = (pool.name.as_str(), image.as_str());
                 if !images.contains(&image) {
                     images.push(image);
                 }
-                let network =
-                    self.pool(&pool.name).ok().and_then(|p| p.pool.spec.template.network.as_deref());
+                let spec = self.pool(&pool.name).ok().map(|p| &p.pool.spec);
+                let network = spec.and_then(|s| s.template.network.as_deref());
                 if let Some(n) = network.map(|n| (pool.name.as_str(), n)).filter(|n| !networks.contains(n)) {
                     networks.push(n);
                 }
+                let join = spec.and_then(|s| s.join.as_ref());
+                let through = join.and_then(|j| {
+                    j.kubeadm
+                        .as_ref()
+                        .map(|k| k.control_plane.as_str())
+                        .or(j.k3s.as_ref().map(|k| k.server.as_str()))
+                });
+                if let Some(container) = through.filter(|c| !joins.iter().any(|(_, j)| j == c)) {
+                    joins.push((&pool.name, container));
+                }
             }
+        }
+        for (pool, container) in joins {
+            self.containers.wait_up(container, JOIN_PREFLIGHT).await.map_err(|source| {
+                PreflightError::JoinContainer { pool: pool.into(), container: container.into(), source }
+            })?;
         }
         for (pool, image) in images {
             let pulled = self
@@ -365,8 +421,22 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         match &step.action {
             Action::Create { .. } => {
                 let pool = self.pool(pool_name)?;
+                let spec = &pool.pool.spec;
+                if let Some((key, _)) = spec.template.env.iter().find(|(_, v)| v.is_unread()) {
+                    return Err(StepError::UnreadSecret { pool: pool_name.into(), key: key.clone() });
+                }
                 let cluster = self.clusters.get(pool_name).map(Cluster::identity);
-                self.containers.create(&new_container(pool, &self.desired.origin, name, cluster)).await?;
+                let mut container = new_container(pool, &self.desired.origin, name, cluster);
+                if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
+                    container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
+                }
+                self.containers.create(&container).await?;
+            }
+            Action::Join { .. } => {
+                let pool = self.pool(pool_name)?;
+                let kubeadm = pool.pool.spec.join.as_ref().and_then(|j| j.kubeadm.as_ref());
+                let kubeadm = kubeadm.ok_or_else(|| StepError::NoJoin(pool_name.into()))?;
+                join::kubeadm(self.containers, kubeadm, name, |warning| self.say(&warning)).await?;
             }
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {

@@ -26,7 +26,7 @@ fn step(batch: u32, instance: &str, action: Action) -> Step {
 
 /// Two new instances, then two old ones retired, in one batch, plus a second batch.
 fn rolling_plan() -> Plan {
-    let create = || Action::Create { image: "img:1".into(), template_hash: "new".into() };
+    let create = || Action::Create { image: "img:1".into(), template_hash: "new".into(), k3s_server: None };
     let ready = || Action::AwaitReady { node: false };
     let steps = vec![
         step(0, "n1", create()),
@@ -380,7 +380,11 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
     let fake = FakeWorld::default().never_ready("n1").die_after("node-ready n1", "n1");
     let mut plan = rolling_plan();
     plan.pools[0].steps = vec![
-        step(0, "n1", Action::Create { image: "img:1".into(), template_hash: "new".into() }),
+        step(
+            0,
+            "n1",
+            Action::Create { image: "img:1".into(), template_hash: "new".into(), k3s_server: None },
+        ),
         step(0, "n1", Action::AwaitReady { node: true }),
         step(0, "o1", Action::Stop),
     ];

@@ -71,6 +71,12 @@ impl DesiredPool {
     pub fn name(&self) -> &str {
         &self.pool.metadata.name
     }
+
+    /// How many env values of the template are `valueFrom`s.
+    pub fn reads_secrets(&self) -> usize {
+        let env = &self.pool.spec.template.env;
+        env.values().filter(|v| matches!(v, crate::spec::EnvValue::Secret(_))).count()
+    }
 }
 
 /// Everything a source declares, validated.

@@ -77,7 +77,6 @@ impl Summary {
     }
 }
 
-
 /// What happens to one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolPlan {
@@ -174,9 +173,18 @@ pub struct Step {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Create and start the container.
-    Create { image: String, template_hash: String },
+    Create {
+        image: String,
+        template_hash: String,
+        /// With `join.k3s`: the server whose node token the new agent is given before it starts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        k3s_server: Option<String>,
+    },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },
+    /// With `join.kubeadm`, after the bootstrap commands: make a bootstrap token on the control
+    /// plane and run `kubeadm join` in the new container.
+    Join { control_plane: String },
     /// Wait until the instance is up (running, healthy, and its Node Ready when it has one).
     AwaitReady { node: bool },
     /// Converge a kept instance's Node labels and taints on the spec's.
@@ -199,6 +207,7 @@ impl Action {
         match self {
             Self::Create { .. } => "create",
             Self::Bootstrap { .. } => "bootstrap",
+            Self::Join { .. } => "join",
             Self::AwaitReady { .. } => "await-ready",
             Self::Configure(_) => "configure",
             Self::Cordon => "cordon",

@@ -358,15 +358,25 @@ fn rollout(
         let n = to_create.min((replicas + surge).saturating_sub(alive));
         if let Some(dp) = target.pool.filter(|_| n > 0) {
             let new: Vec<String> = (0..n).map(|_| names.next(dp.name(), &dp.template_hash)).collect();
-            let template = &dp.pool.spec.template;
+            let spec = &dp.pool.spec;
+            let join = spec.join.as_ref();
             for name in &new {
-                let action =
-                    Action::Create { image: template.image.clone(), template_hash: dp.template_hash.clone() };
+                let action = Action::Create {
+                    image: spec.template.image.clone(),
+                    template_hash: dp.template_hash.clone(),
+                    k3s_server: join.and_then(|j| j.k3s.as_ref()).map(|k3s| k3s.server.clone()),
+                };
                 push(name, action);
             }
-            let bootstrap = dp.pool.spec.bootstrap.len();
+            let bootstrap = spec.bootstrap.len();
             for name in new.iter().filter(|_| bootstrap > 0) {
                 push(name, Action::Bootstrap { commands: bootstrap });
+            }
+            // After the bootstrap commands, which may wait for the node's services to come up.
+            if let Some(kubeadm) = join.and_then(|j| j.kubeadm.as_ref()) {
+                for name in &new {
+                    push(name, Action::Join { control_plane: kubeadm.control_plane.clone() });
+                }
             }
             for name in &new {
                 push(name, Action::AwaitReady { node: target.with_nodes });
@@ -509,7 +519,7 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
         from_hash: from_hash.to_owned(),
         to_hash: dp.template_hash.clone(),
         old: old.unwrap_or_default(),
-        new: json_to_yaml(&canonical_template(&spec.template, &spec.bootstrap)).unwrap_or_default(),
+        new: json_to_yaml(&canonical_template(spec)).unwrap_or_default(),
     })
 }
 

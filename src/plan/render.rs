@@ -215,7 +215,11 @@ fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<
 
 fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> {
     let detail = match &step.action {
-        Action::Create { image, .. } => format!("  (image {image})"),
+        Action::Create { image, k3s_server: None, .. } => format!("  (image {image})"),
+        Action::Create { image, k3s_server: Some(server), .. } => {
+            format!("  (image {image}, with the node token of k3s server {server})")
+        }
+        Action::Join { control_plane } => format!("  (kubeadm, a new bootstrap token from {control_plane})"),
         Action::Bootstrap { commands: 1 } => "  (1 command)".to_owned(),
         Action::Bootstrap { commands } => format!("  ({commands} commands)"),
         Action::AwaitReady { node: true } => "  (container up, Node Ready)".to_owned(),

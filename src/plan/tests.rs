@@ -754,9 +754,9 @@ fn a_container_without_cluster_labels_in_a_plain_pool_is_only_stopped_and_remove
 fn drain_world() -> (Desired, World) {
     let dp = PoolArgs { nodes: true, image: "kindest/node:v1.31.0", ..PoolArgs::new("workers", 1) }.build();
     let mut old = container("workers-1a2b3c4d5e-k2x9p", "workers", "1a2b3c4d5e", 1);
-    let mut old_template = dp.pool.spec.template.clone();
-    old_template.image = "kindest/node:v1.30.0".to_owned();
-    old.template = Some(crate::spec::canonical_template(&old_template, &dp.pool.spec.bootstrap));
+    let mut old_spec = dp.pool.spec.clone();
+    old_spec.template.image = "kindest/node:v1.30.0".to_owned();
+    old.template = Some(crate::spec::canonical_template(&old_spec));
     let node_name = old.name.clone();
     let mut mirror = pod("etcd-static", &node_name, Some("Node"));
     mirror.mirror = true;

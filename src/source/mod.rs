@@ -11,6 +11,7 @@
 
 mod dir;
 mod git;
+mod secret;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -311,24 +312,45 @@ pub fn read_files(spec: &SourceSpec) -> Result<(Origin, Vec<SourceFile>), Source
     }
 }
 
-/// Read, parse and validate a source. Every error of every file is reported, not just the first.
-/// A source without any pool is refused unless [`SourceSpec::allow_empty`].
+/// Read, parse and validate a source, and read the sensitive values (`valueFrom`) its pools
+/// name. Every error of every file is reported, not just the first. A source without any pool
+/// is refused unless [`SourceSpec::allow_empty`].
 pub fn load(spec: &SourceSpec) -> Result<Desired, SourceError> {
     let (origin, files) = read_files(spec)?;
-    let desired = desired_from_files(origin, &files)?;
+    not_empty(spec, desired_from_files(origin, &files)?, files.len())
+}
+
+/// Refuse a source without any pool (the wrong folder, a typo in `--path`), unless allowed.
+fn not_empty(spec: &SourceSpec, desired: Desired, files: usize) -> Result<Desired, SourceError> {
     if desired.pools.is_empty() && !spec.allow_empty {
-        return Err(SourceError::NoPools { origin: desired.origin.to_string(), files: files.len() });
+        return Err(SourceError::NoPools { origin: desired.origin.to_string(), files });
     }
     Ok(desired)
 }
 
-/// Parse and validate files that were already read (see [`read_files`]).
+/// [`load`] without reading the sensitive values, for `poolctl validate`, which runs where they
+/// are not (a repository's CI). The template hash of a pool with some is then not the one a plan
+/// computes ([`DesiredPool::reads_secrets`] says which).
+pub fn load_offline(spec: &SourceSpec) -> Result<Desired, SourceError> {
+    let (origin, files) = read_files(spec)?;
+    not_empty(spec, desired(origin, &files, false)?, files.len())
+}
+
+/// Parse and validate files that were already read (see [`read_files`]), and read their
+/// sensitive values.
 pub fn desired_from_files(origin: Origin, files: &[SourceFile]) -> Result<Desired, SourceError> {
-    let documents = spec::load_files(files.iter().map(|f| (f.path_relative.as_str(), f.text.as_str())))?;
+    desired(origin, files, true)
+}
+
+fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<Desired, SourceError> {
+    let mut documents = spec::load_files(files.iter().map(|f| (f.path_relative.as_str(), f.text.as_str())))?;
+    if with_secrets {
+        spec::read_secrets(&mut documents, secret::read)?;
+    }
     let pools = documents
         .into_iter()
         .map(|doc| DesiredPool {
-            template_hash: spec::template_hash(&doc.pool.spec.template, &doc.pool.spec.bootstrap),
+            template_hash: spec::template_hash(&doc.pool.spec),
             file: doc.file,
             pool: doc.pool,
         })

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{BootstrapStep, Template};
+use super::{BootstrapStep, EnvValue, Join, PoolSpec, Template};
 
 /// Hex digits of the template hash kept in labels and instance names.
 pub const HASH_LEN: usize = 10;
@@ -16,20 +16,36 @@ pub const HASH_LEN: usize = 10;
 struct Hashed<'a> {
     template: &'a Template,
     bootstrap: &'a [BootstrapStep],
+    // Left out while unset, so that pools without a join kept their hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    join: Option<&'a Join>,
 }
 
-/// The canonical JSON the hash is taken over. Maps are `BTreeMap`s, so the order in which the
-/// YAML wrote them cannot change it.
-pub fn canonical_template(template: &Template, bootstrap: &[BootstrapStep]) -> String {
-    serde_json::to_string(&Hashed { template, bootstrap }).expect("a template serializes")
+/// The canonical JSON the hash is taken over, and that the `poolctl.dev/template` label keeps
+/// so that a later plan can show what changed. Maps are `BTreeMap`s, so the order in which the
+/// YAML wrote them cannot change it. A sensitive env value is there only as a digest (see
+/// [`EnvValue::canonical`]): a new value changes the hash, and no label or plan shows it.
+pub fn canonical_template(spec: &PoolSpec) -> String {
+    let mut template = std::borrow::Cow::Borrowed(&spec.template);
+    if spec.template.env.values().any(|v| matches!(v, EnvValue::Secret(_))) {
+        for value in template.to_mut().env.values_mut() {
+            *value = EnvValue::Plain(value.canonical());
+        }
+    }
+    let hashed = Hashed { template: &template, bootstrap: &spec.bootstrap, join: spec.join.as_ref() };
+    serde_json::to_string(&hashed).expect("a template serializes")
 }
 
 /// The template hash of a pool spec: the first [`HASH_LEN`] hex digits of the SHA-256 of its
 /// canonical JSON.
-pub fn template_hash(template: &Template, bootstrap: &[BootstrapStep]) -> String {
-    let digest = Sha256::digest(canonical_template(template, bootstrap).as_bytes());
-    let mut hex = String::with_capacity(HASH_LEN);
-    for byte in digest.iter().take(HASH_LEN / 2) {
+pub fn template_hash(spec: &PoolSpec) -> String {
+    hex_prefix(&Sha256::digest(canonical_template(spec).as_bytes()), HASH_LEN)
+}
+
+/// The first `len` (even) hex digits of a digest.
+pub(super) fn hex_prefix(digest: &[u8], len: usize) -> String {
+    let mut hex = String::with_capacity(len);
+    for byte in digest.iter().take(len / 2) {
         let _ = write!(hex, "{byte:02x}");
     }
     hex
@@ -38,14 +54,32 @@ pub fn template_hash(template: &Template, bootstrap: &[BootstrapStep]) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::{Rollout, Secret, SecretEnv, ValueFrom};
 
     fn template(yaml: &str) -> Template {
         serde_saphyr::from_str(yaml).expect("a template")
     }
 
+    fn spec(template: Template, bootstrap: Vec<BootstrapStep>, join: Option<Join>) -> PoolSpec {
+        PoolSpec {
+            replicas: 1,
+            template,
+            bootstrap,
+            join,
+            node: None,
+            docker: None,
+            rollout: Rollout::default(),
+        }
+    }
+
+    fn hash_of(yaml: &str) -> String {
+        template_hash(&spec(template(yaml), Vec::new(), None))
+    }
+
     /// The hashes of templates that use only the fields poolctl had before the container
-    /// settings (securityOpt, restart, ports...) were added, as that version computed them:
-    /// adding fields must not replace every running instance of every pool.
+    /// settings (securityOpt, restart, ports...), `valueFrom` and `join` were added, as that
+    /// version computed them: adding fields must not replace every running instance of every
+    /// pool.
     #[test]
     fn templates_without_the_newer_fields_keep_their_hash() {
         let full = template(
@@ -63,19 +97,19 @@ tmpfs: ["/tmp", "/run"]
         );
         let bootstrap: Vec<BootstrapStep> =
             serde_saphyr::from_str("- exec: [kubeadm, join]\n  timeout: 3m\n").expect("steps");
-        assert_eq!(template_hash(&full, &bootstrap), "1c8216cc7f");
-        assert_eq!(template_hash(&template("image: busybox"), &[]), "1cce39ab66");
+        assert_eq!(template_hash(&spec(full, bootstrap, None)), "1c8216cc7f");
+        assert_eq!(hash_of("image: busybox"), "1cce39ab66");
         // Written out, unset settings are absent (false, empty and none alike).
         let explicit_defaults = template("image: busybox\ntty: false\nsecurityOpt: []\nsysctls: {}\n");
         assert_eq!(
-            canonical_template(&explicit_defaults, &[]),
+            canonical_template(&spec(explicit_defaults, Vec::new(), None)),
             r#"{"template":{"image":"busybox"},"bootstrap":[]}"#
         );
     }
 
     #[test]
     fn each_new_setting_changes_the_hash() {
-        let base = template_hash(&template("image: busybox"), &[]);
+        let base = hash_of("image: busybox");
         for setting in [
             "securityOpt: [seccomp=unconfined]",
             "cgroupns: private",
@@ -96,8 +130,40 @@ tmpfs: ["/tmp", "/run"]
             "cpus: '2'",
             "memory: 1g",
         ] {
-            let changed = template_hash(&template(&format!("image: busybox\n{setting}\n")), &[]);
+            let changed = hash_of(&format!("image: busybox\n{setting}\n"));
             assert_ne!(changed, base, "{setting} left the hash as it was");
         }
+    }
+
+    #[test]
+    fn a_join_changes_the_hash() {
+        let base = hash_of("image: busybox");
+        let join = |yaml: &str| serde_saphyr::from_str::<Join>(yaml).expect("a join");
+        let kubeadm = spec(template("image: busybox"), Vec::new(), Some(join("kubeadm: {controlPlane: cp}")));
+        let k3s = spec(template("image: busybox"), Vec::new(), Some(join("k3s: {server: s}")));
+        let hashes = [base, template_hash(&kubeadm), template_hash(&k3s)];
+        assert!(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2], "{hashes:?}");
+    }
+
+    /// Like Terraform's sensitive values: the hash follows the value, the canonical form (kept
+    /// in a label, shown in plan diffs) holds a digest, never the value.
+    #[test]
+    fn a_secret_is_hashed_by_digest_and_a_new_value_changes_the_hash() {
+        let with_secret = |value: &str| {
+            let mut t = template("image: busybox\nenv: {A: '1'}\n");
+            let value_from = ValueFrom { file: Some("/t".to_owned()), env: None };
+            let secret = SecretEnv { value_from, value: Some(Secret::new(value)) };
+            t.env.insert("TOKEN".to_owned(), EnvValue::Secret(secret));
+            spec(t, Vec::new(), None)
+        };
+        let one = with_secret("s3cret-one");
+        let canonical = canonical_template(&one);
+        assert!(!canonical.contains("s3cret-one"), "{canonical}");
+        let digest = Secret::new("s3cret-one").digest();
+        assert!(canonical.contains(&format!(r#""TOKEN":"(sensitive {digest})""#)), "{canonical}");
+        assert_eq!(template_hash(&one), template_hash(&with_secret("s3cret-one")));
+        assert_ne!(template_hash(&one), template_hash(&with_secret("s3cret-two")));
+        // A plain value stays as written.
+        assert!(canonical.contains(r#""A":"1""#), "{canonical}");
     }
 }

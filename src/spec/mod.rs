@@ -11,6 +11,7 @@ mod load;
 mod locate;
 mod names;
 mod scale;
+mod secret;
 mod tree;
 mod validate;
 
@@ -26,8 +27,11 @@ pub use load::{
 };
 pub use locate::escape_controls;
 pub use scale::{IntOrPercent, Rounding};
+pub use secret::{EnvValue, SENSITIVE, Secret, SecretEnv, ValueFrom, read_secrets};
 pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
-pub use validate::{MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools};
+pub use validate::{
+    JOIN_DIR, K3S_JOIN_ENV, MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools,
+};
 
 /// The apiVersion of every document poolctl reads.
 pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
@@ -75,6 +79,10 @@ pub struct PoolSpec {
     /// `kubeadm join`). Changing them replaces every instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bootstrap: Vec<BootstrapStep>,
+    /// How each new instance joins a cluster, with a credential that poolctl fetches for it and
+    /// that never sits in the pool file. Changing it replaces every instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<Join>,
     /// How each instance appears in Kubernetes. Without it the pool is container-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeSpec>,
@@ -101,9 +109,10 @@ pub struct Template {
     /// Overrides the image's entrypoint, as a list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entrypoint: Option<Vec<String>>,
-    /// Environment variables.
+    /// Environment variables: a value, or `{valueFrom: {file: PATH}}` / `{valueFrom: {env:
+    /// NAME}}` for a value that must not sit in the pool file (shown as `(sensitive)`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, EnvValue>,
     /// Extra container labels (the `poolctl.dev/` prefix is reserved).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -218,6 +227,58 @@ pub struct BootstrapStep {
 impl BootstrapStep {
     fn default_timeout() -> Duration {
         Duration::from_secs(120)
+    }
+}
+
+/// How a new instance joins a cluster: exactly one of the two methods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("minProperties" = 1, "maxProperties" = 1))]
+pub struct Join {
+    /// Join a kubeadm cluster (kind): a short-lived bootstrap token is made on the control
+    /// plane for each new instance, and `kubeadm join` runs in it with the CA pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeadm: Option<KubeadmJoin>,
+    /// Join a k3s cluster (k3d) as an agent: the server's node token is handed to the new
+    /// container in a file before it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k3s: Option<K3sJoin>,
+}
+
+/// `join.kubeadm`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeadmJoin {
+    /// The control-plane container (on the same Docker host), e.g. `dev-control-plane`.
+    #[schemars(length(min = 1))]
+    pub control_plane: String,
+    /// How long `kubeadm join` may take (default 3m); the bootstrap token expires soon after.
+    #[serde(default = "KubeadmJoin::default_timeout")]
+    pub timeout: Duration,
+}
+
+impl KubeadmJoin {
+    fn default_timeout() -> Duration {
+        Duration::from_secs(180)
+    }
+}
+
+/// `join.k3s`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct K3sJoin {
+    /// The server container (on the same Docker host), e.g. `k3d-dev-server-0`.
+    #[schemars(length(min = 1))]
+    pub server: String,
+    /// The URL agents reach the server at (`K3S_URL`). Default: `https://<server>:6443`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl K3sJoin {
+    /// `K3S_URL` for the new agent.
+    pub fn server_url(&self) -> String {
+        self.url.clone().unwrap_or_else(|| format!("https://{}:6443", self.server))
     }
 }
 

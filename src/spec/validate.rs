@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::locate::FieldPath;
 use super::names;
-use super::{Document, IntOrPercent, Pool, SpecError};
+use super::{Document, EnvValue, IntOrPercent, Pool, SpecError, ValueFrom};
 
 /// Pool names are DNS-1123 labels short enough that `<pool>-<10 hex>-<5 chars>`, the instance
 /// name and hostname, fits the 63 characters of a label.
@@ -84,11 +84,17 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     } else if let Some(problem) = names::image_problem(&t.image) {
         fail(template.key("image"), problem);
     }
-    for key in t.env.keys() {
+    for (key, value) in &t.env {
         if key.is_empty() {
             fail(template.key("env"), "an environment variable has an empty name".to_owned());
         } else if key.contains('=') {
             fail(template.key("env").key(key), "an environment variable name cannot contain '='".to_owned());
+        }
+        if let EnvValue::Secret(secret) = value {
+            let at = template.key("env").key(key).key("valueFrom");
+            for (path, message) in value_from_problems(&secret.value_from, &at) {
+                fail(path, message);
+            }
         }
     }
     for key in t.labels.keys() {
@@ -114,6 +120,10 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
             }
             Some(_) => {}
         }
+    }
+
+    for (path, message) in join_problems(spec) {
+        fail(path, message);
     }
 
     if let Some(node) = &spec.node {
@@ -268,6 +278,9 @@ fn bound_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     if let Some(node) = &spec.node {
         durations.push((FieldPath::of("spec.node.readyTimeout"), node.ready_timeout, true));
     }
+    if let Some(kubeadm) = spec.join.as_ref().and_then(|j| j.kubeadm.as_ref()) {
+        durations.push((FieldPath::of("spec.join.kubeadm.timeout"), kubeadm.timeout, true));
+    }
     for (path, duration, is_timeout) in durations {
         if is_timeout && duration.get().is_zero() {
             fail(path, "must be longer than 0s".to_owned());
@@ -301,6 +314,95 @@ fn bound_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
         }
     }
     errors
+}
+
+/// Where a join writes the credential inside a new container (see `crate::execute`): no mount
+/// of the template may hide it.
+pub const JOIN_DIR: &str = "/etc/poolctl";
+
+/// The environment variables a k3s join sets on the new agent.
+pub const K3S_JOIN_ENV: [&str; 3] = ["K3S_URL", "K3S_TOKEN", "K3S_TOKEN_FILE"];
+
+/// The problems of a `valueFrom`: exactly one source, and a usable one.
+fn value_from_problems(from: &ValueFrom, at: &FieldPath) -> Vec<(FieldPath, String)> {
+    match (&from.file, &from.env) {
+        (None, None) => vec![(at.clone(), "needs `file` or `env`".to_owned())],
+        (Some(_), Some(_)) => vec![(at.clone(), "takes `file` or `env`, not both".to_owned())],
+        (Some(file), None) if file.trim().is_empty() => {
+            vec![(at.key("file"), "must not be empty".to_owned())]
+        }
+        (None, Some(name)) if name.is_empty() || name.contains('=') || name.contains('\0') => {
+            vec![(at.key("env"), format!("{name:?} is not an environment variable name"))]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The problems of `spec.join`: one method, a container name Docker accepts, and nothing in
+/// the template that would fight the join.
+fn join_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let Some(join) = &spec.join else { return errors };
+    let at = FieldPath::of("spec.join");
+    let container = |errors: &mut Vec<(FieldPath, String)>, path: FieldPath, name: &str| {
+        if let Some(problem) = container_name_problem(name) {
+            errors.push((path, problem));
+        }
+    };
+    match (&join.kubeadm, &join.k3s) {
+        (None, None) => errors.push((at.clone(), "needs `kubeadm` or `k3s`".to_owned())),
+        (Some(_), Some(_)) => errors.push((at.clone(), "takes `kubeadm` or `k3s`, not both".to_owned())),
+        (Some(kubeadm), None) => {
+            container(&mut errors, at.key("kubeadm").key("controlPlane"), &kubeadm.control_plane);
+        }
+        (None, Some(k3s)) => {
+            container(&mut errors, at.key("k3s").key("server"), &k3s.server);
+            if let Some(url) = &k3s.url
+                && !(url.starts_with("https://") && url.len() > "https://".len())
+            {
+                errors.push((at.key("k3s").key("url"), format!("{url:?} is not an https:// URL")));
+            }
+            for key in K3S_JOIN_ENV.iter().filter(|k| spec.template.env.contains_key(**k)) {
+                errors.push((
+                    FieldPath::of("spec.template.env").key(key),
+                    format!("{key} is set by join.k3s; leave it out of the template"),
+                ));
+            }
+        }
+    }
+    // The credential is written under JOIN_DIR; a mount there (or over /etc) would hide it.
+    for (path, field) in mount_paths(&spec.template) {
+        let path = path.trim_end_matches('/');
+        if path == "/etc" || path == JOIN_DIR || path.starts_with(&format!("{JOIN_DIR}/")) {
+            errors.push((
+                field,
+                format!("a mount at {path} would hide the join credential poolctl writes to {JOIN_DIR}"),
+            ));
+        }
+    }
+    errors
+}
+
+/// The container path of every volume and tmpfs mount that can be read, with its field.
+fn mount_paths(t: &super::Template) -> Vec<(&str, FieldPath)> {
+    use super::docker;
+    let at = FieldPath::of("spec.template");
+    let volume_paths = t.volumes.iter().enumerate().filter_map(|(i, v)| match docker::parse_volume(v) {
+        Ok(docker::Volume::Anonymous(path)) => Some((path, at.key("volumes").index(i))),
+        Ok(docker::Volume::Mount(m)) => m.split(':').nth(1).map(|path| (path, at.key("volumes").index(i))),
+        Err(_) => None,
+    });
+    let tmpfs_paths = t.tmpfs.iter().enumerate().filter_map(|(i, entry)| {
+        docker::parse_tmpfs(entry).ok().map(|(path, _)| (path, at.key("tmpfs").index(i)))
+    });
+    volume_paths.chain(tmpfs_paths).collect()
+}
+
+/// Why Docker would refuse `name` as a container name, if it would.
+fn container_name_problem(name: &str) -> Option<String> {
+    let valid = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    (!valid).then(|| format!("{name:?} is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)"))
 }
 
 /// Why `name` cannot be a pool name, if it cannot.
@@ -357,15 +459,7 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
 
     // Docker mounts one thing per container path; a second one is refused at create time.
     let mut mounted: HashMap<&str, FieldPath> = HashMap::new();
-    let volume_paths = t.volumes.iter().enumerate().filter_map(|(i, v)| match docker::parse_volume(v) {
-        Ok(docker::Volume::Anonymous(path)) => Some((path, at.key("volumes").index(i))),
-        Ok(docker::Volume::Mount(m)) => m.split(':').nth(1).map(|path| (path, at.key("volumes").index(i))),
-        Err(_) => None,
-    });
-    let tmpfs_paths = t.tmpfs.iter().enumerate().filter_map(|(i, entry)| {
-        docker::parse_tmpfs(entry).ok().map(|(path, _)| (path, at.key("tmpfs").index(i)))
-    });
-    for (path, field) in volume_paths.chain(tmpfs_paths) {
+    for (path, field) in mount_paths(t) {
         if let Some(first) = mounted.get(path) {
             errors.push((field, format!("{path} is already mounted by {first}")));
         } else {
@@ -437,6 +531,81 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The errors of a pool whose `spec` ends with `tail`, as `file:line:col: field: message`.
+    fn errors(tail: &str) -> Vec<String> {
+        let text = format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: w\nspec:\n  replicas: 1\n{tail}"
+        );
+        match super::super::load_files([("a.yaml", text.as_str())]) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn a_value_from_names_one_source() {
+        let found = errors(
+            "  template:\n    image: i\n    env:\n      A: {valueFrom: {}}\n      \
+             B: {valueFrom: {file: /a, env: B}}\n      C: {valueFrom: {env: ''}}\n      \
+             D: {valueFrom: {file: ' '}}\n      E: {valueFrom: {url: x}}\n",
+        );
+        assert_eq!(
+            sorted(found),
+            [
+                "a.yaml:10:22: spec.template.env.A.valueFrom: needs `file` or `env`",
+                "a.yaml:11:22: spec.template.env.B.valueFrom: takes `file` or `env`, not both",
+                "a.yaml:12:28: spec.template.env.C.valueFrom.env: \"\" is not an environment variable name",
+                "a.yaml:13:29: spec.template.env.D.valueFrom.file: must not be empty",
+                "a.yaml:14:22: spec.template.env.E.valueFrom: needs `file` or `env`",
+                "a.yaml:14:23: spec.template.env.E.valueFrom.url: unknown field `url`, expected `file` or `env`",
+            ]
+        );
+    }
+
+    fn sorted(mut errors: Vec<String>) -> Vec<String> {
+        errors.sort();
+        errors
+    }
+
+    #[test]
+    fn a_join_has_one_method_and_nothing_in_the_template_fights_it() {
+        let both =
+            errors("  template: {image: i}\n  join: {kubeadm: {controlPlane: cp}, k3s: {server: s}}\n");
+        assert_eq!(both, ["a.yaml:8:9: spec.join: takes `kubeadm` or `k3s`, not both"], "{both:#?}");
+        let none = errors("  template: {image: i}\n  join: {}\n");
+        assert_eq!(none, ["a.yaml:8:9: spec.join: needs `kubeadm` or `k3s`"], "{none:#?}");
+        let found = errors(
+            "  template:\n    image: i\n    env: {K3S_TOKEN: t, K3S_URL: u}\n    tmpfs: [/etc/poolctl]\n  \
+             join:\n    k3s: {server: 'bad name', url: 'http://s:6443'}\n",
+        );
+        assert_eq!(
+            sorted(found),
+            [
+                "a.yaml:10:13: spec.template.tmpfs[0]: a mount at /etc/poolctl would hide the join credential \
+                 poolctl writes to /etc/poolctl",
+                "a.yaml:12:19: spec.join.k3s.server: \"bad name\" is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)",
+                "a.yaml:12:36: spec.join.k3s.url: \"http://s:6443\" is not an https:// URL",
+                "a.yaml:9:22: spec.template.env.K3S_TOKEN: K3S_TOKEN is set by join.k3s; leave it out of the template",
+                "a.yaml:9:34: spec.template.env.K3S_URL: K3S_URL is set by join.k3s; leave it out of the template",
+            ]
+        );
+        let kubeadm = errors(
+            "  template: {image: i, volumes: ['/etc']}\n  join: {kubeadm: {controlPlane: cp, timeout: 0s}}\n",
+        );
+        assert_eq!(
+            sorted(kubeadm),
+            [
+                "a.yaml:7:34: spec.template.volumes[0]: a mount at /etc would hide the join credential poolctl \
+                 writes to /etc/poolctl",
+                "a.yaml:8:47: spec.join.kubeadm.timeout: must be longer than 0s",
+            ]
+        );
+        assert!(
+            errors("  template: {image: i}\n  join: {kubeadm: {controlPlane: kind-control-plane}}\n")
+                .is_empty()
+        );
+    }
 
     #[test]
     fn pool_names_are_short_dns_labels() {

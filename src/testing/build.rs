@@ -8,7 +8,7 @@ use crate::model::{
     Origin, Pdb, Pod, World, labels,
 };
 use crate::spec::{
-    BootstrapStep, Duration, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
+    BootstrapStep, Duration, EnvValue, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
 };
 
 pub(crate) fn origin() -> Origin {
@@ -57,7 +57,7 @@ impl PoolArgs {
             image: self.image.to_owned(),
             command: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
             entrypoint: None,
-            env: BTreeMap::from([("ROLE".to_owned(), "worker".to_owned())]),
+            env: BTreeMap::from([("ROLE".to_owned(), EnvValue::plain("worker"))]),
             labels: BTreeMap::new(),
             network: self.network.map(str::to_owned),
             ..Template::default()
@@ -75,18 +75,27 @@ impl PoolArgs {
             labels: BTreeMap::new(),
             taints: Vec::new(),
         });
-        let hash = self.hash.map_or_else(|| template_hash(&template, &bootstrap), str::to_owned);
         let rollout = Rollout {
             max_surge: self.surge.into(),
             max_unavailable: self.unavailable.into(),
             ..Rollout::default()
         };
+        let spec = PoolSpec {
+            replicas: self.replicas,
+            template,
+            bootstrap,
+            join: None,
+            node,
+            docker: None,
+            rollout,
+        };
+        let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);
         DesiredPool {
             pool: Pool {
                 api_version: crate::spec::API_VERSION.to_owned(),
                 kind: crate::spec::KIND_POOL.to_owned(),
                 metadata: Metadata { name: self.name.to_owned() },
-                spec: PoolSpec { replicas: self.replicas, template, bootstrap, node, docker: None, rollout },
+                spec,
             },
             file: format!("{}.yaml", self.name),
             template_hash: hash,

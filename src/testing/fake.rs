@@ -10,14 +10,14 @@ use std::time::{Duration, SystemTime};
 use super::sim::SimWorld;
 use crate::backend::{
     BackendError, Cluster, Connect, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer,
-    Stopped, lock_expiry,
+    NewFile, Stopped, lock_expiry,
 };
 use crate::execute::Interrupt;
 use crate::model::{
     ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World,
     is_instance_name, labels,
 };
-use crate::spec::Taint;
+use crate::spec::{Secret, Taint};
 
 /// Docker and every cluster at once, in memory. Clones share the world.
 #[derive(Clone, Default)]
@@ -301,6 +301,18 @@ impl Containers for FakeWorld {
         let exit_code = self.faults().exit_code;
         self.call(format!("exec {name}"), |_| Ok(ExecOutput { exit_code, output: "join failed\n".into() }))
             .await
+    }
+
+    async fn read_file(&self, name: &str, path: &str) -> Result<Secret, BackendError> {
+        self.call(format!("read-file {name} {path}"), |sim| match sim.container(name) {
+            Some(_) => Ok(Secret::new(format!("token-of-{name}"))),
+            None => Err(BackendError::NotFound(format!("container {name}"))),
+        })
+        .await
+    }
+
+    async fn write_file(&self, name: &str, file: &NewFile) -> Result<(), BackendError> {
+        self.call(format!("write-file {name} {}", file.path), |_| Ok(())).await
     }
 
     async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {

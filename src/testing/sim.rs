@@ -45,7 +45,7 @@ impl SimWorld {
     pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { image, template_hash } => {
+            Action::Create { image, template_hash, .. } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
                 let scope = self.scope.clone();
                 let container = Container {
@@ -57,9 +57,9 @@ impl SimWorld {
                 };
                 self.create(container);
             }
-            Action::Bootstrap { .. } => {
-                let c = self.container(name).unwrap_or_else(|| panic!("bootstrap {name}: no container"));
-                assert!(c.is_up(), "bootstrap {name}: container not up");
+            Action::Bootstrap { .. } | Action::Join { .. } => {
+                let c = self.container(name).unwrap_or_else(|| panic!("{name}: no container"));
+                assert!(c.is_up(), "bootstrap or join {name}: container not up");
             }
             Action::AwaitReady { node } => {
                 let c = self.container(name).unwrap_or_else(|| panic!("await {name}: no container"));
@@ -228,7 +228,8 @@ mod tests {
     #[test]
     fn creating_and_retiring_an_instance_changes_the_counts() {
         let mut sim = SimWorld::new(World::default());
-        let create = Action::Create { image: "busybox".to_owned(), template_hash: "abc".to_owned() };
+        let create =
+            Action::Create { image: "busybox".to_owned(), template_hash: "abc".to_owned(), k3s_server: None };
         sim.apply_step("k", &step("k-1", create));
         assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");
         sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));

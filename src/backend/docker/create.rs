@@ -93,7 +93,13 @@ pub(super) fn create_body(spec: &NewContainer) -> Result<ContainerCreateBody, St
         image: Some(spec.image.clone()),
         hostname: Some(spec.name.clone()),
         labels: Some(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
-        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        env: Some(
+            spec.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .chain(spec.secret_env.iter().map(|(k, v)| format!("{k}={}", v.expose())))
+                .collect(),
+        ),
         cmd: spec.command.clone(),
         entrypoint: spec.entrypoint.clone(),
         tty: spec.tty.then_some(true),

@@ -14,21 +14,23 @@ use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum};
 use bollard::query_parameters::{
-    CreateContainerOptions, CreateImageOptions, EventsOptions, InspectContainerOptions,
-    InspectNetworkOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions,
-    WaitContainerOptions,
+    CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, EventsOptions,
+    InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
 };
 use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
-use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, Stopped};
+use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
 use crate::model::{Container, Desired, labels};
+use crate::spec::Secret;
 
 mod convert;
 mod create;
 pub mod endpoint;
 mod events;
 mod lock;
+mod tar;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
@@ -42,6 +44,12 @@ pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// How much exec output and log text is kept: enough for an error message, bounded so that a
 /// chatty bootstrap command cannot grow memory.
 const OUTPUT_CAP: usize = 4096;
+
+/// The largest file read out of a container: a token or a key, not a disk image.
+const MAX_READ: usize = 1 << 20;
+
+/// How many symbolic links a read follows, as a guard against a loop.
+const MAX_LINKS: usize = 8;
 
 /// How many log lines a failed `wait_up` reports.
 const LOG_TAIL: &str = "20";
@@ -359,6 +367,32 @@ impl DockerBackend {
     }
 }
 
+impl DockerBackend {
+    /// The first entry of the archive of `path` in the container, at most [`MAX_READ`] bytes.
+    async fn download(&self, name: &str, path: &str) -> Result<tar::Entry, BackendError> {
+        let doing = || format!("read {path} in container {name}");
+        let options = DownloadFromContainerOptions { path: path.to_owned() };
+        let read = async {
+            let mut stream = self.docker.download_from_container(name, Some(options));
+            let mut archive = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                archive.extend_from_slice(&chunk?);
+                if archive.len() > MAX_READ + 4 * 512 {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(archive))
+        };
+        // The daemon's own words tell a missing container from a missing file.
+        match self.call(read).await.map_err(|e| self.error(&doing(), e))? {
+            Some(archive) => {
+                tar::first_entry(&archive).map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))
+            }
+            None => Err(BackendError::Failed(format!("{}: larger than {MAX_READ} bytes", doing()))),
+        }
+    }
+}
+
 /// What one inspect says about a container that should be coming up.
 enum Judgement {
     Up,
@@ -436,6 +470,10 @@ impl Containers for DockerBackend {
         self.call(self.docker.create_container(Some(options), body))
             .await
             .map_err(|e| self.error(&format!("create container {name}"), e))?;
+        // Before the start, so that what the entrypoint reads at once is there.
+        for file in &spec.files {
+            self.write_file(name, file).await?;
+        }
         // A container that fails to start is left in place on purpose: the next plan sees it as
         // not running and replaces it, and meanwhile `docker logs` and inspect can explain why.
         self.call(self.docker.start_container(name, None))
@@ -451,6 +489,44 @@ impl Containers for DockerBackend {
             // caller stops waiting for it.
             Err(_) => Err(BackendError::Timeout { what: format!("exec {argv:?} in {name}"), after: timeout }),
         }
+    }
+
+    async fn read_file(&self, name: &str, path: &str) -> Result<Secret, BackendError> {
+        let mut path = path.to_owned();
+        for _ in 0..=MAX_LINKS {
+            match self.download(name, &path).await? {
+                tar::Entry::File(bytes) => {
+                    return String::from_utf8(bytes).map(Secret::new).map_err(|_| {
+                        BackendError::Failed(format!("read {path} in {name}: it is not UTF-8 text"))
+                    });
+                }
+                // Docker archives a link as a link; `docker cp -L` follows it on the client side.
+                tar::Entry::Symlink(target) if target.starts_with('/') => path = target,
+                tar::Entry::Symlink(target) => {
+                    let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+                    path = format!("{dir}/{target}");
+                }
+            }
+        }
+        Err(BackendError::Failed(format!("read {path} in {name}: more than {MAX_LINKS} symbolic links")))
+    }
+
+    async fn write_file(&self, name: &str, file: &NewFile) -> Result<(), BackendError> {
+        let doing = || format!("write {} in container {name}", file.path);
+        let (dir, base) = file.path.rsplit_once('/').unwrap_or(("", &file.path));
+        let (parent, dir_name) = dir.rsplit_once('/').unwrap_or(("", dir));
+        if dir_name.is_empty() || base.is_empty() {
+            return Err(BackendError::Failed(format!("{}: needs a path /PARENT/DIR/FILE", doing())));
+        }
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let archive = tar::single_file(dir_name, base, file.content.expose().as_bytes(), now)
+            .map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))?;
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let options = UploadToContainerOptions { path: parent.to_owned(), ..Default::default() };
+        self.call(self.docker.upload_to_container(name, Some(options), bollard::body_full(archive.into())))
+            .await
+            .map_err(|e| self.error(&doing(), e))
     }
 
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {

@@ -1,0 +1,249 @@
+//! Sensitive values: environment values read from a file or poolctl's own environment
+//! (`valueFrom`), and the [`Secret`] that holds such a value, or a join token, in memory.
+//!
+//! A secret is never printed, logged, stored in a label or hashed in clear: its `Debug` and
+//! `Serialize` say `(sensitive)`, and the template hash and the `poolctl.dev/template` label
+//! carry only a digest of it, so that a changed secret still replaces the pool's instances (as
+//! Terraform plans a change of a sensitive value without showing it).
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+use super::locate::FieldPath;
+use super::{Document, SpecErrors};
+
+/// What a sensitive value shows wherever a value would be shown.
+pub const SENSITIVE: &str = "(sensitive)";
+
+/// Hex digits of a secret's digest in the canonical template: enough to tell two values apart,
+/// too few to be worth more than the value's own entropy to anyone guessing.
+const DIGEST_LEN: usize = 16;
+
+/// A sensitive value, held in memory only. It can be read with [`Secret::expose`], and nothing
+/// else shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself: only for the one place that must hand it on (the container's
+    /// environment, a file in the container).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A digest of the value, for the canonical template: `sha256:` and [`DIGEST_LEN`] hex
+    /// digits, of the value behind a fixed prefix (so that it is no plain SHA-256 of the value
+    /// that a table could look up).
+    pub fn digest(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(b"poolctl.dev/secret\0");
+        hasher.update(self.0.as_bytes());
+        format!("sha256:{}", super::hash::hex_prefix(&hasher.finalize(), DIGEST_LEN))
+    }
+
+    /// `text` with every occurrence of the value replaced by `(sensitive)`: for output of a
+    /// command that was handed the value and may echo it.
+    pub fn redact(&self, text: &str) -> String {
+        if self.0.is_empty() { text.to_owned() } else { text.replace(&self.0, SENSITIVE) }
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret{SENSITIVE}")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(SENSITIVE)
+    }
+}
+
+/// One environment value of the template: written in the pool file, or read from elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum EnvValue {
+    /// The value as written (and shown, and stored in the template label).
+    Plain(String),
+    /// `{valueFrom: ...}`: a value that never appears in the plan, logs or labels.
+    Secret(SecretEnv),
+}
+
+impl EnvValue {
+    pub fn plain(value: impl Into<String>) -> Self {
+        Self::Plain(value.into())
+    }
+
+    /// A `valueFrom` whose value has not been read.
+    pub fn is_unread(&self) -> bool {
+        matches!(self, Self::Secret(SecretEnv { value: None, .. }))
+    }
+
+    /// The value to put in the canonical template (hash and label): the plain value, or a
+    /// marker with the secret's digest (`(sensitive)` alone while it has not been read).
+    pub fn canonical(&self) -> String {
+        match self {
+            Self::Plain(value) => value.clone(),
+            Self::Secret(SecretEnv { value: Some(secret), .. }) => {
+                format!("(sensitive {})", secret.digest())
+            }
+            Self::Secret(SecretEnv { value: None, .. }) => SENSITIVE.to_owned(),
+        }
+    }
+}
+
+/// A sensitive environment value: where to read it, and, once read, the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretEnv {
+    pub value_from: ValueFrom,
+    /// Read by the source when it loads the pool (never by `poolctl validate`, which stays
+    /// offline).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub value: Option<Secret>,
+}
+
+/// Where a sensitive value comes from: exactly one of the two.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("minProperties" = 1, "maxProperties" = 1))]
+pub struct ValueFrom {
+    /// A file on the machine that runs poolctl (`~/` is the home directory; a relative path is
+    /// relative to poolctl's working directory, never to the pool file, whose repository must
+    /// not hold the secret). One trailing newline is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// An environment variable of poolctl's own process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+/// Give every `valueFrom` of `docs` its value, read by `read` (which does the I/O: the spec
+/// does none). Every failure is reported, with its place in the pool file; a reason must not
+/// quote the value.
+pub fn read_secrets(
+    docs: &mut [Document],
+    read: impl Fn(&ValueFrom) -> Result<Secret, String>,
+) -> Result<(), SpecErrors> {
+    let mut errors = Vec::new();
+    for doc in docs.iter_mut() {
+        let mut failed = Vec::new();
+        for (key, value) in &mut doc.pool.spec.template.env {
+            if let EnvValue::Secret(secret) = value {
+                match read(&secret.value_from) {
+                    Ok(v) => secret.value = Some(v),
+                    Err(why) => failed.push((key.clone(), why)),
+                }
+            }
+        }
+        for (key, why) in failed {
+            let at = FieldPath::of("spec.template.env").key(&key).key("valueFrom");
+            errors.push(doc.error_at(&at, why));
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
+}
+
+impl<'de> Deserialize<'de> for EnvValue {
+    /// Read as a string first, so that a scalar keeps the text it was written with (`1.10`
+    /// stays `1.10`); a mapping is a `valueFrom`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EnvValueVisitor;
+
+        impl<'de> Visitor<'de> for EnvValueVisitor {
+            type Value = EnvValue;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, or {valueFrom: {file: PATH}} or {valueFrom: {env: NAME}}")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<EnvValue, E> {
+                Ok(EnvValue::plain(value))
+            }
+
+            fn visit_bool<E: de::Error>(self, value: bool) -> Result<EnvValue, E> {
+                Ok(EnvValue::plain(value.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<EnvValue, E> {
+                Ok(EnvValue::plain(value.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<EnvValue, E> {
+                Ok(EnvValue::plain(value.to_string()))
+            }
+
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<EnvValue, E> {
+                Ok(EnvValue::plain(value.to_string()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EnvValue, A::Error> {
+                SecretEnv::deserialize(de::value::MapAccessDeserializer::new(map)).map(EnvValue::Secret)
+            }
+        }
+
+        deserializer.deserialize_str(EnvValueVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_shows_nowhere() {
+        let secret = Secret::new("hunter2");
+        assert_eq!(format!("{secret:?}"), "Secret(sensitive)");
+        assert_eq!(serde_json::to_string(&secret).unwrap(), "\"(sensitive)\"");
+        assert!(!secret.digest().contains("hunter2"));
+        assert_eq!(secret.redact("pass=hunter2;"), "pass=(sensitive);");
+        assert_eq!(Secret::new("").redact("text"), "text");
+    }
+
+    #[test]
+    fn the_digest_tells_values_apart_and_stays_put() {
+        let a = Secret::new("a");
+        assert_eq!(a.digest(), Secret::new("a").digest());
+        assert_ne!(a.digest(), Secret::new("b").digest());
+        assert!(a.digest().starts_with("sha256:"));
+        assert_eq!(a.digest().len(), "sha256:".len() + DIGEST_LEN);
+    }
+
+    #[test]
+    fn env_values_read_plain_or_from_elsewhere() {
+        let text = "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata: {name: p}\nspec:\n  replicas: 1\n  \
+                    template:\n    image: i\n    env:\n      A: 1.10\n      B: {valueFrom: {file: /run/token}}\n      \
+                    C: {valueFrom: {env: TOKEN}}\n";
+        let docs = crate::spec::load_documents("p.yaml", text).unwrap();
+        let env = &docs[0].pool.spec.template.env;
+        // A scalar keeps the text it was written with.
+        assert_eq!(env["A"], EnvValue::plain("1.10"));
+        let from = |file: Option<&str>, env: Option<&str>| {
+            EnvValue::Secret(SecretEnv {
+                value_from: ValueFrom { file: file.map(str::to_owned), env: env.map(str::to_owned) },
+                value: None,
+            })
+        };
+        assert_eq!(env["B"], from(Some("/run/token"), None));
+        assert_eq!(env["C"], from(None, Some("TOKEN")));
+        // Written back, the value is not there to write.
+        assert_eq!(serde_json::to_string(&env["C"]).unwrap(), r#"{"valueFrom":{"env":"TOKEN"}}"#);
+        let mut read = env["C"].clone();
+        if let EnvValue::Secret(s) = &mut read {
+            s.value = Some(Secret::new("v"));
+        }
+        assert_eq!(serde_json::to_string(&read).unwrap(), r#"{"valueFrom":{"env":"TOKEN"}}"#);
+        assert!(read.canonical().starts_with("(sensitive sha256:"), "{}", read.canonical());
+        assert_eq!(env["C"].canonical(), SENSITIVE);
+    }
+}
