@@ -108,7 +108,14 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
     }
     if !pool.instances.is_empty() {
         writeln!(out, "  Instances:")?;
-        let rows: Vec<Vec<String>> = pool.instances.iter().map(instance_row).collect();
+        let with_nodes = pool.instances.iter().any(|i| i.node.is_some());
+        let mut header = vec!["NAME", "CONTAINER"];
+        if with_nodes {
+            header.push("NODE");
+        }
+        header.extend(["TEMPLATE", "FATE"]);
+        let mut rows = vec![header.into_iter().map(str::to_owned).collect()];
+        rows.extend(pool.instances.iter().map(|i| instance_row(i, with_nodes)));
         table(&rows, "    ", out)?;
     }
     if !pool.steps.is_empty() {
@@ -150,15 +157,17 @@ fn pool_header(pool: &PoolPlan) -> String {
     }
 }
 
-fn instance_row(instance: &InstanceStatus) -> Vec<String> {
+/// One row of the instance table; `with_nodes`: the table has a NODE column (some instance of
+/// the pool is a Node), where an instance without a Node shows `-`.
+fn instance_row(instance: &InstanceStatus, with_nodes: bool) -> Vec<String> {
     let mut row = vec![instance.name.clone(), instance.container.clone()];
-    if let Some(node) = &instance.node {
+    if with_nodes {
         let cordoned = match (instance.cordoned, instance.retiring) {
             (true, true) => ", cordoned by poolctl (retiring)",
             (true, false) => ", cordoned (not by poolctl: left as is)",
             (false, _) => "",
         };
-        row.push(format!("node {node}{cordoned}"));
+        row.push(instance.node.as_ref().map_or_else(|| "-".to_owned(), |node| format!("{node}{cordoned}")));
     }
     // An orphan Node has no container, hence no template hash.
     let hash = if instance.template_hash.is_empty() { "-" } else { &instance.template_hash };
@@ -171,7 +180,7 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
 }
 
 /// Rows as left-aligned columns, two spaces apart.
-fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<()> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0))
