@@ -124,6 +124,7 @@ fn desired(replicas: usize, nodes: bool) -> Desired {
             bootstrap: Vec::new(),
             node,
             rollout: Rollout::default(),
+            paused: false,
         },
     };
     Desired {
@@ -157,6 +158,7 @@ fn world(size: usize, template: &Template, nodes: bool) -> World {
             state: ContainerState::Running,
             health: Health::None,
             created: 1_700_000_000 + i64::try_from(i).expect("a small size"),
+            status: "Up 2 hours".to_owned(),
             template: Some(json.clone()),
             scope: Some(scope.clone()),
             image: template.image.clone(),

@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::spec::Duration;
+pub use crate::style::ColorChoice;
 
 /// The exit statuses, shown under every command's `--help`.
 const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no changes), 1 error, \
@@ -34,6 +35,13 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// When to colour the output (plans, status, progress and logs). `auto`: on a terminal,
+    /// unless NO_COLOR is set.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -61,6 +69,12 @@ pub enum Command {
     /// second exits at once.
     #[command(after_help = EXIT_STATUS)]
     Watch(WatchArgs),
+    /// Show each pool of the source as it is now: its instances (template, container, uptime,
+    /// Node), its lock, and whether it is in sync.
+    ///
+    /// Reads only: takes no lock and changes nothing. -w keeps it up to date until Ctrl-C.
+    #[command(after_help = EXIT_STATUS)]
+    Status(StatusArgs),
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
     #[command(after_help = EXIT_STATUS)]
     Validate(SourceArgs),
@@ -120,6 +134,25 @@ pub struct PlanArgs {
 
     #[command(flatten)]
     pub planning: PlanningArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Keep watching: observe again every --interval and on Docker events, and show the status
+    /// again (a terminal is redrawn; a pipe gets each status that changed).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// With -w: how often to observe again.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub interval: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -18,4 +18,5 @@ mod source;
 mod spec;
 mod support;
 mod template;
+mod ux;
 mod watch;

@@ -60,8 +60,17 @@ pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<P
 /// The locks held on the plan's pools, read without taking any. One that cannot be read is
 /// reported and left out: showing a plan does not depend on it.
 pub(super) async fn held_locks(planned: &Planned) -> BTreeMap<String, LockHolder> {
-    let pools = planned.plan.pools.iter().map(|p| p.name.as_str());
-    let (held, unreadable) = inspect_locks(&planned.docker, &planned.clusters, pools).await;
+    held_locks_of(&planned.plan, &planned.docker, &planned.clusters).await
+}
+
+/// The locks held on `plan`'s pools, as [`held_locks`].
+pub(super) async fn held_locks_of(
+    plan: &Plan,
+    docker: &DockerBackend,
+    clusters: &BTreeMap<String, KubeCluster>,
+) -> BTreeMap<String, LockHolder> {
+    let pools = plan.pools.iter().map(|p| p.name.as_str());
+    let (held, unreadable) = inspect_locks(docker, clusters, pools).await;
     for (pool, e) in unreadable {
         tracing::warn!("cannot read the lock of pool {pool}: {e}");
     }

@@ -46,6 +46,7 @@ fn rolling_plan() -> Plan {
         origin: Origin::Path { path: "/pools".into() },
         pools: vec![PoolPlan {
             managed_by: None,
+            paused: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),

@@ -9,6 +9,7 @@ use similar::TextDiff;
 
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
+use crate::style::Style;
 
 /// The locks other actors hold on the plan's pools, by pool name, read when the plan was shown
 /// (they are not part of the plan: whoever holds one may be changing the pool right now).
@@ -26,27 +27,48 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 
 /// Write the plan as text, with a line under the header of each pool that is locked.
 pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
+    render_text_styled(plan, held, Style::PLAIN, out)
+}
+
+/// Write the plan as text, painted with `style`: what is created green, what is retired red,
+/// as `terraform plan` does.
+pub fn render_text_styled(
+    plan: &Plan,
+    held: HeldLocks<'_>,
+    style: Style,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     writeln!(out, "Source: {}", plan.origin)?;
     // Steps are numbered across the whole plan, so that a number names one step of the apply.
     let mut number = 0;
     for pool in &plan.pools {
         writeln!(out)?;
-        writeln!(out, "{}", pool_header(pool))?;
+        writeln!(out, "{}", style.bold(&pool_header(pool)))?;
         if let Some(holder) = held.locks.get(&pool.name) {
             writeln!(out, "  Locked by {}", holder.describe(held.now))?;
         }
-        pool_text(pool, &mut number, out)?;
+        pool_text(pool, &mut number, style, out)?;
     }
     writeln!(out)?;
+    let s = plan.summary;
+    let paused = match s.held {
+        0 => String::new(),
+        1 => " 1 step is held back: its pool is paused.".to_owned(),
+        n => format!(" {n} steps are held back: their pools are paused."),
+    };
     if plan.has_changes() {
-        let s = plan.summary;
         let configure =
             if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
         writeln!(
             out,
-            "Plan: {} to create, {} to retire{configure}, {} unchanged.",
-            s.create, s.retire, s.unchanged
+            "{} {} to create, {} to retire{configure}, {} unchanged.{paused}",
+            style.bold("Plan:"),
+            s.create,
+            s.retire,
+            s.unchanged
         )
+    } else if s.held > 0 {
+        writeln!(out, "No changes will be made.{paused}")
     } else {
         writeln!(out, "No changes. The world matches the source.")
     }
@@ -91,9 +113,13 @@ pub fn render_json_locked(
 const JSON_FORMAT_VERSION: u32 = 1;
 
 /// The pool's body, under its header.
-fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
+fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
-    if pool.steps.is_empty() && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign) {
+    if pool.steps.is_empty()
+        && held.is_empty()
+        && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
+    {
         return Ok(());
     }
     if let Some(change) = &pool.template_change {
@@ -103,7 +129,13 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
             .header(&format!("template {}", change.from_hash), &format!("template {}", change.to_hash))
             .to_string();
         for line in diff.lines() {
-            writeln!(out, "  {line}")?;
+            let painted = match line.as_bytes().first() {
+                Some(b'+') => style.green(line),
+                Some(b'-') => style.red(line),
+                Some(b'@') => style.cyan(line),
+                _ => line.to_owned(),
+            };
+            writeln!(out, "  {painted}")?;
         }
     }
     if !pool.instances.is_empty() {
@@ -114,15 +146,28 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
             header.push("NODE");
         }
         header.extend(["TEMPLATE", "FATE"]);
+        let fate = header.len() - 1;
         let mut rows = vec![header.into_iter().map(str::to_owned).collect()];
         rows.extend(pool.instances.iter().map(|i| instance_row(i, with_nodes)));
-        table(&rows, "    ", out)?;
+        let paint = |row: usize, column: usize, cell: &str| match (row, column) {
+            (0, _) => style.bold(cell),
+            (_, c) if c == fate && cell == "retire" => style.red(cell),
+            _ => cell.to_owned(),
+        };
+        table(&rows, "    ", &paint, out)?;
     }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
         for step in &pool.steps {
             *number += 1;
-            step_text(*number, step, out)?;
+            step_text(&format!("{:>2}.", *number), step, style, out)?;
+        }
+    }
+    if !held.is_empty() {
+        // Unnumbered: a number names a step that apply carries out.
+        writeln!(out, "  Steps held back (the pool is paused; apply and watch leave it as it is):")?;
+        for step in held {
+            step_text("  -", step, style, out)?;
         }
     }
     Ok(())
@@ -151,8 +196,13 @@ fn pool_header(pool: &PoolPlan) -> String {
             };
             let hash = pool.template_hash.as_deref().unwrap_or_default();
             let was = pool.template_change.as_ref().map(|c| format!(" (was {})", c.from_hash));
-            let up_to_date = if pool.steps.is_empty() { ", up to date" } else { "" };
-            format!("Pool {name}{new}: {replicas}, template {hash}{}{up_to_date}", was.unwrap_or_default())
+            let state = match &pool.paused {
+                Some(held) if held.steps.is_empty() => ", up to date, paused",
+                Some(_) => ", paused",
+                None if pool.steps.is_empty() => ", up to date",
+                None => "",
+            };
+            format!("Pool {name}{new}: {replicas}, template {hash}{}{state}", was.unwrap_or_default())
         }
     }
 }
@@ -179,20 +229,39 @@ fn instance_row(instance: &InstanceStatus, with_nodes: bool) -> Vec<String> {
     row
 }
 
+/// How a table cell is painted: `(row, column, text) -> text`, row 0 the header. Widths are
+/// taken before painting, so colour codes never shift a column.
+pub(crate) type Paint<'a> = &'a dyn Fn(usize, usize, &str) -> String;
+
 /// Rows as left-aligned columns, two spaces apart.
-pub(crate) fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn table(
+    rows: &[Vec<String>],
+    indent: &str,
+    paint: Paint<'_>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0))
-        .collect();
-    for row in rows {
-        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        writeln!(out, "{indent}{}", cells.join("  ").trim_end())?;
+    let width = |cell: &String| cell.chars().count();
+    let widths: Vec<usize> =
+        (0..columns).map(|i| rows.iter().filter_map(|r| r.get(i)).map(width).max().unwrap_or(0)).collect();
+    for (r, row) in rows.iter().enumerate() {
+        let mut line = indent.to_owned();
+        for (c, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(&paint(r, c, cell));
+            if c + 1 < row.len() {
+                line.push_str(&" ".repeat(w - width(cell)));
+            }
+        }
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }
 
-fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> {
+/// One step, after its `marker` (its number, or a dash for a step held back).
+fn step_text(marker: &str, step: &Step, style: Style, out: &mut dyn Write) -> io::Result<()> {
     let detail = match &step.action {
         Action::Create { image, .. } => format!("  (image {image})"),
         Action::Bootstrap { commands: 1 } => "  (1 command)".to_owned(),
@@ -205,7 +274,13 @@ fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> 
         }
         _ => String::new(),
     };
-    writeln!(out, "    {:>2}. {:<11} {}{detail}", number, step.action.verb(), step.instance)?;
+    let verb = format!("{:<11}", step.action.verb());
+    let verb = match step.action {
+        Action::Create { .. } => style.green(&verb),
+        _ if step.action.is_retirement() => style.red(&verb),
+        _ => verb,
+    };
+    writeln!(out, "    {marker} {verb} {}{detail}", step.instance)?;
     if let Action::Drain(preview) = &step.action {
         drain_text(preview, out)?;
     }

@@ -1,6 +1,7 @@
-//! Docker's event stream as drift signals for `watch`: the die, stop and destroy events of one
-//! source's containers, debounced into one-line descriptions, re-subscribed with backoff
-//! whenever the daemon goes away.
+//! Docker's event stream as drift signals for `watch` (the die, stop and destroy events of one
+//! source's containers) and as redraw signals for `status -w` (their starts and creations too),
+//! debounced into one-line descriptions, re-subscribed with backoff whenever the daemon goes
+//! away.
 
 use std::time::Duration;
 
@@ -19,12 +20,21 @@ const DRIFT_DEBOUNCE: Duration = Duration::from_millis(250);
 /// The longest wait before subscribing again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// The events that mean a container stopped serving.
+const DRIFT: &[&str] = &["die", "stop", "destroy"];
+
 /// Forward the drift events of the containers whose scope label is `scope` to `tx`, until `tx`
 /// is closed.
 pub async fn drift_events(scope: String, tx: mpsc::Sender<String>) {
+    container_events(scope, DRIFT, tx).await;
+}
+
+/// Forward the `actions` (`die`, `start`...) of the containers whose scope label is `scope` to
+/// `tx`, until `tx` is closed.
+pub async fn container_events(scope: String, actions: &'static [&'static str], tx: mpsc::Sender<String>) {
     let mut failures = 0;
     loop {
-        match subscribe(&scope, &tx).await {
+        match subscribe(&scope, actions, &tx).await {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -39,11 +49,11 @@ pub async fn drift_events(scope: String, tx: mpsc::Sender<String>) {
     }
 }
 
-async fn subscribe(scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String> {
+async fn subscribe(scope: &str, actions: &[&str], tx: &mpsc::Sender<String>) -> Result<(), String> {
     let docker = DockerBackend::connect().await.map_err(|e| e.to_string())?;
     let filters = [
         ("type", vec!["container".to_owned()]),
-        ("event", vec!["die".to_owned(), "stop".to_owned(), "destroy".to_owned()]),
+        ("event", actions.iter().map(|&a| a.to_owned()).collect()),
         ("label", vec![format!("{}={scope}", labels::SCOPE)]),
     ];
     let options = EventsOptions {

@@ -30,7 +30,7 @@ mod lock;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
-pub use events::drift_events;
+pub use events::{container_events, drift_events};
 pub use lock::lock_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
