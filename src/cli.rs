@@ -51,11 +51,16 @@ pub enum Command {
     /// Show what apply would do, without changing anything.
     #[command(after_help = EXIT_STATUS)]
     Plan(PlanArgs),
-    /// Compute the plan, show it, and carry it out.
+    /// Compute the plan, show it, and carry it out; or carry out a plan saved with `plan --out`.
     ///
     /// Asks for confirmation unless --yes is given. Stops at the first failure with the old
     /// instances still running; running apply again continues from what the world shows.
-    #[command(after_help = EXIT_STATUS)]
+    ///
+    /// With a PLAN_FILE, carries out exactly that plan, new instance names included, without
+    /// asking (it was reviewed when it was made), and refuses it, changing nothing, when the
+    /// source or the world changed since it was made.
+    #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
+    #[command(after_help = EXIT_STATUS, mut_arg("source", |a| a.required(false).required_unless_present("plan_file")))]
     Apply(ApplyArgs),
     /// Keep the world equal to the source: reconcile now, then whenever the source changes or
     /// the world drifts, until interrupted.
@@ -97,12 +102,14 @@ pub enum Command {
 }
 
 /// Where the pool files are.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SourceArgs {
     /// A pool file, a directory of them, or a Git repository (a local repository path with
     /// --ref, or a URL: file://, https://, ssh://, git@host:path).
-    #[arg(short, long, value_name = "PATH|URL")]
-    pub source: String,
+    // An Option only so that `apply PLAN_FILE` may leave it out (the file names its source);
+    // every other command requires it.
+    #[arg(short, long, value_name = "PATH|URL", required = true)]
+    pub source: Option<String>,
 
     /// For a Git source: the branch, tag or commit to read (default: the remote's HEAD).
     /// Giving --ref makes a local path a Git source.
@@ -132,6 +139,11 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Also save the plan to FILE (the document `-o json` prints), for `poolctl apply FILE` to
+    /// carry out exactly.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -157,6 +169,11 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
+    /// A plan saved with `poolctl plan --out FILE`: carry out exactly that plan. --source may
+    /// then be left out (the file names it).
+    #[arg(value_name = "PLAN_FILE", conflicts_with_all = ["dry_run", "prune", "adopt"])]
+    pub plan_file: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -231,7 +248,9 @@ impl PlanningArgs {
         crate::plan::PlanOptions {
             prune: self.prune,
             adopt: self.adopt,
-            seed: crate::plan::PlanOptions::fresh_seed(),
+            // Derived from the source revision and the observed world when the plan is made
+            // (`crate::observe::observe_plan`), so that plan and apply name the same instances.
+            seed: 0,
         }
     }
 }

@@ -49,9 +49,122 @@ async fn status_w_shows_a_container_that_stopped_as_soon_as_docker_reports_it() 
     assert_eq!(first["pools"][0]["instances"][0]["container"], "running");
     s.docker().kill(&name).await;
     let next = watch.wait_until(Stream::Stdout, "a status with the container exited", |l| {
-        serde_json::from_str::<Value>(l).is_ok_and(|v| v["pools"][0]["instances"][0]["container"] != "running")
+        serde_json::from_str::<Value>(l)
+            .is_ok_and(|v| v["pools"][0]["instances"][0]["container"] != "running")
     });
     let next: Value = serde_json::from_str(&next).unwrap();
     assert_eq!(next["pools"][0]["in_sync"], false, "{next}");
     watch.assert_alive();
+}
+
+/// The instances a plan creates, in plan order, from its JSON.
+fn created(plan: &Value) -> Vec<String> {
+    let steps = plan["pools"].as_array().unwrap().iter().flat_map(|p| p["steps"].as_array().unwrap());
+    steps.filter(|s| s["action"] == "create").map(|s| s["instance"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Names of the scenario's running containers, sorted.
+async fn running(s: &Scenario) -> Vec<String> {
+    s.running().await.into_iter().map(|c| c.name).collect()
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn plan_and_apply_name_the_same_new_instances() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2));
+    let plan: Value = serde_json::from_str(&s.run("plan", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let shown = created(&plan);
+    assert_eq!(shown.len(), 2);
+    let text = s.run("plan", &[]).expect_code(0).stdout;
+    assert!(shown.iter().all(|n| text.contains(n.as_str())), "the text plan names them too:\n{text}");
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(running(&s).await, sorted(shown));
+}
+
+#[tokio::test]
+async fn a_saved_plan_is_carried_out_exactly_across_batches_creating_the_names_it_showed() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2).env("V", "1"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    s.write_pool(&s.pool().replicas(2).env("V", "2"));
+    let file = s.path("rollout.plan.json");
+    let file = file.to_str().unwrap();
+    let made = s.run("plan", &["--out", file]).expect_code(0);
+    assert!(made.stdout.contains(&format!("poolctl apply {file}")), "{}", made.stdout);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    // The `-o json` document, with what makes it a saved plan.
+    let json: Value = serde_json::from_str(&s.run("plan", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    assert_eq!(json, saved, "plan -o json prints the saved plan");
+    assert_eq!(saved["format_version"], 1);
+    assert!(saved["revision"].as_str().unwrap().starts_with("content:"), "{saved}");
+    let names = created(&saved);
+    assert_eq!(names.len(), 2, "two batches of maxSurge 1");
+
+    // No --source: the file names it; no question: it was reviewed when it was saved.
+    let apply = s.run_bare(&["apply", file]).expect_code(0);
+    assert!(apply.stdout.contains("Carrying out the saved plan"), "{}", apply.stdout);
+    assert_eq!(running(&s).await, sorted(names));
+    assert!(s.containers().await.iter().all(|c| c.state == poolctl::model::ContainerState::Running));
+}
+
+#[tokio::test]
+async fn a_saved_plan_is_refused_once_the_world_changed_saying_what_changed() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2).env("V", "1"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    s.write_pool(&s.pool().replicas(2).env("V", "2"));
+    let file = s.path("p.json");
+    s.run("plan", &["--out", file.to_str().unwrap()]).expect_code(0);
+    let victim = s.running().await.remove(0).name;
+    s.docker().kill(&victim).await;
+    let before = s.containers().await;
+
+    let refused = s.run_bare(&["apply", file.to_str().unwrap()]).expect_code(1);
+    assert!(refused.stderr.contains("is stale, nothing was changed"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!("container {victim}: running then, exited now")),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(s.containers().await, before, "nothing was changed");
+}
+
+#[tokio::test]
+async fn a_plan_saved_on_an_empty_pool_is_refused_once_the_pool_has_instances() {
+    // terraform#24078: a plan made against no state must not be applied over state made since.
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    let file = s.path("empty.json");
+    s.run("plan", &["--out", file.to_str().unwrap()]).expect_code(0);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let existing = running(&s).await;
+
+    let refused = s.run_bare(&["apply", file.to_str().unwrap()]).expect_code(1);
+    let expected = format!("pool {} had no container when the plan was made; now it has 1", s.pool_name());
+    assert!(refused.stderr.contains(&expected), "{}", refused.stderr);
+    assert_eq!(running(&s).await, existing, "no second instance");
+}
+
+#[tokio::test]
+async fn a_saved_plan_is_refused_once_the_source_changed() {
+    let Some(mut s) = Scenario::with_docker().await else { return };
+    s.init_git();
+    s.write_pool(&s.pool().replicas(1).env("V", "1"));
+    let first = s.commit("v1");
+    let dir = s.dir().display().to_string();
+    s.set_source(&["--source", &dir, "--ref", "main"]);
+    let file = s.path("git.json");
+    s.run("plan", &["--out", file.to_str().unwrap()]).expect_code(0);
+    s.write_pool(&s.pool().replicas(1).env("V", "2"));
+    let second = s.commit("v2");
+
+    let refused = s.run_bare(&["apply", file.to_str().unwrap()]).expect_code(1);
+    let expected = format!("the source moved from commit {first} to {second}");
+    assert!(refused.stderr.contains(&expected), "{}", refused.stderr);
+    assert!(s.containers().await.is_empty(), "nothing was created");
 }

@@ -11,26 +11,33 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use anyhow::{Result, anyhow, bail};
+use std::path::Path;
 
-use super::common::{Planned, compute, confirm, held_locks, write_stdout};
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::Ui;
+use super::common::{Planned, compute, compute_for, confirm, held_locks, load_source, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::docker::DockerBackend;
 use crate::backend::kube::KubeCluster;
-use crate::cli::ApplyArgs;
+use crate::cli::{ApplyArgs, SourceArgs};
 use crate::execute::{Executor, Interrupt, StopReason};
 use crate::lock::{LockFailure, LockSettings, PoolLocks};
-use crate::model::Desired;
-use crate::plan::{HeldLocks, Plan, PlanOptions, render_text, render_text_locked};
+use crate::model::{Desired, Origin};
+use crate::plan::saved::{self, SavedPlan};
+use crate::plan::{HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_text, render_text_styled};
 
-pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
-    // One seed for the plan shown and the plan made under the locks: in an unchanged world the
-    // two are the same, new instance names included.
-    let options = args.planning.options();
-    let planned = compute(&args.source, options).await?;
+pub(super) async fn apply_command(args: ApplyArgs, ui: Ui) -> Result<Exit> {
+    if let Some(file) = &args.plan_file {
+        return apply_saved(file, &args, ui).await;
+    }
+    let planned = compute(&args.source, args.planning.options()).await?;
+    // The options the plan was made with, its seed included: the plan made under the locks in
+    // an unchanged world is the same, new instance names included.
+    let options = planned.options;
     let locks = held_locks(&planned).await;
     let held = HeldLocks { locks: &locks, now: SystemTime::now() };
-    write_stdout(|out| render_text_locked(&planned.plan, held, out))?;
+    write_stdout(|out| render_text_styled(&planned.plan, held, ui.color.stdout(), out))?;
     if !planned.plan.has_changes() || args.dry_run {
         return Ok(Exit::Success);
     }
@@ -38,11 +45,8 @@ pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
         bail!("apply cancelled: nothing was changed");
     }
 
-    let settings = LockSettings::new("apply", args.lock_timeout.get())?;
-    let interrupt = Arc::new(Interrupt::default());
-    spawn_interrupt_handler(Arc::clone(&interrupt));
-    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
-    let Planned { desired, docker, clusters, plan } = &planned;
+    let Session { settings, interrupt, progress } = Session::start(&args)?;
+    let Planned { desired, docker, clusters, plan, .. } = &planned;
     let mut locks = PoolLocks::new(docker, clusters, &settings, &progress);
     let result = match locks.lock_and_replan(desired, plan, options, &interrupt).await {
         Ok(current) => {
@@ -53,6 +57,140 @@ pub(super) async fn apply_command(args: ApplyArgs) -> Result<Exit> {
     };
     locks.release().await;
     result
+}
+
+/// `apply PLAN_FILE`: carry out exactly the saved plan, or refuse it, changing nothing, when
+/// the source or the world changed since it was made. No question is asked: the plan was
+/// reviewed when it was saved, as with `terraform apply PLANFILE`.
+async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
+    let saved = read_saved(file)?;
+    let source = match &args.source.source {
+        Some(_) => args.source.clone(),
+        None => source_of(&saved.origin),
+    };
+    let desired = load_source(&source)?;
+    let name = file.display();
+    if desired.origin.scope() != saved.origin.scope() {
+        bail!(
+            "{name} is a plan for the source {}, not {}: nothing was changed",
+            saved.origin,
+            desired.origin
+        );
+    }
+    let options = saved.provenance.plan_options().ok_or_else(|| {
+        anyhow!("{name}: `options.seed` is not 16 hex digits; is this a plan poolctl saved?")
+    })?;
+    let revision = saved::revision(&desired);
+    if revision != saved.provenance.revision {
+        let change = match (&saved.origin, &desired.origin) {
+            (Origin::Git { commit: then, .. }, Origin::Git { commit: now, .. }) => {
+                format!("the source moved from commit {then} to {now}")
+            }
+            _ => "the pool files changed".to_owned(),
+        };
+        return Err(stale(file, &[change]));
+    }
+    let planned = compute_for(desired, options).await?;
+    // A first look without the locks: a stale plan is refused before any is taken.
+    let changes = saved::world_changes(&saved.provenance.observed, &planned.provenance.observed);
+    if !changes.is_empty() {
+        return Err(stale(file, &changes));
+    }
+    let steps = saved.skeleton().len();
+    if steps == 0 {
+        write_stdout(|out| writeln!(out, "The saved plan {name} has no changes: nothing to do."))?;
+        return Ok(Exit::Success);
+    }
+    let style = ui.color.stdout();
+    write_stdout(|out| {
+        writeln!(out, "{}", style.bold(&format!("Carrying out the saved plan {name}: {steps} steps.")))
+    })?;
+
+    let Session { settings, interrupt, progress } = Session::start(args)?;
+    let Planned { desired, docker, clusters, plan, .. } = &planned;
+    let mut locks = PoolLocks::new(docker, clusters, &settings, &progress);
+    let result = match locks.lock_and_observe(desired, plan, options, &interrupt).await {
+        // The world the saved plan is checked against is the one observed under the locks:
+        // nobody else can change the pools from then on.
+        Ok((current, world)) => {
+            let changes =
+                saved::world_changes(&saved.provenance.observed, &saved::observe_pools(desired, &world));
+            if !changes.is_empty() {
+                Err(stale(file, &changes))
+            } else if saved::skeleton(&current) != saved.skeleton() {
+                // The world agrees on everything the observation records, yet the plan made
+                // from it differs (a Node's labels, say): never carry out another plan.
+                Err(stale(
+                    file,
+                    &["the plan made now differs from the saved one (run poolctl plan to see it)".to_owned()],
+                ))
+            } else {
+                let run =
+                    Run { desired, docker, clusters, progress: &progress, interrupt: &interrupt, options };
+                locks.hold_while(&interrupt, Box::pin(run.carry_out(&current, &current, true))).await
+            }
+        }
+        Err(e) => Err(lock_failure(e)),
+    };
+    locks.release().await;
+    result
+}
+
+/// Read a plan saved by `plan --out` (or printed by `plan -o json`).
+fn read_saved(file: &Path) -> Result<SavedPlan> {
+    let name = file.display();
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the plan file {name}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{name} is not a plan file (not JSON)"))?;
+    let version = value.get("format_version").and_then(serde_json::Value::as_u64);
+    if version != Some(u64::from(JSON_FORMAT_VERSION)) {
+        bail!(
+            "{name}: plan format_version {} is not the one this poolctl reads ({JSON_FORMAT_VERSION}); make the plan again",
+            version.map_or_else(|| "(none)".to_owned(), |v| v.to_string())
+        );
+    }
+    serde_json::from_value(value).with_context(|| {
+        format!("{name} is not a saved plan (made by `poolctl plan --out FILE` or `poolctl plan -o json`)")
+    })
+}
+
+/// The `--source`, `--ref` and `--path` that read `origin` again.
+fn source_of(origin: &Origin) -> SourceArgs {
+    match origin {
+        Origin::Path { path } => SourceArgs { source: Some(path.clone()), ..SourceArgs::default() },
+        Origin::Git { url, reference, path, .. } => SourceArgs {
+            source: Some(url.clone()),
+            reference: Some(reference.clone()),
+            path: Some(path.clone()).filter(|p| !p.is_empty()),
+        },
+    }
+}
+
+/// A stale saved plan is refused, saying what changed.
+fn stale(file: &Path, changes: &[String]) -> anyhow::Error {
+    let list: Vec<String> = changes.iter().map(|c| format!("  - {c}")).collect();
+    anyhow!(
+        "the saved plan {} is stale, nothing was changed; since it was made:\n{}\nMake a new plan and review it.",
+        file.display(),
+        list.join("\n")
+    )
+}
+
+/// What a rollout needs once confirmed: the lock settings, the interrupt flag (armed on
+/// Ctrl-C and SIGTERM) and where progress goes.
+struct Session {
+    settings: LockSettings,
+    interrupt: Arc<Interrupt>,
+    progress: Mutex<Box<dyn Write + Send>>,
+}
+
+impl Session {
+    fn start(args: &ApplyArgs) -> Result<Self> {
+        let settings = LockSettings::new("apply", args.lock_timeout.get())?;
+        let interrupt = Arc::new(Interrupt::default());
+        spawn_interrupt_handler(Arc::clone(&interrupt));
+        Ok(Self { settings, interrupt, progress: Mutex::new(Box::new(io::stdout())) })
+    }
 }
 
 /// What carrying a plan out needs.
@@ -107,7 +245,7 @@ impl Run<'_> {
 /// What a plan does, without what the world looked like: the steps, by pool and instance. A
 /// pod rescheduled since the confirmation changes a drain preview, not what apply will do.
 fn skeleton(plan: &Plan) -> Vec<(&str, &str, &str)> {
-    plan.steps().map(|(p, s)| (p.name.as_str(), s.instance.as_str(), s.action.verb())).collect()
+    saved::skeleton(plan)
 }
 
 /// A lock held by another run names the holder and the ways out.

@@ -11,13 +11,19 @@ use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::SourceArgs;
 use crate::lock::inspect_locks;
 use crate::model::{Desired, LockHolder};
-use crate::observe::observe_and_plan;
+use crate::observe::{Planned as ObservedPlan, observe_plan};
+use crate::plan::saved::Provenance;
 use crate::plan::{Plan, PlanOptions};
 use crate::source::{self, SourceSpec};
 
 /// The classified `--source`/`--ref`/`--path`.
 pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
-    Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?)
+    Ok(SourceSpec::new(source_name(args), args.reference.as_deref(), args.path.as_deref())?)
+}
+
+/// `--source` (clap requires it wherever it cannot be left out).
+fn source_name(args: &SourceArgs) -> &str {
+    args.source.as_deref().unwrap_or_default()
 }
 
 /// Read and validate the source.
@@ -32,12 +38,12 @@ pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
             let lines: Vec<String> = errors.0.iter().map(|e| format!("  {e}")).collect();
             bail!(
                 "the pool spec in {} has {n} error{}:\n{}",
-                args.source,
+                source_name(args),
                 if n == 1 { "" } else { "s" },
                 lines.join("\n")
             )
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read the source {}", args.source)),
+        Err(e) => Err(e).with_context(|| format!("cannot read the source {}", source_name(args))),
     }
 }
 
@@ -47,14 +53,24 @@ pub(super) struct Planned {
     pub docker: DockerBackend,
     pub clusters: std::collections::BTreeMap<String, KubeCluster>,
     pub plan: Plan,
+    /// The revision and observation it was made from (what a saved plan records).
+    pub provenance: Provenance,
+    /// The options it was made with, the seed of its instance names included.
+    pub options: PlanOptions,
 }
 
 /// Read the source, connect to Docker, observe and plan: what plan and apply both do first.
 pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<Planned> {
     let desired = load_source(args)?;
+    compute_for(desired, options).await
+}
+
+/// Connect to Docker, observe and plan towards `desired`.
+pub(super) async fn compute_for(desired: Desired, options: PlanOptions) -> Result<Planned> {
     let docker = DockerBackend::connect().await?;
-    let (clusters, plan) = observe_and_plan(&desired, &docker, &KubeConnect, options).await?;
-    Ok(Planned { desired, docker, clusters, plan })
+    let observed = observe_plan(&desired, &docker, &KubeConnect, options).await?;
+    let ObservedPlan { clusters, plan, provenance, options } = observed;
+    Ok(Planned { desired, docker, clusters, plan, provenance, options })
 }
 
 /// The locks held on the plan's pools, read without taking any. One that cannot be read is

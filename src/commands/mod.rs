@@ -30,8 +30,8 @@ pub struct Ui {
 pub async fn dispatch(command: Command, ui: Ui) -> Result<Exit> {
     match command {
         Command::Status(args) => status::status_command(args, ui).await,
-        Command::Plan(args) => plan::plan_command(args).await,
-        Command::Apply(args) => apply::apply_command(args).await,
+        Command::Plan(args) => plan::plan_command(args, ui).await,
+        Command::Apply(args) => apply::apply_command(args, ui).await,
         Command::Validate(args) => validate::validate_command(&args),
         Command::Watch(args) => watch::watch_command(args).await,
         Command::Completions { shell } => {

@@ -188,7 +188,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 break;
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(ExecuteError::Observe)?;
-            current = crate::plan::plan(self.desired, &world, options.reseeded());
+            // The same seed: the steps left keep the names the plan showed for them.
+            current = crate::plan::plan(self.desired, &world, options);
             // Only the pools this run set out to change: the caller holds their locks (see
             // `crate::lock`); work the world now shows elsewhere is left to the next run.
             current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));

@@ -3,6 +3,7 @@
 
 mod planner;
 mod render;
+pub mod saved;
 #[cfg(test)]
 mod tests;
 
@@ -13,7 +14,8 @@ use crate::model::Origin;
 pub use planner::{PlanOptions, is_up};
 pub(crate) use render::table;
 pub use render::{
-    HeldLocks, render_json, render_json_locked, render_text, render_text_locked, render_text_styled,
+    HeldLocks, JSON_FORMAT_VERSION, render_json, render_json_locked, render_json_saved, render_text,
+    render_text_locked, render_text_styled,
 };
 
 use crate::model::{Desired, World};

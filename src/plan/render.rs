@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use similar::TextDiff;
 
+use super::saved::Provenance;
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
 use crate::style::Style;
@@ -85,6 +86,18 @@ pub fn render_json_locked(
     locks: &BTreeMap<String, LockHolder>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    render_json_saved(plan, locks, None, out)
+}
+
+/// Write the plan as JSON, with a `lock` in each pool that is locked and, given its
+/// provenance, the fields that make it a saved plan `apply FILE` carries out (`revision`,
+/// `options`, `observed`).
+pub fn render_json_saved(
+    plan: &Plan,
+    locks: &BTreeMap<String, LockHolder>,
+    provenance: Option<&Provenance>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     /// The plan with a version of its JSON shape in front, so that consumers can tell when it
     /// changes incompatibly.
     #[derive(Serialize)]
@@ -93,6 +106,8 @@ pub fn render_json_locked(
         origin: &'a crate::model::Origin,
         pools: Vec<Pool<'a>>,
         summary: &'a super::Summary,
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        provenance: Option<&'a Provenance>,
     }
     #[derive(Serialize)]
     struct Pool<'a> {
@@ -104,13 +119,13 @@ pub fn render_json_locked(
     // Destructured in full, so that a field added to the plan cannot be left out here.
     let Plan { origin, pools, summary } = plan;
     let pools = pools.iter().map(|pool| Pool { pool, lock: locks.get(&pool.name) }).collect();
-    let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary };
+    let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary, provenance };
     serde_json::to_writer_pretty(&mut *out, &versioned)?;
     writeln!(out)
 }
 
-/// The version of the `-o json` shape (documented in the README).
-const JSON_FORMAT_VERSION: u32 = 1;
+/// The version of the `-o json` shape (documented in the README), saved plans included.
+pub const JSON_FORMAT_VERSION: u32 = 1;
 
 /// The pool's body, under its header.
 fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Write) -> io::Result<()> {
