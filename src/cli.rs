@@ -185,6 +185,12 @@ pub struct ApplyArgs {
     #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
 
+    /// Output format: `json` writes one JSON object per line: the plan, then each step's
+    /// start, waits, done or failed (with durations), then the end (needs --yes or a plan file:
+    /// there is no question in JSON).
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
     /// How long to wait for the lock of a pool that another apply or watch is changing
     /// (default: fail at once, naming the holder).
     #[arg(long, value_name = "DURATION", default_value = "0s")]

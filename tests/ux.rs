@@ -168,3 +168,212 @@ async fn a_saved_plan_is_refused_once_the_source_changed() {
     assert!(refused.stderr.contains(&expected), "{}", refused.stderr);
     assert!(s.containers().await.is_empty(), "nothing was created");
 }
+
+/// A second pool of the scenario, `<pool>-b`, labelled so that the guard removes it too.
+fn second_pool(s: &Scenario, replicas: u32, version: &str) -> String {
+    let pool = s.pool_name();
+    let text = s.pool().replicas(replicas).env("V", version).to_string();
+    text.replacen(&format!("name: {pool}"), &format!("name: {pool}-b"), 1)
+}
+
+/// `n. verb instance` of a plan's text, by number.
+fn plan_steps(text: &str) -> Vec<(usize, String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (n, rest) = l.trim().split_once(". ")?;
+            let mut words = rest.split_whitespace();
+            Some((n.parse().ok()?, words.next()?.to_owned(), words.next()?.to_owned()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn apply_numbers_each_step_as_the_plan_did_across_batches_and_pools() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write("a.yaml", &s.pool().replicas(2).env("V", "1").to_string());
+    s.write("b.yaml", &second_pool(&s, 2, "1"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    s.write("a.yaml", &s.pool().replicas(2).env("V", "2").to_string());
+    s.write("b.yaml", &second_pool(&s, 2, "2"));
+
+    let planned = plan_steps(&s.run("plan", &[]).expect_code(0).stdout);
+    assert_eq!(planned.len(), 16, "{planned:?}");
+    let apply = s.run("apply", &["--yes"]).expect_code(0).stdout;
+    // Pool a's second batch runs after pool b's first, yet keeps the numbers the plan gave it.
+    let mut seen = Vec::new();
+    for line in apply.lines().filter(|l| l.ends_with(" ...")) {
+        let (number, rest) = line.trim_start_matches('[').split_once("] ").unwrap();
+        let (n, total) = number.split_once('/').unwrap();
+        assert_eq!(total, "16", "{line}");
+        let mut words = rest.split_whitespace();
+        let step =
+            (n.parse::<usize>().unwrap(), words.next().unwrap().to_owned(), words.next().unwrap().to_owned());
+        assert!(planned.contains(&step), "{line} is not step {n} of the plan {planned:?}");
+        seen.push(step.0);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=16).collect::<Vec<_>>(), "{apply}");
+    assert!(apply.contains("-- looked at the world again: 8 steps to go, as planned"), "{apply}");
+}
+
+#[tokio::test]
+async fn apply_o_json_writes_one_event_per_line_with_durations() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2));
+    let refused = s.run("apply", &["-o", "json"]).expect_code(1);
+    assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
+    let run = s.run("apply", &["--yes", "-o", "json"]).expect_code(0);
+    let events: Vec<Value> =
+        run.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(events[0]["event"], "plan");
+    let shown = created(&events[0]["plan"]);
+    let of = |kind: &str| events.iter().filter(|e| e["event"] == kind).collect::<Vec<_>>();
+    let (starts, dones) = (of("start"), of("done"));
+    assert_eq!((starts.len(), dones.len()), (4, 4), "{}", run.stdout);
+    for start in &starts {
+        assert_eq!(start["total"], 4, "{start}");
+        let done = dones.iter().find(|d| d["step"] == start["step"]).unwrap_or_else(|| panic!("{start}"));
+        assert_eq!((&done["instance"], &done["action"]), (&start["instance"], &start["action"]));
+        assert!(done["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{done}");
+    }
+    let created_now: Vec<&str> =
+        starts.iter().filter(|e| e["action"] == "create").map(|e| e["instance"].as_str().unwrap()).collect();
+    assert_eq!(created_now, shown);
+    assert_eq!(events.last().unwrap()["event"], "end");
+    assert_eq!(events.last().unwrap()["complete"], true);
+    assert!(run.stderr.is_empty() || !run.stderr.contains('{'), "logs stay on stderr: {}", run.stderr);
+}
+
+/// `script` running poolctl, killed if the test ends first.
+struct Pty(std::process::Child);
+
+impl Pty {
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.0.wait().expect("wait for script")
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `poolctl args` under a pseudo-terminal: util-linux's `script`, which every CI image
+/// with Docker has, rather than a pty crate for one test file. Its output is flushed to
+/// `typescript` as it comes.
+fn under_pty(s: &Scenario, args: &[&str], typescript: &std::path::Path, env: &[(&str, &str)]) -> Pty {
+    let line: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_poolctl").to_owned())
+        .chain(args.iter().map(|a| format!("'{a}'")))
+        .collect();
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-q", "-f", "-e", "-c", &line.join(" ")]).arg(typescript);
+    cmd.env("POOLCTL_CACHE_DIR", s.cache()).env_remove("RUST_LOG").env_remove("NO_COLOR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Pty(cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("script runs"))
+}
+
+#[tokio::test]
+async fn on_a_terminal_a_live_line_says_what_a_long_step_waits_for_and_the_plan_is_coloured() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let script = std::process::Command::new("script").arg("--version").output();
+    assert!(script.is_ok(), "util-linux `script` is needed for the pseudo-terminal tests");
+    let gate = tempfile::tempdir().unwrap();
+    let wait = "until test -f /gate/open; do sleep 0.1; done";
+    let spec =
+        s.pool().volume(&format!("{}:/gate:ro", gate.path().display())).bootstrap(&["sh", "-c", wait], None);
+    s.write_pool(&spec);
+    let typescript = s.path("typescript");
+    let source = s.dir().display().to_string();
+    let mut child = under_pty(&s, &["apply", "--yes", "--source", &source], &typescript, &[]);
+
+    // The live line of the bootstrap, redrawn in place, says what it waits for; only then is
+    // the gate opened.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let live = loop {
+        let text = std::fs::read_to_string(&typescript).unwrap_or_default();
+        let redrawn = text.split("\r\x1b[K").filter(|part| part.contains("[2/3] bootstrap "));
+        if redrawn.filter(|part| part.contains("s, waiting for the bootstrap commands to finish")).count() > 1
+        {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no live line:\n{text:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::fs::write(gate.path().join("open"), "").unwrap();
+    assert!(child.wait().success());
+    let text = std::fs::read_to_string(&typescript).unwrap();
+    assert!(text.contains("Apply complete: 3 steps done."), "{text:?}");
+    assert!(text.contains("\r\x1b[K[2/3] bootstrap ") && text.contains(" \x1b[32mdone\x1b[0m ("), "{text:?}");
+    assert!(live.contains("\x1b[32mcreate     \x1b[0m"), "create is green in the plan: {live:?}");
+
+    // In a pipe: plain lines, no live line, no colour.
+    std::fs::write(gate.path().join("open"), "").unwrap();
+    s.write_pool(&spec.clone().env("V", "2"));
+    let piped = s.run("apply", &["--yes"]).expect_code(0).stdout;
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    assert!(piped.contains("[2/5] bootstrap ") && piped.contains(" ...\n"), "{piped}");
+}
+
+#[tokio::test]
+async fn no_color_and_color_never_keep_a_terminal_plain_and_color_always_paints_a_pipe() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    let source = s.dir().display().to_string();
+    for (args, env) in [
+        (vec!["-v", "plan", "--source", source.as_str()], vec![("NO_COLOR", "1")]),
+        (vec!["-v", "--color", "never", "plan", "--source", source.as_str()], vec![]),
+    ] {
+        let typescript = s.path("plain-typescript");
+        let mut child = under_pty(&s, &args, &typescript, &env);
+        assert!(child.wait().success());
+        let text = std::fs::read_to_string(&typescript).unwrap();
+        assert!(text.contains("Plan: 1 to create"), "{text:?}");
+        assert!(!text.contains('\x1b'), "{args:?} {env:?}: neither plan nor -v logs are coloured: {text:?}");
+    }
+    let typescript = s.path("coloured-typescript");
+    let mut child = under_pty(&s, &["-v", "plan", "--source", &source], &typescript, &[]);
+    assert!(child.wait().success());
+    let text = std::fs::read_to_string(&typescript).unwrap();
+    assert!(text.contains("\x1b[32mcreate"), "a terminal is coloured: {text:?}");
+    let piped = s.run("plan", &["--color", "always"]).expect_code(0).stdout;
+    assert!(piped.contains("\x1b[32mcreate"), "{piped:?}");
+}
+
+#[tokio::test]
+async fn a_paused_pool_is_planned_and_shown_but_apply_changes_nothing_in_it() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1).env("V", "1"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before = s.containers().await;
+    s.write("pool.yaml", &format!("{}  paused: true\n", s.pool().replicas(2).env("V", "2")));
+
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0).stdout;
+    assert!(plan.lines().any(|l| l.starts_with(&format!("Pool {}: 2 replicas", s.pool_name())) && l.ends_with(", paused")), "{plan}");
+    assert!(
+        plan.contains("Steps held back (the pool is paused; apply and watch leave it as it is):"),
+        "{plan}"
+    );
+    assert!(plan.lines().any(|l| l.trim_start().starts_with("- create ")), "unnumbered: {plan}");
+    assert!(!plan.lines().any(|l| l.trim_start().starts_with("1. ")), "{plan}");
+    assert!(plan.contains("No changes will be made."), "{plan}");
+    let json: Value = serde_json::from_str(&s.run("plan", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    assert_eq!(json["pools"][0]["steps"], Value::Array(Vec::new()));
+    assert!(json["pools"][0]["paused"]["steps"].as_array().is_some_and(|s| !s.is_empty()), "{json}");
+
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(s.containers().await, before, "apply changed nothing");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    assert_eq!(
+        (status["pools"][0]["paused"].clone(), status["pools"][0]["in_sync"].clone()),
+        (Value::Bool(true), Value::Bool(false))
+    );
+}

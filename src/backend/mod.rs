@@ -13,6 +13,7 @@ use crate::spec::{CgroupnsMode, Taint, UsernsMode};
 pub mod docker;
 pub mod kube;
 pub mod retry;
+pub mod waiting;
 
 /// Why a backend call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

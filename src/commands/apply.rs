@@ -7,7 +7,7 @@
 //! one carried out: after waiting for another run (`--lock-timeout`) it is typically empty. If
 //! it differs from the confirmed one, it is shown, and carried out only with `--yes`.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -20,24 +20,41 @@ use super::common::{Planned, compute, compute_for, confirm, held_locks, load_sou
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::docker::DockerBackend;
 use crate::backend::kube::KubeCluster;
-use crate::cli::{ApplyArgs, SourceArgs};
-use crate::execute::{Executor, Interrupt, StopReason};
+use crate::cli::{ApplyArgs, OutputFormat, SourceArgs};
+use crate::execute::{Executor, Interrupt, ProgressFormat, ProgressUi, StopReason};
 use crate::lock::{LockFailure, LockSettings, PoolLocks};
 use crate::model::{Desired, Origin};
 use crate::plan::saved::{self, SavedPlan};
-use crate::plan::{HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_text, render_text_styled};
+use crate::plan::{
+    HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
+};
+use crate::style::Style;
 
 pub(super) async fn apply_command(args: ApplyArgs, ui: Ui) -> Result<Exit> {
     if let Some(file) = &args.plan_file {
         return apply_saved(file, &args, ui).await;
+    }
+    let progress_ui = progress_ui(&args, ui);
+    if progress_ui.format == ProgressFormat::Json && !args.yes && !args.dry_run {
+        bail!("apply -o json asks no question: pass --yes (or apply a saved plan)");
     }
     let planned = compute(&args.source, args.planning.options()).await?;
     // The options the plan was made with, its seed included: the plan made under the locks in
     // an unchanged world is the same, new instance names included.
     let options = planned.options;
     let locks = held_locks(&planned).await;
-    let held = HeldLocks { locks: &locks, now: SystemTime::now() };
-    write_stdout(|out| render_text_styled(&planned.plan, held, ui.color.stdout(), out))?;
+    match progress_ui.format {
+        ProgressFormat::Text => {
+            let held = HeldLocks { locks: &locks, now: SystemTime::now() };
+            write_stdout(|out| render_text_styled(&planned.plan, held, ui.color.stdout(), out))?;
+        }
+        ProgressFormat::Json => {
+            let mut plan = Vec::new();
+            render_json_saved(&planned.plan, &locks, Some(&planned.provenance), &mut plan)?;
+            let plan: serde_json::Value = serde_json::from_slice(&plan)?;
+            write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": plan})))?;
+        }
+    }
     if !planned.plan.has_changes() || args.dry_run {
         return Ok(Exit::Success);
     }
@@ -45,13 +62,14 @@ pub(super) async fn apply_command(args: ApplyArgs, ui: Ui) -> Result<Exit> {
         bail!("apply cancelled: nothing was changed");
     }
 
-    let Session { settings, interrupt, progress } = Session::start(&args)?;
+    let session = Session::start(&args, progress_ui)?;
     let Planned { desired, docker, clusters, plan, .. } = &planned;
-    let mut locks = PoolLocks::new(docker, clusters, &settings, &progress);
-    let result = match locks.lock_and_replan(desired, plan, options, &interrupt).await {
+    let interrupt = &session.interrupt;
+    let mut locks = PoolLocks::new(docker, clusters, &session.settings, &session.lock_progress);
+    let result = match locks.lock_and_replan(desired, plan, options, interrupt).await {
         Ok(current) => {
-            let run = Run { desired, docker, clusters, progress: &progress, interrupt: &interrupt, options };
-            locks.hold_while(&interrupt, Box::pin(run.carry_out(plan, &current, args.yes))).await
+            let run = session.run(&planned, options);
+            locks.hold_while(interrupt, Box::pin(run.carry_out(plan, &current, args.yes))).await
         }
         Err(e) => Err(lock_failure(e)),
     };
@@ -63,6 +81,7 @@ pub(super) async fn apply_command(args: ApplyArgs, ui: Ui) -> Result<Exit> {
 /// the source or the world changed since it was made. No question is asked: the plan was
 /// reviewed when it was saved, as with `terraform apply PLANFILE`.
 async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
+    let progress_ui = progress_ui(args, ui);
     let saved = read_saved(file)?;
     let source = match &args.source.source {
         Some(_) => args.source.clone(),
@@ -98,18 +117,19 @@ async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
     }
     let steps = saved.skeleton().len();
     if steps == 0 {
-        write_stdout(|out| writeln!(out, "The saved plan {name} has no changes: nothing to do."))?;
+        tell(progress_ui, &format!("The saved plan {name} has no changes: nothing to do."))?;
         return Ok(Exit::Success);
     }
-    let style = ui.color.stdout();
-    write_stdout(|out| {
-        writeln!(out, "{}", style.bold(&format!("Carrying out the saved plan {name}: {steps} steps.")))
-    })?;
+    tell(
+        progress_ui,
+        &progress_ui.style.bold(&format!("Carrying out the saved plan {name}: {steps} steps.")),
+    )?;
 
-    let Session { settings, interrupt, progress } = Session::start(args)?;
+    let session = Session::start(args, progress_ui)?;
     let Planned { desired, docker, clusters, plan, .. } = &planned;
-    let mut locks = PoolLocks::new(docker, clusters, &settings, &progress);
-    let result = match locks.lock_and_observe(desired, plan, options, &interrupt).await {
+    let interrupt = &session.interrupt;
+    let mut locks = PoolLocks::new(docker, clusters, &session.settings, &session.lock_progress);
+    let result = match locks.lock_and_observe(desired, plan, options, interrupt).await {
         // The world the saved plan is checked against is the one observed under the locks:
         // nobody else can change the pools from then on.
         Ok((current, world)) => {
@@ -125,9 +145,8 @@ async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
                     &["the plan made now differs from the saved one (run poolctl plan to see it)".to_owned()],
                 ))
             } else {
-                let run =
-                    Run { desired, docker, clusters, progress: &progress, interrupt: &interrupt, options };
-                locks.hold_while(&interrupt, Box::pin(run.carry_out(&current, &current, true))).await
+                let run = session.run(&planned, options);
+                locks.hold_while(interrupt, Box::pin(run.carry_out(&current, &current, true))).await
             }
         }
         Err(e) => Err(lock_failure(e)),
@@ -181,15 +200,84 @@ fn stale(file: &Path, changes: &[String]) -> anyhow::Error {
 struct Session {
     settings: LockSettings,
     interrupt: Arc<Interrupt>,
+    /// The executor's progress (it writes JSON events itself with `-o json`).
     progress: Mutex<Box<dyn Write + Send>>,
+    /// The locks' lines (waiting for one, one lost): JSON `message` events with `-o json`.
+    lock_progress: Mutex<Box<dyn Write + Send>>,
+    ui: ProgressUi,
 }
 
 impl Session {
-    fn start(args: &ApplyArgs) -> Result<Self> {
+    fn start(args: &ApplyArgs, ui: ProgressUi) -> Result<Self> {
         let settings = LockSettings::new("apply", args.lock_timeout.get())?;
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
-        Ok(Self { settings, interrupt, progress: Mutex::new(Box::new(io::stdout())) })
+        let lock_progress: Box<dyn Write + Send> = match ui.format {
+            ProgressFormat::Text => Box::new(io::stdout()),
+            ProgressFormat::Json => Box::new(JsonMessages::default()),
+        };
+        Ok(Self {
+            settings,
+            interrupt,
+            progress: Mutex::new(Box::new(io::stdout())),
+            lock_progress: Mutex::new(lock_progress),
+            ui,
+        })
+    }
+
+    /// Carrying out a plan of `planned` made with `options`, in this session.
+    fn run<'a>(&'a self, planned: &'a Planned, options: PlanOptions) -> Run<'a> {
+        let Planned { desired, docker, clusters, .. } = planned;
+        let (progress, interrupt, ui) = (&self.progress, &*self.interrupt, self.ui);
+        Run { desired, docker, clusters, progress, interrupt, options, ui }
+    }
+}
+
+/// How apply shows progress: `-o`, a live line on a terminal, `--color`, `-v`.
+fn progress_ui(args: &ApplyArgs, ui: Ui) -> ProgressUi {
+    let format = match args.output {
+        OutputFormat::Text => ProgressFormat::Text,
+        OutputFormat::Json => ProgressFormat::Json,
+    };
+    ProgressUi {
+        format,
+        live: format == ProgressFormat::Text && io::stdout().is_terminal(),
+        style: if format == ProgressFormat::Json { Style::PLAIN } else { ui.color.stdout() },
+        verbose: ui.verbose > 0,
+    }
+}
+
+/// A message of apply's own: a line of text, or with `-o json` a `message` event.
+fn tell(ui: ProgressUi, text: &str) -> Result<()> {
+    match ui.format {
+        ProgressFormat::Text => write_stdout(|out| writeln!(out, "{text}")),
+        ProgressFormat::Json => {
+            let event = serde_json::json!({"event": "message", "message": text.trim()});
+            write_stdout(|out| writeln!(out, "{event}"))
+        }
+    }
+}
+
+/// Stdout that turns each line written into a JSON `message` event.
+#[derive(Default)]
+struct JsonMessages {
+    pending: Vec<u8>,
+}
+
+impl Write for JsonMessages {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line).trim().to_owned();
+            let event = serde_json::json!({"event": "message", "message": text});
+            writeln!(io::stdout(), "{event}")?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stdout().flush()
     }
 }
 
@@ -201,25 +289,22 @@ struct Run<'a> {
     progress: &'a Mutex<Box<dyn Write + Send>>,
     interrupt: &'a Interrupt,
     options: PlanOptions,
+    ui: ProgressUi,
 }
 
 impl Run<'_> {
     /// Carry out `current`, the plan made under the locks; `shown` is the one confirmed.
     async fn carry_out(&self, shown: &Plan, current: &Plan, yes: bool) -> Result<Exit> {
         if !current.has_changes() {
-            write_stdout(|out| {
-                writeln!(
-                    out,
-                    "\nNo changes left: the world changed before the locks were taken, and matches the source."
-                )
-            })?;
+            let text =
+                "\nNo changes left: the world changed before the locks were taken, and matches the source.";
+            tell(self.ui, text)?;
             return Ok(Exit::Success);
         }
         if skeleton(shown) != skeleton(current) {
-            write_stdout(|out| {
-                writeln!(out, "\nThe world changed before the locks were taken. The plan is now:\n")?;
-                render_text(current, out)
-            })?;
+            let mut text = b"\nThe world changed before the locks were taken. The plan is now:\n\n".to_vec();
+            render_text(current, &mut text)?;
+            tell(self.ui, String::from_utf8_lossy(&text).trim_end())?;
             if !yes {
                 bail!(
                     "the plan changed after it was confirmed: nothing was changed; run apply again to review it"
@@ -227,9 +312,13 @@ impl Run<'_> {
             }
         }
         let (desired, containers, clusters) = (self.desired, self.docker, self.clusters);
-        let executor = Executor::new(desired, containers, clusters, self.progress, self.interrupt);
-        let report = executor.execute(current, self.options).await?;
-        write_stdout(|out| report.write_summary(out))?;
+        let executor =
+            Executor::new(desired, containers, clusters, self.progress, self.interrupt).with_ui(self.ui);
+        let report = Box::pin(executor.execute(current, self.options)).await?;
+        match self.ui.format {
+            ProgressFormat::Text => write_stdout(|out| report.write_summary(out))?,
+            ProgressFormat::Json => write_stdout(|out| writeln!(out, "{}", end_event(&report)))?,
+        }
         if report.complete() {
             Ok(Exit::Success)
         } else if report.interrupted() {
@@ -240,6 +329,25 @@ impl Run<'_> {
             bail!("apply halted at a failed step; see above")
         }
     }
+}
+
+/// The last JSON event of `apply -o json`: how the rollout ended.
+fn end_event(report: &crate::execute::Report) -> serde_json::Value {
+    let failed: Vec<serde_json::Value> = report
+        .attempted
+        .iter()
+        .filter_map(|o| {
+            let e = o.error.as_ref()?;
+            Some(serde_json::json!({"pool": o.pool, "instance": o.instance, "action": o.verb, "error": e.to_string()}))
+        })
+        .collect();
+    serde_json::json!({
+        "event": "end",
+        "complete": report.complete(),
+        "done": report.attempted.iter().filter(|o| o.error.is_none()).count(),
+        "failed": failed,
+        "not_started": report.not_started.len(),
+    })
 }
 
 /// What a plan does, without what the world looked like: the steps, by pool and instance. A

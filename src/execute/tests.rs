@@ -150,7 +150,7 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
     let failure = report.failure().expect("a failure");
     assert_eq!(failure.verb, "bootstrap");
     let message = failure.error.as_ref().unwrap().to_string();
-    assert_eq!(message, "bootstrap command [\"true\"] exited with code 3: join failed");
+    assert_eq!(message, "bootstrap command [\"true\"] exited with code 3, its output:\n      join failed");
     // The container whose bootstrap failed is stopped, so the next plan replaces it instead of
     // keeping an instance that was never bootstrapped; the old ones are untouched.
     let stops: Vec<String> = fake.calls().into_iter().filter(|c| c.starts_with("stop")).collect();

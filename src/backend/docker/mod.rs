@@ -227,7 +227,10 @@ impl DockerBackend {
         match Self::judge(inspect.as_ref()) {
             Judgement::Up => return Ok(()),
             Judgement::Failed(why) => return Err(self.not_up(name, &why).await),
-            Judgement::Waiting(why) => *last = why,
+            Judgement::Waiting(why) => {
+                crate::backend::waiting::note(name, format!("the container: {why}"));
+                *last = why;
+            }
         }
         // Docker has no "wait until healthy". Its event stream, replayed from the daemon's buffer
         // (`since` = the epoch; the filter keeps this container's few events), cannot miss a
@@ -252,7 +255,10 @@ impl DockerBackend {
             match Self::judge(self.inspect(name).await?.as_ref()) {
                 Judgement::Up => return Ok(()),
                 Judgement::Failed(why) => return Err(self.not_up(name, &why).await),
-                Judgement::Waiting(why) => *last = why,
+                Judgement::Waiting(why) => {
+                    crate::backend::waiting::note(name, format!("the container: {why}"));
+                    *last = why;
+                }
             }
         }
         Err(BackendError::Failed(format!("watch events of {name}: the daemon closed the stream")))
@@ -429,6 +435,11 @@ impl Containers for DockerBackend {
             ..Default::default()
         };
         let docker = self.docker.clone().with_timeout(grace + STOP_MARGIN);
+        let signal = "SIGTERM (or the image's stop signal)";
+        crate::backend::waiting::note(
+            name,
+            format!("the container to stop: {signal}, SIGKILL after {}s", grace.as_secs()),
+        );
         self.count();
         match docker.stop_container(name, Some(options)).await {
             // bollard passes 304 (already stopped) as success.

@@ -226,6 +226,8 @@ impl Cluster for KubeCluster {
             if list.items.iter().any(|n| node_from(n).ready) {
                 return Ok(());
             }
+            let state = if list.items.is_empty() { "has not registered yet" } else { "is NotReady" };
+            crate::backend::waiting::note(node, format!("the Node to turn Ready: it {state}"));
             let version = list.metadata.resource_version.unwrap_or_default();
             let remaining = deadline.saturating_duration_since(Instant::now()).as_secs().clamp(1, 290);
             let params =
