@@ -114,6 +114,7 @@ fn spec(template: Template) -> PoolSpec {
         node: None,
         docker: None,
         rollout: Rollout::default(),
+        paused: false,
     }
 }
 
@@ -165,6 +166,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
             state: ContainerState::Running,
             health: Health::None,
             created: 1_700_000_000 + i64::try_from(i).expect("a small size"),
+            status: "Up 2 hours".to_owned(),
             template: Some(json.clone()),
             scope: Some(scope.clone()),
             image: spec.template.image.clone(),

@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::spec::Duration;
+pub use crate::style::ColorChoice;
 
 /// The exit statuses, shown under every command's `--help`.
 const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no changes), 1 error, \
@@ -34,6 +35,13 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// When to colour the output (plans, status, progress and logs). `auto`: on a terminal,
+    /// unless NO_COLOR is set.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -43,11 +51,16 @@ pub enum Command {
     /// Show what apply would do, without changing anything.
     #[command(after_help = EXIT_STATUS)]
     Plan(PlanArgs),
-    /// Compute the plan, show it, and carry it out.
+    /// Compute the plan, show it, and carry it out; or carry out a plan saved with `plan --out`.
     ///
     /// Asks for confirmation unless --yes is given. Stops at the first failure with the old
     /// instances still running; running apply again continues from what the world shows.
-    #[command(after_help = EXIT_STATUS)]
+    ///
+    /// With a PLAN_FILE, carries out exactly that plan, new instance names included, without
+    /// asking (it was reviewed when it was made), and refuses it, changing nothing, when the
+    /// source or the world changed since it was made.
+    #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
+    #[command(after_help = EXIT_STATUS, mut_arg("source", |a| a.required(false).required_unless_present("plan_file")))]
     Apply(ApplyArgs),
     /// Keep the world equal to the source: reconcile now, then whenever the source changes or
     /// the world drifts, until interrupted.
@@ -61,6 +74,12 @@ pub enum Command {
     /// second exits at once.
     #[command(after_help = EXIT_STATUS)]
     Watch(WatchArgs),
+    /// Show each pool of the source as it is now: its instances (template, container, uptime,
+    /// Node), its lock, and whether it is in sync.
+    ///
+    /// Reads only: takes no lock and changes nothing. -w keeps it up to date until Ctrl-C.
+    #[command(after_help = EXIT_STATUS)]
+    Status(StatusArgs),
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
     #[command(after_help = EXIT_STATUS)]
     Validate(SourceArgs),
@@ -83,12 +102,14 @@ pub enum Command {
 }
 
 /// Where the pool files are.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SourceArgs {
     /// A pool file, a directory of them, or a Git repository (a local repository path with
     /// --ref, or a URL: file://, https://, ssh://, git@host:path).
-    #[arg(short, long, value_name = "PATH|URL")]
-    pub source: String,
+    // An Option only so that `apply PLAN_FILE` may leave it out (the file names its source);
+    // every other command requires it.
+    #[arg(short, long, value_name = "PATH|URL", required = true)]
+    pub source: Option<String>,
 
     /// For a Git source: the branch, tag or commit to read (default: the remote's HEAD).
     /// Giving --ref makes a local path a Git source.
@@ -124,12 +145,41 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Also save the plan to FILE (the document `-o json` prints), for `poolctl apply FILE` to
+    /// carry out exactly.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
 
 #[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Keep watching: observe again every --interval and on Docker events, and show the status
+    /// again (a terminal is redrawn; a pipe gets each status that changed).
+    #[arg(short, long)]
+    pub watch: bool,
+
+    /// With -w: how often to observe again.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub interval: Duration,
+}
+
+#[derive(Debug, Args)]
 pub struct ApplyArgs {
+    /// A plan saved with `poolctl plan --out FILE`: carry out exactly that plan. --source may
+    /// then be left out (the file names it).
+    #[arg(value_name = "PLAN_FILE", conflicts_with_all = ["dry_run", "prune", "adopt"])]
+    pub plan_file: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -140,6 +190,12 @@ pub struct ApplyArgs {
     /// Print the plan and stop, changing nothing (as `poolctl plan` does).
     #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
+
+    /// Output format: `json` writes one JSON object per line: the plan, then each step's
+    /// start, waits, done or failed (with durations), then the end (needs --yes or a plan file:
+    /// there is no question in JSON).
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 
     /// How long to wait for the lock of a pool that another apply or watch is changing
     /// (default: fail at once, naming the holder).
@@ -204,7 +260,9 @@ impl PlanningArgs {
         crate::plan::PlanOptions {
             prune: self.prune,
             adopt: self.adopt,
-            seed: crate::plan::PlanOptions::fresh_seed(),
+            // Derived from the source revision and the observed world when the plan is made
+            // (`crate::observe::observe_plan`), so that plan and apply name the same instances.
+            seed: 0,
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`execute`]: carries a plan out batch by batch, looking at the world again in between.
 //! - [`lock`]: one actor per pool: the locks a rollout takes, renews and gives up.
 //! - [`commands`]: plan, apply, validate, schema and watch, over the stages above.
+//! - [`status`]: what `poolctl status` shows, built from a world and its plan.
+//! - [`style`]: colour on a terminal (`--color`, `NO_COLOR`).
 //! - [`cli`]: the clap types.
 
 pub mod backend;
@@ -24,6 +26,8 @@ pub mod observe;
 pub mod plan;
 pub mod source;
 pub mod spec;
+pub mod status;
+pub mod style;
 
 #[cfg(test)]
 mod testing;

@@ -23,7 +23,7 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
 use crate::execute::{Interrupt, StopReason};
-use crate::model::{Desired, LockHolder};
+use crate::model::{Desired, LockHolder, World};
 use crate::observe::observe_again;
 use crate::plan::{Plan, PlanOptions};
 
@@ -243,6 +243,18 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         options: PlanOptions,
         interrupt: &Interrupt,
     ) -> Result<Plan, LockFailure> {
+        self.lock_and_observe(desired, plan, options, interrupt).await.map(|(plan, _)| plan)
+    }
+
+    /// [`PoolLocks::lock_and_replan`], with the world the plan was made from (observed under
+    /// the locks): what a saved plan is checked against.
+    pub async fn lock_and_observe(
+        &mut self,
+        desired: &Desired,
+        plan: &Plan,
+        options: PlanOptions,
+        interrupt: &Interrupt,
+    ) -> Result<(Plan, World), LockFailure> {
         let mut wanted = changed_pools(plan);
         for _ in 0..MAX_ROUNDS {
             self.acquire(&wanted, interrupt).await?;
@@ -250,7 +262,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             let current = crate::plan::plan(desired, &world, options);
             wanted = changed_pools(&current);
             if wanted.iter().all(|p| self.pools().contains(p.as_str())) {
-                return Ok(current);
+                return Ok((current, world));
             }
         }
         Err(LockFailure::KeepsChanging)
@@ -400,7 +412,7 @@ mod tests {
 
     use super::*;
     use crate::execute::Executor;
-    use crate::observe::observe_and_plan;
+    use crate::observe::{observe_and_plan, observe_plan};
     use crate::testing::SharedBuf;
     use crate::testing::build::{PoolArgs, container, desired, world_of};
     use crate::testing::fake::{FakeCluster, FakeWorld};
@@ -441,8 +453,8 @@ mod tests {
     async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_made_again_under_the_locks()
     {
         let (desired, fake) = scene();
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let observed = observe_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
+        let crate::observe::Planned { clusters, plan, options, .. } = observed;
         let (out, _) = progress();
         let settings = settings(LONG, Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use poolctl::cli::{Cli, LogFormat};
-use poolctl::commands::{EXIT_ERROR, dispatch};
+use poolctl::commands::{EXIT_ERROR, Ui, dispatch};
 use poolctl::spec::escape_controls;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -23,7 +23,8 @@ fn main() -> ExitCode {
             return code;
         }
     };
-    init_tracing(cli.verbose, cli.log_format);
+    init_tracing(cli.verbose, cli.log_format, cli.color.stderr());
+    let ui = Ui { color: cli.color, verbose: cli.verbose };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_ERROR);
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    match runtime.block_on(dispatch(cli.command, ui)) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             // The last guard for every message: whatever a cause quotes (a path, a URL, a
@@ -70,7 +71,7 @@ fn without_destructive_suggestion(e: clap::Error) -> clap::Error {
     clean
 }
 
-fn init_tracing(verbose: u8, format: LogFormat) {
+fn init_tracing(verbose: u8, format: LogFormat, ansi: bool) {
     // By default poolctl's own progress that is not on stdout (image pulls, evictions, watch
     // status) shows, and other crates speak only to warn. kube's client logs every failed
     // request as an ERROR in hyper's words ("client error (Connect)"), before poolctl reports
@@ -81,8 +82,8 @@ fn init_tracing(verbose: u8, format: LogFormat) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // Colour codes only for a terminal: logs that go to a file or a pipe stay greppable.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Colour codes only for a terminal (`--color`, NO_COLOR): logs that go to a file or a pipe
+    // stay greppable.
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     // bollard's debug and trace output quotes request bodies: a container's environment (its

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers};
 use crate::model::{ClusterIdentity, ClusterRef, Container, Desired, World};
+use crate::plan::saved::{Provenance, provenance};
 use crate::plan::{Plan, PlanOptions, plan};
 
 /// Why the world could not be observed.
@@ -181,16 +182,43 @@ async fn observe_with<K: Cluster>(
     Ok(world)
 }
 
+/// A plan, what it was made from, and the clusters the executor needs.
+pub struct Planned<K> {
+    pub clusters: BTreeMap<String, K>,
+    pub plan: Plan,
+    /// The revision and observation the plan was made from, and its options with the seed of
+    /// its instance names ([`crate::plan::saved::provenance`]).
+    pub provenance: Provenance,
+    /// The options it was made with, that seed included: re-planning with them names the same
+    /// instances.
+    pub options: PlanOptions,
+}
+
 /// Observe and plan towards `desired`: the step that plan, apply and every reconcile of watch
-/// share. The clusters come back for the executor.
+/// share. The new instance names are derived from the source revision and the observed pools
+/// (`options.seed` is replaced), so that the same revision in the same world plans the same
+/// names.
+pub async fn observe_plan<C: Containers, N: Connect>(
+    desired: &Desired,
+    containers: &C,
+    connect: &N,
+    options: PlanOptions,
+) -> Result<Planned<N::Cluster>, ObserveError> {
+    let Observed { world, clusters } = observe(desired, containers, connect).await?;
+    let provenance = provenance(desired, &world, options);
+    let options = provenance.plan_options().expect("a seed this run wrote");
+    Ok(Planned { clusters, plan: plan(desired, &world, options), provenance, options })
+}
+
+/// [`observe_plan`], for callers that need only the clusters and the plan.
 pub async fn observe_and_plan<C: Containers, N: Connect>(
     desired: &Desired,
     containers: &C,
     connect: &N,
     options: PlanOptions,
 ) -> Result<(BTreeMap<String, N::Cluster>, Plan), ObserveError> {
-    let Observed { world, clusters } = observe(desired, containers, connect).await?;
-    Ok((clusters, plan(desired, &world, options)))
+    let Planned { clusters, plan, .. } = observe_plan(desired, containers, connect, options).await?;
+    Ok((clusters, plan))
 }
 
 #[cfg(test)]

@@ -157,7 +157,7 @@ async fn a_failing_bootstrap_halts_with_the_old_instances_untouched() {
     s.write_pool(&gated);
     let apply = s.run("apply", &["--yes"]).expect_code(1);
     assert!(apply.stdout.contains("Apply halted:"), "{}", apply.stdout);
-    assert!(apply.stdout.contains("exited with code 7: join refused"), "{}", apply.stdout);
+    assert!(apply.stdout.contains("exited with code 7, its output:\n      join refused"), "{}", apply.stdout);
     assert!(apply.stdout.contains("not started: stop "), "{}", apply.stdout);
     assert!(apply.stderr.contains("apply halted"), "{}", apply.stderr);
     let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();

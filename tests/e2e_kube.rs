@@ -238,7 +238,7 @@ async fn killing_apply_during_a_drain_and_rerunning_it_converges_with_nothing_lo
     assert_eq!(rig.containers().await.len(), 2);
     let plan = rig.poolctl("plan", &[]).expect_code(0).stdout;
     let row = plan.lines().find(|l| l.contains(&old)).expect("the old instance is listed");
-    assert!(row.contains("node ready, cordoned by poolctl (retiring)") && row.contains("retire"), "{row}");
+    assert!(row.contains("  ready, cordoned by poolctl (retiring)  ") && row.contains("retire"), "{row}");
 
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
     rig.apply_after_kill().expect_code(0);

@@ -25,4 +25,5 @@ mod source;
 mod spec;
 mod support;
 mod template;
+mod ux;
 mod watch;

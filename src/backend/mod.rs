@@ -14,6 +14,7 @@ pub mod docker;
 pub mod endpoints;
 pub mod kube;
 pub mod retry;
+pub mod waiting;
 
 /// Why a backend call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,14 +12,20 @@ use crate::backend::kube::{KubeCluster, KubeConnect};
 use crate::cli::SourceArgs;
 use crate::lock::inspect_locks;
 use crate::model::{Desired, LockHolder};
-use crate::observe::observe_and_plan;
+use crate::observe::{Planned as ObservedPlan, observe_plan};
+use crate::plan::saved::Provenance;
 use crate::plan::{Plan, PlanOptions};
 use crate::source::{self, SourceSpec};
 
 /// The classified `--source`/`--ref`/`--path`.
 pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
-    Ok(SourceSpec::new(&args.source, args.reference.as_deref(), args.path.as_deref())?
+    Ok(SourceSpec::new(source_name(args), args.reference.as_deref(), args.path.as_deref())?
         .allowing_empty(args.allow_empty))
+}
+
+/// `--source` (clap requires it wherever it cannot be left out).
+pub(super) fn source_name(args: &SourceArgs) -> &str {
+    args.source.as_deref().unwrap_or_default()
 }
 
 /// Read and validate the source, and read the sensitive values it names.
@@ -37,7 +43,7 @@ fn load_with(
     load: fn(&SourceSpec) -> Result<Desired, source::SourceError>,
 ) -> Result<Desired> {
     let spec = source_spec(args)?;
-    load(&spec).map_err(|e| source_failure(&args.source, e))
+    load(&spec).map_err(|e| source_failure(source_name(args), e))
 }
 
 /// Why the source `source` (as given, or a label of it) gave no desired state, as one error.
@@ -68,22 +74,41 @@ pub(super) struct Planned {
     pub docker: Endpoints<DockerBackend>,
     pub clusters: std::collections::BTreeMap<String, KubeCluster>,
     pub plan: Plan,
+    /// The revision and observation it was made from (what a saved plan records).
+    pub provenance: Provenance,
+    /// The options it was made with, the seed of its instance names included.
+    pub options: PlanOptions,
 }
 
 /// Read the source, connect to the Docker endpoints of its pools, observe and plan: what plan
 /// and apply both do first.
 pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<Planned> {
     let desired = load_source(args)?;
+    compute_for(desired, options).await
+}
+
+/// Connect to Docker, observe and plan towards `desired`.
+pub(super) async fn compute_for(desired: Desired, options: PlanOptions) -> Result<Planned> {
     let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
-    let (clusters, plan) = observe_and_plan(&desired, &docker, &KubeConnect, options).await?;
-    Ok(Planned { desired, docker, clusters, plan })
+    let observed = observe_plan(&desired, &docker, &KubeConnect, options).await?;
+    let ObservedPlan { clusters, plan, provenance, options } = observed;
+    Ok(Planned { desired, docker, clusters, plan, provenance, options })
 }
 
 /// The locks held on the plan's pools, read without taking any. One that cannot be read is
 /// reported and left out: showing a plan does not depend on it.
 pub(super) async fn held_locks(planned: &Planned) -> BTreeMap<String, LockHolder> {
-    let pools = planned.plan.pools.iter().map(|p| p.name.as_str());
-    let (held, unreadable) = inspect_locks(&planned.docker, &planned.clusters, pools).await;
+    held_locks_of(&planned.plan, &planned.docker, &planned.clusters).await
+}
+
+/// The locks held on `plan`'s pools, as [`held_locks`].
+pub(super) async fn held_locks_of(
+    plan: &Plan,
+    docker: &impl crate::backend::Locks,
+    clusters: &BTreeMap<String, KubeCluster>,
+) -> BTreeMap<String, LockHolder> {
+    let pools = plan.pools.iter().map(|p| p.name.as_str());
+    let (held, unreadable) = inspect_locks(docker, clusters, pools).await;
     for (pool, e) in unreadable {
         tracing::warn!("cannot read the lock of pool {pool}: {e}");
     }

@@ -6,6 +6,7 @@ mod apply;
 mod common;
 mod exit;
 mod plan;
+mod status;
 mod unlock;
 mod validate;
 mod watch;
@@ -16,11 +17,21 @@ use crate::cli::Command;
 
 pub use exit::{EXIT_ERROR, EXIT_INTERRUPTED, Exit};
 
+/// How the user wants to be spoken to: the options every command shares.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ui {
+    /// `--color`.
+    pub color: crate::style::ColorChoice,
+    /// `-v` given once or more.
+    pub verbose: u8,
+}
+
 /// Run one command.
-pub async fn dispatch(command: Command) -> Result<Exit> {
+pub async fn dispatch(command: Command, ui: Ui) -> Result<Exit> {
     match command {
-        Command::Plan(args) => plan::plan_command(args).await,
-        Command::Apply(args) => apply::apply_command(args).await,
+        Command::Status(args) => status::status_command(args, ui).await,
+        Command::Plan(args) => plan::plan_command(args, ui).await,
+        Command::Apply(args) => apply::apply_command(args, ui).await,
         Command::Validate(args) => validate::validate_command(&args),
         Command::Watch(args) => watch::watch_command(args).await,
         Command::Completions { shell } => {

@@ -6,6 +6,7 @@
 //! or an interrupt halts before the next step, so that nothing more is retired.
 
 pub mod join;
+mod progress;
 mod ready;
 mod report;
 
@@ -22,6 +23,7 @@ use crate::observe::observe_again;
 use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
 use crate::spec::{EnvValue, SecretEnv};
 
+pub use progress::{ProgressFormat, ProgressUi};
 pub use report::{Interrupt, Report, StepOutcome, StopReason};
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
@@ -34,8 +36,11 @@ pub enum StepError {
     /// The backend refused or failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// A bootstrap command exited non-zero.
-    #[error("bootstrap command {argv:?} exited with code {code}: {output}")]
+    /// A bootstrap command exited non-zero; its output follows, indented.
+    #[error(
+        "bootstrap command {argv:?} exited with code {code}{}",
+        if output.is_empty() { String::new() } else { format!(", its output:\n{}", progress::indent(output, "      ")) }
+    )]
     Bootstrap { argv: Vec<String>, code: i64, output: String },
     /// The plan names a pool the source does not declare (a bug, or a stale plan).
     #[error("pool {0} is not declared by the source")]
@@ -99,6 +104,10 @@ pub struct Executor<'a, C, K> {
     interrupt: &'a Interrupt,
     /// The Nodes this run drained, so that a Stop does not drain them again.
     drained: Mutex<HashSet<String>>,
+    /// How progress is shown ([`Executor::with_ui`]; plain lines by default).
+    ui: ProgressUi,
+    /// The number each step carries, as the plan text shows it.
+    numbering: Mutex<progress::Numbering>,
 }
 
 impl<'a, C, K> Executor<'a, C, K> {
@@ -109,7 +118,23 @@ impl<'a, C, K> Executor<'a, C, K> {
         progress: &'a Mutex<Box<dyn Write + Send>>,
         interrupt: &'a Interrupt,
     ) -> Self {
-        Self { desired, containers, clusters, progress, interrupt, drained: Mutex::default() }
+        Self {
+            desired,
+            containers,
+            clusters,
+            progress,
+            interrupt,
+            drained: Mutex::default(),
+            ui: ProgressUi::default(),
+            numbering: Mutex::default(),
+        }
+    }
+
+    /// Show progress as `ui` says (a live line, JSON events, colour, bootstrap output).
+    #[must_use]
+    pub fn with_ui(mut self, ui: ProgressUi) -> Self {
+        self.ui = ui;
+        self
     }
 }
 
@@ -210,8 +235,10 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let max_rounds = plan.steps().count();
         let mut report = Report::default();
         let mut current = plan.clone();
+        self.number_plan(plan);
         for round in 1.. {
             let (batch, rest) = current.split_first_batch();
+            self.announce_batch(&batch);
             let done = self.run_batch(&batch).await;
             let complete = done.complete();
             report.attempted.extend(done.attempted);
@@ -227,7 +254,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 break;
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(ExecuteError::Observe)?;
-            current = crate::plan::plan(self.desired, &world, options.reseeded());
+            // The same seed: the steps left keep the names the plan showed for them.
+            current = crate::plan::plan(self.desired, &world, options);
             // Only the pools this run set out to change: the caller holds their locks (see
             // `crate::lock`); work the world now shows elsewhere is left to the next run.
             current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
@@ -237,7 +265,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             if round >= max_rounds {
                 return Err(ExecuteError::KeepsChanging { left: current.steps().count(), rounds: round });
             }
-            self.say(&format!("-- looked at the world again: {} steps to go", current.steps().count()));
+            self.renumber(&rest, &current, report.attempted.len());
         }
         Ok(report)
     }
@@ -391,22 +419,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> StepOutcome {
         let verb = step.action.verb();
-        self.say(&format!("[{n}/{total}] {verb} {} ...", step.instance));
-        let started = Instant::now();
-        let result = self.perform(&pool.name, step).await;
-        let elapsed = started.elapsed();
-        match &result {
-            Ok(()) => self.say(&format!(
-                "[{n}/{total}] {verb} {} done ({:.1}s)",
-                step.instance,
-                elapsed.as_secs_f64()
-            )),
-            Err(e) => self.say(&format!(
-                "[{n}/{total}] {verb} {} FAILED ({:.1}s): {e}",
-                step.instance,
-                elapsed.as_secs_f64()
-            )),
-        }
+        let number = self.number_of(&pool.name, step, n, total);
+        let (result, elapsed) =
+            self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
         StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.clone(),
@@ -441,7 +456,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
                     let out = self.containers.exec(name, &cmd.exec, cmd.timeout.get()).await?;
-                    if out.exit_code != 0 {
+                    if out.exit_code == 0 {
+                        self.bootstrap_output(name, &cmd.exec, &out.output);
+                    } else {
                         return Err(StepError::Bootstrap {
                             argv: cmd.exec.clone(),
                             code: out.exit_code,
@@ -558,14 +575,6 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {
         self.clusters.get(pool).ok_or_else(|| StepError::NoCluster(pool.into()))
-    }
-
-    fn say(&self, line: &str) {
-        tracing::debug!("{line}");
-        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Progress is best effort: a closed stdout must not fail the rollout halfway.
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
     }
 }
 

@@ -46,6 +46,7 @@ fn rolling_plan() -> Plan {
         origin: Origin::Path { path: "/pools".into() },
         pools: vec![PoolPlan {
             managed_by: None,
+            paused: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),
@@ -150,7 +151,7 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
     let failure = report.failure().expect("a failure");
     assert_eq!(failure.verb, "bootstrap");
     let message = failure.error.as_ref().unwrap().to_string();
-    assert_eq!(message, "bootstrap command [\"true\"] exited with code 3: join failed");
+    assert_eq!(message, "bootstrap command [\"true\"] exited with code 3, its output:\n      join failed");
     // The container whose bootstrap failed is stopped, so the next plan replaces it instead of
     // keeping an instance that was never bootstrapped; the old ones are untouched.
     let stops: Vec<String> = fake.calls().into_iter().filter(|c| c.starts_with("stop")).collect();

@@ -1,11 +1,11 @@
 //! Desired state: the validated pools a source declares, and where they were read from.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::spec::{Pool, escape_controls};
 
 /// Where the desired state was read from, as shown in the plan header and container labels.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Origin {
     /// A single file or a directory on disk.

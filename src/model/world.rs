@@ -33,6 +33,9 @@ pub struct Container {
     pub health: Health,
     /// Creation time, in seconds since the Unix epoch.
     pub created: i64,
+    /// Docker's own status text, with the uptime: `Up 5 minutes (healthy)`, `Exited (0) 2
+    /// minutes ago` (the list call has no start time; this is what `docker ps` shows).
+    pub status: String,
     /// The canonical template JSON it was created from (label), to diff against the new one.
     pub template: Option<String>,
     /// The source scope that created it (label), see [`crate::model::Origin::scope`].

@@ -3,6 +3,7 @@
 
 mod planner;
 mod render;
+pub mod saved;
 #[cfg(test)]
 mod tests;
 
@@ -10,8 +11,32 @@ use serde::Serialize;
 
 use crate::model::Origin;
 
-pub use planner::{PlanOptions, is_up, plan};
-pub use render::{HeldLocks, render_json, render_json_locked, render_text, render_text_locked};
+pub use planner::{PlanOptions, is_up};
+pub(crate) use render::table;
+pub use render::{
+    HeldLocks, JSON_FORMAT_VERSION, render_json, render_json_locked, render_json_saved, render_text,
+    render_text_locked, render_text_styled,
+};
+
+use crate::model::{Desired, World};
+
+/// Compute the plan that takes `world` to `desired` ([`planner::plan`]), with the steps of
+/// each paused pool (`spec.paused`) held back: shown, never carried out.
+pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
+    let mut plan = planner::plan(desired, world, options);
+    let paused = |name: &str| desired.pools.iter().any(|p| p.name() == name && p.pool.spec.paused);
+    for pool in plan.pools.iter_mut().filter(|p| paused(&p.name)) {
+        let steps = std::mem::take(&mut pool.steps);
+        let s = &mut plan.summary;
+        s.create -= steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
+        s.configure -= steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
+        let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
+        (s.retire, s.unchanged) = (s.retire - retired, s.unchanged + retired);
+        s.held += steps.len();
+        pool.paused = Some(Held { steps });
+    }
+    plan
+}
 
 /// The whole plan for one source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,6 +93,8 @@ pub struct Summary {
     pub undeclared: usize,
     /// Declared pools whose containers another source created, left alone without `--adopt`.
     pub foreign: usize,
+    /// Steps that paused pools hold back (not counted above).
+    pub held: usize,
 }
 
 impl Summary {
@@ -88,6 +115,10 @@ pub struct PoolPlan {
     /// For a [`PoolStatus::Foreign`] pool: the source scope its containers came from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub managed_by: Option<String>,
+    /// Set for a paused pool (`spec.paused`): the steps it would take, held back. Its `steps`
+    /// are then empty, so that nothing carries them out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Held>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,6 +129,13 @@ pub struct PoolPlan {
     pub docker: Option<String>,
     /// Every existing instance and what becomes of it.
     pub instances: Vec<InstanceStatus>,
+    pub steps: Vec<Step>,
+}
+
+/// What a paused pool holds back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Held {
+    /// The steps the plan would take if the pool were not paused, in order.
     pub steps: Vec<Step>,
 }
 

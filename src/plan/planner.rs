@@ -46,7 +46,7 @@ impl PlanOptions {
 }
 
 /// Compute the plan that takes `world` to `desired`.
-pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
+pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let world = &Observed::new(world);
     let mut names = Names::new(world.world, options.seed);
     let scope = desired.origin.scope();
@@ -277,6 +277,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
         name: target.name.to_owned(),
         status: target.status,
         managed_by: None,
+        paused: None,
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
@@ -319,6 +320,7 @@ fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
         managed_by: None,
+        paused: None,
         template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,

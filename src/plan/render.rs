@@ -7,10 +7,12 @@ use std::time::SystemTime;
 use serde::Serialize;
 use similar::TextDiff;
 
+use super::saved::Provenance;
 use crate::spec::escape_controls;
 
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
+use crate::style::Style;
 
 /// The locks other actors hold on the plan's pools, by pool name, read when the plan was shown
 /// (they are not part of the plan: whoever holds one may be changing the pool right now).
@@ -28,26 +30,38 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 
 /// Write the plan as text, with a line under the header of each pool that is locked.
 pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
+    render_text_styled(plan, held, Style::PLAIN, out)
+}
+
+/// Write the plan as text, painted with `style`: what is created green, what is retired red,
+/// as `terraform plan` does.
+pub fn render_text_styled(
+    plan: &Plan,
+    held: HeldLocks<'_>,
+    style: Style,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     writeln!(out, "Source: {}", plan.origin)?;
     // Steps are numbered across the whole plan, so that a number names one step of the apply.
     let mut number = 0;
     for pool in &plan.pools {
         writeln!(out)?;
-        writeln!(out, "{}", pool_header(pool))?;
+        writeln!(out, "{}", style.bold(&pool_header(pool)))?;
         if let Some(docker) = &pool.docker {
             writeln!(out, "  Docker: {docker}")?;
         }
         if let Some(holder) = held.locks.get(&pool.name) {
             writeln!(out, "  Locked by {}", holder.describe(held.now))?;
         }
-        pool_text(pool, &mut number, out)?;
+        pool_text(pool, &mut number, style, out)?;
     }
     writeln!(out)?;
-    writeln!(out, "{}", summary_line(plan))
+    writeln!(out, "{}", summary_line(plan, style))
 }
 
-/// The last line: what the plan does, and what differs from the source that it leaves alone.
-fn summary_line(plan: &Plan) -> String {
+/// The last line: what the plan does, what it holds back, and what differs from the source
+/// that it leaves alone.
+fn summary_line(plan: &Plan, style: Style) -> String {
     let s = plan.summary;
     let mut alone = Vec::new();
     let pools = |n: usize| if n == 1 { ("1 pool".to_owned(), "it") } else { (format!("{n} pools"), "them") };
@@ -60,21 +74,26 @@ fn summary_line(plan: &Plan) -> String {
         alone.push(format!("{pools} of another source (--adopt takes {them} over)"));
     }
     let alone = alone.join(", ");
+    let paused = match s.held {
+        0 => String::new(),
+        1 => " 1 step is held back: its pool is paused.".to_owned(),
+        n => format!(" {n} steps are held back: their pools are paused."),
+    };
     let configure = if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
+    let counts = format!(
+        "{} {} to create, {} to retire{configure}, {} unchanged",
+        style.bold("Plan:"),
+        s.create,
+        s.retire,
+        s.unchanged
+    );
     match (plan.has_changes(), alone.is_empty()) {
-        (true, true) => {
-            format!(
-                "Plan: {} to create, {} to retire{configure}, {} unchanged.",
-                s.create, s.retire, s.unchanged
-            )
-        }
-        (true, false) => format!(
-            "Plan: {} to create, {} to retire{configure}, {} unchanged; left alone: {alone}.",
-            s.create, s.retire, s.unchanged
-        ),
+        (true, true) => format!("{counts}.{paused}"),
+        (true, false) => format!("{counts}; left alone: {alone}.{paused}"),
+        (false, true) if s.held > 0 => format!("No changes will be made.{paused}"),
         (false, true) => "No changes. The world matches the source.".to_owned(),
         (false, false) => {
-            format!("No changes planned, but the world differs from the source; left alone: {alone}.")
+            format!("No changes planned, but the world differs from the source; left alone: {alone}.{paused}")
         }
     }
 }
@@ -90,6 +109,18 @@ pub fn render_json_locked(
     locks: &BTreeMap<String, LockHolder>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    render_json_saved(plan, locks, None, out)
+}
+
+/// Write the plan as JSON, with a `lock` in each pool that is locked and, given its
+/// provenance, the fields that make it a saved plan `apply FILE` carries out (`revision`,
+/// `options`, `observed`).
+pub fn render_json_saved(
+    plan: &Plan,
+    locks: &BTreeMap<String, LockHolder>,
+    provenance: Option<&Provenance>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     /// The plan with a version of its JSON shape in front, so that consumers can tell when it
     /// changes incompatibly.
     #[derive(Serialize)]
@@ -98,6 +129,8 @@ pub fn render_json_locked(
         origin: &'a crate::model::Origin,
         pools: Vec<Pool<'a>>,
         summary: &'a super::Summary,
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        provenance: Option<&'a Provenance>,
     }
     #[derive(Serialize)]
     struct Pool<'a> {
@@ -109,18 +142,22 @@ pub fn render_json_locked(
     // Destructured in full, so that a field added to the plan cannot be left out here.
     let Plan { origin, pools, summary } = plan;
     let pools = pools.iter().map(|pool| Pool { pool, lock: locks.get(&pool.name) }).collect();
-    let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary };
+    let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary, provenance };
     serde_json::to_writer_pretty(&mut *out, &versioned)?;
     writeln!(out)
 }
 
-/// The version of the `-o json` shape (documented in the README).
-const JSON_FORMAT_VERSION: u32 = 1;
+/// The version of the `-o json` shape (documented in the README), saved plans included.
+pub const JSON_FORMAT_VERSION: u32 = 1;
 
 /// The pool's body, under its header.
-fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Result<()> {
+fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
-    if pool.steps.is_empty() && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign) {
+    if pool.steps.is_empty()
+        && held.is_empty()
+        && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
+    {
         return Ok(());
     }
     if let Some(change) = &pool.template_change {
@@ -130,19 +167,45 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, out: &mut dyn Write) -> io::Re
             .header(&format!("template {}", change.from_hash), &format!("template {}", change.to_hash))
             .to_string();
         for line in diff.lines() {
-            writeln!(out, "  {line}")?;
+            let painted = match line.as_bytes().first() {
+                Some(b'+') => style.green(line),
+                Some(b'-') => style.red(line),
+                Some(b'@') => style.cyan(line),
+                _ => line.to_owned(),
+            };
+            writeln!(out, "  {painted}")?;
         }
     }
     if !pool.instances.is_empty() {
         writeln!(out, "  Instances:")?;
-        let rows: Vec<Vec<String>> = pool.instances.iter().map(instance_row).collect();
-        table(&rows, "    ", out)?;
+        let with_nodes = pool.instances.iter().any(|i| i.node.is_some());
+        let mut header = vec!["NAME", "CONTAINER"];
+        if with_nodes {
+            header.push("NODE");
+        }
+        header.extend(["TEMPLATE", "FATE"]);
+        let fate = header.len() - 1;
+        let mut rows = vec![header.into_iter().map(str::to_owned).collect()];
+        rows.extend(pool.instances.iter().map(|i| instance_row(i, with_nodes)));
+        let paint = |row: usize, column: usize, cell: &str| match (row, column) {
+            (0, _) => style.bold(cell),
+            (_, c) if c == fate && cell == "retire" => style.red(cell),
+            _ => cell.to_owned(),
+        };
+        table(&rows, "    ", &paint, out)?;
     }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
         for step in &pool.steps {
             *number += 1;
-            step_text(*number, step, out)?;
+            step_text(&format!("{:>2}.", *number), step, style, out)?;
+        }
+    }
+    if !held.is_empty() {
+        // Unnumbered: a number names a step that apply carries out.
+        writeln!(out, "  Steps held back (the pool is paused; apply and watch leave it as it is):")?;
+        for step in held {
+            step_text("  -", step, style, out)?;
         }
     }
     Ok(())
@@ -171,21 +234,28 @@ fn pool_header(pool: &PoolPlan) -> String {
             };
             let hash = pool.template_hash.as_deref().unwrap_or_default();
             let was = pool.template_change.as_ref().map(|c| format!(" (was {})", c.from_hash));
-            let up_to_date = if pool.steps.is_empty() { ", up to date" } else { "" };
-            format!("Pool {name}{new}: {replicas}, template {hash}{}{up_to_date}", was.unwrap_or_default())
+            let state = match &pool.paused {
+                Some(held) if held.steps.is_empty() => ", up to date, paused",
+                Some(_) => ", paused",
+                None if pool.steps.is_empty() => ", up to date",
+                None => "",
+            };
+            format!("Pool {name}{new}: {replicas}, template {hash}{}{state}", was.unwrap_or_default())
         }
     }
 }
 
-fn instance_row(instance: &InstanceStatus) -> Vec<String> {
+/// One row of the instance table; `with_nodes`: the table has a NODE column (some instance of
+/// the pool is a Node), where an instance without a Node shows `-`.
+fn instance_row(instance: &InstanceStatus, with_nodes: bool) -> Vec<String> {
     let mut row = vec![instance.name.clone(), instance.container.clone()];
-    if let Some(node) = &instance.node {
+    if with_nodes {
         let cordoned = match (instance.cordoned, instance.retiring) {
             (true, true) => ", cordoned by poolctl (retiring)",
             (true, false) => ", cordoned (not by poolctl: left as is)",
             (false, _) => "",
         };
-        row.push(format!("node {node}{cordoned}"));
+        row.push(instance.node.as_ref().map_or_else(|| "-".to_owned(), |node| format!("{node}{cordoned}")));
     }
     // An orphan Node has no container, hence no template hash.
     let hash = if instance.template_hash.is_empty() { "-" } else { &instance.template_hash };
@@ -200,20 +270,39 @@ fn instance_row(instance: &InstanceStatus) -> Vec<String> {
     row
 }
 
+/// How a table cell is painted: `(row, column, text) -> text`, row 0 the header. Widths are
+/// taken before painting, so colour codes never shift a column.
+pub(crate) type Paint<'a> = &'a dyn Fn(usize, usize, &str) -> String;
+
 /// Rows as left-aligned columns, two spaces apart.
-fn table(rows: &[Vec<String>], indent: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn table(
+    rows: &[Vec<String>],
+    indent: &str,
+    paint: Paint<'_>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0))
-        .collect();
-    for row in rows {
-        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        writeln!(out, "{indent}{}", cells.join("  ").trim_end())?;
+    let width = |cell: &String| cell.chars().count();
+    let widths: Vec<usize> =
+        (0..columns).map(|i| rows.iter().filter_map(|r| r.get(i)).map(width).max().unwrap_or(0)).collect();
+    for (r, row) in rows.iter().enumerate() {
+        let mut line = indent.to_owned();
+        for (c, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(&paint(r, c, cell));
+            if c + 1 < row.len() {
+                line.push_str(&" ".repeat(w - width(cell)));
+            }
+        }
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }
 
-fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> {
+/// One step, after its `marker` (its number, or a dash for a step held back).
+fn step_text(marker: &str, step: &Step, style: Style, out: &mut dyn Write) -> io::Result<()> {
     let detail = match &step.action {
         Action::Create { image, k3s_server: None, .. } => format!("  (image {image})"),
         Action::Create { image, k3s_server: Some(server), .. } => {
@@ -230,7 +319,13 @@ fn step_text(number: usize, step: &Step, out: &mut dyn Write) -> io::Result<()> 
         }
         _ => String::new(),
     };
-    writeln!(out, "    {:>2}. {:<11} {}{detail}", number, step.action.verb(), step.instance)?;
+    let verb = format!("{:<11}", step.action.verb());
+    let verb = match step.action {
+        Action::Create { .. } => style.green(&verb),
+        _ if step.action.is_retirement() => style.red(&verb),
+        _ => verb,
+    };
+    writeln!(out, "    {marker} {verb} {}{detail}", step.instance)?;
     if let Action::Drain(preview) = &step.action {
         drain_text(preview, out)?;
     }

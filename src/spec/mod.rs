@@ -94,6 +94,11 @@ pub struct PoolSpec {
     /// How instances are replaced.
     #[serde(default)]
     pub rollout: Rollout,
+    /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
+    /// apply and watch change nothing in it, and a rollout in flight stops at the next step
+    /// boundary (as a Deployment's `paused`, Flux's `suspend`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// The container template. Everything here is covered by the template hash.

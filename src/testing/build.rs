@@ -88,6 +88,7 @@ impl PoolArgs {
             node,
             docker: None,
             rollout,
+            paused: false,
         };
         let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);
         DesiredPool {
@@ -117,6 +118,7 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         state: ContainerState::Running,
         health: Health::None,
         created,
+        status: "Up 1 second".to_owned(),
         template: None,
         scope: Some(origin().scope()),
         image: "busybox:old".to_owned(),

@@ -98,6 +98,7 @@ impl SimWorld {
             state: ContainerState::Running,
             health: Health::None,
             created: self.clock,
+            status: "Up 1 second".to_owned(),
             template: None,
             scope: None,
             image: String::new(),

@@ -1,6 +1,7 @@
-//! Docker's event stream as drift signals for `watch`: the die, stop and destroy events of one
-//! source's containers on one endpoint, debounced into one-line descriptions, re-subscribed with
-//! backoff whenever the daemon goes away. Watch follows each endpoint its pools live on.
+//! Docker's event stream as drift signals for `watch` (the die, stop and destroy events of one
+//! source's containers on one endpoint) and as redraw signals for `status -w` (their starts and
+//! creations too), debounced into one-line descriptions, re-subscribed with backoff whenever the
+//! daemon goes away. Watch follows each endpoint its pools live on.
 
 use std::time::Duration;
 
@@ -19,12 +20,26 @@ const DRIFT_DEBOUNCE: Duration = Duration::from_millis(250);
 /// The longest wait before subscribing again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// The events that mean a container stopped serving.
+const DRIFT: &[&str] = &["die", "stop", "destroy"];
+
 /// Forward the drift events on `endpoint` of the containers whose scope label is `scope` to
 /// `tx`, until `tx` is closed.
 pub async fn drift_events(endpoint: Endpoint, scope: String, tx: mpsc::Sender<String>) {
+    container_events(endpoint, scope, DRIFT, tx).await;
+}
+
+/// Forward the `actions` (`die`, `start`...) on `endpoint` of the containers whose scope label
+/// is `scope` to `tx`, until `tx` is closed.
+pub async fn container_events(
+    endpoint: Endpoint,
+    scope: String,
+    actions: &'static [&'static str],
+    tx: mpsc::Sender<String>,
+) {
     let mut failures = 0;
     loop {
-        match subscribe(&endpoint, &scope, &tx).await {
+        match subscribe(&endpoint, &scope, actions, &tx).await {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -39,11 +54,16 @@ pub async fn drift_events(endpoint: Endpoint, scope: String, tx: mpsc::Sender<St
     }
 }
 
-async fn subscribe(endpoint: &Endpoint, scope: &str, tx: &mpsc::Sender<String>) -> Result<(), String> {
+async fn subscribe(
+    endpoint: &Endpoint,
+    scope: &str,
+    actions: &[&str],
+    tx: &mpsc::Sender<String>,
+) -> Result<(), String> {
     let docker = DockerBackend::connect_to(endpoint).await.map_err(|e| e.to_string())?;
     let filters = [
         ("type", vec!["container".to_owned()]),
-        ("event", vec!["die".to_owned(), "stop".to_owned(), "destroy".to_owned()]),
+        ("event", actions.iter().map(|&a| a.to_owned()).collect()),
         ("label", vec![format!("{}={scope}", labels::SCOPE)]),
     ];
     let options = EventsOptions {

@@ -35,7 +35,7 @@ mod tar;
 use convert::container_from_summary;
 pub use convert::health_from_status;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
-pub use events::drift_events;
+pub use events::{container_events, drift_events};
 pub use lock::lock_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
@@ -297,7 +297,10 @@ impl DockerBackend {
         match Self::judge(inspect.as_ref()) {
             Judgement::Up => return Ok(()),
             Judgement::Failed(why) => return Err(self.not_up(name, &why).await),
-            Judgement::Waiting(why) => *last = why,
+            Judgement::Waiting(why) => {
+                crate::backend::waiting::note(name, format!("the container: {why}"));
+                *last = why;
+            }
         }
         // Docker has no "wait until healthy". Its event stream, replayed from the daemon's buffer
         // (`since` = the epoch; the filter keeps this container's few events), cannot miss a
@@ -322,7 +325,10 @@ impl DockerBackend {
             match Self::judge(self.inspect(name).await?.as_ref()) {
                 Judgement::Up => return Ok(()),
                 Judgement::Failed(why) => return Err(self.not_up(name, &why).await),
-                Judgement::Waiting(why) => *last = why,
+                Judgement::Waiting(why) => {
+                    crate::backend::waiting::note(name, format!("the container: {why}"));
+                    *last = why;
+                }
             }
         }
         Err(BackendError::Failed(format!("watch events of {name}: the daemon closed the stream")))
@@ -568,6 +574,11 @@ impl Containers for DockerBackend {
             ..Default::default()
         };
         let docker = self.docker.clone().with_timeout(grace + STOP_MARGIN);
+        let signal = "SIGTERM (or the image's stop signal)";
+        crate::backend::waiting::note(
+            name,
+            format!("the container to stop: {signal}, SIGKILL after {}s", grace.as_secs()),
+        );
         self.count();
         match docker.stop_container(name, Some(options)).await {
             // bollard passes 304 (already stopped) as success.

@@ -20,6 +20,21 @@ use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
 
+/// The pods of a drain not gone yet, for the progress line: how many, and the last refusal.
+struct Left<'a> {
+    node: &'a str,
+    pods: std::sync::atomic::AtomicUsize,
+}
+
+impl Left<'_> {
+    fn note(&self, refusal: Option<&str>) {
+        let n = self.pods.load(std::sync::atomic::Ordering::SeqCst);
+        let pods = if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") };
+        let why = refusal.map(|r| format!("; {r}")).unwrap_or_default();
+        crate::backend::waiting::note(self.node, format!("{pods} left to evict{why}"));
+    }
+}
+
 impl KubeCluster {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`.
@@ -45,14 +60,19 @@ impl KubeCluster {
                 DrainAction::Skip(_) => {}
                 DrainAction::Evict(warning) => {
                     if let Some(warning) = warning {
-                        tracing::info!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
+                        tracing::debug!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
                     }
                     targets.push((raw, pod));
                 }
             }
         }
-        tracing::info!(node, pods = targets.len(), "draining");
-        let evictions = targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, node_ready));
+        // What the progress line shows; the count is the user's, not a log's, so it is not logged
+        // at the default level.
+        tracing::debug!(node, pods = targets.len(), "draining");
+        let left = Left { node, pods: std::sync::atomic::AtomicUsize::new(targets.len()) };
+        left.note(None);
+        let evictions =
+            targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, node_ready, &left));
         let results = join_all(evictions).await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
@@ -96,6 +116,7 @@ impl KubeCluster {
         seen: &Pod,
         deadline: Instant,
         kubelet_alive: bool,
+        left: &Left<'_>,
     ) -> Result<(), String> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -158,6 +179,7 @@ impl KubeCluster {
                 Err(kube::Error::Api(status)) if status.code == 429 => {
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
+                    left.note(Some(&format!("{id} refused: {message}")));
                     last_refusal = Some(message);
                     backoff.wait_until(deadline).await;
                 }
@@ -180,7 +202,7 @@ impl KubeCluster {
                 Err(e) => return Err(format!("{id}: eviction failed: {}", reason(&e))),
             }
         }
-        tracing::info!("{id}: evicted");
+        tracing::debug!("{id}: evicted");
         // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
         let mut backoff = Backoff::capped(Duration::from_secs(1));
         loop {

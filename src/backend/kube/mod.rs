@@ -273,6 +273,8 @@ impl Cluster for KubeCluster {
             if list.items.iter().any(|n| node_from(n).ready) {
                 return Ok(());
             }
+            let state = if list.items.is_empty() { "has not registered yet" } else { "is NotReady" };
+            crate::backend::waiting::note(node, format!("the Node to turn Ready: it {state}"));
             let version = list.metadata.resource_version.unwrap_or_default();
             let remaining = deadline.saturating_duration_since(Instant::now()).as_secs();
             let window = u32::try_from(remaining).unwrap_or(WATCH_WINDOW).clamp(1, WATCH_WINDOW);

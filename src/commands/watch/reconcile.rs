@@ -13,7 +13,7 @@ use crate::backend::{Connect, Containers, Locks};
 use crate::execute::{Executor, Interrupt, StopReason};
 use crate::lock::{LockSettings, PoolLocks};
 use crate::model::Desired;
-use crate::observe::observe_and_plan;
+use crate::observe::observe_plan;
 use crate::plan::{Plan, PlanOptions, render_text};
 
 /// What a reconcile needs besides the desired state.
@@ -29,14 +29,14 @@ pub(super) struct Reconcile<'a, C, N> {
 impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Observe, plan and apply once; `interrupt` stops it between steps.
     pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
-        let options = self.options.reseeded();
-        let (clusters, plan) = match observe_and_plan(desired, self.containers, self.connect, options).await {
-            Ok(planned) => planned,
-            Err(e) => {
-                error!("{:#}", anyhow::Error::from(e));
-                return Ended::Failed;
-            }
-        };
+        let (clusters, plan, options) =
+            match observe_plan(desired, self.containers, self.connect, self.options).await {
+                Ok(planned) => (planned.clusters, planned.plan, planned.options),
+                Err(e) => {
+                    error!("{:#}", anyhow::Error::from(e));
+                    return Ended::Failed;
+                }
+            };
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
@@ -68,9 +68,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 Ended::Converged
             }
             Ok(current) => {
-                locks
-                    .hold_while(interrupt, Box::pin(self.execute(desired, &clusters, &current, interrupt)))
-                    .await
+                let run = self.execute(desired, &clusters, &current, options, interrupt);
+                locks.hold_while(interrupt, Box::pin(run)).await
             }
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
@@ -87,10 +86,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         desired: &Desired,
         clusters: &BTreeMap<String, N::Cluster>,
         plan: &Plan,
+        options: PlanOptions,
         interrupt: &Interrupt,
     ) -> Ended {
         let executor = Executor::new(desired, self.containers, clusters, self.out, interrupt);
-        let report = match executor.execute(plan, self.options).await {
+        let report = match executor.execute(plan, options).await {
             Ok(r) => r,
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));

@@ -1,0 +1,207 @@
+//! What `poolctl status` shows: each pool of the source as it is now (its instances, their
+//! template, container, uptime and Node, the pool's lock, whether it is in sync), built from an
+//! observed world and the plan made from it, with no I/O; rendered as a table or as JSON.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::model::{LockHolder, Origin, World};
+use crate::plan::{Plan, PoolPlan, PoolStatus, is_up};
+use crate::style::Style;
+
+/// The version of the `status -o json` shape.
+pub const STATUS_FORMAT_VERSION: u32 = 1;
+
+/// Every pool of the source, as observed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    pub format_version: u32,
+    pub origin: Origin,
+    pub pools: Vec<PoolView>,
+}
+
+/// One pool, as observed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolView {
+    pub name: String,
+    /// As in the plan: `new`, `existing`, `undeclared`, `pruned`, `foreign`.
+    pub status: PoolStatus,
+    /// The spec's template hash (`None` for a pool the source does not declare).
+    pub template_hash: Option<String>,
+    pub replicas: u32,
+    /// Instances that serve: container up and, for a pool of Nodes, Node Ready and not being
+    /// retired.
+    pub up: usize,
+    /// The plan for this pool has no steps: the world matches the source.
+    pub in_sync: bool,
+    /// How many steps an apply would take now (held back ones of a paused pool included).
+    pub pending_steps: usize,
+    /// `spec.paused`: apply and watch leave the pool as it is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockHolder>,
+    /// Whether the pool's instances are Nodes (the NODE and CORDONED columns).
+    pub nodes: bool,
+    pub instances: Vec<InstanceView>,
+}
+
+/// One instance, as observed.
+// Each flag is a column of its own, read independently.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceView {
+    pub name: String,
+    /// Empty for a Node without a container.
+    pub template_hash: String,
+    /// The instance runs the spec's template (`false` for any other, or for a pool the source
+    /// does not declare).
+    pub current: bool,
+    /// Docker's state (`running`, `exited`, ...) or `missing`.
+    pub container: String,
+    /// Docker's status text with the uptime (`Up 5 minutes (healthy)`), empty when missing.
+    pub docker_status: String,
+    /// `ready`, `not-ready` or `missing`; absent for a container-only pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub cordoned: bool,
+    /// The cordon is poolctl's: the instance is being retired.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retiring: bool,
+    pub up: bool,
+}
+
+/// The status of every pool `plan` covers, with the details the plan leaves out read from
+/// `world`, and the locks held on them.
+pub fn status(plan: &Plan, world: &World, locks: &BTreeMap<String, LockHolder>) -> Status {
+    let pools = plan.pools.iter().map(|pool| pool_view(pool, world, locks.get(&pool.name))).collect();
+    Status { format_version: STATUS_FORMAT_VERSION, origin: plan.origin.clone(), pools }
+}
+
+fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolView {
+    let nodes = pool.instances.iter().any(|i| i.node.is_some());
+    let instances: Vec<InstanceView> = pool
+        .instances
+        .iter()
+        .map(|i| {
+            let container = world.containers.iter().find(|c| c.name == i.name);
+            let node = world.nodes.iter().find(|n| n.name == i.name);
+            InstanceView {
+                name: i.name.clone(),
+                template_hash: i.template_hash.clone(),
+                current: pool.template_hash.as_deref().is_some_and(|h| h == i.template_hash),
+                container: i.container.clone(),
+                docker_status: container.map(|c| c.status.clone()).unwrap_or_default(),
+                node: i.node.clone(),
+                cordoned: i.cordoned,
+                retiring: i.retiring,
+                up: container.is_some_and(|c| is_up(c, node, nodes)),
+            }
+        })
+        .collect();
+    let held = pool.paused.as_ref().map_or(0, |p| p.steps.len());
+    PoolView {
+        name: pool.name.clone(),
+        status: pool.status,
+        template_hash: pool.template_hash.clone(),
+        replicas: pool.replicas,
+        up: instances.iter().filter(|i| i.up).count(),
+        in_sync: pool.steps.is_empty() && held == 0,
+        pending_steps: pool.steps.len() + held,
+        paused: pool.paused.is_some(),
+        lock: lock.cloned(),
+        nodes,
+        instances,
+    }
+}
+
+/// Write the status as tables, one per pool, each under a line that sums the pool up.
+pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "Source: {}", status.origin)?;
+    for pool in &status.pools {
+        writeln!(out)?;
+        writeln!(out, "{}", style.bold(&pool_line(pool)))?;
+        if let Some(lock) = &pool.lock {
+            writeln!(out, "  Locked by {}", lock.describe(now))?;
+        }
+        if pool.instances.is_empty() {
+            writeln!(out, "  No instances.")?;
+            continue;
+        }
+        let mut header = vec!["NAME", "TEMPLATE", "CONTAINER", "STATUS"];
+        if pool.nodes {
+            header.extend(["NODE", "CORDONED"]);
+        }
+        let mut rows: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
+        rows.extend(pool.instances.iter().map(|i| instance_row(pool, i)));
+        let paint = |row: usize, column: usize, cell: &str| match (row, column) {
+            (0, _) => style.bold(cell),
+            (_, 1) if cell.contains("outdated") => style.yellow(cell),
+            (_, 2 | 4) if cell == "running" || cell == "Ready" => style.green(cell),
+            (_, 2 | 4) => style.red(cell),
+            _ => cell.to_owned(),
+        };
+        crate::plan::table(&rows, "  ", &paint, out)?;
+    }
+    Ok(())
+}
+
+/// `Pool web: 2/3 up, template 3e94937dc7, not in sync (4 steps pending)`.
+fn pool_line(pool: &PoolView) -> String {
+    let name = &pool.name;
+    let state = match pool.status {
+        PoolStatus::Undeclared => {
+            return format!("Pool {name}: no longer declared by the source (not managed)");
+        }
+        PoolStatus::Foreign => return format!("Pool {name}: created from another source (not managed)"),
+        PoolStatus::Pruned => "no longer declared, retired with --prune".to_owned(),
+        PoolStatus::New | PoolStatus::Existing if pool.in_sync => "in sync".to_owned(),
+        PoolStatus::New | PoolStatus::Existing => {
+            let n = pool.pending_steps;
+            format!("not in sync ({n} step{} pending)", if n == 1 { "" } else { "s" })
+        }
+    };
+    let paused = if pool.paused { ", paused" } else { "" };
+    let hash = pool.template_hash.as_deref().unwrap_or("-");
+    format!("Pool {name}: {}/{} up, template {hash}, {state}{paused}", pool.up, pool.replicas)
+}
+
+fn instance_row(pool: &PoolView, i: &InstanceView) -> Vec<String> {
+    let template = match (i.template_hash.as_str(), i.current) {
+        ("", _) => "-".to_owned(),
+        (hash, true) => format!("{hash} (current)"),
+        (hash, false) => format!("{hash} (outdated)"),
+    };
+    let docker = if i.docker_status.is_empty() { "-" } else { &i.docker_status };
+    let mut row = vec![i.name.clone(), template, i.container.clone(), docker.to_owned()];
+    if pool.nodes {
+        let node = match i.node.as_deref() {
+            Some("ready") => "Ready",
+            Some("not-ready") => "NotReady",
+            Some(_) | None => "missing",
+        };
+        let cordoned = match (i.cordoned, i.retiring) {
+            (false, _) => "no",
+            (true, true) => "yes (poolctl: retiring)",
+            (true, false) => "yes",
+        };
+        row.extend([node.to_owned(), cordoned.to_owned()]);
+    }
+    row
+}
+
+/// Write the status as one JSON document (`pretty`: indented; otherwise one line, for `-w`).
+pub fn render_json(status: &Status, pretty: bool, out: &mut dyn Write) -> io::Result<()> {
+    if pretty {
+        serde_json::to_writer_pretty(&mut *out, status)?;
+    } else {
+        serde_json::to_writer(&mut *out, status)?;
+    }
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests;
