@@ -231,3 +231,36 @@ async fn a_single_file_source_saved_by_rename_is_followed_across_saves() {
         seen.push(now);
     }
 }
+
+#[tokio::test]
+async fn pausing_a_pool_stops_its_rollout_at_a_step_boundary_and_unpausing_finishes_it() {
+    let Some((s, mut watch, first)) = watching(1, &[]).await else { return };
+
+    // The second spec's bootstrap holds its rollout until the test lets it go.
+    let gate = ["sh", "-c", "until [ -f /tmp/go ]; do sleep 0.1; done"];
+    let v2 = spec(&s, 1, "2").bootstrap(&gate, Some("60s"));
+    s.write_pool(&v2);
+    let line = watch.wait_for(Stream::Stdout, "] bootstrap ");
+    let held = line.split_whitespace().nth(2).expect("instance name").to_owned();
+
+    // `spec.paused: true`, reviewed like everything else: the rollout stops at the next step
+    // boundary, and nothing more happens to the pool.
+    s.write("pool.yaml", &format!("{v2}  paused: true\n"));
+    watch.wait_for(Stream::Stderr, "a newer desired state arrived");
+    let go = Command::new("docker").args(["exec", &held, "touch", "/tmp/go"]).output().expect("docker exec");
+    assert!(go.status.success(), "{}", String::from_utf8_lossy(&go.stderr));
+    watch.wait_for(Stream::Stdout, "Apply superseded");
+    watch.wait_for(Stream::Stdout, "held back");
+    let paused = s.containers().await;
+    assert!(paused.iter().any(|c| c.id == first[0].id && c.state == ContainerState::Running), "{paused:#?}");
+    assert!(paused.iter().any(|c| c.name == held), "the new instance is left as it is: {paused:#?}");
+    assert_eq!(paused.len(), 2, "nothing retired while paused: {paused:#?}");
+
+    // Unpaused (and without the gate, which would hold the next new instance too): the rollout
+    // finishes.
+    s.write_pool(&spec(&s, 1, "2"));
+    watch.applied();
+    let last = s.containers().await;
+    converged(&last, 1);
+    assert!(last.iter().all(|c| c.id != first[0].id), "{last:#?}");
+}
