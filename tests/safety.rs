@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::support::cli::Stream;
 use crate::support::fake_kube::{
-    EventKind, FakeKube, FakeKubeOptions, KubeletOptions, ReadyPolicy, write_kubeconfig_contexts,
+    EventKind, FakeKube, FakeKubeOptions, KubeletOptions, PdbBound, ReadyPolicy, write_kubeconfig_contexts,
 };
 use crate::support::rig::{LIMIT, Rig};
 use crate::support::scenario::Scenario;
@@ -227,4 +227,28 @@ async fn nodes_hidden_while_planning_are_cordoned_and_drained_before_their_conta
         assert!(cordoned < stopped, "{node}: cordoned before its container stopped");
         assert!(!evictions.is_empty() && evictions.iter().all(|t| *t < stopped), "{node}: drained first");
     }
+}
+
+#[tokio::test]
+async fn long_steps_say_what_they_wait_for_the_node_and_the_budget() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(1).drain_timeout("8s");
+    rig.start(&v1).await;
+    rig.fake.add_app("default", "web", 1);
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
+    let placed = |st: &crate::support::fake_kube::Store| {
+        st.pods().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
+
+    // The new Node is slow to turn Ready, and the budget holds the old one's drain: in a pipe,
+    // apply says so on plain lines while it waits.
+    let v2 = v1.clone().env("VERSION", "2");
+    rig.write(&v2);
+    rig.fake.set_ready_policy(&format!("{}-", rig.pool()), ReadyPolicy::After(Duration::from_secs(7)));
+    let run = rig.apply().expect_code(1);
+    assert!(run.stdout.contains("waiting for the Node to turn Ready"), "{}", run.stdout);
+    let drain =
+        run.stdout.lines().find(|l| l.contains("waiting for 1 pod left to evict")).unwrap_or_default();
+    assert!(drain.contains("disruption budget web-pdb"), "{}", run.stdout);
 }
