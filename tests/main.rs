@@ -11,6 +11,7 @@ mod e2e_kube;
 mod fake_kube;
 mod kube;
 mod safety;
+mod scope;
 mod source;
 mod spec;
 mod support;

@@ -304,11 +304,7 @@ impl Cluster for FakeCluster {
             .world
             .nodes
             .iter()
-            .filter(|n| {
-                n.pool.as_deref() == Some(&self.pool)
-                    || names.contains(&n.name)
-                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
-            })
+            .filter(|n| n.pool.as_deref() == Some(&self.pool) || names.contains(&n.name))
             .cloned()
             .collect())
     }

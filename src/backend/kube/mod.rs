@@ -5,6 +5,7 @@
 //! hostname, which a kubelet registers by default). Once Ready, poolctl labels the Node with
 //! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label or is named
 //! after one of its containers; a labelled Node without a container is an orphan, and deleted.
+//! Observing reads only the pool, never the whole cluster ([`scope`]).
 //!
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
 //! because a 429 to an eviction is a PodDisruptionBudget speaking, which poolctl must report
@@ -16,8 +17,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod as K8sPod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -26,13 +26,14 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Connect};
-use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, is_instance_name, labels};
+use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
 use crate::spec::Taint;
 
 mod convert;
 mod drain;
+mod scope;
 
-use convert::{node_from, pdb_from, pod_from, taint_to};
+use convert::{node_from, taint_to};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
@@ -171,34 +172,11 @@ impl Connect for KubeConnect {
 
 impl Cluster for KubeCluster {
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
-        let deadline = Instant::now() + API_RETRY_WINDOW;
-        let api = self.nodes_api();
-        let params = ListParams::default();
-        let list = self.retrying("list nodes", deadline, || api.list(&params)).await?;
-        Ok(list
-            .items
-            .iter()
-            .map(node_from)
-            .filter(|n| {
-                n.pool.as_deref() == Some(&self.pool)
-                    || names.contains(&n.name)
-                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
-            })
-            .collect())
+        self.pool_nodes(names).await
     }
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
-        if nodes.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let deadline = Instant::now() + API_RETRY_WINDOW;
-        let pods_api: Api<K8sPod> = Api::all(self.client.clone());
-        let params = ListParams::default();
-        let pods = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
-        let pdb_api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
-        let pdbs = self.retrying("list PodDisruptionBudgets", deadline, || pdb_api.list(&params)).await?;
-        let pods = pods.items.iter().filter_map(pod_from).filter(|p| nodes.contains(&p.node)).collect();
-        Ok((pods, pdbs.items.iter().map(pdb_from).collect()))
+        self.pods_of(nodes).await
     }
 
     async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
