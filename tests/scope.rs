@@ -1,14 +1,18 @@
 //! A plan reads its pool from the cluster, not the cluster: every list it sends carries a
-//! selector that the pool bounds, whatever else the cluster holds (read from the fake API
-//! server's request log).
+//! selector that the pool bounds, whatever else the cluster holds; and `watch` reads those
+//! lists from memory while nothing changes (read from the fake API server's request log).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::support::fake_kube::{PdbBound, PodSpecBuilder, RequestRecord, Store};
-use crate::support::rig::Rig;
+use poolctl::backend::Cluster;
+use poolctl::backend::kube::KubeCluster;
+
+use crate::support::cli::Stream;
+use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder, RequestRecord, Store};
+use crate::support::rig::{LIMIT, Rig};
 
 /// `%xx` escapes of a query string, decoded (selectors are ASCII).
 fn decode(query: &str) -> String {
@@ -157,4 +161,88 @@ async fn bench_plan_in_a_small_and_a_large_cluster() {
         large.2,
         small.2
     );
+}
+
+/// Whether a request is a list (of Nodes, pods or budgets), not a watch or a GET by name.
+fn is_list(r: &RequestRecord) -> bool {
+    let watch = r.query.as_deref().is_some_and(|q| q.contains("watch=true") || q.contains("watch=1"));
+    let list =
+        r.path == "/api/v1/nodes" || r.path.ends_with("/pods") || r.path.ends_with("/poddisruptionbudgets");
+    r.method == "GET" && list && !watch
+}
+
+fn lists(fake: &FakeKube) -> usize {
+    fake.requests().iter().filter(|r| is_list(r)).count()
+}
+
+/// The pool's Node names and the names of their pods, as the cluster observes them.
+async fn observe(cluster: &KubeCluster) -> (Vec<String>, Vec<String>) {
+    let mut nodes: Vec<String> = cluster.nodes(&[]).await.unwrap().into_iter().map(|n| n.name).collect();
+    nodes.sort();
+    let (pods, _) = cluster.pods_and_pdbs(&nodes).await.unwrap();
+    let mut pods: Vec<String> = pods.into_iter().map(|p| p.name).collect();
+    pods.sort();
+    (nodes, pods)
+}
+
+#[tokio::test]
+async fn a_kept_client_lists_once_then_follows_watches_until_it_writes() {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    for node in ["p-a", "p-b"] {
+        fake.add_node_with_labels(node, true, &[("poolctl.dev/pool", "p")]);
+    }
+    fake.add_node("other", true);
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "p-a").owner(Some("ReplicaSet")));
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap().with_cache();
+
+    let first = observe(&cluster).await;
+    assert_eq!(first, (vec!["p-a".to_owned(), "p-b".to_owned()], vec!["web-1".to_owned()]));
+    // The pool's Nodes, the pods of each, the budgets of their one namespace.
+    assert_eq!(lists(&fake), 4, "{:#?}", fake.requests());
+    assert_eq!(observe(&cluster).await, first);
+    assert_eq!(lists(&fake), 4, "nothing changed: read from memory");
+
+    // A change in the cluster reaches the mirror through its watch, still without a list.
+    fake.add_pod(&PodSpecBuilder::new("default", "web-2", "p-b").owner(Some("ReplicaSet")));
+    let seen = tokio::time::timeout(LIMIT, async {
+        loop {
+            let observed = observe(&cluster).await;
+            if observed.1.len() == 2 {
+                return observed;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the watch brings the new pod");
+    assert_eq!(seen.1, ["web-1", "web-2"]);
+    assert_eq!(lists(&fake), 4);
+
+    // A write through the client: what it changed is read back from the server, once.
+    cluster.cordon("p-a").await.unwrap();
+    observe(&cluster).await;
+    assert_eq!(lists(&fake), 8);
+    observe(&cluster).await;
+    assert_eq!(lists(&fake), 8);
+}
+
+#[tokio::test]
+async fn a_watch_reconcile_where_nothing_changed_sends_no_list() {
+    let Some(rig) = Rig::new().await else { return };
+    rig.write(&rig.spec().replicas(2));
+    let mut watch = rig.s.spawn("watch", &["--resync", "200ms"]);
+    watch.applied();
+    // The first resync after the rollout reads back what it changed; the next ones read memory.
+    for _ in 0..2 {
+        watch.wait_for(Stream::Stderr, "plan (Resync)");
+    }
+    let from = rig.fake.requests().len();
+    for _ in 0..3 {
+        watch.wait_for(Stream::Stderr, "plan (Resync)");
+    }
+    let since: Vec<RequestRecord> = requests_since(&rig, from);
+    let listed: Vec<String> = since.iter().filter(|r| is_list(r)).map(line).collect();
+    assert!(listed.is_empty(), "{listed:#?}");
+    assert!(!since.is_empty(), "the reconciles still read the cluster's identity");
+    watch.signal("TERM");
 }

@@ -29,9 +29,13 @@ use crate::backend::{BackendError, Cluster, Connect};
 use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
 use crate::spec::Taint;
 
+mod cache;
 mod convert;
 mod drain;
+mod kept;
 mod scope;
+
+pub use kept::KeptConnect;
 
 use convert::{node_from, taint_to};
 
@@ -47,6 +51,8 @@ pub struct KubeCluster {
     server: String,
     /// Which cluster this is, as recorded on the containers poolctl creates.
     identity: ClusterIdentity,
+    /// The watch-backed lists of `watch`; `None` for a one-shot plan or apply.
+    cache: Option<std::sync::Arc<cache::Cache>>,
 }
 
 impl KubeCluster {
@@ -57,24 +63,25 @@ impl KubeCluster {
         context: Option<&str>,
         pool: &str,
     ) -> Result<Self, BackendError> {
-        let options =
-            KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
-        let kc = match kubeconfig {
-            Some(path) => {
-                let path = expand_home(path);
-                Kubeconfig::read_from(&path)
-                    .map_err(|e| BackendError::Failed(format!("cannot read kubeconfig {path}: {e}")))?
-            }
-            None => Kubeconfig::read()
-                .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?,
-        };
+        let kc = read_kubeconfig(kubeconfig)?;
         // The context the connection uses, named: "the current one" is what changes under a
         // `kubectl config use-context`, and the name is what the user recognises.
         let resolved = context.map(str::to_owned).or_else(|| kc.current_context.clone()).unwrap_or_default();
+        Self::from_kubeconfig(kc, context, pool).await?.identified(&resolved).await
+    }
+
+    /// Build from a kubeconfig already read, without talking to the cluster yet.
+    async fn from_kubeconfig(
+        kc: Kubeconfig,
+        context: Option<&str>,
+        pool: &str,
+    ) -> Result<Self, BackendError> {
+        let options =
+            KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
         let config = Config::from_custom_kubeconfig(kc, &options)
             .await
             .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?;
-        Self::from_config(config, pool)?.identified(&resolved).await
+        Self::from_config(config, pool)
     }
 
     /// Learn which cluster this is: `context` as resolved, the server URL, and the UID of the
@@ -108,7 +115,22 @@ impl KubeCluster {
             BackendError::Failed(format!("cannot build a Kubernetes client for {server}: {e}"))
         })?;
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
-        Ok(Self { client, pool: pool.to_owned(), server, identity })
+        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None })
+    }
+
+    /// Keep the pool's lists in memory from now on, followed by watches, so that observing a
+    /// pool where nothing changed sends no list (see [`cache`]).
+    #[must_use]
+    pub fn with_cache(mut self) -> Self {
+        self.cache = Some(std::sync::Arc::new(cache::Cache::default()));
+        self
+    }
+
+    /// A write through this client: lists made before it are not trusted any more.
+    fn wrote(&self) {
+        if let Some(cache) = &self.cache {
+            cache.wrote();
+        }
     }
 
     fn nodes_api(&self) -> Api<K8sNode> {
@@ -152,6 +174,7 @@ impl KubeCluster {
     }
 
     async fn patch_node(&self, node: &str, what: &str, patch: serde_json::Value) -> Result<(), BackendError> {
+        self.wrote();
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
@@ -276,10 +299,12 @@ impl Cluster for KubeCluster {
     }
 
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+        self.wrote();
         self.drain_node(node, timeout).await
     }
 
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
+        self.wrote();
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let params = DeleteParams::default();
@@ -307,6 +332,20 @@ fn api_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
         other => other.to_string(),
+    }
+}
+
+/// The kubeconfig as kubectl reads it: `path`, else `$KUBECONFIG`, else `~/.kube/config`.
+fn read_kubeconfig(path: Option<&str>) -> Result<Kubeconfig, BackendError> {
+    match path {
+        Some(path) => {
+            let path = expand_home(path);
+            Kubeconfig::read_from(&path)
+                .map_err(|e| BackendError::Failed(format!("cannot read kubeconfig {path}: {e}")))
+        }
+        None => {
+            Kubeconfig::read().map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))
+        }
     }
 }
 

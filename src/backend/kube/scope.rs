@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashSet};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use tokio::time::Instant;
 
 use super::convert::{node_from, pdb_from, pod_from};
@@ -33,9 +33,9 @@ impl KubeCluster {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let api = self.nodes_api();
         let selector = format!("{}={}", labels::POOL, self.pool);
-        let params = ListParams::default().labels(&selector);
-        let list = self.retrying("list the pool's nodes", deadline, || api.list(&params)).await?;
-        let mut nodes: Vec<Node> = list.items.iter().map(node_from).collect();
+        let what = "list the pool's nodes";
+        let listed = self.list_scoped(|c| &c.nodes, "", api.clone(), (&selector, ""), what, deadline).await?;
+        let mut nodes: Vec<Node> = listed.iter().map(node_from).collect();
         let labelled: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         // Owned names: a stream over borrowed ones trips the compiler's Send check.
         let unlabelled: Vec<String> =
@@ -59,23 +59,27 @@ impl KubeCluster {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let api = &pods_api;
+        self.forget_scopes(|c| &c.pods, &|node| nodes.iter().any(|n| n == node));
         let lists: Vec<Vec<Pod>> = stream::iter(nodes.to_vec())
             .map(|node: String| async move {
-                let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-                let list = self.retrying("list pods", deadline, || api.list(&params)).await?;
-                Ok::<_, BackendError>(list.items.iter().filter_map(pod_from).collect())
+                let fields = format!("spec.nodeName={node}");
+                let listed = self
+                    .list_scoped(|c| &c.pods, &node, api.clone(), ("", &fields), "list pods", deadline)
+                    .await?;
+                Ok::<_, BackendError>(listed.iter().filter_map(pod_from).collect())
             })
             .buffered(CONCURRENT_REQUESTS)
             .try_collect()
             .await?;
         let pods: Vec<Pod> = lists.into_iter().flatten().collect();
         let namespaces: BTreeSet<String> = pods.iter().map(|p| p.namespace.clone()).collect();
-        let budgets: Vec<Vec<Pdb>> = stream::iter(namespaces)
+        self.forget_scopes(|c| &c.pdbs, &|ns| namespaces.contains(ns));
+        let budgets: Vec<Vec<Pdb>> = stream::iter(namespaces.clone())
             .map(|ns: String| async move {
                 let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &ns);
-                let params = ListParams::default();
-                let list = self.retrying("list PodDisruptionBudgets", deadline, || api.list(&params)).await?;
-                Ok::<_, BackendError>(list.items.iter().map(pdb_from).collect())
+                let what = "list PodDisruptionBudgets";
+                let listed = self.list_scoped(|c| &c.pdbs, &ns, api, ("", ""), what, deadline).await?;
+                Ok::<_, BackendError>(listed.iter().map(pdb_from).collect())
             })
             .buffered(CONCURRENT_REQUESTS)
             .try_collect()

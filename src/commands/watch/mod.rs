@@ -10,7 +10,8 @@
 //! by the next plan.
 //!
 //! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
-//! seen source revision and a few counters, so memory stays flat over a long run.
+//! seen source revision, a few counters and its clients (Docker, and each cluster with the
+//! watch-backed lists of its pool), so memory stays flat over a long run.
 
 mod inputs;
 mod machine;
@@ -30,8 +31,9 @@ use tracing::{debug, error, info, warn};
 
 use super::common::{source_spec, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
+use crate::backend::BackendError;
 use crate::backend::docker::{DockerBackend, drift_events};
-use crate::backend::kube::{KubeCluster, KubeConnect};
+use crate::backend::kube::{KeptConnect, KubeCluster};
 use crate::cli::WatchArgs;
 use crate::execute::{Interrupt, StopReason};
 use crate::model::{Desired, World};
@@ -99,6 +101,8 @@ struct Loop {
     unreadable: Option<String>,
     retry: Option<Instant>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
+    /// Docker and cluster clients, kept from one reconcile to the next.
+    clients: Arc<Clients>,
     drift: Option<JoinHandle<()>>,
     drift_tx: mpsc::Sender<String>,
     drift_rx: mpsc::Receiver<String>,
@@ -125,6 +129,7 @@ impl Loop {
             unreadable: None,
             retry: None,
             run: None,
+            clients: Arc::default(),
             drift: None,
             drift_tx,
             drift_rx,
@@ -316,7 +321,8 @@ impl Loop {
         // A reconcile that starts now does what a pending retry would have done.
         self.retry = None;
         let interrupt = Arc::new(Interrupt::default());
-        let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt)));
+        let clients = Arc::clone(&self.clients);
+        let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt), clients));
         self.run = Some((task, interrupt));
     }
 
@@ -378,15 +384,41 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// One reconcile as a task of its own, so that the loop keeps listening: connect to Docker,
-/// then [`Reconcile::run`] with stdout for output.
+/// The clients a watch keeps for its whole life: Docker, and each pool's cluster with its
+/// watch-backed lists. A failed reconcile drops them all, so the next one connects afresh.
+#[derive(Default)]
+struct Clients {
+    docker: Mutex<Option<Arc<DockerBackend>>>,
+    clusters: KeptConnect,
+}
+
+impl Clients {
+    async fn docker(&self) -> Result<Arc<DockerBackend>, BackendError> {
+        let kept = self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(docker) = kept {
+            return Ok(docker);
+        }
+        let docker = Arc::new(DockerBackend::connect().await?);
+        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&docker));
+        Ok(docker)
+    }
+
+    fn forget(&self) {
+        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.clusters.forget();
+    }
+}
+
+/// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
+/// over the kept clients, with stdout for output.
 async fn reconcile(
     desired: Arc<Desired>,
     trigger: Trigger,
     config: Config,
     interrupt: Arc<Interrupt>,
+    clients: Arc<Clients>,
 ) -> Ended {
-    let docker = match DockerBackend::connect().await {
+    let docker = match clients.docker().await {
         Ok(d) => d,
         Err(e) => {
             error!("{e}");
@@ -395,11 +427,15 @@ async fn reconcile(
     };
     let out: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
     let reconcile = Reconcile {
-        containers: &docker,
-        connect: &KubeConnect,
+        containers: &*docker,
+        connect: &clients.clusters,
         options: config.options,
         dry_run: config.dry_run,
         out: &out,
     };
-    reconcile.run(&desired, trigger, &interrupt).await
+    let ended = reconcile.run(&desired, trigger, &interrupt).await;
+    if ended == Ended::Failed {
+        clients.forget();
+    }
+    ended
 }
