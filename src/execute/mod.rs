@@ -178,9 +178,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             report.not_started.extend(done.not_started);
             report.stop_reason = done.stop_reason;
             if !complete {
-                report
-                    .not_started
-                    .extend(rest.steps().map(|(p, s)| (p.name.clone(), s.instance.clone(), s.action.verb())));
+                report.not_started.extend(
+                    rest.steps().map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
+                );
                 break;
             }
             if !rest.has_changes() {
@@ -246,7 +246,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         for pool in &plan.pools {
             let groups = batches(pool, offset);
             offset += pool.steps.len();
-            let not_started = |s: &Step| (pool.name.clone(), s.instance.clone(), s.action.verb());
+            let not_started = |s: &Step| (pool.name.clone(), s.instance.to_string(), s.action.verb());
             for group in groups {
                 if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
                     report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
@@ -383,7 +383,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
         StepOutcome {
             pool: pool.name.clone(),
-            instance: step.instance.clone(),
+            instance: step.instance.to_string(),
             verb,
             elapsed,
             error: result.err(),

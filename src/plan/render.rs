@@ -108,7 +108,7 @@ fn pool_header(pool: &PoolPlan) -> String {
 }
 
 fn instance_row(instance: &InstanceStatus) -> Vec<String> {
-    let mut row = vec![instance.name.clone(), instance.container.clone()];
+    let mut row = vec![instance.name.to_string(), instance.container.to_owned()];
     if let Some(node) = &instance.node {
         let cordoned = match (instance.cordoned, instance.retiring) {
             (true, true) => ", cordoned by poolctl (retiring)",
