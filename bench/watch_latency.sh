@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark `poolctl watch` against a local Git repository and the real Docker daemon:
-#   1. latency from `git commit` to the first step of the new plan (median of N commits);
+#   1. latency from `git commit` to the new container's start (Docker's StartedAt), median of N
+#      commits, against a bare `docker run -d` of the same image (section 4);
 #   2. the watcher's steady-state RSS and CPU while idle (over IDLE seconds);
 #   3. RSS growth over many reconciles (a short --resync forces one every 100ms).
 # Prints the figures as Markdown, for the "Watch" section of BENCHMARKS.md.
@@ -61,10 +62,18 @@ wait_count() {
         sleep 0.05
     done
 }
+# Milliseconds from epoch seconds $2 to Docker's RFC 3339 timestamp $1.
+since_ms() {
+    python3 -c 'import sys, datetime
+t = datetime.datetime.fromisoformat(sys.argv[1][:26].rstrip("Z") + "+00:00").timestamp()
+print(round((t - float(sys.argv[2])) * 1000))' "$1" "$2"
+}
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+STARTS=()
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# --- 1. commit -> first step latency -------------------------------------------------------
+# --- 1. commit -> new container latency -------------------------------------------------------
 "$BIN" --log-format json watch --source "$WORK/repo" --ref main --interval 1h --resync 1h \
     >"$WORK/out" 2>"$WORK/log" &
 WATCH=$!
@@ -72,7 +81,6 @@ PIDS+=("$WATCH")
 wait_count "Apply complete" "$WORK/out" 0
 RSS_FIRST=$(rss_kib "$WATCH")
 
-LATENCIES=()
 for i in $(seq 1 "$RUNS"); do
     done_before=$(count "Apply complete" "$WORK/out")
     pool_yaml "$i" > "$WORK/repo/pool.yaml"
@@ -80,29 +88,11 @@ for i in $(seq 1 "$RUNS"); do
     t0=$(date +%s.%N)
     git_ commit -qm "bump $i"
     wait_count "Apply complete" "$WORK/out" "$done_before"
-    # The first step of the new plan: the first "[1/N] ... ..." start line logged after t0.
-    ms=$(python3 - "$WORK/log" "$t0" <<'PY'
-import json, sys, datetime
-t0 = float(sys.argv[2])
-for line in open(sys.argv[1]):
-    try:
-        e = json.loads(line)
-    except ValueError:
-        continue
-    msg = e.get("fields", {}).get("message", "")
-    if not (msg.startswith("[1/") and msg.endswith("...")):
-        continue
-    ts = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
-    if ts >= t0:
-        print(round((ts - t0) * 1000))
-        break
-PY
-)
-    LATENCIES+=("$ms")
+    # commit -> the new container started, by Docker's own clock (State.StartedAt).
+    started=$(docker ps -q --filter "label=poolctl.dev/pool=$POOL" | xargs -r docker inspect -f '{{.State.StartedAt}}' | sort | tail -1)
+    STARTS+=("$(since_ms "$started" "$t0")")
 done
 RSS_AFTER=$(rss_kib "$WATCH")
-MEDIAN=$(printf '%s\n' "${LATENCIES[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-MAX=$(printf '%s\n' "${LATENCIES[@]}" | sort -n | tail -1)
 
 # --- 2. idle RSS and CPU --------------------------------------------------------------------
 sleep 1 # let the rollout's own Docker events settle
@@ -127,10 +117,24 @@ RSS_250=$(rss_kib "$SPIN")
 N250=$(count '"message":"plan (Resync)' "$WORK/log2")
 kill -TERM "$SPIN"; wait "$SPIN" || true
 
+# --- 4. a bare `docker run` of the same image, from the command to the container's start -----
+BARE=()
+for i in $(seq 1 "$RUNS"); do
+    t0=$(date +%s.%N)
+    id=$(docker run -d --label "poolctl.dev/pool=$POOL" "$IMAGE")
+    BARE+=("$(since_ms "$(docker inspect -f '{{.State.StartedAt}}' "$id")" "$t0")")
+    docker rm -f "$id" >/dev/null
+done
+START_MEDIAN=$(median "${STARTS[@]}")
+BARE_MEDIAN=$(median "${BARE[@]}")
+RATIO=$(awk -v a="$START_MEDIAN" -v b="$BARE_MEDIAN" 'BEGIN {printf "%.2f", a / b}')
+
 cat <<EOF
 | figure | value |
 | --- | --- |
-| commit -> first step of the new plan, median of $RUNS | ${MEDIAN} ms (max ${MAX} ms; all: ${LATENCIES[*]}) |
+| commit -> new container started, median of $RUNS | ${START_MEDIAN} ms (all: ${STARTS[*]}) |
+| bare \`docker run -d\` -> container started, median of $RUNS | ${BARE_MEDIAN} ms (all: ${BARE[*]}) |
+| watch commit -> container / bare docker run | ${RATIO} (target <= 1.2) |
 | RSS after the first reconcile / after $RUNS rollouts | ${RSS_FIRST} KiB / ${RSS_AFTER} KiB |
 | RSS idle, after ${IDLE}s | ${RSS_IDLE} KiB |
 | CPU idle over ${IDLE}s | ${CPU_PCT} % of one core ($((TICKS1 - TICKS0)) ticks at ${HZ} Hz) |

@@ -87,15 +87,15 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         .instances
         .iter()
         .map(|i| {
-            let container = world.containers.iter().find(|c| c.name == i.name);
-            let node = world.nodes.iter().find(|n| n.name == i.name);
+            let container = world.containers.iter().find(|c| c.name == *i.name);
+            let node = world.nodes.iter().find(|n| n.name == *i.name);
             InstanceView {
-                name: i.name.clone(),
+                name: i.name.to_string(),
                 template_hash: i.template_hash.clone(),
                 current: pool.template_hash.as_deref().is_some_and(|h| h == i.template_hash),
-                container: i.container.clone(),
+                container: i.container.to_owned(),
                 docker_status: container.map(|c| c.status.clone()).unwrap_or_default(),
-                node: i.node.clone(),
+                node: i.node.map(str::to_owned),
                 cordoned: i.cordoned,
                 retiring: i.retiring,
                 up: container.is_some_and(|c| is_up(c, node, nodes)),

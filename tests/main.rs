@@ -21,6 +21,7 @@ mod kube_tls;
 mod kubeconfig;
 mod lock;
 mod safety;
+mod scope;
 mod source;
 mod spec;
 mod support;

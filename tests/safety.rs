@@ -162,8 +162,12 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
     assert_eq!(rig.containers().await, before);
 }
 
+/// A Node that never got the pool label is found by its container's name: once that container
+/// died, the plan retires both, deleting the Node. (Once the container is removed too, nothing
+/// names the Node any more: finding it would mean listing every Node of the cluster, which a
+/// plan does not do; README.md, "Nodes", says so.)
 #[tokio::test]
-async fn an_unlabelled_node_whose_container_is_gone_is_deleted() {
+async fn an_unlabelled_node_whose_container_died_is_deleted_with_it() {
     let Some(rig) = Rig::new().await else { return };
     rig.write(&rig.spec().replicas(1));
     let (name, prefix) = kill_apply_in_the_ready_wait(&rig).await;

@@ -161,9 +161,11 @@ pub trait Containers: Sync {
 
 /// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.
 pub trait Cluster: Sync {
-    /// Nodes that carry the `poolctl.dev/pool` label, or whose names are given.
+    /// Nodes that carry the `poolctl.dev/pool` label, or whose names are given (the pool's
+    /// containers): never a list of the whole cluster.
     fn nodes(&self, names: &[String]) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
-    /// Pods bound to the given nodes, and every PodDisruptionBudget (for drain previews).
+    /// Pods bound to the given nodes, and the PodDisruptionBudgets of their namespaces (for
+    /// drain previews).
     fn pods_and_pdbs(
         &self,
         nodes: &[String],

@@ -1,9 +1,17 @@
 //! The executor: carries a [`Plan`] out against the backends, step by step, with visible
 //! progress, and stops at the first failure with the old instances still serving.
 //!
-//! The executor never decides *what* to do; the planner did. It decides only *how*: the
-//! creations of a batch run concurrently, everything else runs in plan order, and a failure
-//! or an interrupt halts before the next step, so that nothing more is retired.
+//! The executor never decides *what* to do; the planner did. It decides only *how*: within a
+//! batch, the creations run concurrently, then the retirements run concurrently (each
+//! instance's own steps in plan order), with drains one Node at a time; a failure or an
+//! interrupt halts before the next step, so that nothing more is retired.
+//!
+//! Retiring a batch's instances at once keeps DESIGN invariant 3 (capacity): the planner puts
+//! an instance in a batch only while the instances that stay up without it, after every
+//! earlier retirement of the batch, still number `replicas - maxUnavailable`. So whatever
+//! subset of a batch's retirements is under way at a moment, at least as many instances are
+//! up as after the whole batch, and the batch's creations have all finished before the first
+//! retirement starts, so nothing exceeds `replicas + maxSurge` either.
 
 pub mod join;
 mod progress;
@@ -13,6 +21,7 @@ mod report;
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -108,6 +117,10 @@ pub struct Executor<'a, C, K> {
     ui: ProgressUi,
     /// The number each step carries, as the plan text shows it.
     numbering: Mutex<progress::Numbering>,
+    /// Held from a Node's cordon to the end of its drain: drains run one Node at a time, since
+    /// concurrent drains are how PodDisruptionBudgets get violated (cluster-api#3300). tokio's
+    /// mutex is fair, so Nodes take their turns in the order they asked, which is plan order.
+    drain_turn: tokio::sync::Mutex<()>,
 }
 
 impl<'a, C, K> Executor<'a, C, K> {
@@ -127,6 +140,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             drained: Mutex::default(),
             ui: ProgressUi::default(),
             numbering: Mutex::default(),
+            drain_turn: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -245,9 +259,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             report.not_started.extend(done.not_started);
             report.stop_reason = done.stop_reason;
             if !complete {
-                report
-                    .not_started
-                    .extend(rest.steps().map(|(p, s)| (p.name.clone(), s.instance.clone(), s.action.verb())));
+                report.not_started.extend(
+                    rest.steps().map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
+                );
                 break;
             }
             if !rest.has_changes() {
@@ -325,43 +339,78 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// Carry one batch out. Stops at the first failed step or at an interrupt.
+    /// Carry one batch out. Stops at the first failed step or at an interrupt: no step starts
+    /// once one has failed or the interrupt is set; steps already under way finish.
     pub async fn run_batch(&self, plan: &Plan) -> Report {
         let total = plan.steps().count();
         let mut report = Report::default();
-        let mut failed = false;
+        let failed = AtomicBool::new(false);
         let mut offset = 0;
         for pool in &plan.pools {
             let groups = batches(pool, offset);
             offset += pool.steps.len();
-            let not_started = |s: &Step| (pool.name.clone(), s.instance.clone(), s.action.verb());
+            let not_started = |s: &Step| (pool.name.clone(), s.instance.to_string(), s.action.verb());
             for group in groups {
-                if failed || self.interrupt.is_set() {
+                if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
                     report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
                     continue;
                 }
                 // The creation chains of a batch run side by side; each chain is sequential.
                 let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
                 for (outcomes, skipped) in join_all(chains).await {
-                    failed |= outcomes.iter().any(|o| o.error.is_some());
+                    if outcomes.iter().any(|o| o.error.is_some()) {
+                        failed.store(true, Ordering::SeqCst);
+                    }
                     report.attempted.extend(outcomes);
                     report.not_started.extend(skipped.into_iter().map(not_started));
                 }
-                for &(n, step) in &group.retirements {
-                    if failed || self.interrupt.is_set() {
-                        report.not_started.push(not_started(step));
-                        continue;
-                    }
-                    let outcome = self.run_step(pool, step, n, total).await;
-                    failed |= outcome.error.is_some();
-                    report.attempted.push(outcome);
+                // Then the retirements, one chain per instance, side by side.
+                let chains = group.retirements.iter().map(|chain| self.retire(pool, chain, total, &failed));
+                for (outcomes, skipped) in join_all(chains).await {
+                    report.attempted.extend(outcomes);
+                    report.not_started.extend(skipped.into_iter().map(not_started));
                 }
             }
         }
-        if !failed && !report.not_started.is_empty() {
+        if !failed.load(Ordering::SeqCst) && !report.not_started.is_empty() {
             report.stop_reason = self.interrupt.reason();
         }
         report
+    }
+
+    /// Run one retired instance's steps in order, beside the other retirements of its batch.
+    /// Before each step: its cordon and drain wait for the drain turn (one Node at a time), and
+    /// nothing starts once any step of the batch failed or the interrupt is set. The stop,
+    /// Node deletion and removal of a drained instance overlap the next Node's drain.
+    async fn retire<'s>(
+        &self,
+        pool: &PoolPlan,
+        chain: &[Numbered<'s>],
+        total: usize,
+        failed: &AtomicBool,
+    ) -> (Vec<StepOutcome>, Vec<&'s Step>) {
+        let mut outcomes = Vec::new();
+        let mut turn = None;
+        for (i, &(n, step)) in chain.iter().enumerate() {
+            if matches!(step.action, Action::Cordon | Action::Drain(_)) {
+                if turn.is_none() {
+                    turn = Some(self.drain_turn.lock().await);
+                }
+            } else {
+                turn = None;
+            }
+            if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
+                return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
+            }
+            let outcome = self.run_step(pool, step, n, total).await;
+            let ok = outcome.error.is_none();
+            outcomes.push(outcome);
+            if !ok {
+                failed.store(true, Ordering::SeqCst);
+                return (outcomes, chain[i + 1..].iter().map(|&(_, s)| s).collect());
+            }
+        }
+        (outcomes, Vec::new())
     }
 
     /// Run one new instance's steps in order; stop the chain at its first failure or at an
@@ -424,7 +473,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
         StepOutcome {
             pool: pool.name.clone(),
-            instance: step.instance.clone(),
+            instance: step.instance.to_string(),
             verb,
             elapsed,
             error: result.err(),
@@ -550,6 +599,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             return Ok(());
         }
         let Some(node) = cluster.node(name).await? else { return Ok(()) };
+        // The caller never holds the turn here: a retirement gives it up after its drain.
+        let _turn = self.drain_turn.lock().await;
         self.say(&format!(
             "{name}: its Node is there now; cordoning and draining it before the container stops"
         ));
@@ -594,15 +645,16 @@ async fn configure_node<K: Cluster>(
 type Numbered<'a> = (usize, &'a Step);
 
 /// One batch of a pool's plan: the chains of new instances (create, bootstrap, await-ready),
-/// then the retirement steps, in plan order.
+/// then the chains of retired instances (cordon, drain, stop, delete-node, remove), each chain
+/// one instance's steps in plan order.
 struct Batch<'a> {
     creations: Vec<Vec<Numbered<'a>>>,
-    retirements: Vec<Numbered<'a>>,
+    retirements: Vec<Vec<Numbered<'a>>>,
 }
 
 impl<'a> Batch<'a> {
     fn all(&self) -> impl Iterator<Item = Numbered<'a>> + '_ {
-        self.creations.iter().flatten().copied().chain(self.retirements.iter().copied())
+        self.creations.iter().chain(&self.retirements).flatten().copied()
     }
 }
 
@@ -617,12 +669,11 @@ fn batches(pool: &PoolPlan, offset: usize) -> Vec<Batch<'_>> {
             current = Some(step.batch);
         }
         let batch = out.last_mut().expect("pushed above");
-        if step.action.is_retirement() {
-            batch.retirements.push(numbered);
-        } else if let Some(chain) = batch.creations.iter_mut().find(|c| c[0].1.instance == step.instance) {
+        let chains = if step.action.is_retirement() { &mut batch.retirements } else { &mut batch.creations };
+        if let Some(chain) = chains.iter_mut().find(|c| c[0].1.instance == step.instance) {
             chain.push(numbered);
         } else {
-            batch.creations.push(vec![numbered]);
+            chains.push(vec![numbered]);
         }
     }
     out

@@ -56,7 +56,7 @@ struct Running {
 type Key = (String, String, &'static str);
 
 fn key(pool: &str, step: &Step) -> Key {
-    (pool.to_owned(), step.instance.clone(), step.action.verb())
+    (pool.to_owned(), step.instance.to_string(), step.action.verb())
 }
 
 /// Which number each step of the rollout carries, and of how many.
@@ -173,7 +173,7 @@ impl<C, K> Executor<'_, C, K> {
             ProgressFormat::Text if self.ui.live => {
                 let waits = generic_wait(&step.action);
                 let running =
-                    Running { label: label.clone(), instance: step.instance.clone(), waits, started };
+                    Running { label: label.clone(), instance: step.instance.to_string(), waits, started };
                 self.numbering().running.insert(n, running);
                 self.redraw_live();
             }

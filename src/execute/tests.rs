@@ -158,13 +158,25 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
     assert_eq!(stops, ["stop n1"]);
 }
 
+/// Whether no call starts after `call` ended: what "halts before the next step" means once
+/// steps run side by side (the ones already under way finish).
+fn nothing_starts_after(fake: &FakeWorld, call: &str) -> bool {
+    let timeline = fake.timeline();
+    let end = position(&timeline, &format!("-{call}"));
+    timeline[end..].iter().all(|e| e.starts_with('-'))
+}
+
 #[tokio::test]
 async fn a_failed_retirement_step_stops_the_rest() {
     let fake = FakeWorld::default().failing("stop o1");
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
     assert_eq!(report.failure().unwrap().instance, "o1");
-    assert!(!fake.calls().contains(&"remove o1".to_owned()), "a container that did not stop is not removed");
-    assert!(!fake.calls().contains(&"stop o2".to_owned()));
+    let calls = fake.calls();
+    assert!(!calls.contains(&"remove o1".to_owned()), "a container that did not stop is not removed");
+    // o2's stop ran beside o1's; once o1's failed, nothing more started.
+    assert!(nothing_starts_after(&fake, "stop o1"), "{:?}", fake.timeline());
+    assert!(!calls.contains(&"remove o2".to_owned()), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.ends_with('3')), "{calls:?}");
 }
 
 #[tokio::test]
@@ -174,8 +186,96 @@ async fn an_interrupt_stops_at_the_next_step_boundary() {
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &interrupt).await;
     assert!(report.interrupted());
     assert!(report.failure().is_none());
-    assert_eq!(fake.calls().last().unwrap(), "stop o1", "nothing runs after the interrupted step");
-    assert_eq!(report.not_started.len(), 7);
+    // The stop of o2, under way beside o1's, finishes; nothing starts after the interrupt.
+    assert!(nothing_starts_after(&fake, "stop o1"), "{:?}", fake.timeline());
+    let mut not_started: Vec<String> =
+        report.not_started.iter().map(|(_, i, v)| format!("{v} {i}")).collect();
+    not_started.sort();
+    assert_eq!(
+        not_started,
+        ["await-ready n3", "create n3", "remove o1", "remove o2", "remove o3", "stop o3"],
+        "{:?}",
+        fake.timeline()
+    );
+}
+
+/// A pool of `replicas` instances `w-old-<i>` on an old template, replaced with
+/// `maxSurge = replicas`: one batch creates them all and retires them all.
+fn surge_all(replicas: i64, nodes: bool) -> (Desired, World, Plan) {
+    let w = PoolArgs { hash: Some("new"), nodes, surge: replicas, ..PoolArgs::new("w", replicas) }.build();
+    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![w] };
+    let mut world = World::default();
+    for i in 1..=replicas {
+        let name = format!("w-old-{i}");
+        world.containers.push(Container {
+            scope: Some("path:/pools".into()),
+            cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
+            ..container(&name, "w", "old", i)
+        });
+        if nodes {
+            world.nodes.push(node(&name, "w"));
+            world.pods.push(pod(&format!("web-{i}"), &name, Some("ReplicaSet")));
+        }
+    }
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    assert_eq!(plan.pools[0].steps.iter().map(|s| s.batch).max(), Some(1), "one batch");
+    (desired, world, plan)
+}
+
+#[tokio::test]
+async fn the_retirements_of_a_batch_overlap_and_never_leave_fewer_than_replicas_running() {
+    let (desired, world, plan) = surge_all(4, false);
+    // A stop that would leave fewer than 4 running containers is refused by the fake.
+    let fake = FakeWorld::new(world).min_running(4);
+    let (report, text) = run(&fake, &desired, &plan, &Interrupt::default()).await;
+    assert!(report.complete(), "{report:?}");
+    assert_eq!(fake.max_in_flight_of("stop"), 4, "the four stops ran at once: {:?}", fake.timeline());
+    assert_eq!(fake.max_in_flight_of("remove"), 4, "{:?}", fake.timeline());
+    let timeline = fake.timeline();
+    // Every creation of the batch was up before the first retirement started.
+    let first_stop = timeline.iter().position(|e| e.starts_with("+stop")).unwrap();
+    let last_up = timeline.iter().rposition(|e| e.starts_with("-wait-up")).unwrap();
+    assert!(last_up < first_stop, "{timeline:?}");
+    // Each instance's own steps keep their order.
+    for i in 1..=4 {
+        assert!(
+            position(&timeline, &format!("-stop w-old-{i}"))
+                < position(&timeline, &format!("+remove w-old-{i}"))
+        );
+    }
+    // Progress keeps the plan's step numbers.
+    let stop = plan.pools[0].steps.iter().position(|s| s.instance == "w-old-3" && s.action == Action::Stop);
+    let n = stop.unwrap() + 1;
+    assert!(text.contains(&format!("[{n}/{}] stop w-old-3 done (", plan.pools[0].steps.len())), "{text}");
+    let left = fake.world().containers;
+    assert_eq!(left.len(), 4);
+    assert!(left.iter().all(|c| c.template_hash == "new"), "{left:?}");
+}
+
+#[tokio::test]
+async fn drains_run_one_node_at_a_time_and_the_rest_of_a_retirement_overlaps_the_next_drain() {
+    let (desired, world, plan) = surge_all(3, true);
+    let fake = FakeWorld::new(world);
+    let execute = async |e: &Executor<'_, _, _>| e.run_batch(&plan).await;
+    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    assert!(report.complete(), "{report:?}");
+    let timeline = fake.timeline();
+    assert_eq!(fake.max_in_flight_of("drain"), 1, "{timeline:?}");
+    assert_eq!(fake.max_in_flight_of("cordon"), 1, "{timeline:?}");
+    let at = |e: &str| position(&timeline, e);
+    for (a, b) in [("w-old-1", "w-old-2"), ("w-old-2", "w-old-3")] {
+        // The next Node is cordoned only once the previous drain is over, in plan order...
+        assert!(at(&format!("-drain {a}")) < at(&format!("+cordon {b}")), "{timeline:?}");
+        // ...and the drained instance's stop, Node deletion and removal overlap that.
+        assert!(at(&format!("+cordon {b}")) < at(&format!("-remove {a}")), "{timeline:?}");
+    }
+    for i in 1..=3 {
+        let name = format!("w-old-{i}");
+        assert!(at(&format!("-drain {name}")) < at(&format!("+stop {name}")));
+        assert!(at(&format!("-stop {name}")) < at(&format!("+delete-node {name}")));
+        assert!(at(&format!("-delete-node {name}")) < at(&format!("+remove {name}")));
+    }
+    assert!(fake.world().pods.is_empty(), "every pod was evicted");
 }
 
 #[tokio::test]

@@ -1,11 +1,14 @@
 //! The plan as data: what will happen to each pool, step by step, computed from (desired,
 //! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
 
+mod fxhash;
 mod planner;
 mod render;
 pub mod saved;
 #[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -169,13 +172,13 @@ pub struct TemplateChange {
 /// One existing instance, as observed, and its fate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InstanceStatus {
-    pub name: String,
+    pub name: InstanceName,
     pub template_hash: String,
     /// Docker's state (`running`, `exited`, ...) or `missing` for a Node without container.
-    pub container: String,
+    pub container: &'static str,
     /// `ready`, `not-ready`, `missing`, or absent for container-only pools.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
+    pub node: Option<&'static str>,
     pub cordoned: bool,
     /// The cordon is poolctl's own (the Node carries the retirement annotation): a retirement
     /// that an earlier apply began. A cordon without it is someone else's and is left alone.
@@ -201,9 +204,69 @@ pub enum Fate {
 pub struct Step {
     /// Steps of the same batch: its creations may run concurrently; retirements follow them.
     pub batch: u32,
-    pub instance: String,
+    pub instance: InstanceName,
     #[serde(flatten)]
     pub action: Action,
+}
+
+/// The name of an instance in a plan, shared by all of its steps: a plan of 70,000 steps does
+/// not copy a name 70,000 times. Reads as a `&str`; serializes as a string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceName(Arc<str>);
+
+impl InstanceName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for InstanceName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for InstanceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for InstanceName {
+    fn from(name: &str) -> Self {
+        Self(name.into())
+    }
+}
+
+impl From<String> for InstanceName {
+    fn from(name: String) -> Self {
+        Self(name.into())
+    }
+}
+
+impl PartialEq<str> for InstanceName {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for InstanceName {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for InstanceName {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl Serialize for InstanceName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
 }
 
 /// The actions, in the order an instance meets them.

@@ -5,7 +5,7 @@
 //! then batches alternate "create what the surge allows" with "retire what the availability
 //! budget allows", until the pool has `replicas` current instances and nothing else.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
@@ -13,9 +13,10 @@ use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_na
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
+use super::fxhash::{FastMap, FastSet};
 use super::{
-    Action, DrainPreview, Fate, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan, PoolStatus, Step,
-    Summary, TemplateChange,
+    Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
+    PoolStatus, Step, Summary, TemplateChange,
 };
 
 /// Choices the user makes on the command line that change the plan.
@@ -74,7 +75,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Pl
 
     // Pools this source created earlier but no longer declares. Pools of other scopes belong to
     // another source and are left alone entirely.
-    let declared: HashSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
+    let declared: FastSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
     let undeclared: BTreeSet<&str> = world
         .world
         .containers
@@ -91,15 +92,24 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Pl
         });
     }
 
-    let summary = pools.iter().fold(Summary::default(), |mut sum, pool| {
-        sum.create += pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
-        sum.retire += pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
-        sum.unchanged += pool.instances.iter().filter(|i| i.fate == Fate::Keep).count();
-        sum.configure += pool.steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
-        sum.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
-        sum.foreign += usize::from(pool.status == PoolStatus::Foreign);
-        sum
-    });
+    let mut summary = Summary::default();
+    for pool in &pools {
+        for step in &pool.steps {
+            match step.action {
+                Action::Create { .. } => summary.create += 1,
+                Action::Configure(_) => summary.configure += 1,
+                _ => {}
+            }
+        }
+        for instance in &pool.instances {
+            match instance.fate {
+                Fate::Keep => summary.unchanged += 1,
+                Fate::Retire => summary.retire += 1,
+            }
+        }
+        summary.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
+        summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
+    }
     Plan { origin: desired.origin.clone(), pools, summary }
 }
 
@@ -115,18 +125,56 @@ pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bo
 /// The world with lookups by name, so that planning stays linear in its size.
 struct Observed<'a> {
     world: &'a World,
-    nodes: HashMap<&'a str, &'a Node>,
-    pods: HashMap<&'a str, Vec<&'a Pod>>,
+    /// Each Node's index in `world.nodes`, by name.
+    index: FastMap<&'a str, usize>,
+    /// The pods of the world's Nodes grouped by Node, each group in the order a drain preview
+    /// lists them: one vector, not one per Node.
+    pods: Vec<&'a Pod>,
+    /// Where each Node's group is in `pods`, by the Node's index.
+    groups: Vec<std::ops::Range<usize>>,
 }
 
 impl<'a> Observed<'a> {
     fn new(world: &'a World) -> Self {
-        let nodes = world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        for pod in &world.pods {
-            pods.entry(pod.node.as_str()).or_default().push(pod);
+        let index: FastMap<&str, usize> =
+            world.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        // A counting sort by Node: count each Node's pods, give each a range, place them.
+        let of_pod: Vec<Option<usize>> =
+            world.pods.iter().map(|p| index.get(p.node.as_str()).copied()).collect();
+        let mut counts = vec![0usize; world.nodes.len()];
+        for &i in of_pod.iter().flatten() {
+            counts[i] += 1;
         }
-        Self { world, nodes, pods }
+        let mut start = 0;
+        let groups: Vec<std::ops::Range<usize>> = counts
+            .iter()
+            .map(|&n| {
+                start += n;
+                start - n..start
+            })
+            .collect();
+        let mut next: Vec<usize> = groups.iter().map(|g| g.start).collect();
+        let mut placed: Vec<Option<&Pod>> = vec![None; start];
+        for (pod, &i) in world.pods.iter().zip(&of_pod) {
+            if let Some(i) = i {
+                placed[next[i]] = Some(pod);
+                next[i] += 1;
+            }
+        }
+        let mut pods: Vec<&Pod> = placed.into_iter().flatten().collect();
+        for group in &groups {
+            pods[group.clone()].sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        }
+        Self { world, index, pods, groups }
+    }
+
+    fn node(&self, name: &str) -> Option<&'a Node> {
+        self.index.get(name).map(|&i| &self.world.nodes[i])
+    }
+
+    /// The pods bound to the Node `name`, in drain-preview order.
+    fn pods_on(&self, name: &str) -> &[&'a Pod] {
+        self.index.get(name).map_or(&[], |&i| &self.pods[self.groups[i].clone()])
     }
 }
 
@@ -171,7 +219,7 @@ impl<'a> Target<'a> {
     /// was created as a Node (its cluster labels) or any Node belongs to the pool, every
     /// instance is retired the Kubernetes way, never by just removing the container.
     fn undeclared(name: &'a str, world: &World, pruned: bool) -> Self {
-        let containers: HashSet<&str> =
+        let containers: FastSet<&str> =
             world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
         let with_nodes = world.containers.iter().any(|c| c.pool == name && c.cluster.is_some())
             || world
@@ -218,9 +266,10 @@ fn to_count(n: i64) -> usize {
 }
 
 /// One instance as observed: a container, its Node, or (an orphan) a Node alone.
-#[derive(Clone, Copy)]
 struct Instance<'a> {
     name: &'a str,
+    /// The same name, for the plan's steps and statuses to share.
+    shared: InstanceName,
     container: Option<&'a Container>,
     node: Option<&'a Node>,
     up: bool,
@@ -238,12 +287,13 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
     let containers = world.world.containers.iter().filter(|c| c.pool == target.name);
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
-            let node = target.any_nodes.then(|| world.nodes.get(c.name.as_str()).copied()).flatten();
-            Instance { name: &c.name, container: Some(c), node, up: is_up(c, node, target.with_nodes) }
+            let node = target.any_nodes.then(|| world.node(&c.name)).flatten();
+            let up = is_up(c, node, target.with_nodes);
+            Instance { name: &c.name, shared: c.name.as_str().into(), container: Some(c), node, up }
         })
         .collect();
     if target.any_nodes {
-        let joined: HashSet<&'a str> = out.iter().map(|i| i.name).collect();
+        let joined: FastSet<&'a str> = out.iter().map(|i| i.name).collect();
         // A Node that registered before poolctl labelled it (an apply killed during the Ready
         // wait) is still known by its name.
         let ours = |n: &Node| {
@@ -251,19 +301,25 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
                 || (n.pool.is_none() && is_instance_name(target.name, &n.name))
         };
         let orphans = world.world.nodes.iter().filter(|n| ours(n) && !joined.contains(n.name.as_str()));
-        out.extend(orphans.map(|n| Instance { name: &n.name, container: None, node: Some(n), up: false }));
+        out.extend(orphans.map(|n| Instance {
+            name: &n.name,
+            shared: n.name.as_str().into(),
+            container: None,
+            node: Some(n),
+            up: false,
+        }));
     }
     out.sort_by(|a, b| a.name.cmp(b.name));
     out
 }
 
-fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> PoolPlan {
+fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names<'_>) -> PoolPlan {
     let all = instances(target, world);
 
     // Keep the newest current instances that are up, so that the oldest go first.
     let mut candidates: Vec<&Instance<'_>> = all.iter().filter(|i| i.up && target.is_current(i)).collect();
     candidates.sort_by_key(|i| std::cmp::Reverse((i.created(), i.name)));
-    let kept: HashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
+    let kept: FastSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
     // DESIGN invariant 6. Not-up instances lead because retiring them costs no availability:
     // they clear room for the surge even when no up instance may go yet (an exited current
@@ -272,7 +328,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
     retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
 
     let mut steps = configure(target, &all, &kept);
-    steps.extend(rollout(target, &all, kept.len(), retirees, world, names));
+    rollout(target, &all, kept.len(), retirees, world, names, &mut steps);
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
@@ -290,7 +346,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names) -> Po
 /// The first batch's configure steps: the kept instances whose Node's labels or taints differ
 /// from the spec's. Labels and taints are desired state like the template, so a killed apply, a
 /// hand edit or a changed spec converges without replacing anything.
-fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &HashSet<&str>) -> Vec<Step> {
+fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FastSet<&str>) -> Vec<Step> {
     let Some((dp, node_spec)) = target.pool.and_then(|dp| Some((dp, dp.pool.spec.node.as_ref()?))) else {
         return Vec::new();
     };
@@ -306,7 +362,7 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &HashSet<&str>) ->
                 taints: node_spec.taints.clone(),
                 changes: change.describe(&node.config),
             };
-            Some(Step { batch: 1, instance: i.name.to_owned(), action: Action::Configure(preview) })
+            Some(Step { batch: 1, instance: i.shared.clone(), action: Action::Configure(preview) })
         })
         .collect()
 }
@@ -333,33 +389,38 @@ fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
 /// The batches of a rolling update. Each batch creates what `maxSurge` allows, then retires, in
 /// retirement order, what `maxUnavailable` allows, stopping at the first instance that may not
 /// go yet (so that the order of retirement is the retirement order).
+#[allow(clippy::too_many_arguments)] // the pool, its instances, and where the steps go
 fn rollout(
     target: &Target<'_>,
     all: &[Instance<'_>],
     kept: usize,
     retirees: Vec<&Instance<'_>>,
     world: &Observed<'_>,
-    names: &mut Names,
-) -> Vec<Step> {
+    names: &mut Names<'_>,
+    steps: &mut Vec<Step>,
+) {
     let (replicas, surge, unavailable) = (target.replicas, target.max_surge, target.max_unavailable);
     let mut to_create = replicas.saturating_sub(kept);
+    // Sized once: the steps of a large pool are megabytes, and every doubling copied them.
+    let per_new = 2 + usize::from(target.pool.is_some_and(|dp| !dp.pool.spec.bootstrap.is_empty()));
+    let per_retiree = |i: &&Instance<'_>| if target.is_node(i) { 5 } else { 2 };
+    steps.reserve(to_create * per_new + retirees.iter().map(per_retiree).sum::<usize>());
     let mut pending: VecDeque<&Instance<'_>> = retirees.into();
     let mut alive = all.iter().filter(|i| i.container.is_some()).count();
     let mut ready = all.iter().filter(|i| i.up).count();
-    let mut steps = Vec::new();
 
     for batch in 1.. {
         if to_create == 0 && pending.is_empty() {
             break;
         }
         let before = steps.len();
-        let mut push = |instance: &str, action: Action| {
-            steps.push(Step { batch, instance: instance.to_owned(), action });
+        let mut push = |instance: &InstanceName, action: Action| {
+            steps.push(Step { batch, instance: instance.clone(), action });
         };
 
         let n = to_create.min((replicas + surge).saturating_sub(alive));
         if let Some(dp) = target.pool.filter(|_| n > 0) {
-            let new: Vec<String> = (0..n).map(|_| names.next(dp.name(), &dp.template_hash)).collect();
+            let new: Vec<InstanceName> = (0..n).map(|_| names.next(dp.name(), &dp.template_hash)).collect();
             let spec = &dp.pool.spec;
             let join = spec.join.as_ref();
             for name in &new {
@@ -397,9 +458,9 @@ fn rollout(
             if instance.container.is_some() {
                 alive -= 1;
             }
-            for action in retirement(instance, target.is_node(instance), world) {
-                push(instance.name, action);
-            }
+            retirement(instance, target.is_node(instance), world, &mut |action| {
+                push(&instance.shared, action);
+            });
             pending.pop_front();
         }
 
@@ -409,7 +470,6 @@ fn rollout(
             break;
         }
     }
-    steps
 }
 
 /// The retirement of one instance, in DESIGN order:
@@ -418,44 +478,42 @@ fn rollout(
 /// the container goes last so that an interrupted retirement can be found again from its labels.
 /// A Node instance always gets its `DeleteNode`, even when no Node was observed: its kubelet
 /// may register one after the observation, and deleting a missing Node succeeds.
-fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>) -> Vec<Action> {
+fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>, push: &mut impl FnMut(Action)) {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.
     if instance.container.is_none() {
-        return vec![Action::DeleteNode];
+        push(Action::DeleteNode);
+        return;
     }
     let node = instance.node.filter(|_| is_node);
     // A paused or restarting container still holds a process that must be stopped gracefully.
     let running = instance.container.is_some_and(|c| c.state.may_run());
-    let mut actions = Vec::new();
     if node.is_some_and(|n| !n.unschedulable) {
-        actions.push(Action::Cordon);
+        push(Action::Cordon);
     }
     if let Some(node) = node {
-        actions.push(Action::Drain(drain_preview(&node.name, world)));
+        push(Action::Drain(drain_preview(&node.name, world)));
     }
     if running {
-        actions.push(Action::Stop);
+        push(Action::Stop);
     }
     if is_node {
-        actions.push(Action::DeleteNode);
+        push(Action::DeleteNode);
     }
-    actions.push(Action::Remove);
-    actions
+    push(Action::Remove);
 }
 
 /// What the drain will do to the node's pods ([`Pod::drain_action`]), and which PDBs would make
 /// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
 /// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
 fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
-    let mut pods: Vec<&Pod> = world.pods.get(node).cloned().unwrap_or_default();
-    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let pods = world.pods_on(node);
 
     let mut preview = DrainPreview::default();
     let mut blocking = BTreeSet::new();
-    for pod in pods {
+    for &pod in pods {
         let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
-            pod: format!("{}/{}", pod.namespace, pod.name),
+            pod: [pod.namespace.as_str(), "/", pod.name.as_str()].concat(),
             owner: pod.owner_kind.clone(),
             note,
             pdbs,
@@ -485,18 +543,15 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
 }
 
 fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceStatus {
-    let node = target.is_node(instance).then(|| {
-        match instance.node {
-            None => "missing",
-            Some(n) if n.ready => "ready",
-            Some(_) => "not-ready",
-        }
-        .to_owned()
+    let node = target.is_node(instance).then_some(match instance.node {
+        None => "missing",
+        Some(n) if n.ready => "ready",
+        Some(_) => "not-ready",
     });
     InstanceStatus {
-        name: instance.name.to_owned(),
+        name: instance.shared.clone(),
         template_hash: instance.container.map(|c| c.template_hash.clone()).unwrap_or_default(),
-        container: instance.container.map_or("missing", |c| c.state.as_str()).to_owned(),
+        container: instance.container.map_or("missing", |c| c.state.as_str()),
         node,
         cordoned: instance.node.is_some_and(|n| n.unschedulable),
         retiring: instance.node.is_some_and(|n| n.unschedulable && n.cordoned_by_poolctl),
@@ -534,32 +589,47 @@ fn json_to_yaml(json: &str) -> Option<String> {
 /// Hands out new instance names, `<pool>-<hash prefix>-<suffix>`, that no container or Node of
 /// the world and no earlier name of this plan uses. The suffix is derived from a counter, not
 /// drawn at random, so that the planner stays a pure function.
-struct Names {
+struct Names<'w> {
+    world: &'w World,
     seed: u64,
-    used: HashSet<String>,
+    /// The world's names that start like the names handed out for each `<pool>-<hash>-`
+    /// prefix, borrowed: no other name can be taken by one of them, and copying or hashing
+    /// every name of the world cost as much as the rest of a plan.
+    taken: FastMap<String, FastSet<&'w str>>,
+    /// The names this plan handed out.
+    issued: FastSet<InstanceName>,
     /// Where each pool's counter resumes, so that handing out n names costs O(n).
-    counters: HashMap<String, u64>,
+    counters: FastMap<String, u64>,
 }
 
-impl Names {
+impl<'w> Names<'w> {
     const SUFFIX_LEN: u32 = 5;
 
-    fn new(world: &World, seed: u64) -> Self {
-        let containers = world.containers.iter().map(|c| c.name.clone());
+    fn new(world: &'w World, seed: u64) -> Self {
         Self {
+            world,
             seed,
-            used: containers.chain(world.nodes.iter().map(|n| n.name.clone())).collect(),
-            counters: HashMap::new(),
+            taken: FastMap::default(),
+            issued: FastSet::default(),
+            counters: FastMap::default(),
         }
     }
 
-    fn next(&mut self, pool: &str, hash: &str) -> String {
-        let prefix = &hash[..hash.len().min(HASH_LEN)];
+    fn next(&mut self, pool: &str, hash: &str) -> InstanceName {
+        let prefix = format!("{pool}-{}-", &hash[..hash.len().min(HASH_LEN)]);
+        if !self.taken.contains_key(&prefix) {
+            let containers = self.world.containers.iter().map(|c| c.name.as_str());
+            let nodes = self.world.nodes.iter().map(|n| n.name.as_str());
+            let taken = containers.chain(nodes).filter(|n| n.starts_with(&prefix)).collect();
+            self.taken.insert(prefix.clone(), taken);
+        }
+        let taken = &self.taken[&prefix];
         let counter = self.counters.entry(pool.to_owned()).or_default();
         loop {
-            let name = format!("{pool}-{prefix}-{}", Self::suffix(pool, hash, self.seed, *counter));
+            let name =
+                InstanceName::from(format!("{prefix}{}", Self::suffix(pool, hash, self.seed, *counter)));
             *counter += 1;
-            if self.used.insert(name.clone()) {
+            if !taken.contains(name.as_str()) && self.issued.insert(name.clone()) {
                 return name;
             }
         }

@@ -248,7 +248,7 @@ fn pool_header(pool: &PoolPlan) -> String {
 /// One row of the instance table; `with_nodes`: the table has a NODE column (some instance of
 /// the pool is a Node), where an instance without a Node shows `-`.
 fn instance_row(instance: &InstanceStatus, with_nodes: bool) -> Vec<String> {
-    let mut row = vec![instance.name.clone(), instance.container.clone()];
+    let mut row = vec![instance.name.to_string(), instance.container.to_owned()];
     if with_nodes {
         let cordoned = match (instance.cordoned, instance.retiring) {
             (true, true) => ", cordoned by poolctl (retiring)",

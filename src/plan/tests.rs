@@ -556,7 +556,7 @@ fn an_orphan_node_is_deleted() {
     let k = pool_plan(&plan, "k");
     assert_eq!(verbs(k), [("delete-node", "k-orphan")]);
     let orphan = k.instances.iter().find(|i| i.name == "k-orphan").unwrap();
-    assert_eq!((orphan.container.as_str(), orphan.fate), ("missing", Fate::Retire));
+    assert_eq!((orphan.container, orphan.fate), ("missing", Fate::Retire));
     assert_eq!(plan.summary.retire, 1);
 }
 
@@ -605,7 +605,7 @@ fn a_node_cordoned_by_someone_else_is_kept_and_left_cordoned() {
     let k = pool_plan(&plan, "k");
     assert!(k.steps.is_empty(), "{:?}", verbs(k));
     let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
-    assert_eq!((a.node.as_deref(), a.cordoned, a.retiring, a.fate), (Some("ready"), true, false, Fate::Keep));
+    assert_eq!((a.node, a.cordoned, a.retiring, a.fate), (Some("ready"), true, false, Fate::Keep));
     assert!(text(&plan).contains("up to date"));
 }
 
@@ -654,7 +654,7 @@ fn a_container_whose_node_never_appeared_is_a_failed_instance() {
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let k = pool_plan(&plan, "k");
     let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
-    assert_eq!((a.node.as_deref(), a.fate), (Some("missing"), Fate::Retire));
+    assert_eq!((a.node, a.fate), (Some("missing"), Fate::Retire));
     // Replaced: there is no Node to cordon or drain, but its kubelet may still register one
     // after this observation, so the Node is deleted all the same (a missing one is no error).
     let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
@@ -696,7 +696,7 @@ fn a_pruned_pool_of_nodes_is_cordoned_drained_and_deleted() {
     let Action::Drain(preview) = &gone.steps[4].action else { panic!("not a drain: {:?}", gone.steps[4]) };
     assert_eq!(preview.evict[0].pod, "default/web-1");
     let b = gone.instances.iter().find(|i| i.name == "gone-b").unwrap();
-    assert_eq!(b.node.as_deref(), Some("missing"));
+    assert_eq!(b.node, Some("missing"));
 
     // Without --prune, the same pool is shown with its Nodes and left alone.
     let kept = crate::plan::plan(
@@ -706,7 +706,7 @@ fn a_pruned_pool_of_nodes_is_cordoned_drained_and_deleted() {
     );
     let gone = pool_plan(&kept, "gone");
     assert!(gone.steps.is_empty());
-    assert_eq!(gone.instances[0].node.as_deref(), Some("ready"));
+    assert_eq!(gone.instances[0].node, Some("ready"));
 }
 
 #[test]

@@ -33,10 +33,38 @@ pub(super) fn read(
     reference: Option<&str>,
     path: &str,
 ) -> Result<(Origin, Vec<SourceFile>), SourceError> {
-    let url = remote.url;
-    let repo = open_cache(cache_dir, url)?;
+    let repo = open_cache(cache_dir, remote.url)?;
     fetch(&repo, remote)?;
-    let commit = resolve_ref(&repo, url, reference)?;
+    let commit = resolve_ref(&repo, remote.url, reference)?;
+    files_at(&repo, remote.url, &commit, reference, path)
+}
+
+/// Fetch `url` once and, unless `reference` still resolves to the commit `seen`, read the pool
+/// files at that commit: a `watch` look that costs one fetch.
+pub(super) fn look(
+    cache_dir: &Path,
+    remote: &Remote<'_>,
+    reference: Option<&str>,
+    path: &str,
+    seen: Option<&str>,
+) -> Result<Option<(Origin, Vec<SourceFile>)>, SourceError> {
+    let repo = open_cache(cache_dir, remote.url)?;
+    fetch(&repo, remote)?;
+    let commit = resolve_ref(&repo, remote.url, reference)?;
+    if seen == Some(commit.id().to_string().as_str()) {
+        return Ok(None);
+    }
+    files_at(&repo, remote.url, &commit, reference, path).map(Some)
+}
+
+/// The pool files at `path` in `commit`'s tree.
+fn files_at(
+    repo: &Repository,
+    url: &str,
+    commit: &Commit<'_>,
+    reference: Option<&str>,
+    path: &str,
+) -> Result<(Origin, Vec<SourceFile>), SourceError> {
     let commit_id = commit.id().to_string();
     let git_error = |source: git2::Error| SourceError::Git { url: url.to_owned(), source: source.into() };
     let not_found = || SourceError::PathNotFound {
@@ -50,7 +78,7 @@ pub(super) fn read(
         tree.as_object().clone()
     } else {
         let entry = tree.get_path(Path::new(path)).map_err(|_| not_found())?;
-        entry.to_object(&repo).map_err(git_error)?
+        entry.to_object(repo).map_err(git_error)?
     };
 
     let mut files = Vec::new();
@@ -80,7 +108,7 @@ pub(super) fn read(
                     }
                     let relative = format!("{prefix}{dir}{name}");
                     let file = entry
-                        .to_object(&repo)
+                        .to_object(repo)
                         .and_then(|o| o.peel_to_blob())
                         .map_err(git_error)
                         .and_then(|blob| source_file(relative, blob.content(), url, &commit_id));

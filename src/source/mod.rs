@@ -321,7 +321,7 @@ pub fn load(spec: &SourceSpec) -> Result<Desired, SourceError> {
 }
 
 /// Refuse a source without any pool (the wrong folder, a typo in `--path`), unless allowed.
-fn not_empty(spec: &SourceSpec, desired: Desired, files: usize) -> Result<Desired, SourceError> {
+pub fn not_empty(spec: &SourceSpec, desired: Desired, files: usize) -> Result<Desired, SourceError> {
     if desired.pools.is_empty() && !spec.allow_empty {
         return Err(SourceError::NoPools { origin: desired.origin.to_string(), files });
     }
@@ -362,28 +362,57 @@ fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<D
 /// ref resolves to; on disk, a hash of the pool files.
 pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
     match &spec.location {
-        Location::Path { root, path } => {
-            let (_, files) = dir::read(root, path)?;
-            let mut hasher = Sha256::new();
-            for file in &files {
-                // Lengths delimit the fields, so that moving bytes between a name and a text
-                // cannot give the same hash.
-                for field in [&file.path_relative, &file.text] {
-                    hasher.update((field.len() as u64).to_le_bytes());
-                    hasher.update(field.as_bytes());
-                }
-            }
-            let hex = hasher.finalize().iter().fold(String::new(), |mut hex, b| {
-                let _ = write!(hex, "{b:02x}");
-                hex
-            });
-            Ok(Revision::Content(hex))
-        }
+        Location::Path { root, path } => Ok(content_revision(&dir::read(root, path)?.1)),
         Location::Git { url, fetch_url, reference, .. } => {
             git::resolve(&spec.cache_dir, &git::Remote { url, fetch_url }, reference.as_deref())
                 .map(Revision::Commit)
         }
     }
+}
+
+/// One look at a source, fetching (or reading) it once: `None` when it is still `seen`, else
+/// its revision and its raw pool files (see [`read_files`]), for [`desired_from_files`].
+pub fn look(
+    spec: &SourceSpec,
+    seen: Option<&Revision>,
+) -> Result<Option<(Revision, Origin, Vec<SourceFile>)>, SourceError> {
+    match &spec.location {
+        Location::Path { root, path } => {
+            let (origin, files) = dir::read(root, path)?;
+            let revision = content_revision(&files);
+            Ok((seen != Some(&revision)).then_some((revision, origin, files)))
+        }
+        Location::Git { url, fetch_url, reference, path } => {
+            let seen = match seen {
+                Some(Revision::Commit(c)) => Some(c.as_str()),
+                _ => None,
+            };
+            let remote = git::Remote { url, fetch_url };
+            let read = git::look(&spec.cache_dir, &remote, reference.as_deref(), path, seen)?;
+            Ok(read.map(|(origin, files)| {
+                let commit = origin.commit().unwrap_or_default().to_owned();
+                (Revision::Commit(commit), origin, files)
+            }))
+        }
+    }
+}
+
+/// The revision of files on disk: a hash of their names and contents.
+fn content_revision(files: &[SourceFile]) -> Revision {
+    let mut hasher = Sha256::new();
+    for file in files {
+        // Lengths delimit the fields, so that moving bytes between a name and a text cannot
+        // give the same hash.
+        for field in [&file.path_relative, &file.text] {
+            hasher.update((field.len() as u64).to_le_bytes());
+            hasher.update(field.as_bytes());
+        }
+    }
+    let hex = hasher.finalize().iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
+    Revision::Content(hex)
 }
 
 /// Whether `source` is a Git URL rather than a path.

@@ -34,6 +34,8 @@ struct Inner {
     changed: tokio::sync::Notify,
     /// Every lock held, by `docker/<pool>` or `lease/<pool>`, and the last version handed out.
     locks: Mutex<(BTreeMap<String, LockRecord>, u64)>,
+    /// `+verb name` when a call starts and `-verb name` when it ends, to see which overlap.
+    timeline: Mutex<Vec<String>>,
 }
 
 /// What the fake does besides answering.
@@ -129,6 +131,28 @@ impl FakeWorld {
         self.0.in_flight.lock().unwrap().1
     }
 
+    /// Every call's start (`+verb name`) and end (`-verb name`), in order.
+    pub(crate) fn timeline(&self) -> Vec<String> {
+        self.0.timeline.lock().unwrap().clone()
+    }
+
+    /// The most calls of `verb` that were in flight at once.
+    pub(crate) fn max_in_flight_of(&self, verb: &str) -> usize {
+        let (mut now, mut max) = (0usize, 0);
+        for event in self.timeline() {
+            let (sign, call) = event.split_at(1);
+            if call.split(' ').next() == Some(verb) {
+                if sign == "+" {
+                    now += 1;
+                    max = max.max(now);
+                } else {
+                    now -= 1;
+                }
+            }
+        }
+        max
+    }
+
     pub(crate) fn world(&self) -> World {
         self.sim().world.clone()
     }
@@ -153,9 +177,11 @@ impl FakeWorld {
             f.0 += 1;
             f.1 = f.1.max(f.0);
         }
+        self.0.timeline.lock().unwrap().push(format!("+{what}"));
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
         self.0.in_flight.lock().unwrap().0 -= 1;
+        self.0.timeline.lock().unwrap().push(format!("-{what}"));
         self.0.calls.lock().unwrap().push(what.clone());
         let faults = self.faults();
         let result = if faults.fail.contains(&what) {
@@ -459,8 +485,16 @@ impl Cluster for FakeCluster {
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
         let sim = self.world.sim();
-        let pods = sim.world.pods.iter().filter(|p| nodes.contains(&p.node)).cloned().collect();
-        Ok((pods, sim.world.pdbs.clone()))
+        let pods: Vec<Pod> = sim.world.pods.iter().filter(|p| nodes.contains(&p.node)).cloned().collect();
+        // As the API server is asked: the budgets of those pods' namespaces only.
+        let pdbs: Vec<Pdb> = sim
+            .world
+            .pdbs
+            .iter()
+            .filter(|b| pods.iter().any(|p| p.namespace == b.namespace))
+            .cloned()
+            .collect();
+        Ok((pods, pdbs))
     }
 
     async fn node(&self, name: &str) -> Result<Option<Node>, BackendError> {

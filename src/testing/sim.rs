@@ -223,7 +223,7 @@ mod tests {
     use crate::plan::DrainPreview;
 
     fn step(instance: &str, action: Action) -> Step {
-        Step { batch: 1, instance: instance.to_owned(), action }
+        Step { batch: 1, instance: instance.into(), action }
     }
 
     #[test]

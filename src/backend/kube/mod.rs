@@ -5,6 +5,7 @@
 //! hostname, which a kubelet registers by default). Once Ready, poolctl labels the Node with
 //! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label or is named
 //! after one of its containers; a labelled Node without a container is an orphan, and deleted.
+//! Observing reads only the pool, never the whole cluster ([`scope`]).
 //!
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
 //! because a 429 to an eviction is a PodDisruptionBudget speaking, which poolctl must report
@@ -21,28 +22,32 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod as K8sPod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
-use kube::config::KubeConfigOptions;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
 use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Connect};
-use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, is_instance_name, labels};
+use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
 use crate::spec::Taint;
 
+mod cache;
 mod convert;
 mod drain;
 mod errors;
+mod kept;
 mod kubeconfig;
 mod lease;
+mod scope;
 
-use convert::{node_from, pdb_from, pod_from, taint_to};
-use errors::{Class, classify, reason};
+pub use kept::KeptConnect;
 pub use lease::{LEASE_NAMESPACE, lease_name};
+
+use convert::{node_from, taint_to};
+use errors::{Class, classify, reason};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
@@ -77,6 +82,8 @@ pub struct KubeCluster {
     server: String,
     /// Which cluster this is, as recorded on the containers poolctl creates.
     identity: ClusterIdentity,
+    /// The watch-backed lists of `watch`; `None` for a one-shot plan or apply.
+    cache: Option<std::sync::Arc<cache::Cache>>,
 }
 
 impl KubeCluster {
@@ -87,17 +94,26 @@ impl KubeCluster {
         context: Option<&str>,
         pool: &str,
     ) -> Result<Self, BackendError> {
-        let options =
-            KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
         let mut kc = kubeconfig::load(kubeconfig)?;
         // The context the connection uses, named: "the current one" is what changes under a
         // `kubectl config use-context`, and the name is what the user recognises.
         let resolved = context.map(str::to_owned).or_else(|| kc.current_context.clone()).unwrap_or_default();
         kubeconfig::resolve_credentials(&mut kc, &resolved)?;
+        Self::from_kubeconfig(kc, context, pool).await?.identified(&resolved).await
+    }
+
+    /// Build from a kubeconfig already read, without talking to the cluster yet.
+    async fn from_kubeconfig(
+        kc: Kubeconfig,
+        context: Option<&str>,
+        pool: &str,
+    ) -> Result<Self, BackendError> {
+        let options =
+            KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
         let config = Config::from_custom_kubeconfig(kc, &options)
             .await
             .map_err(|e| BackendError::Failed(format!("cannot load the kubeconfig: {e}")))?;
-        Self::from_config(config, pool)?.identified(&resolved).await
+        Self::from_config(config, pool)
     }
 
     /// Learn which cluster this is: `context` as resolved, the server URL, and the UID of the
@@ -135,7 +151,22 @@ impl KubeCluster {
             ))
         })?;
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
-        Ok(Self { client, pool: pool.to_owned(), server, identity })
+        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None })
+    }
+
+    /// Keep the pool's lists in memory from now on, followed by watches, so that observing a
+    /// pool where nothing changed sends no list (see [`cache`]).
+    #[must_use]
+    pub fn with_cache(mut self) -> Self {
+        self.cache = Some(std::sync::Arc::new(cache::Cache::default()));
+        self
+    }
+
+    /// A write through this client: lists made before it are not trusted any more.
+    fn wrote(&self) {
+        if let Some(cache) = &self.cache {
+            cache.wrote();
+        }
     }
 
     fn nodes_api(&self) -> Api<K8sNode> {
@@ -198,6 +229,7 @@ impl KubeCluster {
     }
 
     async fn patch_node(&self, node: &str, what: &str, patch: serde_json::Value) -> Result<(), BackendError> {
+        self.wrote();
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
@@ -218,40 +250,11 @@ impl Connect for KubeConnect {
 
 impl Cluster for KubeCluster {
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
-        let deadline = Instant::now() + API_RETRY_WINDOW;
-        let api = self.nodes_api();
-        let params = ListParams::default();
-        let list = self.retrying("list nodes", deadline, || api.list(&params)).await?;
-        Ok(list
-            .items
-            .iter()
-            .map(node_from)
-            .filter(|n| {
-                n.pool.as_deref() == Some(&self.pool)
-                    || names.contains(&n.name)
-                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
-            })
-            .collect())
+        self.pool_nodes(names).await
     }
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
-        if nodes.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let deadline = Instant::now() + API_RETRY_WINDOW;
-        let pods_api: Api<K8sPod> = Api::all(self.client.clone());
-        let params = ListParams::default();
-        let pods = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
-        let pdb_api: Api<PodDisruptionBudget> = Api::all(self.client.clone());
-        let pdbs = self.retrying("list PodDisruptionBudgets", deadline, || pdb_api.list(&params)).await?;
-        let on_nodes: Vec<&K8sPod> = pods
-            .items
-            .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| nodes.contains(n)))
-            .collect();
-        let daemon_sets = self.daemon_sets_of(&on_nodes, deadline).await?;
-        let pods = on_nodes.iter().filter_map(|p| pod_from(p, &daemon_sets)).collect();
-        Ok((pods, pdbs.items.iter().map(pdb_from).collect()))
+        self.pods_of(nodes).await
     }
 
     async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
@@ -355,10 +358,12 @@ impl Cluster for KubeCluster {
     }
 
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+        self.wrote();
         self.drain_node(node, timeout).await
     }
 
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
+        self.wrote();
         let api = self.nodes_api();
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let params = DeleteParams::default();

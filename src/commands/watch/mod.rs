@@ -10,7 +10,8 @@
 //! by the next plan.
 //!
 //! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
-//! seen source revision and a few counters, so memory stays flat over a long run.
+//! seen source revision, a few counters and its clients (Docker, and each cluster with the
+//! watch-backed lists of its pool), so memory stays flat over a long run.
 
 mod inputs;
 mod machine;
@@ -30,8 +31,11 @@ use tracing::{debug, error, info, warn};
 
 use super::common::{source_failure, source_spec, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
-use crate::backend::docker::{DockerEnv, connect_endpoints, drift_events, resolve_endpoints};
-use crate::backend::kube::{KubeCluster, KubeConnect};
+use crate::backend::docker::{
+    DockerBackend, DockerEnv, EndpointsError, connect_endpoints, drift_events, resolve_endpoints,
+};
+use crate::backend::endpoints::Endpoints;
+use crate::backend::kube::{KeptConnect, KubeCluster};
 use crate::cli::WatchArgs;
 use crate::execute::{Interrupt, StopReason};
 use crate::model::{Desired, World};
@@ -100,6 +104,8 @@ struct Loop {
     problem: Option<SourceError>,
     retry: Option<Instant>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
+    /// Docker and cluster clients, kept from one reconcile to the next.
+    clients: Arc<Clients>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
     drift: BTreeMap<String, JoinHandle<()>>,
     drift_tx: mpsc::Sender<String>,
@@ -127,6 +133,7 @@ impl Loop {
             problem: None,
             retry: None,
             run: None,
+            clients: Arc::default(),
             drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
@@ -335,7 +342,8 @@ impl Loop {
         // A reconcile that starts now does what a pending retry would have done.
         self.retry = None;
         let interrupt = Arc::new(Interrupt::default());
-        let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt)));
+        let clients = Arc::clone(&self.clients);
+        let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt), clients));
         self.run = Some((task, interrupt));
     }
 
@@ -417,16 +425,48 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// One reconcile as a task of its own, so that the loop keeps listening: connect to the Docker
-/// endpoints of the pools,
-/// then [`Reconcile::run`] with stdout for output.
+/// The clients a watch keeps for its whole life: the Docker endpoints of the pools, and each
+/// pool's cluster with its watch-backed lists. A failed reconcile drops them all, so the next
+/// one connects afresh; a desired state whose pools name other endpoints connects again.
+#[derive(Default)]
+struct Clients {
+    /// The endpoints as resolved (the key), and their connections.
+    docker: Mutex<Option<(String, Arc<Endpoints<DockerBackend>>)>>,
+    clusters: KeptConnect,
+}
+
+impl Clients {
+    async fn docker(&self, desired: &Desired) -> Result<Arc<Endpoints<DockerBackend>>, EndpointsError> {
+        let env = DockerEnv::from_process();
+        let key = format!("{:?}", resolve_endpoints(desired, &env)?);
+        let kept = self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some((kept_key, docker)) = kept
+            && kept_key == key
+        {
+            return Ok(docker);
+        }
+        let docker = Arc::new(connect_endpoints(desired, &env).await?);
+        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((key, Arc::clone(&docker)));
+        Ok(docker)
+    }
+
+    fn forget(&self) {
+        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.clusters.forget();
+    }
+}
+
+/// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
+/// over the kept clients, with stdout for output.
 async fn reconcile(
     desired: Arc<Desired>,
     trigger: Trigger,
     config: Config,
     interrupt: Arc<Interrupt>,
+    clients: Arc<Clients>,
 ) -> Ended {
-    let docker = match connect_endpoints(&desired, &DockerEnv::from_process()).await {
+    let docker = match clients.docker(&desired).await {
         Ok(d) => d,
         Err(e) => {
             error!("{:#}", anyhow::Error::from(e));
@@ -435,11 +475,15 @@ async fn reconcile(
     };
     let out: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
     let reconcile = Reconcile {
-        containers: &docker,
-        connect: &KubeConnect,
+        containers: &*docker,
+        connect: &clients.clusters,
         options: config.options,
         dry_run: config.dry_run,
         out: &out,
     };
-    reconcile.run(&desired, trigger, &interrupt).await
+    let ended = reconcile.run(&desired, trigger, &interrupt).await;
+    if ended == Ended::Failed {
+        clients.forget();
+    }
+    ended
 }

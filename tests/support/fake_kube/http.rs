@@ -1,7 +1,7 @@
 //! The HTTP face of the fake API server: routing, lists, watches, patches and the eviction
 //! subresource, plus the request log and fault injection around every request.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -11,8 +11,8 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -104,6 +104,7 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
             .map(str::to_owned),
         body: body_json.clone(),
         status,
+        response_bytes: 0,
     };
     if state.switches.silence() == Silence::AfterRequest {
         // Logged with status 0: read, never answered. The connection is held until the server
@@ -127,14 +128,15 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
         }
         None => route(&state, &parts.method, &path, &query, &parts.headers, body_json.as_ref()),
     };
-    let (code, response) = match reply {
+    let (code, response_bytes, response) = match reply {
         Reply::Json(code, v) => {
             let sc = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (code, (sc, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
+            let text = v.to_string();
+            (code, text.len(), (sc, [(header::CONTENT_TYPE, "application/json")], text).into_response())
         }
-        Reply::Watch(r) => (r.status().as_u16(), r),
+        Reply::Watch(r) => (r.status().as_u16(), 0, r),
     };
-    state.store.lock().expect("store lock").record_request(record(code));
+    state.store.lock().expect("store lock").record_request(RequestRecord { response_bytes, ..record(code) });
     response
 }
 
@@ -382,15 +384,34 @@ fn kind_names(r: Resource) -> (&'static str, &'static str) {
 }
 
 fn current_objects(store: &Store, f: &Filter) -> Vec<Value> {
+    // Labels and the Node of a pod are matched on the typed objects first, so that a list
+    // scoped by them costs what it returns (the real API server serves such lists from its
+    // watch cache); the JSON match below still decides.
+    let no_labels = BTreeMap::new();
+    let labelled = |meta: &ObjectMeta| f.labels.matches_labels(meta.labels.as_ref().unwrap_or(&no_labels));
     let objs: Vec<(Option<String>, Value)> = match f.resource {
-        Resource::Nodes => store.nodes().map(|n| (None, to_json(n))).collect(),
-        Resource::Pods => store.pods().map(|p| (p.metadata.namespace.clone(), to_json(p))).collect(),
-        Resource::PodDisruptionBudgets => {
-            store.pdb_keys().into_iter().map(|k| (Some(k.0.clone()), store.pdb_value(&k))).collect()
+        Resource::Nodes => {
+            store.nodes().filter(|n| labelled(&n.metadata)).map(|n| (None, to_json(n))).collect()
         }
         Resource::DaemonSets => {
             store.daemon_sets().map(|d| (d.metadata.namespace.clone(), to_json(d))).collect()
         }
+        Resource::Pods => {
+            let pods: Box<dyn Iterator<Item = &Pod>> = match f.fields.required("spec.nodeName") {
+                Some(node) => Box::new(store.pods_on(node)),
+                None => Box::new(store.pods()),
+            };
+            pods.filter(|p| labelled(&p.metadata))
+                .filter(|p| f.namespace.is_none() || p.metadata.namespace == f.namespace)
+                .map(|p| (p.metadata.namespace.clone(), to_json(p)))
+                .collect()
+        }
+        Resource::PodDisruptionBudgets => store
+            .pdb_keys()
+            .into_iter()
+            .filter(|k| f.namespace.as_ref().is_none_or(|ns| *ns == k.0))
+            .map(|k| (Some(k.0.clone()), store.pdb_value(&k)))
+            .collect(),
     };
     objs.into_iter().filter(|(ns, v)| f.matches(ns.as_deref(), v)).map(|(_, v)| v).collect()
 }

@@ -148,6 +148,14 @@ impl FieldQuery {
         Ok(Self(reqs))
     }
 
+    /// The value an equality requirement on `path` (e.g. `spec.nodeName`) asks for, if any.
+    pub fn required(&self, path: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(p, eq, _)| *eq && p.iter().map(String::as_str).eq(path.split('.')))
+            .map(|(_, _, v)| v.as_str())
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(path, eq, want)| {
             let mut cur = obj;
