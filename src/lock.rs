@@ -18,12 +18,13 @@ use std::pin::pin;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use futures::{StreamExt, TryStreamExt, stream};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
 use crate::execute::{Interrupt, StopReason};
-use crate::model::{Desired, LockHolder, World};
+use crate::model::{Desired, LockHolder, Node, World};
 use crate::observe::observe_again;
 use crate::plan::{Plan, PlanOptions};
 
@@ -384,6 +385,13 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
         for (pool, record) in &self.held {
+            if let Some(cluster) = self.clusters.get(pool)
+                && let Err(e) = self.settle_joining(cluster).await
+            {
+                tracing::warn!(
+                    "cannot tidy the record of joining instances of pool {pool} ({e}); kept as it is"
+                );
+            }
             match place(self.containers, self.clusters, pool).release(pool, record).await {
                 Ok(()) => {}
                 Err(LockError::Lost { why, .. }) => {
@@ -395,6 +403,36 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 ),
             }
         }
+    }
+
+    /// Forget the joining instances of `pool` that no longer need finding by name: the ones
+    /// whose Node carries a pool label, and the ones with neither a Node nor a container. A Node
+    /// without the label stays recorded (the next plan labels it, or deletes it as an orphan),
+    /// and so does a container whose Node has not registered yet.
+    async fn settle_joining(&self, cluster: &K) -> Result<(), BackendError> {
+        let names = cluster.joining().await?;
+        if names.is_empty() {
+            return Ok(());
+        }
+        let nodes: Vec<(String, Option<Node>)> = stream::iter(names)
+            .map(|name| async move { cluster.node(&name).await.map(|node| (name, node)) })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        let containers: BTreeSet<String> = if nodes.iter().any(|(_, node)| node.is_none()) {
+            self.containers.list().await?.into_iter().map(|c| c.name).collect()
+        } else {
+            BTreeSet::new()
+        };
+        let done: Vec<String> = nodes
+            .into_iter()
+            .filter(|(name, node)| match node {
+                Some(node) => node.pool.is_some(),
+                None => !containers.contains(name),
+            })
+            .map(|(name, _)| name)
+            .collect();
+        cluster.forget_joining(&done).await
     }
 
     fn say(&self, line: &str) {
@@ -464,6 +502,34 @@ mod tests {
         assert_eq!(held, ["docker/w", "lease/k"], "an up-to-date pool is not locked");
         assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
         locks.release().await;
+        assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+    }
+
+    #[tokio::test]
+    async fn a_release_forgets_the_joining_instances_that_need_no_finding_by_name() {
+        let (desired, fake) = scene();
+        let mut unlabelled = crate::testing::build::node("k-unlabelled", "k");
+        unlabelled.pool = None;
+        {
+            let mut sim = fake.sim();
+            sim.world.nodes.extend([crate::testing::build::node("k-labelled", "k"), unlabelled]);
+            sim.world.containers.push(container("k-starting", "k", "kh", 4));
+        }
+        for name in ["k-labelled", "k-unlabelled", "k-gone", "k-starting"] {
+            fake.note_joining("k", name);
+        }
+        let observed = observe_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
+        let crate::observe::Planned { clusters, plan, options, .. } = observed;
+        let (out, _) = progress();
+        let settings = settings(LONG, Duration::ZERO);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
+        locks.release().await;
+        // A labelled Node is found by its label, a name with neither Node nor container names
+        // nothing; a Node without the label, and a container whose Node may still register, are
+        // kept for the next plan.
+        let left: Vec<String> = fake.joining("k").into_iter().collect();
+        assert_eq!(left, ["k-starting", "k-unlabelled"]);
         assert!(fake.locks().is_empty(), "{:?}", fake.locks());
     }
 

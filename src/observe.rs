@@ -314,6 +314,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_unlabelled_node_is_the_pools_when_its_lock_records_it_as_joining() {
+        let (desired, fake) = node_pool_world();
+        for name in ["k-0123456789-abcde", "k-0123456789-fghij"] {
+            let mut unlabelled = node(name, "k");
+            unlabelled.pool = None;
+            unlabelled.config = crate::model::NodeConfig::default();
+            fake.sim().world.nodes.push(unlabelled);
+        }
+        // An apply killed before it labelled the first one's Node; its container is gone since.
+        fake.note_joining("k", "k-0123456789-abcde");
+        let observed = observe(&desired, &fake, &fake).await.unwrap();
+        let mut names: Vec<&str> = observed.world.nodes.iter().map(|n| n.name.as_str()).collect();
+        names.sort_unstable();
+        // The other is named like an instance but nothing records it: not the pool's to touch.
+        assert_eq!(names, ["k-0123456789-abcde", "k-a", "k-b"]);
+    }
+
+    #[tokio::test]
     async fn observing_connects_to_each_node_pools_cluster_and_reads_its_nodes_and_pods() {
         let (desired, fake) = node_pool_world();
         let observed = observe(&desired, &fake, &fake).await.unwrap();

@@ -16,6 +16,7 @@ mod fake_kube;
 mod fake_kube_faults;
 mod faults;
 mod join;
+mod joining;
 mod kube;
 mod kube_tls;
 mod kubeconfig;

@@ -162,15 +162,19 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
     assert_eq!(rig.containers().await, before);
 }
 
-/// A Node that never got the pool label is found by its container's name: once that container
-/// died, the plan retires both, deleting the Node. (Once the container is removed too, nothing
-/// names the Node any more: finding it would mean listing every Node of the cluster, which a
-/// plan does not do; README.md, "Nodes", says so.)
+/// A Node that never got the pool label, whose container is gone too, is named only by the
+/// record of joining instances the killed apply left in the pool's Lease: the plan finds it
+/// there (without listing the cluster's other Nodes) and deletes it; the next apply, done,
+/// leaves no record and no Lease.
 #[tokio::test]
-async fn an_unlabelled_node_whose_container_died_is_deleted_with_it() {
+async fn an_unlabelled_node_whose_container_was_removed_is_deleted_as_an_orphan() {
     let Some(rig) = Rig::new().await else { return };
     rig.write(&rig.spec().replicas(1));
     let (name, prefix) = kill_apply_in_the_ready_wait(&rig).await;
+    let lease = format!("poolctl-{}", rig.pool());
+    let recorded = rig.fake.lease("kube-system", &lease).expect("the killed apply's Lease");
+    let annotations = recorded.metadata.annotations.unwrap_or_default();
+    assert!(annotations.contains_key(&format!("joining.poolctl.dev/{name}")), "{annotations:?}");
     // Someone removes the container by hand: the Node, never labelled, is an orphan.
     rig.s.docker().remove(&name).await;
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));
@@ -178,6 +182,7 @@ async fn an_unlabelled_node_whose_container_died_is_deleted_with_it() {
     assert!(plan.stdout.contains(&format!("delete-node {name}")), "{}", plan.stdout);
     rig.apply_after_kill().expect_code(0);
     assert!(rig.fake.node(&name).is_none(), "the orphan Node is deleted");
+    assert!(rig.fake.lease("kube-system", &lease).is_none(), "nothing left to record: the Lease is deleted");
 }
 
 #[tokio::test]

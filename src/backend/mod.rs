@@ -162,8 +162,17 @@ pub trait Containers: Sync {
 /// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.
 pub trait Cluster: Sync {
     /// Nodes that carry the `poolctl.dev/pool` label, or whose names are given (the pool's
-    /// containers): never a list of the whole cluster.
+    /// containers) or recorded with [`Cluster::note_joining`]: never a list of the whole cluster.
     fn nodes(&self, names: &[String]) -> impl Future<Output = Result<Vec<Node>, BackendError>> + Send;
+    /// Record, in the pool's lock, that an instance named `name` is about to be created: until
+    /// its Node carries the pool label, this record is what finds that Node once its container
+    /// is gone (a run killed before labelling it, the container then removed by hand), without
+    /// listing the cluster's other Nodes.
+    fn note_joining(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The names recorded with [`Cluster::note_joining`] and not forgotten since.
+    fn joining(&self) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+    /// Drop these names from the record.
+    fn forget_joining(&self, names: &[String]) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Pods bound to the given nodes, and the PodDisruptionBudgets of their namespaces (for
     /// drain previews).
     fn pods_and_pdbs(

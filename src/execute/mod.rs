@@ -489,10 +489,17 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if let Some((key, _)) = spec.template.env.iter().find(|(_, v)| v.is_unread()) {
                     return Err(StepError::UnreadSecret { pool: pool_name.into(), key: key.clone() });
                 }
-                let cluster = self.clusters.get(pool_name).map(Cluster::identity);
-                let mut container = new_container(pool, &self.desired.origin, name, cluster);
+                let cluster = self.clusters.get(pool_name);
+                let mut container =
+                    new_container(pool, &self.desired.origin, name, cluster.map(Cluster::identity));
                 if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
                     container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
+                }
+                // Recorded before the container exists: its kubelet may register the Node at
+                // any moment after, and until poolctl labels it, this record is what names it
+                // once the container is gone.
+                if let Some(cluster) = cluster {
+                    cluster.note_joining(name).await?;
                 }
                 self.containers.create(&container).await?;
             }

@@ -529,3 +529,32 @@ async fn a_container_that_started_after_the_plan_is_drained_and_stopped_before_i
     assert!(text.contains("k-old: its container runs now; stopping it before its Node is deleted"), "{text}");
     assert!(fake.world().pods.is_empty(), "the pod was evicted");
 }
+
+#[tokio::test]
+async fn a_node_instance_is_recorded_as_joining_before_its_container_is_created() {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    let (desired, plan) = node_pool(&world);
+    let fake = FakeWorld::new(world);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    let created: Vec<&str> = calls.iter().filter_map(|c| c.strip_prefix("create ")).collect();
+    assert_eq!(created.len(), 1, "{calls:?}");
+    let noted = fake.noted();
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    let (name, calls_before) = &noted[0];
+    assert_eq!(name, created[0]);
+    assert!(*calls_before <= position(&calls, &format!("create {name}")), "{noted:?} {calls:?}");
+    assert!(fake.joining("k").contains(name), "the executor leaves the record to the lock's release");
+}
+
+#[tokio::test]
+async fn a_node_instance_whose_record_cannot_be_written_is_not_created() {
+    let world = World::default();
+    let (desired, plan) = node_pool(&world);
+    let name = plan.steps().find(|(_, s)| s.action.verb() == "create").unwrap().1.instance.to_string();
+    let fake = FakeWorld::new(world).failing(&format!("note-joining {name}"));
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(!report.unwrap().complete());
+    assert!(!fake.calls().iter().any(|c| c.starts_with("create ")), "{:?}", fake.calls());
+}

@@ -37,3 +37,7 @@ pub const LOCK: &str = "poolctl.dev/lock";
 pub const LOCK_HOLDER: &str = "poolctl.dev/lock-holder";
 /// On a lock container: when its holder took it (RFC 3339).
 pub const LOCK_SINCE: &str = "poolctl.dev/lock-since";
+/// Prefix of the annotations on a node pool's Lease that record the instances created and not
+/// yet labelled (`joining.poolctl.dev/<instance>: <RFC 3339 time>`): an instance name is a DNS
+/// label, so it fits an annotation key's name part.
+pub const JOINING_PREFIX: &str = "joining.poolctl.dev/";

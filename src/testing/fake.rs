@@ -14,8 +14,7 @@ use crate::backend::{
 };
 use crate::execute::Interrupt;
 use crate::model::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World,
-    is_instance_name, labels,
+    ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World, labels,
 };
 use crate::spec::{Secret, Taint};
 
@@ -36,6 +35,10 @@ struct Inner {
     locks: Mutex<(BTreeMap<String, LockRecord>, u64)>,
     /// `+verb name` when a call starts and `-verb name` when it ends, to see which overlap.
     timeline: Mutex<Vec<String>>,
+    /// The joining instances each node pool's lock records.
+    joining: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Every name noted as joining, with how many calls had been made by then.
+    noted: Mutex<Vec<(String, usize)>>,
 }
 
 /// What the fake does besides answering.
@@ -201,6 +204,22 @@ impl FakeWorld {
         }
         self.0.changed.notify_waiters();
         result
+    }
+
+    /// The joining instances `pool`'s lock records now.
+    pub(crate) fn joining(&self, pool: &str) -> BTreeSet<String> {
+        self.0.joining.lock().unwrap().get(pool).cloned().unwrap_or_default()
+    }
+
+    /// Record `name` as joining in `pool`'s lock, as an earlier run would have.
+    pub(crate) fn note_joining(&self, pool: &str, name: &str) {
+        self.0.joining.lock().unwrap().entry(pool.to_owned()).or_default().insert(name.to_owned());
+    }
+
+    /// Every name noted as joining, with how many calls (see [`FakeWorld::calls`]) had been
+    /// made by then.
+    pub(crate) fn noted(&self) -> Vec<(String, usize)> {
+        self.0.noted.lock().unwrap().clone()
     }
 
     /// Put a lock in place as another actor would: `place` is `docker` or `lease`.
@@ -469,18 +488,38 @@ pub(crate) struct FakeCluster {
 
 impl Cluster for FakeCluster {
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
+        let joining = self.world.joining(&self.pool);
         let sim = self.world.sim();
         Ok(sim
             .world
             .nodes
             .iter()
             .filter(|n| {
-                n.pool.as_deref() == Some(&self.pool)
-                    || names.contains(&n.name)
-                    || (n.pool.is_none() && is_instance_name(&self.pool, &n.name))
+                n.pool.as_deref() == Some(&self.pool) || names.contains(&n.name) || joining.contains(&n.name)
             })
             .cloned()
             .collect())
+    }
+
+    async fn note_joining(&self, name: &str) -> Result<(), BackendError> {
+        if self.world.faults().fail.contains(&format!("note-joining {name}")) {
+            return Err(BackendError::Failed(format!("note-joining {name} refused")));
+        }
+        let calls = self.world.calls().len();
+        self.world.0.noted.lock().unwrap().push((name.to_owned(), calls));
+        self.world.note_joining(&self.pool, name);
+        Ok(())
+    }
+
+    async fn joining(&self) -> Result<Vec<String>, BackendError> {
+        Ok(self.world.joining(&self.pool).into_iter().collect())
+    }
+
+    async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {
+        let mut joining = self.world.0.joining.lock().unwrap();
+        let recorded = joining.entry(self.pool.clone()).or_default();
+        recorded.retain(|n| !names.contains(n));
+        Ok(())
     }
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {

@@ -6,18 +6,28 @@
 //! change atomic: a second create of the name is refused, and so is a replace or delete against
 //! a resourceVersion that is no longer current, so of two actors racing for an expired Lease one
 //! wins. A released lock is deleted, so the cluster keeps no Lease of a pool nobody is changing.
+//!
+//! The Lease also records, as `joining.poolctl.dev/<name>` annotations, the instances created
+//! whose Nodes are not labelled yet: a run killed between a kubelet registering a Node and
+//! poolctl labelling it leaves a Node that only this record names once its container is gone.
+//! A Lease that still records some is released by clearing its holder, not deleted. Since the
+//! executor adds to the record while the lock is renewed, a renewal or release reads the Lease
+//! first and proves the lock is still its own by holder and acquire time (as client-go's leader
+//! election does), writing against the resourceVersion it read.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::{API_RETRY_WINDOW, KubeCluster};
 use crate::backend::{BackendError, LockError, LockRecord, Locks};
-use crate::model::LockHolder;
+use crate::model::{LockHolder, labels};
 
 /// The namespace of poolctl's Leases.
 pub const LEASE_NAMESPACE: &str = "kube-system";
@@ -71,6 +81,86 @@ impl KubeCluster {
         };
         self.retrying(&format!("write Lease {LEASE_NAMESPACE}/{name}"), deadline, write).await
     }
+
+    /// The pool's Lease if it is still the lock `held`, `None` if it is gone; else why not.
+    async fn own_lease(&self, pool: &str, held: &LockRecord) -> Result<Option<Lease>, LockError> {
+        let lost = |why: &str| LockError::Lost { pool: pool.to_owned(), why: why.to_owned() };
+        let Some(lease) = self.get_lease(pool).await? else { return Ok(None) };
+        match record_from(&lease) {
+            Some(r) if r.holder.who == held.holder.who && r.holder.since == held.holder.since => {
+                Ok(Some(lease))
+            }
+            Some(r) => Err(lost(&format!("it is held by {}", r.holder.who))),
+            None => Err(lost("it was broken")),
+        }
+    }
+
+    /// Merge `annotations` into the pool's Lease (a null removes one). A merge patch carries no
+    /// resourceVersion, so it never conflicts with the renewals that run beside it. A Lease
+    /// that is gone (the lock broken meanwhile) is created without a holder, so that the record
+    /// is not lost.
+    async fn annotate_lease(&self, pool: &str, annotations: Map<String, Value>) -> Result<(), BackendError> {
+        let (api, name) = (self.leases(), lease_name(pool));
+        let deadline = Instant::now() + API_RETRY_WINDOW;
+        let patch = json!({ "metadata": { "annotations": annotations } });
+        let params = PatchParams::default();
+        let what = format!("annotate Lease {LEASE_NAMESPACE}/{name}");
+        let patched = || async {
+            match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        if self.retrying(&what, deadline, patched).await? {
+            return Ok(());
+        }
+        let kept: BTreeMap<String, String> =
+            annotations.into_iter().filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned()))).collect();
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let metadata = ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(LEASE_NAMESPACE.to_owned()),
+            annotations: Some(kept),
+            ..ObjectMeta::default()
+        };
+        match self.write_lease(&Lease { metadata, spec: Some(LeaseSpec::default()) }, deadline).await? {
+            Written::Done(_) => Ok(()),
+            // Created by another actor in between: add to that one.
+            Written::Conflict | Written::Gone => self.retrying(&what, deadline, patched).await.map(drop),
+        }
+    }
+
+    /// The instances the pool's Lease records as joining.
+    pub(super) async fn joining_names(&self) -> Result<Vec<String>, BackendError> {
+        Ok(self.get_lease(&self.pool).await?.as_ref().map(joining_of).unwrap_or_default())
+    }
+
+    pub(super) async fn note_joining_name(&self, name: &str) -> Result<(), BackendError> {
+        let now = crate::model::timestamp(SystemTime::now());
+        let annotations = Map::from_iter([(joining_key(name), Value::String(now))]);
+        self.annotate_lease(&self.pool, annotations).await
+    }
+
+    pub(super) async fn forget_joining_names(&self, names: &[String]) -> Result<(), BackendError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let annotations = names.iter().map(|n| (joining_key(n), Value::Null)).collect();
+        self.annotate_lease(&self.pool, annotations).await
+    }
+}
+
+fn joining_key(name: &str) -> String {
+    format!("{}{name}", labels::JOINING_PREFIX)
+}
+
+/// The names a Lease records as joining.
+fn joining_of(lease: &Lease) -> Vec<String> {
+    let annotations = lease.metadata.annotations.iter().flatten();
+    annotations.filter_map(|(k, _)| k.strip_prefix(labels::JOINING_PREFIX).map(str::to_owned)).collect()
 }
 
 impl Locks for KubeCluster {
@@ -94,10 +184,14 @@ impl Locks for KubeCluster {
                     None => transitions(l),
                 },
             };
+            // The instances an earlier run recorded as joining stay recorded.
+            let (resource_version, annotations) =
+                current.map(|l| (l.metadata.resource_version, l.metadata.annotations)).unwrap_or_default();
             let metadata = ObjectMeta {
                 name: Some(lease_name(pool)),
                 namespace: Some(LEASE_NAMESPACE.to_owned()),
-                resource_version: current.and_then(|l| l.metadata.resource_version),
+                resource_version,
+                annotations,
                 ..ObjectMeta::default()
             };
             let spec = LeaseSpec {
@@ -127,53 +221,69 @@ impl Locks for KubeCluster {
     }
 
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
-        let now = SystemTime::now();
-        let metadata = ObjectMeta {
-            name: Some(lease_name(pool)),
-            namespace: Some(LEASE_NAMESPACE.to_owned()),
-            resource_version: Some(held.version.clone()),
-            ..ObjectMeta::default()
-        };
-        let spec = LeaseSpec {
-            holder_identity: Some(held.holder.who.clone()),
-            lease_duration_seconds: Some(whole_seconds(lease)),
-            acquire_time: Some(micro_time(held.holder.since)),
-            renew_time: Some(micro_time(now)),
-            ..LeaseSpec::default()
-        };
         let lost = |why: &str| LockError::Lost { pool: pool.to_owned(), why: why.to_owned() };
         // A renewal is worth trying only while the lock still holds.
+        let now = SystemTime::now();
         let deadline = Instant::now() + held.holder.expires.duration_since(now).unwrap_or_default();
-        match self.write_lease(&Lease { metadata, spec: Some(spec) }, deadline).await? {
-            Written::Done(l) => record_from(&l).ok_or_else(|| lost("its Lease has no holder")),
-            Written::Conflict => Err(lost("its Lease was changed by another actor")),
-            Written::Gone => Err(lost("its Lease was deleted")),
+        for _ in 0..ATTEMPTS {
+            let current = self.own_lease(pool, held).await?.ok_or_else(|| lost("its Lease was deleted"))?;
+            let now = SystemTime::now();
+            let spec = LeaseSpec {
+                holder_identity: Some(held.holder.who.clone()),
+                lease_duration_seconds: Some(whole_seconds(lease)),
+                acquire_time: Some(micro_time(held.holder.since)),
+                renew_time: Some(micro_time(now)),
+                lease_transitions: current.spec.as_ref().and_then(|s| s.lease_transitions),
+                ..LeaseSpec::default()
+            };
+            match self.write_lease(&Lease { metadata: current.metadata, spec: Some(spec) }, deadline).await? {
+                Written::Done(l) => return record_from(&l).ok_or_else(|| lost("its Lease has no holder")),
+                // The executor recorded a joining instance meanwhile: read it again.
+                Written::Conflict => {}
+                Written::Gone => return Err(lost("its Lease was deleted")),
+            }
         }
+        Err(lost("its Lease keeps changing"))
     }
 
     async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
         let (api, name) = (self.leases(), lease_name(pool));
-        // Only this very Lease: one that another actor took since has another resourceVersion.
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { resource_version: Some(held.version.clone()), uid: None }),
-            ..DeleteParams::default()
-        };
-        let delete = || async {
-            match api.delete(&name, &params).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
-        };
         let deadline = Instant::now() + API_RETRY_WINDOW;
-        if self.retrying(&format!("delete Lease {LEASE_NAMESPACE}/{name}"), deadline, delete).await? {
-            return Ok(());
+        for _ in 0..ATTEMPTS {
+            let Some(current) = self.own_lease(pool, held).await? else { return Ok(()) };
+            if !joining_of(&current).is_empty() {
+                // Released the client-go way, keeping the record of joining instances.
+                let metadata = current.metadata;
+                let spec = LeaseSpec {
+                    lease_transitions: current.spec.and_then(|s| s.lease_transitions),
+                    ..LeaseSpec::default()
+                };
+                match self.write_lease(&Lease { metadata, spec: Some(spec) }, deadline).await? {
+                    Written::Done(_) | Written::Gone => return Ok(()),
+                    Written::Conflict => continue,
+                }
+            }
+            // Only this very Lease: one written since has another resourceVersion.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: current.metadata.resource_version,
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let delete = || async {
+                match api.delete(&name, &params).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                }
+            };
+            if self.retrying(&format!("delete Lease {LEASE_NAMESPACE}/{name}"), deadline, delete).await? {
+                return Ok(());
+            }
         }
-        let now = self.get_lease(pool).await?.as_ref().and_then(record_from);
-        let why =
-            now.map_or_else(|| "its Lease changed".to_owned(), |r| format!("it is held by {}", r.holder.who));
-        Err(LockError::Lost { pool: pool.to_owned(), why })
+        Err(LockError::Lost { pool: pool.to_owned(), why: "its Lease keeps changing".to_owned() })
     }
 
     async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {

@@ -3,8 +3,9 @@
 //!
 //! Matching rule: an instance's Node is the Node named like its container (the container's
 //! hostname, which a kubelet registers by default). Once Ready, poolctl labels the Node with
-//! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label or is named
-//! after one of its containers; a labelled Node without a container is an orphan, and deleted.
+//! `poolctl.dev/pool=<pool>`, so a Node is the pool's when it carries that label, is named after
+//! one of its containers, or is recorded as joining in the pool's Lease ([`lease`]); a Node of
+//! the pool without a container is an orphan, and deleted.
 //! Observing reads only the pool, never the whole cluster ([`scope`]).
 //!
 //! kube's client retries 429 and 503 answers by itself by default; that is turned off here,
@@ -251,6 +252,18 @@ impl Connect for KubeConnect {
 impl Cluster for KubeCluster {
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
         self.pool_nodes(names).await
+    }
+
+    async fn note_joining(&self, name: &str) -> Result<(), BackendError> {
+        self.note_joining_name(name).await
+    }
+
+    async fn joining(&self) -> Result<Vec<String>, BackendError> {
+        self.joining_names().await
+    }
+
+    async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {
+        self.forget_joining_names(names).await
     }
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {

@@ -6,9 +6,8 @@
 //! cluster of 10 pods as in one of 100,000.
 //!
 //! A Node that never got the pool label (an apply killed between the kubelet registering it and
-//! poolctl labelling it) is found once its container is gone too by one more list, of the
-//! Nodes without the pool label, kept to the ones named like the pool's instances: the one list
-//! whose size follows the cluster's unlabelled Nodes rather than the pool.
+//! poolctl labelling it) is found once its container is gone too by the record of joining
+//! instances in the pool's Lease (see [`super::lease`]): one more get, whatever the cluster's size.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -21,35 +20,33 @@ use tokio::time::Instant;
 use super::convert::{node_from, pdb_from, pod_from};
 use super::{API_RETRY_WINDOW, KubeCluster};
 use crate::backend::BackendError;
-use crate::model::{Node, Pdb, Pod, is_instance_name, labels};
+use crate::model::{Node, Pdb, Pod, labels};
 
 /// Requests of one observation in flight at once: enough to hide the round trips of a pool of
 /// a few dozen Nodes, few enough not to flood an API server for a pool of thousands.
 const CONCURRENT_REQUESTS: usize = 8;
 
 impl KubeCluster {
-    /// The pool's Nodes: the ones with its label, and the Nodes of `names` (its containers)
-    /// that lack it.
+    /// The pool's Nodes: the ones with its label, and the Nodes of `names` (its containers) and
+    /// of its joining instances that lack it.
     pub(super) async fn pool_nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let api = self.nodes_api();
         let selector = format!("{}={}", labels::POOL, self.pool);
         let what = "list the pool's nodes";
-        let listed = self.list_scoped(|c| &c.nodes, "", api.clone(), (&selector, ""), what, deadline).await?;
-        let mut nodes: Vec<Node> = listed.iter().map(node_from).collect();
         // A Node that registered before poolctl could label it, whose container is gone since
-        // (an apply killed in the Ready wait, the container then removed by hand), is the pool's
-        // only by the shape of its name: the unlabelled Nodes are read for that, one more list.
-        let unlabelled_selector = format!("!{}", labels::POOL);
-        let what = "list the unlabelled nodes";
-        let unlabelled = self
-            .list_scoped(|c| &c.nodes, "!", api.clone(), (&unlabelled_selector, ""), what, deadline)
-            .await?;
-        nodes.extend(unlabelled.iter().map(node_from).filter(|n| is_instance_name(&self.pool, &n.name)));
+        // (an apply killed in the Ready wait, the container then removed by hand), is named only
+        // by the pool's record of joining instances.
+        let (listed, joining) = futures::try_join!(
+            self.list_scoped(|c| &c.nodes, "", api.clone(), (&selector, ""), what, deadline),
+            self.joining_names(),
+        )?;
+        let mut nodes: Vec<Node> = listed.iter().map(node_from).collect();
         let labelled: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        // Owned names: a stream over borrowed ones trips the compiler's Send check.
-        let unlabelled: Vec<String> =
-            names.iter().filter(|n| !labelled.contains(n.as_str())).cloned().collect();
+        let mut unlabelled: Vec<String> =
+            names.iter().chain(&joining).filter(|n| !labelled.contains(n.as_str())).cloned().collect();
+        unlabelled.sort();
+        unlabelled.dedup();
         let api = &api;
         let found: Vec<Option<K8sNode>> =
             stream::iter(unlabelled)

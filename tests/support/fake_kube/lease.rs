@@ -1,7 +1,7 @@
 //! Leases (`coordination.k8s.io/v1`) in the fake API server, with the real server's optimistic
 //! concurrency: a create of a name that exists is a 409 `AlreadyExists`, and a replace or a delete
 //! whose resourceVersion (in the body, or in the delete's preconditions) is not the current one
-//! is a 409 `Conflict`. Every write is logged, so that tests can tell who held a Lease when.
+//! is a 409 `Conflict`; a merge patch applies to whatever is current. Every write is logged, so that tests can tell who held a Lease when.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde_json::{Value, json};
 
 use super::FakeKube;
+use super::select::merge_patch;
 use super::store::{Store, not_found, status};
 
 /// The Leases of the fake cluster, by namespace and name.
@@ -118,6 +119,22 @@ impl Leases {
                 }
                 let replaced = self.write(ns, name, "replace", Some(lease));
                 (200, to_json(&replaced))
+            }
+            // A merge patch (kube's `Patch::Merge`): no resourceVersion, so no conflict.
+            (&Method::PATCH, Some(name)) => {
+                let Some(patch) = body else {
+                    return error(400, "BadRequest", "the patch body is not JSON".into());
+                };
+                let Some(current) = self.items.get(&(ns.to_owned(), name.to_owned())) else {
+                    return (404, status_json(&not_found("leases", name)));
+                };
+                let mut value = to_json(current);
+                merge_patch(&mut value, patch);
+                let Ok(lease) = serde_json::from_value::<Lease>(value) else {
+                    return error(400, "BadRequest", "the patched Lease does not decode".into());
+                };
+                let patched = self.write(ns, name, "patch", Some(lease));
+                (200, to_json(&patched))
             }
             (&Method::DELETE, Some(name)) => {
                 let Some(current) = self.items.get(&(ns.to_owned(), name.to_owned())) else {
