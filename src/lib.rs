@@ -20,6 +20,7 @@ pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod execute;
+pub mod home;
 pub mod lock;
 pub mod model;
 pub mod observe;

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use poolctl::model::Origin;
-use poolctl::source::{Location, Revision, SourceError, SourceSpec, load, read_files, resolve};
+use poolctl::source::{Location, Revision, SourceError, SourceSpec, load, look, read_files};
 
 use crate::support::scenario::Scenario;
 
@@ -147,23 +147,29 @@ fn load_keeps_the_origin_of_the_files_it_read() {
     assert!(matches!(load(&spec), Err(SourceError::NoPools { files: 1, .. })));
 }
 
+/// The source's revision now, as watch sees it.
+fn revision(spec: &SourceSpec) -> Revision {
+    look(spec, None).unwrap().expect("a first look always reads").0
+}
+
 #[test]
 fn directory_revision_changes_with_the_files_and_only_then() {
     let s = Scenario::new();
     s.write("a.yaml", "one");
     let spec = SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap();
 
-    let first = resolve(&spec).unwrap();
+    let first = revision(&spec);
     assert!(matches!(first, Revision::Content(_)));
     s.write("notes.txt", "not a pool file");
-    assert_eq!(resolve(&spec).unwrap(), first);
+    assert_eq!(revision(&spec), first);
+    assert!(look(&spec, Some(&first)).unwrap().is_none(), "unchanged: nothing read again");
 
     s.write("a.yaml", "two");
-    let second = resolve(&spec).unwrap();
+    let second = revision(&spec);
     assert_ne!(second, first);
 
     fs::rename(s.dir().join("a.yaml"), s.dir().join("b.yaml")).unwrap();
-    assert_ne!(resolve(&spec).unwrap(), second);
+    assert_ne!(revision(&spec), second);
 }
 
 // --- classification ---
@@ -351,7 +357,7 @@ fn a_new_commit_is_seen_by_the_next_read_through_the_same_cache() {
     repo.write("a.yaml", "one");
     let first = repo.commit("first");
     let spec = git_source(&repo, Some("main"), None);
-    assert_eq!(resolve(&spec).unwrap(), Revision::Commit(first.clone()));
+    assert_eq!(revision(&spec), Revision::Commit(first.clone()));
     assert_eq!(files_of(&spec).1[0].1, "one");
 
     repo.write("a.yaml", "two");
@@ -359,7 +365,7 @@ fn a_new_commit_is_seen_by_the_next_read_through_the_same_cache() {
     repo.write("b.yaml", "two");
     let second = repo.commit("second");
 
-    assert_eq!(resolve(&spec).unwrap(), Revision::Commit(second.clone()));
+    assert_eq!(revision(&spec), Revision::Commit(second.clone()));
     let (origin, files) = files_of(&spec);
     assert_eq!(origin.commit(), Some(second.as_str()));
     assert_eq!(files, [("b.yaml".to_owned(), "two".to_owned())]);
@@ -377,16 +383,19 @@ fn deleted_branches_and_moved_tags_are_followed() {
     repo.git().switch_new_branch("gone");
     repo.git().switch("main");
     repo.git().tag("stable");
-    assert_eq!(resolve(&git_source(&repo, Some("gone"), None)).unwrap(), Revision::Commit(first.clone()));
-    assert_eq!(resolve(&git_source(&repo, Some("stable"), None)).unwrap(), Revision::Commit(first));
+    assert_eq!(revision(&git_source(&repo, Some("gone"), None)), Revision::Commit(first.clone()));
+    assert_eq!(revision(&git_source(&repo, Some("stable"), None)), Revision::Commit(first));
 
     repo.git().delete_branch("gone");
     repo.write("a.yaml", "two");
     let second = repo.commit("second");
     repo.git().tag("stable");
 
-    assert!(matches!(resolve(&git_source(&repo, Some("gone"), None)), Err(SourceError::RefNotFound { .. })));
-    assert_eq!(resolve(&git_source(&repo, Some("stable"), None)).unwrap(), Revision::Commit(second));
+    assert!(matches!(
+        look(&git_source(&repo, Some("gone"), None), None),
+        Err(SourceError::RefNotFound { .. })
+    ));
+    assert_eq!(revision(&git_source(&repo, Some("stable"), None)), Revision::Commit(second));
 }
 
 #[test]
@@ -417,7 +426,7 @@ fn git_errors_name_the_ref_the_path_the_commit_or_the_url() {
         )
     );
     assert!(matches!(
-        resolve(&git_source_at(&repo, &missing_url, None, None)),
+        look(&git_source_at(&repo, &missing_url, None, None), None),
         Err(SourceError::Fetch { .. })
     ));
 }

@@ -143,17 +143,6 @@ fn files_at(
     Ok((origin, files))
 }
 
-/// Fetch `url` and return the full commit id that `reference` resolves to.
-pub(super) fn resolve(
-    cache_dir: &Path,
-    remote: &Remote<'_>,
-    reference: Option<&str>,
-) -> Result<String, SourceError> {
-    let repo = open_cache(cache_dir, remote.url)?;
-    fetch(&repo, remote)?;
-    Ok(resolve_ref(&repo, remote.url, reference)?.id().to_string())
-}
-
 /// Where the bare clone of `url` is kept: one directory per URL, named by its hash.
 pub(super) fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
     let digest = Sha256::digest(url.as_bytes());

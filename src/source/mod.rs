@@ -5,7 +5,7 @@
 //!
 //! [`SourceSpec::new`] classifies `--source`/`--ref`/`--path`; [`read_files`] yields the files
 //! (`dir` reads the disk, `git` a commit's tree through a cached bare clone); [`load`] turns them
-//! into a validated [`Desired`]; [`resolve`] is the cheap "has anything changed?" for `watch`.
+//! into a validated [`Desired`]; [`look`] is the cheap "has anything changed?" for `watch`.
 //! File paths are relative to the source root (the `--source` directory or the repository root,
 //! so they include `--path`), which is how spec errors name them.
 
@@ -356,18 +356,6 @@ fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<D
         })
         .collect();
     Ok(Desired { origin, pools })
-}
-
-/// What the source currently is, as cheaply as possible: for Git, a fetch and the commit id the
-/// ref resolves to; on disk, a hash of the pool files.
-pub fn resolve(spec: &SourceSpec) -> Result<Revision, SourceError> {
-    match &spec.location {
-        Location::Path { root, path } => Ok(content_revision(&dir::read(root, path)?.1)),
-        Location::Git { url, fetch_url, reference, .. } => {
-            git::resolve(&spec.cache_dir, &git::Remote { url, fetch_url }, reference.as_deref())
-                .map(Revision::Commit)
-        }
-    }
 }
 
 /// One look at a source, fetching (or reading) it once: `None` when it is still `seen`, else

@@ -2,7 +2,6 @@
 //! poolctl's own environment. Nothing here quotes a value, not even in an error.
 
 use std::io::Read as _;
-use std::path::PathBuf;
 
 use crate::spec::{Secret, ValueFrom};
 
@@ -26,7 +25,7 @@ pub(super) fn read(from: &ValueFrom) -> Result<Secret, String> {
 }
 
 fn read_file(file: &str) -> Result<Secret, String> {
-    let path = expand_home(file);
+    let path = crate::home::expand_home(file);
     let cannot = |e: std::io::Error| format!("cannot read the secret file {}: {e}", path.display());
     let mut bytes = Vec::new();
     std::fs::File::open(&path).and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes)).map_err(cannot)?;
@@ -42,19 +41,6 @@ fn read_file(file: &str) -> Result<Secret, String> {
         }
     }
     Ok(Secret::new(text))
-}
-
-/// `~` and `~/...` in the home directory; any other path as it is (a relative one is relative
-/// to the working directory, as the documentation says).
-fn expand_home(path: &str) -> PathBuf {
-    let home = || std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-    match path.strip_prefix('~') {
-        Some("") => home().unwrap_or_else(|| PathBuf::from(path)),
-        Some(rest) if rest.starts_with('/') => {
-            home().map_or_else(|| PathBuf::from(path), |h| h.join(rest.trim_start_matches('/')))
-        }
-        _ => PathBuf::from(path),
-    }
 }
 
 #[cfg(test)]
@@ -94,14 +80,5 @@ mod tests {
             read(&unset).unwrap_err(),
             "the environment variable POOLCTL_TEST_SURELY_UNSET_VARIABLE is not set"
         );
-    }
-
-    #[test]
-    fn the_home_directory_is_expanded() {
-        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else { return };
-        assert_eq!(expand_home("~/a/b"), PathBuf::from(&home).join("a/b"));
-        assert_eq!(expand_home("~"), PathBuf::from(&home));
-        assert_eq!(expand_home("a/~/b"), PathBuf::from("a/~/b"));
-        assert_eq!(expand_home("~other/x"), PathBuf::from("~other/x"));
     }
 }

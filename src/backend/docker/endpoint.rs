@@ -54,10 +54,8 @@ impl DockerEnv {
     /// The process's environment. Empty values count as unset, as the docker CLI counts them.
     pub fn from_process() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let config_dir = var("DOCKER_CONFIG").map_or_else(
-            || std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".docker"),
-            PathBuf::from,
-        );
+        let config_dir = var("DOCKER_CONFIG")
+            .map_or_else(|| crate::home::home_dir().unwrap_or_default().join(".docker"), PathBuf::from);
         Self {
             docker_host: var("DOCKER_HOST"),
             docker_context: var("DOCKER_CONTEXT"),

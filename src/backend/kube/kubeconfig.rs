@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use kube::config::{AuthInfo, ExecInteractiveMode, Kubeconfig};
 
 use crate::backend::BackendError;
+use crate::home::{expand_home, home_dir};
 
 /// How many lines of a failed plugin's stderr an error keeps.
 const STDERR_LINES: usize = 5;
@@ -22,11 +23,11 @@ pub(super) fn load(path: Option<&str>) -> Result<Kubeconfig, BackendError> {
     if let Some(path) = path {
         let path = expand_home(path);
         return Kubeconfig::read_from(&path)
-            .map_err(|e| failed(format!("cannot read kubeconfig {path}: {e}")));
+            .map_err(|e| failed(format!("cannot read kubeconfig {}: {e}", path.display())));
     }
     let listed = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
     let Some(listed) = listed else {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let home = home_dir().unwrap_or_default();
         let path = home.join(".kube").join("config");
         return Kubeconfig::read_from(&path)
             .map_err(|e| failed(format!("cannot read kubeconfig {}: {e}", path.display())));
@@ -49,17 +50,6 @@ pub(super) fn load(path: Option<&str>) -> Result<Kubeconfig, BackendError> {
     })
 }
 
-/// `~/` and `$HOME` (or `${HOME}`) at the start of a path, as a shell would expand them.
-pub(super) fn expand_home(path: &str) -> String {
-    let Ok(home) = std::env::var("HOME") else { return path.to_owned() };
-    for prefix in ["~/", "$HOME/", "${HOME}/"] {
-        if let Some(rest) = path.strip_prefix(prefix) {
-            return format!("{home}/{rest}");
-        }
-    }
-    if matches!(path, "~" | "$HOME" | "${HOME}") { home } else { path.to_owned() }
-}
-
 /// Settle the credentials of `context`'s user before kube-rs sees them: a token file is read
 /// and trimmed into a token, and an exec plugin is run once, its token kept.
 pub(super) fn resolve_credentials(kc: &mut Kubeconfig, context: &str) -> Result<(), BackendError> {
@@ -78,8 +68,9 @@ pub(super) fn resolve_credentials(kc: &mut Kubeconfig, context: &str) -> Result<
         && let Some(file) = auth.token_file.take()
     {
         let file = expand_home(&file);
-        let token = std::fs::read_to_string(&file)
-            .map_err(|e| BackendError::Failed(format!("cannot read the token file {file}: {e}")))?;
+        let token = std::fs::read_to_string(&file).map_err(|e| {
+            BackendError::Failed(format!("cannot read the token file {}: {e}", file.display()))
+        })?;
         auth.token = Some(token.trim().to_owned().into());
     }
     run_exec_once(auth)
@@ -140,19 +131,4 @@ fn run_exec_once(auth: &mut AuthInfo) -> Result<(), BackendError> {
         auth.exec = None;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn home_is_expanded_as_a_shell_would() {
-        let Ok(home) = std::env::var("HOME") else { return };
-        assert_eq!(expand_home("~/.kube/config"), format!("{home}/.kube/config"));
-        assert_eq!(expand_home("$HOME/k"), format!("{home}/k"));
-        assert_eq!(expand_home("${HOME}/k"), format!("{home}/k"));
-        assert_eq!(expand_home("/etc/k"), "/etc/k");
-        assert_eq!(expand_home("k"), "k");
-    }
 }
