@@ -284,6 +284,12 @@ users:
         self.store().pods().cloned().collect()
     }
 
+    /// Ends a terminating pod now, as its kubelet would once its containers exit (see
+    /// [`FakeKubeOptions::pod_termination_delay`]). `false` if it is not terminating.
+    pub fn finish_termination(&self, namespace: &str, name: &str) -> bool {
+        self.store().finish_termination(namespace, name).is_some()
+    }
+
     /// Pods of the namespace whose labels include all of `labels`.
     pub fn pods_with_labels(&self, namespace: &str, labels: &[(&str, &str)]) -> Vec<Pod> {
         self.store()
