@@ -100,3 +100,33 @@ async fn a_watch_cut_off_mid_drain_is_followed_by_a_new_look_and_the_drain_still
     );
     assert!(fake.requests_matching("GET", "/api/v1/namespaces/default/pods/slow").is_empty());
 }
+
+#[tokio::test]
+async fn credentials_that_may_not_watch_pods_make_the_drain_list_them_again_instead() {
+    let (fake, cluster) = setup();
+    fake.refuse_watches(true);
+    let draining = cluster.drain("n", LIMIT);
+    let end_it = async {
+        let refused = |s: &crate::support::fake_kube::Store| {
+            let terminating =
+                s.pod("default", "slow").is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+            let refused =
+                s.requests().iter().any(|r| r.path == "/api/v1/pods" && is_watch(r) && r.status == 403);
+            terminating && refused
+        };
+        fake.wait_until(refused).await;
+        let asked = pod_requests(&fake).len();
+        assert!(fake.finish_termination("default", "slow"));
+        asked
+    };
+    let (drained, asked) = tokio::time::timeout(LIMIT, async { tokio::join!(draining, end_it) })
+        .await
+        .expect("the drain ends once the pod is gone");
+    drained.unwrap();
+
+    // The pod went after the refusal: a list made since told the drain, not a GET of the pod.
+    let (watches, lists): (Vec<_>, Vec<_>) = pod_requests(&fake).into_iter().partition(is_watch);
+    assert_eq!(watches.len(), 1, "a refused watch is not asked for again: {watches:?}");
+    assert!(lists.len() + watches.len() > asked, "listed again after the pod went");
+    assert!(fake.requests_matching("GET", "/api/v1/namespaces/default/pods/slow").is_empty());
+}

@@ -427,6 +427,12 @@ users:
         self.shared.switches.hide_nodes(hidden);
     }
 
+    /// While `true`, every watch request is refused with 403 Forbidden, as for credentials
+    /// allowed to list but not to watch; lists and gets are served as before.
+    pub fn refuse_watches(&self, refused: bool) {
+        self.shared.switches.refuse_watches(refused);
+    }
+
     /// Presents another certificate to new connections.
     pub fn set_server_cert(&self, cert: ServerCert) {
         *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert);
