@@ -284,6 +284,12 @@ users:
         self.store().pods().cloned().collect()
     }
 
+    /// Ends a terminating pod now, as its kubelet would once its containers exit (see
+    /// [`FakeKubeOptions::pod_termination_delay`]). `false` if it is not terminating.
+    pub fn finish_termination(&self, namespace: &str, name: &str) -> bool {
+        self.store().finish_termination(namespace, name).is_some()
+    }
+
     /// Pods of the namespace whose labels include all of `labels`.
     pub fn pods_with_labels(&self, namespace: &str, labels: &[(&str, &str)]) -> Vec<Pod> {
         self.store()
@@ -419,6 +425,12 @@ users:
     /// shown again). The kubelet and the store go on as before.
     pub fn hide_nodes(&self, hidden: bool) {
         self.shared.switches.hide_nodes(hidden);
+    }
+
+    /// While `true`, every watch request is refused with 403 Forbidden, as for credentials
+    /// allowed to list but not to watch; lists and gets are served as before.
+    pub fn refuse_watches(&self, refused: bool) {
+        self.shared.switches.refuse_watches(refused);
     }
 
     /// Presents another certificate to new connections.

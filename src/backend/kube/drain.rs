@@ -16,6 +16,7 @@ use tokio::time::{Instant, timeout_at};
 use super::KubeCluster;
 use super::convert::{DaemonSets, daemon_set_of, node_from, pdb_from, pod_from};
 use super::errors::{Class, classify, reason};
+use super::gone::Departures;
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
@@ -42,16 +43,16 @@ impl KubeCluster {
         let deadline = Instant::now() + timeout;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list = self.retrying("list pods", deadline, || pods_api.list(&params)).await?;
-        // On a Node whose kubelet is gone (an apply killed after the Stop step), an evicted pod
-        // stays Terminating until the Node object is deleted: nobody is left to confirm that
-        // its containers ended. Like `kubectl drain --skip-wait-for-delete-timeout`, count such
-        // a pod as gone once its deletion has been accepted.
         let nodes_api = self.nodes_api();
-        let node_ready = match self.retrying("get node", deadline, || nodes_api.get_opt(node)).await? {
-            Some(n) => node_from(&n).ready,
-            None => false,
-        };
+        // The Node's Ready condition says whether its kubelet still runs (see [`Departures`]).
+        // Both answers are awaited, so that a server that answers neither is reported for the
+        // list, whichever of the two gave up first.
+        let (list, found) = tokio::join!(
+            self.retrying("list pods", deadline, || pods_api.list(&params)),
+            self.retrying("get node", deadline, || nodes_api.get_opt(node)),
+        );
+        let list = list?;
+        let node_ready = found?.is_some_and(|n| node_from(&n).ready);
         let on_node: Vec<&K8sPod> = list.items.iter().collect();
         let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
         let mut targets: Vec<(&K8sPod, Pod)> = Vec::new();
@@ -71,9 +72,21 @@ impl KubeCluster {
         tracing::debug!(node, pods = targets.len(), "draining");
         let left = Left { node, pods: std::sync::atomic::AtomicUsize::new(targets.len()) };
         left.note(None);
+        let departures = Departures::new(targets.iter().map(|(raw, _)| *raw), node_ready, &self.server);
         let evictions =
-            targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, node_ready, &left));
-        let results = join_all(evictions).await;
+            targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, &departures, &left));
+        // The watch from the list above sees every eviction's outcome, whichever comes first.
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
+        let follow = async {
+            if !targets.is_empty() {
+                self.follow_departures(node, &departures, version, deadline).await;
+            }
+            std::future::pending::<std::convert::Infallible>().await
+        };
+        let results = tokio::select! {
+            results = join_all(evictions) => results,
+            never = follow => match never {},
+        };
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
             return Ok(());
@@ -107,15 +120,14 @@ impl KubeCluster {
     }
 
     /// Evict one pod through the policy/v1 Eviction subresource, retrying PDB refusals (429)
-    /// until `deadline`, then wait until the pod is gone or replaced by a new UID (or, when
-    /// `kubelet_alive` is false, merely terminating). Errors are returned as a line naming the
-    /// pod and, for refusals, the budget's own message.
+    /// until `deadline`, then wait until `departures` sees it gone. Errors are returned as a line
+    /// naming the pod and, for refusals, the budget's own message.
     async fn evict_and_wait(
         &self,
         pod: &K8sPod,
         seen: &Pod,
         deadline: Instant,
-        kubelet_alive: bool,
+        departures: &Departures,
         left: &Left<'_>,
     ) -> Result<(), String> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
@@ -203,20 +215,7 @@ impl KubeCluster {
             }
         }
         tracing::debug!("{id}: evicted");
-        // Wait until the pod is gone, or its name is taken by a new pod (a new UID).
-        let mut backoff = Backoff::capped(Duration::from_secs(1));
-        loop {
-            let Ok(answer) = timeout_at(deadline, api.get_opt(&name)).await else {
-                return Err(format!("{id}: evicted, but {} did not say whether it is gone", self.server));
-            };
-            match answer {
-                Ok(None) => return Ok(()),
-                Ok(Some(p)) if p.metadata.uid != uid => return Ok(()),
-                Ok(Some(p)) if !kubelet_alive && p.metadata.deletion_timestamp.is_some() => return Ok(()),
-                Ok(Some(_)) | Err(_) if Instant::now() < deadline => backoff.wait_until(deadline).await,
-                Ok(Some(_)) | Err(_) => return Err(format!("{id}: evicted but still present")),
-            }
-        }
+        departures.wait(&ns, &name, deadline).await.map_err(|why| format!("{id}: {why}"))
     }
 
     /// Why the API server refused an eviction for good. Its message for a pod under several

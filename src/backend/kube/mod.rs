@@ -39,6 +39,7 @@ mod cache;
 mod convert;
 mod drain;
 mod errors;
+mod gone;
 mod kept;
 mod kubeconfig;
 mod lease;

@@ -121,6 +121,11 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
     let fault = state.store.lock().expect("store lock").take_fault(parts.method.as_str(), &path);
     let reply = match fault.or_else(|| state.switches.failing()) {
         Some(code) => json_status(code, &status(code, "ServiceUnavailable", "injected fault")),
+        None if state.switches.watches_refused()
+            && query.get("watch").is_some_and(|w| w == "true" || w == "1") =>
+        {
+            json_status(403, &status(403, "Forbidden", "watch is forbidden to these credentials"))
+        }
         None if state.switches.nodes_hidden()
             && (path == "/api/v1/nodes" || path.starts_with("/api/v1/nodes/")) =>
         {

@@ -814,6 +814,14 @@ impl Store {
         self.version.send_replace(self.rv);
     }
 
+    /// The kubelet confirms now that a terminating pod's containers ended: it goes, whatever
+    /// its termination delay said. `None` if it is not there or not terminating.
+    pub fn finish_termination(&mut self, ns: &str, name: &str) -> Option<Pod> {
+        let key = (ns.to_owned(), name.to_owned());
+        self.pods.get(&key)?.metadata.deletion_timestamp.as_ref()?;
+        self.delete_pod_now(&key)
+    }
+
     fn delete_pod_now(&mut self, key: &PodKey) -> Option<Pod> {
         let mut pod = self.pods.remove(key)?;
         self.unindex_pod(key, &pod);

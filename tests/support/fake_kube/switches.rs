@@ -1,9 +1,9 @@
 //! Fault switches that act on connections and whole classes of requests rather than on one
 //! request: a window of failing answers, a server that accepts and then says nothing, Nodes that
-//! the API hides; and what the connection layer saw (connections, failed TLS handshakes).
+//! the API hides, watches it refuses; and what the connection layer saw (connections, failed TLS handshakes).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -25,6 +25,8 @@ pub struct Switches {
     fail: Mutex<Option<(Instant, u16)>>,
     silence: watch::Sender<Silence>,
     hidden: watch::Sender<bool>,
+    /// Every watch is answered 403, as for credentials that may list but not watch.
+    watches_refused: AtomicBool,
     connections: AtomicUsize,
     handshake_failures: Mutex<Vec<String>>,
 }
@@ -35,6 +37,7 @@ impl Default for Switches {
             fail: Mutex::new(None),
             silence: watch::channel(Silence::Off).0,
             hidden: watch::channel(false).0,
+            watches_refused: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             handshake_failures: Mutex::new(Vec::new()),
         }
@@ -81,6 +84,14 @@ impl Switches {
         async move {
             let _ = rx.wait_for(|h| !*h).await;
         }
+    }
+
+    pub fn refuse_watches(&self, refused: bool) {
+        self.watches_refused.store(refused, Ordering::SeqCst);
+    }
+
+    pub fn watches_refused(&self) -> bool {
+        self.watches_refused.load(Ordering::SeqCst)
     }
 
     pub fn connection_accepted(&self) {
