@@ -29,13 +29,15 @@ async fn the_server_speaks_tls_only_with_a_client_certificate_of_its_ca() {
     let other_ca = Access { trust: Trust::OtherCa, ..Access::default() };
     let distrusting: Api<Node> = Api::all(kube::Client::try_from(fk.config_with(other_ca)).unwrap());
     distrusting.list(&ListParams::default()).await.unwrap_err();
+    // Recorded before the next handshake starts, so that the two are in order.
+    tokio::time::timeout(LIMIT, fk.handshake_failures_once(1)).await.expect("recorded");
 
     let stranger = Access { client: ClientCert::UnknownCa, ..Access::default() };
     let refused: Api<Node> = Api::all(kube::Client::try_from(fk.config_with(stranger)).unwrap());
     refused.list(&ListParams::default()).await.unwrap_err();
 
     // The server saw both handshakes fail, and no request from either.
-    let failures = fk.handshake_failures();
+    let failures = tokio::time::timeout(LIMIT, fk.handshake_failures_once(2)).await.expect("recorded");
     assert_eq!(failures.len(), 2, "{failures:?}");
     assert!(failures[0].contains("received fatal alert"), "the client refused the server: {failures:?}");
     assert!(failures[1].contains("invalid peer certificate"), "the server refused the client: {failures:?}");

@@ -121,7 +121,7 @@ async fn a_certificate_problem_fails_the_plan_at_once_with_one_line_naming_the_c
         assert!(!line.contains("client error (Connect)"), "{case}: {line}");
         // Not retried: one connection, its handshake failed, no request got through.
         assert_eq!(fake.connections(), 1, "{case}");
-        assert_eq!(fake.handshake_failures().len(), 1, "{case}");
+        assert_eq!(bounded(fake.handshake_failures_once(1)).await.len(), 1, "{case}");
         assert!(fake.requests().is_empty(), "{case}: {:?}", fake.requests());
         assert!(run.stdout.is_empty(), "{case}: {}", run.stdout);
     }

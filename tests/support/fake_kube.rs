@@ -449,6 +449,12 @@ users:
         self.shared.switches.handshake_failures()
     }
 
+    /// The failed handshakes once there are `n`: a client can see its handshake fail before the
+    /// server has finished recording its side. Callers bound it with `tokio::time::timeout`.
+    pub async fn handshake_failures_once(&self, n: usize) -> Vec<String> {
+        self.shared.switches.at_least_handshake_failures(n).await
+    }
+
     pub fn events(&self) -> Vec<Event> {
         self.store().events().to_vec()
     }

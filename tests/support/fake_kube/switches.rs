@@ -28,7 +28,9 @@ pub struct Switches {
     /// Every watch is answered 403, as for credentials that may list but not watch.
     watches_refused: AtomicBool,
     connections: AtomicUsize,
-    handshake_failures: Mutex<Vec<String>>,
+    /// Watched, so that a test can wait for the server's side of a handshake its client
+    /// already saw fail.
+    handshake_failures: watch::Sender<Vec<String>>,
 }
 
 impl Default for Switches {
@@ -39,7 +41,7 @@ impl Default for Switches {
             hidden: watch::channel(false).0,
             watches_refused: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
-            handshake_failures: Mutex::new(Vec::new()),
+            handshake_failures: watch::channel(Vec::new()).0,
         }
     }
 }
@@ -103,10 +105,18 @@ impl Switches {
     }
 
     pub fn handshake_failed(&self, error: String) {
-        self.handshake_failures.lock().expect("handshake failures lock").push(error);
+        self.handshake_failures.send_modify(|failures| failures.push(error));
     }
 
     pub fn handshake_failures(&self) -> Vec<String> {
-        self.handshake_failures.lock().expect("handshake failures lock").clone()
+        self.handshake_failures.borrow().clone()
+    }
+
+    /// The handshake failures, once there are at least `n` (callers bound the wait).
+    pub async fn at_least_handshake_failures(&self, n: usize) -> Vec<String> {
+        let mut failures = self.handshake_failures.subscribe();
+        // The sender lives as long as `self`: the wait ends only with the condition.
+        let seen = failures.wait_for(|f| f.len() >= n).await.expect("the switches outlive the wait");
+        seen.clone()
     }
 }
