@@ -21,6 +21,7 @@ mod joining;
 mod kube;
 mod kube_tls;
 mod kubeconfig;
+mod kubelet_prompt;
 mod lock;
 mod safety;
 mod scope;
