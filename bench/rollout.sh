@@ -1,7 +1,11 @@
 #!/bin/sh
-# Wall time of a 3-instance Kubernetes rollout against the sum of its unavoidable waits
-# (container start, Node Ready, eviction, container stop), against real Docker and the fake
-# API server. Needs a Docker daemon. See BENCHMARKS.md, "Kubernetes rollout overhead".
+# A 3-instance Kubernetes rollout by poolctl against the floor: the very same rollout by a
+# minimal client inside the test (bare bollard and kube-rs calls, every wait a watch), in turns
+# on fresh worlds, against real Docker and the fake API server; also each one's wall time over
+# the waits in the event logs. Needs a Docker daemon. See BENCHMARKS.md, "Kubernetes rollout
+# overhead".
+#   POOLCTL_BENCH_BIN=target/release/poolctl  time that binary (default: the test build, debug)
+#   POOLCTL_BENCH_TURNS=5                      turns of each (default 3)
 set -eu
 cd "$(dirname "$0")/.."
-exec cargo test --test main -- --ignored --exact e2e_kube::bench_rollout_overhead --nocapture "$@"
+exec cargo test --test main -- --ignored --exact bench_rollout::bench_rollout_overhead --nocapture "$@"

@@ -3,10 +3,10 @@
 //! back from the fake's event and request logs and from Docker's own event stream.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::support::docker::DockerEvent;
-use crate::support::fake_kube::{Event, EventKind, FakeKubeOptions, PdbBound, ReadyPolicy};
+use crate::support::fake_kube::{Event, EventKind, PdbBound, ReadyPolicy};
 use crate::support::rig::Rig;
 
 use crate::support::rig::LIMIT;
@@ -294,82 +294,4 @@ async fn pruning_a_pool_of_nodes_cordons_drains_and_deletes_them() {
     assert!(delete < remove, "Node delete < remove");
     assert!(rig.containers().await.is_empty());
     assert!(rig.nodes().is_empty(), "no Node left: {:?}", rig.nodes());
-}
-
-/// Seconds from `a` to `b` (zero if `b` is earlier).
-fn secs(a: SystemTime, b: SystemTime) -> f64 {
-    b.duration_since(a).unwrap_or_default().as_secs_f64()
-}
-
-/// Prints the wall time of a 3-instance rollout against the sum of the waits it cannot avoid.
-/// Run with `bench/rollout.sh`; see BENCHMARKS.md, "Kubernetes rollout overhead".
-#[tokio::test]
-#[ignore = "a benchmark: run with bench/rollout.sh"]
-async fn bench_rollout_overhead() {
-    let Some(rig) = Rig::with(FakeKubeOptions {
-        // Pods take a moment to terminate, as real ones do, so that the drain has to wait.
-        pod_termination_delay: Duration::from_millis(300),
-        ..FakeKubeOptions::default()
-    })
-    .await
-    else {
-        return;
-    };
-    let v1 = rig.spec().drain_timeout("30s");
-    let old = rig.start(&v1).await;
-    rig.fake.add_app("default", "web", 3);
-    rig.fake.put_pdb("default", "web", "web", PdbBound::MinAvailable(2));
-
-    let from = rig.last_seq();
-    let since = SystemTime::now();
-    rig.write(&v1.clone().env("VERSION", "2"));
-    let started = SystemTime::now();
-    rig.apply().expect_code(0);
-    let wall = secs(started, SystemTime::now());
-    let events = rig.events_after(from);
-    let docker_events = rig.docker_events(since);
-
-    let new: Vec<String> = rig.containers().await.into_keys().collect();
-    let (mut start, mut ready, mut drain, mut stop) = (0.0, 0.0, 0.0, 0.0);
-    let (mut teardown, mut removal) = (0.0, 0.0);
-    for name in &new {
-        let created = docker_when(&docker_events, &["create"], name).expect("created");
-        let running = docker_when(&docker_events, &["start"], name).expect("started");
-        start += secs(created, running);
-        ready += secs(running, when(&events, "ready", name, false).expect("Ready"));
-    }
-    for name in &old {
-        let first = when(&events, "evict", name, false).expect("evicted");
-        let gone = events
-            .iter()
-            .filter(|e| matches!(&e.kind, EventKind::PodDeleted { node: Some(n), .. } if n == name))
-            .map(|e| e.wall)
-            .max()
-            .expect("its pods went");
-        drain += secs(first, gone);
-        let killed = docker_when(&docker_events, &["kill"], name).expect("stopping");
-        let died = docker_when(&docker_events, &["die"], name).expect("stopped");
-        stop += secs(killed, died);
-        // Not counted as waits, shown for what they are: Docker's own work between poolctl's
-        // steps. Docker 20.10 reports `die` before it releases the container's network and
-        // mounts, and its stop call returns only after that; later versions report `die` after
-        // it (moby#41698), so there the stop wait above includes it.
-        teardown += secs(died, docker_when(&docker_events, &["stop"], name).expect("stop returned"));
-        let node_deleted = when(&events, "delete", name, false).expect("Node deleted");
-        removal += secs(node_deleted, docker_when(&docker_events, &["destroy"], name).expect("removed"));
-    }
-    let waits = start + ready + drain + stop;
-    println!(
-        "rollout of 3 instances (maxSurge 1, maxUnavailable 0, one app pod per Node, PDB minAvailable 2)"
-    );
-    println!("  wall time of `poolctl apply`:        {wall:6.2}s");
-    println!("  container start (create -> running): {start:6.2}s");
-    println!("  Node registration and Ready:         {ready:6.2}s");
-    println!("  drain (first eviction -> pods gone): {drain:6.2}s");
-    println!("  container stop (SIGTERM -> exit):    {stop:6.2}s");
-    println!("  sum of unavoidable waits:            {waits:6.2}s");
-    println!("  overhead ratio (wall / waits):       {:6.2}", wall / waits);
-    println!("  not counted above, Docker's own work between the steps:");
-    println!("    teardown after exit (die -> stop): {teardown:6.2}s");
-    println!("    removal (Node deleted -> destroy): {removal:6.2}s");
 }

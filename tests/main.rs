@@ -4,6 +4,7 @@
 // there than `pub(crate)`, and nothing here is a public API.
 #![allow(unreachable_pub)]
 
+mod bench_rollout;
 mod cli;
 mod container_stop;
 mod docker;
@@ -21,6 +22,7 @@ mod joining;
 mod kube;
 mod kube_tls;
 mod kubeconfig;
+mod kubelet_prompt;
 mod lock;
 mod safety;
 mod scope;

@@ -59,6 +59,10 @@ pub struct KubeletOptions {
     pub run_label: String,
     pub ready_policy: ReadyPolicy,
     pub poll_interval: Duration,
+    /// Also sync at once when Docker reports one of the test's containers started or died, and
+    /// when a Node is due to turn Ready, as a real kubelet, which starts with its node, does.
+    /// Off by default: a polling kubelet registers a Node up to `poll_interval` late.
+    pub prompt: bool,
 }
 
 impl KubeletOptions {
@@ -67,6 +71,7 @@ impl KubeletOptions {
             run_label: run_label.into(),
             ready_policy: ReadyPolicy::After(Duration::from_millis(300)),
             poll_interval: Duration::from_millis(150),
+            prompt: false,
         }
     }
 }
@@ -528,7 +533,7 @@ fn serve(
                     return;
                 }
             };
-            tokio::spawn(kubelet::kubelet_loop(shared.clone(), docker, k.run_label, k.poll_interval));
+            tokio::spawn(kubelet::kubelet_loop(shared.clone(), docker, k));
         }
         tokio::spawn(kubelet::controller_loop(shared.clone()));
         let _ = ready.send(Ok(()));

@@ -27,12 +27,15 @@ impl Rig {
         Self::with(FakeKubeOptions::default()).await
     }
 
-    /// A rig whose fake cluster is set up by `options`, with a kubelet for this test's containers.
+    /// A rig whose fake cluster is set up by `options`, with a kubelet (as `options` sets it up,
+    /// or the default one) for this test's containers.
     pub async fn with(options: FakeKubeOptions) -> Option<Self> {
         let s = Scenario::with_docker().await?;
         let (key, value) = s.docker().case_label();
-        let kubelet = Some(KubeletOptions::new(format!("{key}={value}")));
-        let fake = FakeKube::start(FakeKubeOptions { kubelet, ..options });
+        // Whatever else the caller set for the kubelet, it follows this test's containers.
+        let mut kubelet = options.kubelet.clone().unwrap_or_else(|| KubeletOptions::new(String::new()));
+        kubelet.run_label = format!("{key}={value}");
+        let fake = FakeKube::start(FakeKubeOptions { kubelet: Some(kubelet), ..options });
         fake.write_kubeconfig(&s.path("kubeconfig")).expect("write the kubeconfig");
         Some(Self { s, fake })
     }

@@ -13,8 +13,9 @@ use crate::spec::docker::{self, Restart, Volume};
 use crate::spec::{CgroupnsMode, UsernsMode};
 
 /// The create body for `spec`, or why one of its settings cannot be read (validation refuses
-/// such a template first, so this only catches a caller that skipped it).
-pub(super) fn create_body(spec: &NewContainer) -> Result<ContainerCreateBody, String> {
+/// such a template first, so this only catches a caller that skipped it). Public so that a
+/// client other than poolctl (the rollout benchmark's floor) creates exactly what poolctl does.
+pub fn create_body(spec: &NewContainer) -> Result<ContainerCreateBody, String> {
     let mut binds = Vec::new();
     let mut anonymous = Vec::new();
     for volume in &spec.volumes {

@@ -34,6 +34,7 @@ mod tar;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
+pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{container_events, drift_events};
 pub use lock::lock_name;

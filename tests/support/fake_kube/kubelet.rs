@@ -2,16 +2,19 @@
 //!
 //! The kubelet polls Docker (a real kubelet also reports on a period) for running containers
 //! that carry `poolctl.dev/pool` and this test run's label, and registers, readies and
-//! un-readies their Nodes through the store. The controller loop wakes on state changes or
+//! un-readies their Nodes through the store; a prompt one also looks at once when Docker
+//! reports such a container started or died, and when a Node is due to turn Ready. The controller loop wakes on state changes or
 //! when a timer (termination, rescheduling) falls due; it does not poll.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bollard::Docker;
-use bollard::query_parameters::ListContainersOptions;
+use bollard::query_parameters::{EventsOptions, ListContainersOptions};
+use futures::StreamExt;
 
+use super::KubeletOptions;
 use super::http::Shared;
 
 /// The label every pool container carries.
@@ -41,19 +44,65 @@ async fn running_containers(docker: &Docker, run_label: &str) -> Option<BTreeSet
     }
 }
 
-pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, run_label: String, interval: Duration) {
+pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletOptions) {
     let mut shutdown = shared.shutdown.clone();
+    let mut started_or_died = options.prompt.then(|| container_events(&docker, &options.run_label));
+    // A container Docker just reported dead: a list made at once may still show it running
+    // (Docker 20.10 reports `die` before its list sees the exit), and the report is the truth.
+    let mut died: Option<String> = None;
     loop {
         // A failed list leaves the Nodes as they are, like a kubelet that cannot reach its runtime
         // and keeps its last status for a while.
-        if let Some(running) = running_containers(&docker, &run_label).await {
-            shared.store.lock().expect("store lock").kubelet_sync(&running, Instant::now());
+        let mut listed = running_containers(&docker, &options.run_label).await;
+        if let Some(running) = &mut listed {
+            if let Some(name) = died.take() {
+                running.remove(&name);
+            }
+            shared.store.lock().expect("store lock").kubelet_sync(running, Instant::now());
         }
+        let mut wait = options.poll_interval;
+        // After a failed list, the next try waits the whole interval, not a Node's due time.
+        if options.prompt
+            && listed.is_some()
+            && let Some(due) = shared.store.lock().expect("store lock").kubelet_next_ready()
+        {
+            wait = wait.min(due.saturating_duration_since(Instant::now()));
+        }
+        let event = async {
+            match started_or_died.as_mut() {
+                Some(events) => events.next().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(wait) => {}
+            event = event => match event {
+                Some(Ok(e)) if e.action.as_deref() == Some("die") => {
+                    died = e.actor.and_then(|a| a.attributes?.remove("name"));
+                }
+                Some(Ok(_)) => {}
+                // The event stream broke: poll on, as the default kubelet does.
+                _ => started_or_died = None,
+            },
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Docker's reports of this test's pool containers starting or dying, from now on. The stream
+/// asks the daemon only when first polled; `since` has it replay what happened in between.
+fn container_events(
+    docker: &Docker,
+    run_label: &str,
+) -> futures::stream::BoxStream<'static, Result<bollard::models::EventMessage, bollard::errors::Error>> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let filters = HashMap::from([
+        ("type".to_owned(), vec!["container".to_owned()]),
+        ("label".to_owned(), vec![POOL_LABEL.to_owned(), run_label.to_owned()]),
+        ("event".to_owned(), vec!["start".to_owned(), "die".to_owned()]),
+    ]);
+    let since = Some(format!("{}.{:09}", now.as_secs(), now.subsec_nanos()));
+    docker.events(Some(EventsOptions { since, until: None, filters: Some(filters) })).boxed()
 }
 
 pub async fn controller_loop(shared: Arc<Shared>) {

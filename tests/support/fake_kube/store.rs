@@ -1324,6 +1324,19 @@ impl Store {
         self.version.send_modify(|_| {});
     }
 
+    /// When the next registered Node of a running container is due to turn Ready, if one is:
+    /// the moment a prompt kubelet (see `KubeletOptions::prompt`) syncs again.
+    pub fn kubelet_next_ready(&self) -> Option<Instant> {
+        self.kubelet
+            .iter()
+            .filter(|(name, k)| k.running && self.nodes.get(*name).is_some_and(|n| !node_ready(n)))
+            .filter_map(|(name, k)| match self.ready_policy(name) {
+                ReadyPolicy::After(d) => Some(k.registered_at + d),
+                ReadyPolicy::Never => None,
+            })
+            .min()
+    }
+
     /// How many kubelet rounds have run.
     pub fn kubelet_rounds(&self) -> u64 {
         self.kubelet_rounds
