@@ -94,3 +94,19 @@ async fn a_record_written_after_the_lease_went_away_is_not_lost() {
     other.forget_joining(&["q-0123456789-abcde".to_owned()]).await.unwrap();
     assert!(fake.lease("kube-system", "poolctl-q").is_none());
 }
+
+#[tokio::test]
+async fn a_recorded_name_that_is_not_the_pools_instance_is_ignored() {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    fake.add_node("kind-control-plane", true);
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
+    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE).await.unwrap();
+    // A hand-edited annotation naming another Node: never looked up, never the pool's.
+    cluster.note_joining("kind-control-plane").await.unwrap();
+    assert_eq!(cluster.joining().await.unwrap(), Vec::<String>::new());
+    let nodes: Vec<String> = cluster.nodes(&[]).await.unwrap().into_iter().map(|n| n.name).collect();
+    assert!(nodes.is_empty(), "{nodes:?}");
+    // Nothing of the pool's left to record: the release deletes the Lease.
+    cluster.release("p", &held).await.unwrap();
+    assert!(lease_of(&fake).is_none());
+}

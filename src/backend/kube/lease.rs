@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::{API_RETRY_WINDOW, KubeCluster};
 use crate::backend::{BackendError, LockError, LockRecord, Locks};
-use crate::model::{LockHolder, labels};
+use crate::model::{LockHolder, is_instance_name, labels};
 
 /// The namespace of poolctl's Leases.
 pub const LEASE_NAMESPACE: &str = "kube-system";
@@ -133,9 +133,11 @@ impl KubeCluster {
         }
     }
 
-    /// The instances the pool's Lease records as joining.
+    /// The instances the pool's Lease records as joining: only names of the shape poolctl gives
+    /// the pool's instances, so that a hand-edited annotation cannot have a plan look up (or
+    /// delete) any other Node.
     pub(super) async fn joining_names(&self) -> Result<Vec<String>, BackendError> {
-        Ok(self.get_lease(&self.pool).await?.as_ref().map(joining_of).unwrap_or_default())
+        Ok(self.get_lease(&self.pool).await?.as_ref().map(|l| joining_of(l, &self.pool)).unwrap_or_default())
     }
 
     pub(super) async fn note_joining_name(&self, name: &str) -> Result<(), BackendError> {
@@ -157,10 +159,11 @@ fn joining_key(name: &str) -> String {
     format!("{}{name}", labels::JOINING_PREFIX)
 }
 
-/// The names a Lease records as joining.
-fn joining_of(lease: &Lease) -> Vec<String> {
+/// The names of `pool`'s instances a Lease records as joining.
+fn joining_of(lease: &Lease, pool: &str) -> Vec<String> {
     let annotations = lease.metadata.annotations.iter().flatten();
-    annotations.filter_map(|(k, _)| k.strip_prefix(labels::JOINING_PREFIX).map(str::to_owned)).collect()
+    let names = annotations.filter_map(|(k, _)| k.strip_prefix(labels::JOINING_PREFIX));
+    names.filter(|n| is_instance_name(pool, n)).map(str::to_owned).collect()
 }
 
 impl Locks for KubeCluster {
@@ -251,7 +254,7 @@ impl Locks for KubeCluster {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         for _ in 0..ATTEMPTS {
             let Some(current) = self.own_lease(pool, held).await? else { return Ok(()) };
-            if !joining_of(&current).is_empty() {
+            if !joining_of(&current, pool).is_empty() {
                 // Released the client-go way, keeping the record of joining instances.
                 let metadata = current.metadata;
                 let spec = LeaseSpec {
