@@ -237,6 +237,18 @@ async fn stop_then_remove() {
 }
 
 #[tokio::test]
+async fn may_run_is_docker_s_word_at_this_moment() {
+    let Some(d) = docker().await else { return };
+    let spec = d.container("m");
+    d.backend.create(&spec).await.expect("create");
+    assert!(d.backend.may_run(&spec.name).await.unwrap(), "running");
+    d.backend.stop(&spec.name, GRACE).await.expect("stop");
+    assert!(!d.backend.may_run(&spec.name).await.unwrap(), "exited");
+    d.backend.remove(&spec.name).await.expect("remove");
+    assert!(!d.backend.may_run(&spec.name).await.unwrap(), "gone");
+}
+
+#[tokio::test]
 async fn stop_and_remove_of_a_missing_container_succeed() {
     let Some(d) = docker().await else { return };
     d.backend.stop(&d.name("ghost"), GRACE).await.expect("stop missing");

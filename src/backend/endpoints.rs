@@ -141,6 +141,10 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.instance(name).write_file(name, file).await
     }
 
+    async fn may_run(&self, name: &str) -> Result<bool, BackendError> {
+        self.instance(name).may_run(name).await
+    }
+
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
         self.instance(name).wait_up(name, timeout).await
     }

@@ -145,6 +145,9 @@ pub trait Containers: Sync {
     /// Write a file into a container (running or not), as [`NewFile`] says.
     fn write_file(&self, name: &str, file: &NewFile)
     -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Whether the container runs (or is paused or restarting) at this moment, as Docker
+    /// reports it: one inspect. A missing container does not run.
+    fn may_run(&self, name: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
     fn wait_up(&self, name: &str, timeout: Duration)
     -> impl Future<Output = Result<(), BackendError>> + Send;

@@ -561,7 +561,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // registers it again, and pods may be bound to it. The plan may have seen the
                 // container created but not started (an apply killed during create, whose start
                 // Docker finished afterwards); then it is stopped now, the safe way.
-                if self.may_run(name).await? {
+                if self.containers.may_run(name).await? {
                     self.say(&format!(
                         "{name}: its container runs now; stopping it before its Node is deleted"
                     ));
@@ -586,12 +586,6 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         self.drain_before_stop(pool, name).await?;
         let grace = self.rollout_of(pool).stop_grace_period.get();
         Ok(self.containers.stop(name, grace).await?)
-    }
-
-    /// Whether the container may run now, as Docker reports it at this moment.
-    async fn may_run(&self, name: &str) -> Result<bool, StepError> {
-        let containers = self.containers.list().await?;
-        Ok(containers.iter().any(|c| c.name == name && c.state.may_run()))
     }
 
     /// Before the container of a node-pool instance stops: whatever Node it has *now* is

@@ -360,6 +360,10 @@ impl Containers for FakeWorld {
         self.call(format!("write-file {name} {}", file.path), |_| Ok(())).await
     }
 
+    async fn may_run(&self, name: &str) -> Result<bool, BackendError> {
+        Ok(self.sim().container(name).is_some_and(|c| c.state.may_run()))
+    }
+
     async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {
         self.call(format!("wait-up {name}"), |sim| match sim.container(name) {
             Some(c) if c.is_up() => Ok(()),

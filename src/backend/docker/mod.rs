@@ -536,6 +536,11 @@ impl Containers for DockerBackend {
             .map_err(|e| self.error(&doing(), e))
     }
 
+    async fn may_run(&self, name: &str) -> Result<bool, BackendError> {
+        let state = self.inspect(name).await?.and_then(|i| i.state);
+        Ok(state.is_some_and(|s| [s.running, s.paused, s.restarting].contains(&Some(true))))
+    }
+
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
         let mut last = String::from("not inspected yet");
         match tokio::time::timeout(timeout, self.wait_up_inner(name, &mut last)).await {
