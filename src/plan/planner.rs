@@ -132,6 +132,9 @@ struct Observed<'a> {
     pods: Vec<&'a Pod>,
     /// Where each Node's group is in `pods`, by the Node's index.
     groups: Vec<std::ops::Range<usize>>,
+    /// The PodDisruptionBudgets by namespace (a budget selects pods of its own namespace only),
+    /// each with its `namespace/name`, made once rather than for every pod it covers.
+    budgets: FastMap<&'a str, Vec<(&'a Pdb, String)>>,
 }
 
 impl<'a> Observed<'a> {
@@ -165,7 +168,17 @@ impl<'a> Observed<'a> {
         for group in &groups {
             pods[group.clone()].sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         }
-        Self { world, index, pods, groups }
+        let mut budgets: FastMap<&str, Vec<(&Pdb, String)>> = FastMap::default();
+        for pdb in &world.pdbs {
+            budgets.entry(pdb.namespace.as_str()).or_default().push((pdb, pdb.id()));
+        }
+        Self { world, index, pods, groups, budgets }
+    }
+
+    /// The budgets that cover `pod`, with their ids, in the world's order.
+    fn budgets_covering(&self, pod: &Pod) -> Vec<&(&'a Pdb, String)> {
+        let budgets = self.budgets.get(pod.namespace.as_str()).map_or(&[][..], Vec::as_slice);
+        budgets.iter().filter(|(pdb, _)| pdb.covers(pod)).collect()
     }
 
     fn node(&self, name: &str) -> Option<&'a Node> {
@@ -510,7 +523,7 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
     let pods = world.pods_on(node);
 
     let mut preview = DrainPreview::default();
-    let mut blocking = BTreeSet::new();
+    let mut blocking: BTreeSet<&str> = BTreeSet::new();
     for &pod in pods {
         let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
             pod: [pod.namespace.as_str(), "/", pod.name.as_str()].concat(),
@@ -525,20 +538,21 @@ fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
             }
             DrainAction::Evict(warning) => warning,
         };
-        let covering: Vec<&Pdb> = world.world.pdbs.iter().filter(|pdb| pdb.covers(pod)).collect();
-        let ids: Vec<String> = covering.iter().map(|pdb| pdb.id()).collect();
+        let covering = world.budgets_covering(pod);
+        let ids: Vec<String> = covering.iter().map(|(_, id)| id.clone()).collect();
         let warning = if let [first @ .., last] = ids.as_slice()
             && !first.is_empty()
         {
             Some(format!("under PDBs {} and {last}: the API server refuses to evict it", first.join(", ")))
         } else {
             // A single budget that allows no disruption makes the drain wait.
-            blocking.extend(covering.iter().filter(|pdb| pdb.disruptions_allowed <= 0).map(|pdb| pdb.id()));
+            let refusing = covering.iter().filter(|(pdb, _)| pdb.disruptions_allowed <= 0);
+            blocking.extend(refusing.map(|(_, id)| id.as_str()));
             rule_warning.map(str::to_owned)
         };
         preview.evict.push(pod_ref(warning, ids));
     }
-    preview.blocking_pdbs = blocking.into_iter().collect();
+    preview.blocking_pdbs = blocking.into_iter().map(str::to_owned).collect();
     preview
 }
 
@@ -600,6 +614,11 @@ struct Names<'w> {
     issued: FastSet<InstanceName>,
     /// Where each pool's counter resumes, so that handing out n names costs O(n).
     counters: FastMap<String, u64>,
+    /// The pool, hash and prefix of the last name handed out: a rollout asks for one name per
+    /// batch, of the same pool and hash, thousands of times.
+    last: Option<(String, String, String)>,
+    /// Where the text a suffix is hashed from is written, reused from one name to the next.
+    scratch: String,
 }
 
 impl<'w> Names<'w> {
@@ -612,37 +631,53 @@ impl<'w> Names<'w> {
             taken: FastMap::default(),
             issued: FastSet::default(),
             counters: FastMap::default(),
+            last: None,
+            scratch: String::new(),
         }
     }
 
     fn next(&mut self, pool: &str, hash: &str) -> InstanceName {
-        let prefix = format!("{pool}-{}-", &hash[..hash.len().min(HASH_LEN)]);
-        if !self.taken.contains_key(&prefix) {
-            let containers = self.world.containers.iter().map(|c| c.name.as_str());
-            let nodes = self.world.nodes.iter().map(|n| n.name.as_str());
-            let taken = containers.chain(nodes).filter(|n| n.starts_with(&prefix)).collect();
-            self.taken.insert(prefix.clone(), taken);
+        let same = self.last.as_ref().is_some_and(|(p, h, _)| p == pool && h == hash);
+        if !same {
+            let prefix = format!("{pool}-{}-", &hash[..hash.len().min(HASH_LEN)]);
+            if !self.taken.contains_key(&prefix) {
+                let containers = self.world.containers.iter().map(|c| c.name.as_str());
+                let nodes = self.world.nodes.iter().map(|n| n.name.as_str());
+                let taken = containers.chain(nodes).filter(|n| n.starts_with(&prefix)).collect();
+                self.taken.insert(prefix.clone(), taken);
+            }
+            if !self.counters.contains_key(pool) {
+                self.counters.insert(pool.to_owned(), 0);
+            }
+            self.last = Some((pool.to_owned(), hash.to_owned(), prefix));
         }
-        let taken = &self.taken[&prefix];
-        let counter = self.counters.entry(pool.to_owned()).or_default();
+        let prefix = self.last.as_ref().map_or("", |(_, _, prefix)| prefix.as_str());
+        let taken = &self.taken[prefix];
+        let counter = self.counters.get_mut(pool).expect("set above");
         loop {
-            let name =
-                InstanceName::from(format!("{prefix}{}", Self::suffix(pool, hash, self.seed, *counter)));
+            let mut name = String::with_capacity(prefix.len() + Self::SUFFIX_LEN as usize);
+            name.push_str(prefix);
+            Self::suffix(&mut self.scratch, pool, hash, self.seed, *counter, &mut name);
             *counter += 1;
+            let name = InstanceName::from(name);
             if !taken.contains(name.as_str()) && self.issued.insert(name.clone()) {
                 return name;
             }
         }
     }
 
-    fn suffix(pool: &str, hash: &str, seed: u64, counter: u64) -> String {
-        let digest = Sha256::digest(format!("{pool}/{hash}/{seed}/{counter}").as_bytes());
+    /// Append the suffix of the `counter`th name to `out`: base 36 of the first 8 bytes of
+    /// SHA-256 over `<pool>/<hash>/<seed>/<counter>`, written into `scratch` first.
+    fn suffix(scratch: &mut String, pool: &str, hash: &str, seed: u64, counter: u64, out: &mut String) {
+        use std::fmt::Write as _;
+        scratch.clear();
+        // Writing to a String cannot fail.
+        let _ = write!(scratch, "{pool}/{hash}/{seed}/{counter}");
+        let digest = Sha256::digest(scratch.as_bytes());
         let mut n = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-        let mut out = String::new();
         for _ in 0..Self::SUFFIX_LEN {
             out.push(char::from_digit((n % 36) as u32, 36).expect("a base-36 digit"));
             n /= 36;
         }
-        out
     }
 }
