@@ -386,7 +386,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     pub async fn release(self) {
         for (pool, record) in &self.held {
             if let Some(cluster) = self.clusters.get(pool)
-                && let Err(e) = self.settle_joining(cluster, pool, record).await
+                && let Err(e) = self.settle_joining(cluster, record).await
             {
                 tracing::warn!(
                     "cannot tidy the record of joining instances of pool {pool} ({e}); kept as it is"
@@ -405,24 +405,14 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         }
     }
 
-    /// Forget the joining instances of `pool` that no longer need finding by name: the ones
+    /// Forget the joining instances of the pool that no longer need finding by name: the ones
     /// whose Node carries a pool label, and the ones with neither a Node nor a container. A Node
     /// without the label stays recorded (the next plan labels it, or deletes it as an orphan),
     /// and so does a container whose Node has not registered yet. Only while the lock is still
     /// `held`: a run that took it over since may have just recorded a name whose container it
     /// is about to create.
-    async fn settle_joining(&self, cluster: &K, pool: &str, held: &LockRecord) -> Result<(), BackendError> {
-        let ours = cluster
-            .inspect(pool)
-            .await?
-            .is_some_and(|now| now.holder.who == held.holder.who && now.holder.since == held.holder.since);
-        if !ours {
-            return Ok(());
-        }
-        let names = cluster.joining().await?;
-        if names.is_empty() {
-            return Ok(());
-        }
+    async fn settle_joining(&self, cluster: &K, held: &LockRecord) -> Result<(), BackendError> {
+        let Some(names) = cluster.joining(held).await?.filter(|n| !n.is_empty()) else { return Ok(()) };
         let nodes: Vec<(String, Option<Node>)> = stream::iter(names)
             .map(|name| async move { cluster.node(&name).await.map(|node| (name, node)) })
             .buffered(8)
@@ -514,6 +504,18 @@ mod tests {
         assert!(fake.locks().is_empty(), "{:?}", fake.locks());
     }
 
+    /// Take the locks the scene's plan needs, run `meanwhile`, then release them.
+    async fn lock_then_release(desired: &Desired, fake: &FakeWorld, meanwhile: impl FnOnce()) {
+        let observed = observe_plan(desired, fake, fake, PlanOptions::default()).await.unwrap();
+        let crate::observe::Planned { clusters, plan, options, .. } = observed;
+        let (out, _) = progress();
+        let settings = settings(LONG, Duration::ZERO);
+        let mut locks = PoolLocks::new(fake, &clusters, &settings, &out);
+        locks.lock_and_replan(desired, &plan, options, &Interrupt::default()).await.unwrap();
+        meanwhile();
+        locks.release().await;
+    }
+
     #[tokio::test]
     async fn a_release_forgets_the_joining_instances_that_need_no_finding_by_name() {
         let (desired, fake) = scene();
@@ -527,13 +529,7 @@ mod tests {
         for name in ["k-labelled", "k-unlabelled", "k-gone", "k-starting"] {
             fake.note_joining("k", name);
         }
-        let observed = observe_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
-        let crate::observe::Planned { clusters, plan, options, .. } = observed;
-        let (out, _) = progress();
-        let settings = settings(LONG, Duration::ZERO);
-        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
-        locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
-        locks.release().await;
+        lock_then_release(&desired, &fake, || {}).await;
         // A labelled Node is found by its label, a name with neither Node nor container names
         // nothing; a Node without the label, and a container whose Node may still register, are
         // kept for the next plan.
@@ -545,17 +541,13 @@ mod tests {
     #[tokio::test]
     async fn a_release_leaves_the_record_alone_once_another_run_holds_the_lock() {
         let (desired, fake) = scene();
-        let observed = observe_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
-        let crate::observe::Planned { clusters, plan, options, .. } = observed;
-        let (out, _) = progress();
-        let settings = settings(LONG, Duration::ZERO);
-        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
-        locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
         // Broken, then taken by another run, which records an instance it is about to create.
-        fake.break_lock("lease", "k");
-        fake.hold_lock("lease", "k", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
-        fake.note_joining("k", "k-theirs");
-        locks.release().await;
+        lock_then_release(&desired, &fake, || {
+            fake.break_lock("lease", "k");
+            fake.hold_lock("lease", "k", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
+            fake.note_joining("k", "k-theirs");
+        })
+        .await;
         assert_eq!(fake.joining("k").into_iter().collect::<Vec<_>>(), ["k-theirs"]);
         assert_eq!(fake.locks()["lease/k"].holder.who, "poolctl apply (pid 9 on there)");
     }

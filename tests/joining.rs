@@ -38,7 +38,7 @@ async fn a_renewal_keeps_what_was_recorded_beside_it_and_a_release_keeps_the_rec
     let renewed = cluster.renew("p", &held, LEASE).await.unwrap();
     assert_ne!(renewed.version, held.version);
     assert_eq!(recorded(&fake), ["p-0123456789-abcde", "p-0123456789-fghij"]);
-    assert_eq!(cluster.joining().await.unwrap(), recorded(&fake));
+    assert_eq!(cluster.joining(&renewed).await.unwrap(), Some(recorded(&fake)));
 
     // Released while a name is still recorded: the Lease stays, without a holder, so the next
     // plan still finds that instance's Node; the pool is not locked.
@@ -72,6 +72,7 @@ async fn a_broken_lock_keeps_its_record_and_its_holder_learns_it_lost_the_lock()
 
     let lost = cluster.renew("p", &held, LEASE).await.unwrap_err();
     assert!(matches!(&lost, LockError::Lost { why, .. } if why == "it was broken"), "{lost}");
+    assert_eq!(cluster.joining(&held).await.unwrap(), None, "no longer this run's record to tidy");
 
     // Another run took it since: the first run's release leaves that one alone.
     let other = cluster.acquire("p", "poolctl apply (pid 2 on here)", LEASE).await.unwrap();
@@ -103,7 +104,7 @@ async fn a_recorded_name_that_is_not_the_pools_instance_is_ignored() {
     let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE).await.unwrap();
     // A hand-edited annotation naming another Node: never looked up, never the pool's.
     cluster.note_joining("kind-control-plane").await.unwrap();
-    assert_eq!(cluster.joining().await.unwrap(), Vec::<String>::new());
+    assert_eq!(cluster.joining(&held).await.unwrap(), Some(Vec::new()));
     let nodes: Vec<String> = cluster.nodes(&[]).await.unwrap().into_iter().map(|n| n.name).collect();
     assert!(nodes.is_empty(), "{nodes:?}");
     // Nothing of the pool's left to record: the release deletes the Lease.

@@ -172,8 +172,13 @@ pub trait Cluster: Sync {
     /// is gone (a run killed before labelling it, the container then removed by hand), without
     /// listing the cluster's other Nodes.
     fn note_joining(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// The names recorded with [`Cluster::note_joining`] and not forgotten since.
-    fn joining(&self) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+    /// The names recorded with [`Cluster::note_joining`] and not forgotten since, while the
+    /// pool's lock is still `held`; `None` once another actor holds it (or nobody does), whose
+    /// record is then not this run's to tidy.
+    fn joining(
+        &self,
+        held: &LockRecord,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send;
     /// Drop these names from the record.
     fn forget_joining(&self, names: &[String]) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Pods bound to the given nodes, and the PodDisruptionBudgets of their namespaces (for

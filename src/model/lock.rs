@@ -19,6 +19,12 @@ pub struct LockHolder {
 }
 
 impl LockHolder {
+    /// Whether this is the very lock `other` describes: the same holder, taken at the same
+    /// moment (a renewal moves only the expiry; a takeover, even by the same holder, the time).
+    pub fn is(&self, other: &LockHolder) -> bool {
+        self.who == other.who && self.since == other.since
+    }
+
     /// Whether the lock lapsed by `now`.
     pub fn expired(&self, now: SystemTime) -> bool {
         now >= self.expires

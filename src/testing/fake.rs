@@ -515,8 +515,10 @@ impl Cluster for FakeCluster {
         Ok(())
     }
 
-    async fn joining(&self) -> Result<Vec<String>, BackendError> {
-        Ok(self.world.joining(&self.pool).into_iter().collect())
+    async fn joining(&self, held: &LockRecord) -> Result<Option<Vec<String>>, BackendError> {
+        let key = format!("lease/{}", self.pool);
+        let ours = self.world.0.locks.lock().unwrap().0.get(&key).is_some_and(|r| r.holder.is(&held.holder));
+        Ok(ours.then(|| self.world.joining(&self.pool).into_iter().collect()))
     }
 
     async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {

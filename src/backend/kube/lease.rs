@@ -87,9 +87,7 @@ impl KubeCluster {
         let lost = |why: &str| LockError::Lost { pool: pool.to_owned(), why: why.to_owned() };
         let Some(lease) = self.get_lease(pool).await? else { return Ok(None) };
         match record_from(&lease) {
-            Some(r) if r.holder.who == held.holder.who && r.holder.since == held.holder.since => {
-                Ok(Some(lease))
-            }
+            Some(r) if r.holder.is(&held.holder) => Ok(Some(lease)),
             Some(r) => Err(lost(&format!("it is held by {}", r.holder.who))),
             None => Err(lost("it was broken")),
         }
@@ -131,6 +129,17 @@ impl KubeCluster {
             // Created by another actor in between: add to that one.
             Written::Conflict | Written::Gone => self.retrying(&what, deadline, patched).await.map(drop),
         }
+    }
+
+    /// The instances the pool's Lease records as joining, while the lock is still `held` (one
+    /// read of the Lease for both).
+    pub(super) async fn joining_names_if_held(
+        &self,
+        held: &LockRecord,
+    ) -> Result<Option<Vec<String>>, BackendError> {
+        let lease = self.get_lease(&self.pool).await?;
+        let ours = lease.as_ref().and_then(record_from).is_some_and(|r| r.holder.is(&held.holder));
+        Ok(lease.filter(|_| ours).map(|l| joining_of(&l, &self.pool)))
     }
 
     /// The instances the pool's Lease records as joining: only names of the shape poolctl gives

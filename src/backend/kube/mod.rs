@@ -31,7 +31,7 @@ use serde_json::json;
 use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
-use crate::backend::{BackendError, Cluster, Connect};
+use crate::backend::{BackendError, Cluster, Connect, LockRecord};
 use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
 use crate::spec::Taint;
 
@@ -259,8 +259,8 @@ impl Cluster for KubeCluster {
         self.note_joining_name(name).await
     }
 
-    async fn joining(&self) -> Result<Vec<String>, BackendError> {
-        self.joining_names().await
+    async fn joining(&self, held: &LockRecord) -> Result<Option<Vec<String>>, BackendError> {
+        self.joining_names_if_held(held).await
     }
 
     async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {
