@@ -255,18 +255,6 @@ pub struct PlanningArgs {
     pub adopt: bool,
 }
 
-impl PlanningArgs {
-    pub fn options(&self) -> crate::plan::PlanOptions {
-        crate::plan::PlanOptions {
-            prune: self.prune,
-            adopt: self.adopt,
-            // Derived from the source revision and the observed world when the plan is made
-            // (`crate::observe::observe_plan`), so that plan and apply name the same instances.
-            seed: 0,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Text,

@@ -4,12 +4,13 @@
 //!
 //! A pool of Nodes is locked by a Lease in its cluster, any other pool by a lock container in
 //! Docker (see [`crate::backend::Locks`]). Locks are taken in pool-name order, so two runs that
-//! want the same pools wait on each other in one order and never crosswise. A plan is a preview
-//! made before the locks were taken: once they are held, the world is observed and planned
-//! again, and only that plan is carried out (after waiting for another run, it is typically
-//! empty). A lock lapses [`DEFAULT_LEASE`] after its last renewal, so a run killed outright
-//! blocks the next one briefly; a run that cannot renew its lock in time, or finds it broken
-//! (`poolctl unlock`), stops at the next step boundary.
+//! want the same pools wait on each other in one order and never crosswise. A lock lapses
+//! [`DEFAULT_LEASE`] after its last renewal, so a run killed outright blocks the next one
+//! briefly; a run that cannot renew its lock in time, or finds it broken (`poolctl unlock`),
+//! stops at the next step boundary.
+//!
+//! This is a plain guard: acquire, renew while work runs, release. Which pools to lock, and
+//! planning again once they are held, is the rollout's business ([`crate::rollout`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -23,10 +24,8 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
-use crate::execute::{Interrupt, StopReason};
-use crate::model::{Desired, LockHolder, Node, World};
-use crate::observe::observe_again;
-use crate::plan::{Plan, PlanOptions};
+use crate::cancel::{Interrupt, StopReason};
+use crate::model::{LockHolder, Node};
 
 /// How long a lock outlives its holder's last renewal, unless [`LEASE_ENV`] says otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -34,9 +33,6 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 /// The environment variable that sets the lease (a duration such as `15s`): short in tests, so
 /// that a killed holder's lock lapses quickly.
 pub const LEASE_ENV: &str = "POOLCTL_LOCK_LEASE";
-
-/// How many times the locks are topped up when the plan made under them changes other pools.
-const MAX_ROUNDS: usize = 3;
 
 /// Why the locks could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -54,11 +50,6 @@ pub enum LockFailure {
     /// Ctrl-C or SIGTERM while waiting.
     #[error("interrupted while waiting for the lock of pool {pool}; nothing was changed")]
     Interrupted { pool: String },
-    /// The world could not be observed again under the locks.
-    #[error("cannot observe the world once the locks were taken")]
-    Observe(#[source] BackendError),
-    #[error("the pools to change kept changing while their locks were taken; run again")]
-    KeepsChanging,
     /// [`LEASE_ENV`] does not hold a usable duration.
     #[error("{LEASE_ENV}={value}: {why}")]
     BadLease { value: String, why: String },
@@ -118,11 +109,6 @@ pub fn holder_identity(command: &str) -> String {
         })
         .unwrap_or_else(|| "an unknown host".to_owned());
     format!("poolctl {command} (pid {} on {host})", std::process::id())
-}
-
-/// The pools a plan changes: the ones whose locks it needs.
-pub fn changed_pools(plan: &Plan) -> BTreeSet<String> {
-    plan.pools.iter().filter(|p| !p.steps.is_empty()).map(|p| p.name.clone()).collect()
 }
 
 /// Where `pool`'s lock lives: in its cluster when its instances are Nodes, else in Docker.
@@ -234,44 +220,14 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         self.held.iter().map(|(p, _)| p.as_str()).collect()
     }
 
-    /// Take the locks of the pools `plan` changes, then observe and plan again under them, until
-    /// the plan changes only locked pools. Returns that plan: the one to carry out. On failure,
-    /// the locks taken so far stay held; [`PoolLocks::release`] gives them up.
-    pub async fn lock_and_replan(
-        &mut self,
-        desired: &Desired,
-        plan: &Plan,
-        options: PlanOptions,
-        interrupt: &Interrupt,
-    ) -> Result<Plan, LockFailure> {
-        self.lock_and_observe(desired, plan, options, interrupt).await.map(|(plan, _)| plan)
-    }
-
-    /// [`PoolLocks::lock_and_replan`], with the world the plan was made from (observed under
-    /// the locks): what a saved plan is checked against.
-    pub async fn lock_and_observe(
-        &mut self,
-        desired: &Desired,
-        plan: &Plan,
-        options: PlanOptions,
-        interrupt: &Interrupt,
-    ) -> Result<(Plan, World), LockFailure> {
-        let mut wanted = changed_pools(plan);
-        for _ in 0..MAX_ROUNDS {
-            self.acquire(&wanted, interrupt).await?;
-            let world = observe_again(self.containers, self.clusters).await.map_err(LockFailure::Observe)?;
-            let current = crate::plan::plan(desired, &world, options);
-            wanted = changed_pools(&current);
-            if wanted.iter().all(|p| self.pools().contains(p.as_str())) {
-                return Ok((current, world));
-            }
-        }
-        Err(LockFailure::KeepsChanging)
-    }
-
     /// Take the locks of `pools` that are not held yet, in name order, each waiting up to the
-    /// `--lock-timeout` (one deadline for them all) while another actor holds it.
-    async fn acquire(&mut self, pools: &BTreeSet<String>, interrupt: &Interrupt) -> Result<(), LockFailure> {
+    /// `--lock-timeout` (one deadline for them all) while another actor holds it. On failure,
+    /// the locks taken so far stay held; [`PoolLocks::release`] gives them up.
+    pub async fn acquire(
+        &mut self,
+        pools: &BTreeSet<String>,
+        interrupt: &Interrupt,
+    ) -> Result<(), LockFailure> {
         let deadline = Instant::now() + self.settings.timeout;
         let missing: Vec<String> =
             pools.iter().filter(|p| !self.pools().contains(p.as_str())).cloned().collect();
@@ -448,10 +404,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::execute::Executor;
-    use crate::observe::{observe_and_plan, observe_plan};
+    use crate::backend::Connect;
+    use crate::model::ClusterRef;
     use crate::testing::SharedBuf;
-    use crate::testing::build::{PoolArgs, container, desired, world_of};
+    use crate::testing::build::{container, node};
     use crate::testing::fake::{FakeCluster, FakeWorld};
 
     /// A progress writer and what it received.
@@ -470,66 +426,70 @@ mod tests {
         LockSettings { who: "poolctl test (pid 1 on here)".into(), lease, timeout }
     }
 
-    /// A container pool `w` that needs two batches (a new template), a node pool `k` that needs
-    /// creating, and an up-to-date pool `q`.
-    fn scene() -> (Desired, FakeWorld) {
-        let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
-        let k = PoolArgs { nodes: true, hash: Some("kh"), ..PoolArgs::new("k", 1) }.build();
-        let q = PoolArgs { hash: Some("qh"), ..PoolArgs::new("q", 1) }.build();
-        let world = world_of(vec![
+    /// A world with a container pool `w` and a node pool `k`, whose locks a rollout takes.
+    fn scene() -> FakeWorld {
+        FakeWorld::new(crate::testing::build::world_of(vec![
             container("w-a", "w", "old", 1),
             container("w-b", "w", "old", 2),
-            container("q-a", "q", "qh", 3),
-        ]);
-        (desired(vec![w, k, q]), FakeWorld::new(world))
+        ]))
+    }
+
+    /// The pools a rollout of the scene changes: `k` keeps its lock in its cluster.
+    fn pools() -> BTreeSet<String> {
+        BTreeSet::from(["k".to_owned(), "w".to_owned()])
+    }
+
+    async fn clusters(fake: &FakeWorld) -> BTreeMap<String, FakeCluster> {
+        let k = fake.connect(&ClusterRef { kubeconfig: None, context: None }, "k").await.unwrap();
+        BTreeMap::from([("k".to_owned(), k)])
     }
 
     const LONG: Duration = Duration::from_secs(60);
 
     #[tokio::test]
-    async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_made_again_under_the_locks()
-    {
-        let (desired, fake) = scene();
-        let observed = observe_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
-        let crate::observe::Planned { clusters, plan, options, .. } = observed;
+    async fn each_lock_is_taken_where_its_pool_lives_and_released() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
         let (out, _) = progress();
         let settings = settings(LONG, Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
-        let current = locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
-        assert_eq!(current, plan, "the world did not change: the same plan, the same names");
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
+        assert_eq!(locks.pools(), BTreeSet::from(["k", "w"]));
         let held: Vec<String> = fake.locks().into_keys().collect();
-        assert_eq!(held, ["docker/w", "lease/k"], "an up-to-date pool is not locked");
+        assert_eq!(held, ["docker/w", "lease/k"], "a pool of Nodes is locked by a Lease");
         assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+        // Asking again for pools already held takes nothing twice.
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
+        assert_eq!(fake.calls().iter().filter(|c| c.starts_with("lock ")).count(), 2, "{:?}", fake.calls());
         locks.release().await;
         assert!(fake.locks().is_empty(), "{:?}", fake.locks());
     }
 
-    /// Take the locks the scene's plan needs, run `meanwhile`, then release them.
-    async fn lock_then_release(desired: &Desired, fake: &FakeWorld, meanwhile: impl FnOnce()) {
-        let observed = observe_plan(desired, fake, fake, PlanOptions::default()).await.unwrap();
-        let crate::observe::Planned { clusters, plan, options, .. } = observed;
+    /// Take the scene's locks, run `meanwhile`, then release them.
+    async fn lock_then_release(fake: &FakeWorld, meanwhile: impl FnOnce()) {
+        let clusters = clusters(fake).await;
         let (out, _) = progress();
         let settings = settings(LONG, Duration::ZERO);
         let mut locks = PoolLocks::new(fake, &clusters, &settings, &out);
-        locks.lock_and_replan(desired, &plan, options, &Interrupt::default()).await.unwrap();
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
         meanwhile();
         locks.release().await;
     }
 
     #[tokio::test]
     async fn a_release_forgets_the_joining_instances_that_need_no_finding_by_name() {
-        let (desired, fake) = scene();
-        let mut unlabelled = crate::testing::build::node("k-unlabelled", "k");
+        let fake = scene();
+        let mut unlabelled = node("k-unlabelled", "k");
         unlabelled.pool = None;
         {
             let mut sim = fake.sim();
-            sim.world.nodes.extend([crate::testing::build::node("k-labelled", "k"), unlabelled]);
+            sim.world.nodes.extend([node("k-labelled", "k"), unlabelled]);
             sim.world.containers.push(container("k-starting", "k", "kh", 4));
         }
         for name in ["k-labelled", "k-unlabelled", "k-gone", "k-starting"] {
             fake.note_joining("k", name);
         }
-        lock_then_release(&desired, &fake, || {}).await;
+        lock_then_release(&fake, || {}).await;
         // A labelled Node is found by its label, a name with neither Node nor container names
         // nothing; a Node without the label, and a container whose Node may still register, are
         // kept for the next plan.
@@ -540,9 +500,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_release_leaves_the_record_alone_once_another_run_holds_the_lock() {
-        let (desired, fake) = scene();
+        let fake = scene();
         // Broken, then taken by another run, which records an instance it is about to create.
-        lock_then_release(&desired, &fake, || {
+        lock_then_release(&fake, || {
             fake.break_lock("lease", "k");
             fake.hold_lock("lease", "k", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
             fake.note_joining("k", "k-theirs");
@@ -553,15 +513,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pool_another_run_holds_fails_at_once_naming_the_holder_and_changes_nothing() {
-        let (desired, fake) = scene();
+    async fn a_pool_another_run_holds_fails_at_once_naming_the_holder() {
+        let fake = scene();
         fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let clusters = clusters(&fake).await;
         let (out, _) = progress();
         let settings = settings(LONG, Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
-        let err = locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap_err();
+        let err = locks.acquire(&pools(), &Interrupt::default()).await.unwrap_err();
         let message = err.to_string();
         assert!(
             message.starts_with("pool w is locked by poolctl apply (pid 9 on there) since "),
@@ -569,36 +528,34 @@ mod tests {
         );
         assert!(message.contains("unless renewed"), "{message}");
         // `k` sorts before `w`: its lock was taken first, and is given up.
+        assert_eq!(locks.pools(), BTreeSet::from(["k"]));
         locks.release().await;
         let left: Vec<String> = fake.locks().into_keys().collect();
         assert_eq!(left, ["docker/w"], "the other run keeps its lock; ours is released");
-        assert!(!fake.calls().iter().any(|c| c.starts_with("create")), "{:?}", fake.calls());
     }
 
     #[tokio::test]
     async fn an_expired_lock_is_taken_over() {
-        let (desired, fake) = scene();
+        let fake = scene();
         fake.hold_lock(
             "docker",
             "w",
             "poolctl apply (pid 9 on there)",
             SystemTime::now() - Duration::from_secs(1),
         );
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let clusters = clusters(&fake).await;
         let (out, _) = progress();
         let settings = settings(LONG, Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
-        locks.lock_and_replan(&desired, &plan, options, &Interrupt::default()).await.unwrap();
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
         assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
     }
 
     #[tokio::test]
     async fn with_a_lock_timeout_a_run_waits_until_the_holder_lets_go() {
-        let (desired, fake) = scene();
+        let fake = scene();
         fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let clusters = clusters(&fake).await;
         let (out, buf) = progress();
         let settings = settings(LONG, LONG);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
@@ -610,8 +567,8 @@ mod tests {
             }
             fake.break_lock("docker", "w");
         };
-        let (taken, ()) =
-            tokio::join!(locks.lock_and_replan(&desired, &plan, options, &interrupt), holder_lets_go);
+        let wanted = pools();
+        let (taken, ()) = tokio::join!(locks.acquire(&wanted, &interrupt), holder_lets_go);
         taken.unwrap();
         let said = text(&buf);
         assert!(
@@ -622,15 +579,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_interrupt_stops_the_wait_for_a_lock() {
+        let fake = scene();
+        fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
+        let clusters = clusters(&fake).await;
+        let (out, _) = progress();
+        let settings = settings(LONG, LONG);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let interrupt = Interrupt::default();
+        interrupt.trigger();
+        let err = locks.acquire(&pools(), &interrupt).await.unwrap_err();
+        assert!(matches!(&err, LockFailure::Interrupted { pool } if pool == "w"), "{err:?}");
+        locks.release().await;
+    }
+
+    #[tokio::test]
     async fn locks_are_renewed_while_the_work_runs_and_a_broken_one_stops_it_at_the_next_step_boundary() {
-        let (desired, fake) = scene();
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
+        let fake = scene();
+        let clusters = clusters(&fake).await;
         let (out, buf) = progress();
         let settings = settings(Duration::from_millis(60), Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
         let interrupt = Interrupt::default();
-        locks.lock_and_replan(&desired, &plan, options, &interrupt).await.unwrap();
+        locks.acquire(&pools(), &interrupt).await.unwrap();
         let renewals = || fake.calls().iter().filter(|c| *c == "renew w").count();
         let work = async {
             while renewals() < 2 {
@@ -651,23 +622,5 @@ mod tests {
         );
         locks.release().await;
         assert!(fake.locks().is_empty(), "the lock of k is released, w's was broken: {:?}", fake.locks());
-    }
-
-    #[tokio::test]
-    async fn a_rollout_leaves_alone_a_pool_it_did_not_lock_when_it_looks_at_the_world_again() {
-        let (desired, fake) = scene();
-        // Pool q loses its instance once the rollout of w started: a later run replaces it.
-        let fake = fake.die_after("image busybox:latest", "q-a");
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &fake, &fake, options).await.unwrap();
-        let (out, _) = progress();
-        let interrupt = Interrupt::default();
-        let clusters: BTreeMap<String, FakeCluster> = clusters;
-        let executor = Executor::new(&desired, &fake, &clusters, &out, &interrupt);
-        let report = executor.execute(&plan, options).await.unwrap();
-        assert!(report.complete(), "{report:?}");
-        let calls = fake.calls();
-        assert!(calls.iter().any(|c| c.starts_with("create w-new-")), "{calls:?}");
-        assert!(!calls.iter().any(|c| c.starts_with("create q-")), "q was not locked: {calls:?}");
     }
 }

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use poolctl::cli::{Cli, LogFormat};
-use poolctl::commands::{EXIT_ERROR, Ui, dispatch};
+use poolctl::commands::{EXIT_ERROR, dispatch};
+use poolctl::config::Config;
 use poolctl::spec::escape_controls;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -24,7 +25,6 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose, cli.log_format, cli.color.stderr());
-    let ui = Ui { color: cli.color, verbose: cli.verbose };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -32,7 +32,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_ERROR);
         }
     };
-    match runtime.block_on(dispatch(cli.command, ui)) {
+    let run = async { dispatch(Config::from_cli(cli)?).await };
+    match runtime.block_on(run) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             // The last guard for every message: whatever a cause quotes (a path, a URL, a

@@ -7,8 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers};
 use crate::model::{ClusterIdentity, ClusterRef, Container, Desired, World};
-use crate::plan::saved::{Provenance, provenance};
-use crate::plan::{Plan, PlanOptions, plan};
 
 /// Why the world could not be observed.
 #[derive(Debug, thiserror::Error)]
@@ -182,45 +180,6 @@ async fn observe_with<K: Cluster>(
     Ok(world)
 }
 
-/// A plan, what it was made from, and the clusters the executor needs.
-pub struct Planned<K> {
-    pub clusters: BTreeMap<String, K>,
-    pub plan: Plan,
-    /// The revision and observation the plan was made from, and its options with the seed of
-    /// its instance names ([`crate::plan::saved::provenance`]).
-    pub provenance: Provenance,
-    /// The options it was made with, that seed included: re-planning with them names the same
-    /// instances.
-    pub options: PlanOptions,
-}
-
-/// Observe and plan towards `desired`: the step that plan, apply and every reconcile of watch
-/// share. The new instance names are derived from the source revision and the observed pools
-/// (`options.seed` is replaced), so that the same revision in the same world plans the same
-/// names.
-pub async fn observe_plan<C: Containers, N: Connect>(
-    desired: &Desired,
-    containers: &C,
-    connect: &N,
-    options: PlanOptions,
-) -> Result<Planned<N::Cluster>, ObserveError> {
-    let Observed { world, clusters } = observe(desired, containers, connect).await?;
-    let provenance = provenance(desired, &world, options);
-    let options = provenance.plan_options().expect("a seed this run wrote");
-    Ok(Planned { clusters, plan: plan(desired, &world, options), provenance, options })
-}
-
-/// [`observe_plan`], for callers that need only the clusters and the plan.
-pub async fn observe_and_plan<C: Containers, N: Connect>(
-    desired: &Desired,
-    containers: &C,
-    connect: &N,
-    options: PlanOptions,
-) -> Result<(BTreeMap<String, N::Cluster>, Plan), ObserveError> {
-    let Planned { clusters, plan, .. } = observe_plan(desired, containers, connect, options).await?;
-    Ok((clusters, plan))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,18 +314,5 @@ mod tests {
         );
         let cause = std::error::Error::source(&err).expect("the cause").to_string();
         assert!(cause.contains("connection refused"), "{cause}");
-    }
-
-    #[tokio::test]
-    async fn a_plan_observed_through_fakes_retires_node_instances_with_a_drain() {
-        let (mut desired, fake) = node_pool_world();
-        desired.pools[0].template_hash = "new".into();
-        let (clusters, plan) =
-            observe_and_plan(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
-        assert!(clusters.contains_key("k"));
-        let k = plan.pools.iter().find(|p| p.name == "k").unwrap();
-        let verbs: Vec<&str> =
-            k.steps.iter().filter(|s| s.instance == "k-a").map(|s| s.action.verb()).collect();
-        assert_eq!(verbs, ["cordon", "drain", "stop", "delete-node", "remove"]);
     }
 }

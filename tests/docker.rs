@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use poolctl::backend::docker::DockerBackend;
+use poolctl::backend::docker::{DockerBackend, Endpoint, Timeouts};
 use poolctl::backend::{BackendError, Containers};
 use poolctl::model::labels;
 use poolctl::model::{ContainerState, Health};
@@ -288,14 +288,17 @@ async fn a_container_joins_the_named_network() {
 #[tokio::test]
 async fn an_unreachable_daemon_is_one_line_naming_where_it_looked() {
     // No daemon needed: this is about the error.
-    let err =
-        DockerBackend::connect_with(Some("unix:///nonexistent/docker.sock")).await.expect_err("no socket");
+    let err = DockerBackend::connect(&Endpoint::at("unix:///nonexistent/docker.sock"), Timeouts::default())
+        .await
+        .expect_err("no socket");
     assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("unix:///nonexistent/docker.sock"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
 
-    let err = DockerBackend::connect_with(Some("tcp://127.0.0.1:1")).await.expect_err("refused");
+    let err = DockerBackend::connect(&Endpoint::at("tcp://127.0.0.1:1"), Timeouts::default())
+        .await
+        .expect_err("refused");
     let msg = err.to_string();
     assert!(msg.contains("tcp://127.0.0.1:1"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use poolctl::backend::docker::{DockerBackend, Timeouts};
+use poolctl::backend::docker::{DockerBackend, Endpoint, Timeouts};
 use poolctl::backend::{BackendError, Containers};
 use serde_json::json;
 
@@ -53,7 +53,8 @@ async fn listener() -> (tokio::net::TcpListener, String) {
 async fn a_daemon_that_stalls_after_the_headers_fails_the_call_naming_it() {
     let (listener, host) = listener().await;
     let server = tokio::spawn(stalling_daemon(listener));
-    let docker = DockerBackend::connect_bounded(Some(&host), SHORT).await.expect("the version is negotiated");
+    let docker =
+        DockerBackend::connect(&Endpoint::at(&host), SHORT).await.expect("the version is negotiated");
 
     let err = tokio::time::timeout(LIMIT, docker.list()).await.expect("the call ends").unwrap_err();
     assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
@@ -91,7 +92,7 @@ async fn a_daemon_that_accepts_and_never_answers_fails_the_connection() {
             held.push(socket);
         }
     });
-    let err = tokio::time::timeout(LIMIT, DockerBackend::connect_bounded(Some(&host), SHORT))
+    let err = tokio::time::timeout(LIMIT, DockerBackend::connect(&Endpoint::at(&host), SHORT))
         .await
         .expect("the connection ends")
         .unwrap_err();

@@ -183,31 +183,11 @@ impl<C: Locks + Send + Sync> Locks for Endpoints<C> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
-
     use super::*;
-    use crate::execute::{Executor, Interrupt};
-    use crate::model::{Desired, World};
-    use crate::observe::observe_and_plan;
-    use crate::plan::{Fate, PlanOptions};
-    use crate::spec::DockerSpec;
-    use crate::testing::build::{PoolArgs, container, desired, world_of};
-    use crate::testing::fake::{FakeCluster, FakeWorld};
-
-    /// Pool `a` on endpoint 0 and pool `b` on endpoint 1, both with the current template.
-    fn two_pools() -> Desired {
-        let mut a = PoolArgs { hash: Some("h"), ..PoolArgs::new("a", 1) }.build();
-        let mut b = PoolArgs { hash: Some("h"), ..PoolArgs::new("b", 1) }.build();
-        a.pool.spec.docker = Some(DockerSpec { context: Some("one".into()), host: None });
-        b.pool.spec.docker = Some(DockerSpec { context: Some("two".into()), host: None });
-        desired(vec![a, b])
-    }
-
-    fn routed(one: FakeWorld, two: FakeWorld) -> Endpoints<FakeWorld> {
-        let pools = BTreeMap::from([("a".to_owned(), 0), ("b".to_owned(), 1)]);
-        Endpoints::new(vec![("context one".into(), one), ("context two".into(), two)], pools)
-    }
+    use crate::model::World;
+    use crate::plan::PlanOptions;
+    use crate::testing::build::{container, routed, two_pools, world_of};
+    use crate::testing::fake::FakeWorld;
 
     #[tokio::test]
     async fn one_daemon_behind_two_endpoints_shows_each_container_once() {
@@ -218,37 +198,9 @@ mod tests {
         let names: Vec<(&str, Option<&str>)> =
             listed.iter().map(|c| (c.name.as_str(), c.elsewhere.as_deref())).collect();
         assert_eq!(names, [("a-h-1", None), ("b-h-1", None)]);
-        let (_, plan) =
-            observe_and_plan(&two_pools(), &endpoints, &daemon, PlanOptions::default()).await.unwrap();
+        let world = World { containers: listed, ..World::default() };
+        let plan = crate::plan::plan(&two_pools(), &world, PlanOptions::default());
         assert!(!plan.has_changes(), "nothing is counted twice: {plan:#?}");
-    }
-
-    #[tokio::test]
-    async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_was() {
-        // `b` was on the daemon of `one`, and its spec now places it on `two`.
-        let one =
-            FakeWorld::new(world_of(vec![container("a-h-1", "a", "h", 1), container("b-h-1", "b", "h", 2)]));
-        let two = FakeWorld::new(World::default());
-        let endpoints = routed(one.clone(), two.clone());
-        let desired = two_pools();
-        let options = PlanOptions::default();
-        let (clusters, plan) = observe_and_plan(&desired, &endpoints, &one, options).await.unwrap();
-        let b = plan.pools.iter().find(|p| p.name == "b").unwrap();
-        assert_eq!(b.docker.as_deref(), Some("context two"));
-        assert_eq!(b.instances[0].elsewhere.as_deref(), Some("context one"));
-        assert_eq!(b.instances[0].fate, Fate::Retire);
-
-        let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(std::io::sink()));
-        let interrupt = Interrupt::default();
-        let clusters: BTreeMap<String, FakeCluster> = clusters;
-        let executor = Executor::new(&desired, &endpoints, &clusters, &progress, &interrupt);
-        assert!(executor.execute(&plan, options).await.unwrap().complete());
-        let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
-        assert_eq!(created.len(), 1, "the new instance is created on two: {:?}", two.calls());
-        assert!(one.calls().contains(&"remove b-h-1".to_owned()), "{:?}", one.calls());
-        assert!(!one.calls().iter().any(|c| c.starts_with("create")), "{:?}", one.calls());
-        let (_, again) = observe_and_plan(&desired, &endpoints, &one, options).await.unwrap();
-        assert!(!again.has_changes(), "{again:#?}");
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! The backends: the small traits that observe and the executor drive, in the project's own
 //! types, so that the same code runs against Docker + Kubernetes and against in-memory fakes;
 //! their two implementations ([`docker`] with bollard, [`kube`] with kube-rs); [`endpoints`],
-//! which routes each pool to its Docker endpoint; and the one [`retry`] policy both use.
+//! which routes each pool to its Docker endpoint; [`Connections`], the one value that holds a
+//! run's connections; and the one [`retry`] policy both use.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,6 +11,9 @@ use std::time::{Duration, SystemTime};
 use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod};
 use crate::spec::{CgroupnsMode, Secret, Taint, UsernsMode};
 
+pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
+
+mod connections;
 pub mod docker;
 pub mod endpoints;
 pub mod kube;

@@ -7,86 +7,89 @@
 //! one carried out: after waiting for another run (`--lock-timeout`) it is typically empty. If
 //! it differs from the confirmed one, it is shown, and carried out only with `--yes`.
 
+use std::collections::BTreeSet;
 use std::io::{self, IsTerminal, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use std::path::Path;
-
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::Ui;
-use super::common::{Planned, compute, compute_for, confirm, held_locks, load_source, write_stdout};
+use super::common::{Planned, compute, confirm, held_locks, load_source, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
-use crate::backend::docker::DockerBackend;
-use crate::backend::endpoints::Endpoints;
-use crate::backend::kube::KubeCluster;
-use crate::cli::{ApplyArgs, OutputFormat, SourceArgs};
-use crate::execute::{Executor, Interrupt, ProgressFormat, ProgressUi, StopReason};
-use crate::lock::{LockFailure, LockSettings, PoolLocks};
-use crate::model::{Desired, Origin};
+use crate::backend::Connections;
+use crate::cancel::{Interrupt, StopReason};
+use crate::config::{ApplyConfig, Format, Source, Ui};
+use crate::execute::{ProgressFormat, ProgressUi, Report};
+use crate::lock::{LockFailure, LockSettings};
+use crate::model::Origin;
 use crate::plan::saved::{self, SavedPlan};
-use crate::plan::{
-    HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
-};
+use crate::plan::{HeldLocks, JSON_FORMAT_VERSION, Plan, render_json_saved, render_text, render_text_styled};
+use crate::rollout::{Outcome, Rollout, RolloutError};
 use crate::style::Style;
 
-pub(super) async fn apply_command(args: ApplyArgs, ui: Ui) -> Result<Exit> {
-    if let Some(file) = &args.plan_file {
-        return apply_saved(file, &args, ui).await;
+pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> {
+    let progress_ui = progress_ui(config, ui);
+    if let Some(file) = &config.plan_file {
+        return apply_saved(file, config, progress_ui).await;
     }
-    let progress_ui = progress_ui(&args, ui);
-    if progress_ui.format == ProgressFormat::Json && !args.yes && !args.dry_run {
-        bail!("apply -o json asks no question: pass --yes (or apply a saved plan)");
-    }
-    let planned = compute(&args.source, args.planning.options()).await?;
-    // The options the plan was made with, its seed included: the plan made under the locks in
-    // an unchanged world is the same, new instance names included.
-    let options = planned.options;
-    let locks = held_locks(&planned).await;
+    let source = config.source.as_ref().expect("clap requires --source without a plan file");
+    let desired = load_source(source)?;
+    let planned = compute(&Connections::once(), desired, config.options).await?;
+    let plan = &planned.preview.plan;
+    let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
     match progress_ui.format {
         ProgressFormat::Text => {
             let held = HeldLocks { locks: &locks, now: SystemTime::now() };
-            write_stdout(|out| render_text_styled(&planned.plan, held, ui.color.stdout(), out))?;
+            write_stdout(|out| render_text_styled(plan, held, ui.color.stdout(), out))?;
         }
         ProgressFormat::Json => {
-            let mut plan = Vec::new();
-            render_json_saved(&planned.plan, &locks, Some(&planned.provenance), &mut plan)?;
-            let plan: serde_json::Value = serde_json::from_slice(&plan)?;
-            write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": plan})))?;
+            let provenance = saved::provenance(&planned.desired, &planned.preview.world, config.options);
+            let mut json = Vec::new();
+            render_json_saved(plan, &locks, Some(&provenance), &mut json)?;
+            let json: serde_json::Value = serde_json::from_slice(&json)?;
+            write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": json})))?;
         }
     }
-    if !planned.plan.has_changes() || args.dry_run {
+    if !plan.has_changes() || config.dry_run {
         return Ok(Exit::Success);
     }
-    if !args.yes && !confirm("Do you want to perform these actions?", "apply")? {
+    if !config.yes && !confirm("Do you want to perform these actions?", "apply")? {
         bail!("apply cancelled: nothing was changed");
     }
 
-    let session = Session::start(&args, progress_ui)?;
-    let Planned { desired, docker, clusters, plan, .. } = &planned;
-    let interrupt = &session.interrupt;
-    let mut locks = PoolLocks::new(docker, clusters, &session.settings, &session.lock_progress);
-    let result = match locks.lock_and_replan(desired, plan, options, interrupt).await {
-        Ok(current) => {
-            let run = session.run(&planned, options);
-            locks.hold_while(interrupt, Box::pin(run.carry_out(plan, &current, args.yes))).await
+    let session = Session::start(config, progress_ui)?;
+    // The plan made under the locks is carried out; it was not the one confirmed if the world
+    // changed meanwhile: shown, and carried out only with --yes.
+    let check = |current: &Plan, _: &_| {
+        if !current.has_changes() || saved::skeleton(plan) == saved::skeleton(current) {
+            return Ok(());
         }
-        Err(e) => Err(lock_failure(e)),
+        let mut text = b"\nThe world changed before the locks were taken. The plan is now:\n\n".to_vec();
+        render_text(current, &mut text)?;
+        tell(progress_ui, String::from_utf8_lossy(&text).trim_end())?;
+        if config.yes {
+            Ok(())
+        } else {
+            bail!(
+                "the plan changed after it was confirmed: nothing was changed; run apply again to review it"
+            )
+        }
     };
-    locks.release().await;
-    result
+    session.roll_out(&planned, plan.changed_pools(), check).await
 }
 
 /// `apply PLAN_FILE`: carry out exactly the saved plan, or refuse it, changing nothing, when
 /// the source or the world changed since it was made. No question is asked: the plan was
 /// reviewed when it was saved, as with `terraform apply PLANFILE`.
-async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
-    let progress_ui = progress_ui(args, ui);
+///
+/// The plan is stale exactly when the source revision differs, or when the plan made again
+/// under the locks (with the same options) has other steps than the saved one.
+async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi) -> Result<Exit> {
     let saved = read_saved(file)?;
-    let source = match &args.source.source {
-        Some(_) => args.source.clone(),
-        None => source_of(&saved.origin),
+    let source = match &config.source {
+        Some(source) => source.clone(),
+        None => Source::of_origin(&saved.origin)?,
     };
     let desired = load_source(&source)?;
     let name = file.display();
@@ -97,9 +100,6 @@ async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
             desired.origin
         );
     }
-    let options = saved.provenance.plan_options().ok_or_else(|| {
-        anyhow!("{name}: `options.seed` is not 16 hex digits; is this a plan poolctl saved?")
-    })?;
     let revision = saved::revision(&desired);
     if revision != saved.provenance.revision {
         let change = match (&saved.origin, &desired.origin) {
@@ -110,50 +110,38 @@ async fn apply_saved(file: &Path, args: &ApplyArgs, ui: Ui) -> Result<Exit> {
         };
         return Err(stale(file, &[change]));
     }
-    let planned = compute_for(desired, options).await?;
-    // A first look without the locks: a stale plan is refused before any is taken.
-    let changes = saved::world_changes(&saved.provenance.observed, &planned.provenance.observed);
-    if !changes.is_empty() {
-        return Err(stale(file, &changes));
-    }
-    let steps = saved.skeleton().len();
-    if steps == 0 {
+    let steps = saved.skeleton();
+    if steps.is_empty() {
         tell(progress_ui, &format!("The saved plan {name} has no changes: nothing to do."))?;
         return Ok(Exit::Success);
     }
+    let options = saved.provenance.options.options();
+    let connections = Connections::once();
+    let docker = connections.docker(&desired).await?;
+    let preview = crate::rollout::preview(&desired, &*docker, connections.clusters(), options).await?;
+    let planned = Planned { desired, docker, preview, options };
     tell(
         progress_ui,
-        &progress_ui.style.bold(&format!("Carrying out the saved plan {name}: {steps} steps.")),
+        &progress_ui.style.bold(&format!("Carrying out the saved plan {name}: {} steps.", steps.len())),
     )?;
-
-    let session = Session::start(args, progress_ui)?;
-    let Planned { desired, docker, clusters, plan, .. } = &planned;
-    let interrupt = &session.interrupt;
-    let mut locks = PoolLocks::new(docker, clusters, &session.settings, &session.lock_progress);
-    let result = match locks.lock_and_observe(desired, plan, options, interrupt).await {
-        // The world the saved plan is checked against is the one observed under the locks:
-        // nobody else can change the pools from then on.
-        Ok((current, world)) => {
-            let changes =
-                saved::world_changes(&saved.provenance.observed, &saved::observe_pools(desired, &world));
-            if !changes.is_empty() {
-                Err(stale(file, &changes))
-            } else if saved::skeleton(&current) != saved.skeleton() {
-                // The world agrees on everything the observation records, yet the plan made
-                // from it differs (a Node's labels, say): never carry out another plan.
-                Err(stale(
-                    file,
-                    &["the plan made now differs from the saved one (run poolctl plan to see it)".to_owned()],
-                ))
-            } else {
-                let run = session.run(&planned, options);
-                locks.hold_while(interrupt, Box::pin(run.carry_out(&current, &current, true))).await
-            }
+    let session = Session::start(config, progress_ui)?;
+    let pools: BTreeSet<String> = steps.iter().map(|(pool, _, _)| (*pool).to_owned()).collect();
+    // Checked against the plan made under the locks: nobody else can change the pools from then on.
+    let check = |current: &Plan, world: &_| {
+        if saved::skeleton(current) == steps {
+            return Ok(());
         }
-        Err(e) => Err(lock_failure(e)),
+        let mut changes =
+            saved::world_changes(&saved.provenance.observed, &saved::observe_pools(&planned.desired, world));
+        if changes.is_empty() {
+            // The world agrees on everything the observation records, yet the plan made from it
+            // differs (a Node's labels, say): never carry out another plan.
+            changes
+                .push("the plan made now differs from the saved one (run poolctl plan to see it)".to_owned());
+        }
+        Err(stale(file, &changes))
     };
-    locks.release().await;
-    result
+    session.roll_out(&planned, pools, check).await
 }
 
 /// Read a plan saved by `plan --out` (or printed by `plan -o json`).
@@ -172,19 +160,6 @@ fn read_saved(file: &Path) -> Result<SavedPlan> {
     serde_json::from_value(value).with_context(|| {
         format!("{name} is not a saved plan (made by `poolctl plan --out FILE` or `poolctl plan -o json`)")
     })
-}
-
-/// The `--source`, `--ref` and `--path` that read `origin` again.
-fn source_of(origin: &Origin) -> SourceArgs {
-    match origin {
-        Origin::Path { path } => SourceArgs { source: Some(path.clone()), ..SourceArgs::default() },
-        Origin::Git { url, reference, path, .. } => SourceArgs {
-            source: Some(url.clone()),
-            reference: Some(reference.clone()),
-            path: Some(path.clone()).filter(|p| !p.is_empty()),
-            ..SourceArgs::default()
-        },
-    }
 }
 
 /// A stale saved plan is refused, saying what changed.
@@ -210,8 +185,8 @@ struct Session {
 }
 
 impl Session {
-    fn start(args: &ApplyArgs, ui: ProgressUi) -> Result<Self> {
-        let settings = LockSettings::new("apply", args.lock_timeout.get())?;
+    fn start(config: &ApplyConfig, ui: ProgressUi) -> Result<Self> {
+        let settings = LockSettings::new("apply", config.lock_timeout)?;
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
         let lock_progress: Box<dyn Write + Send> = match ui.format {
@@ -227,19 +202,58 @@ impl Session {
         })
     }
 
-    /// Carrying out a plan of `planned` made with `options`, in this session.
-    fn run<'a>(&'a self, planned: &'a Planned, options: PlanOptions) -> Run<'a> {
-        let Planned { desired, docker, clusters, .. } = planned;
-        let (progress, interrupt, ui) = (&self.progress, &*self.interrupt, self.ui);
-        Run { desired, docker, clusters, progress, interrupt, options, ui }
+    /// Roll `planned` out over the locks of `pools`, `check` deciding whether the plan made
+    /// under them may be carried out, and say how it ended.
+    async fn roll_out(
+        &self,
+        planned: &Planned,
+        pools: BTreeSet<String>,
+        check: impl FnOnce(&Plan, &crate::model::World) -> Result<()>,
+    ) -> Result<Exit> {
+        let rollout = Rollout {
+            desired: &planned.desired,
+            containers: &*planned.docker,
+            clusters: &planned.preview.clusters,
+            options: planned.options,
+            locks: &self.settings,
+            interrupt: &self.interrupt,
+            progress: &self.progress,
+            lock_progress: &self.lock_progress,
+            ui: self.ui,
+        };
+        match Box::pin(rollout.run(pools, check)).await.map_err(rollout_failure)?? {
+            Outcome::NothingLeft => {
+                let text = "\nNo changes left: the world changed before the locks were taken, and matches the source.";
+                tell(self.ui, text)?;
+                Ok(Exit::Success)
+            }
+            Outcome::Done(report) => self.ended(&report),
+        }
+    }
+
+    /// Say how the rollout ended.
+    fn ended(&self, report: &Report) -> Result<Exit> {
+        match self.ui.format {
+            ProgressFormat::Text => write_stdout(|out| report.write_summary(out))?,
+            ProgressFormat::Json => write_stdout(|out| writeln!(out, "{}", end_event(report)))?,
+        }
+        if report.complete() {
+            Ok(Exit::Success)
+        } else if report.interrupted() {
+            bail!("apply was interrupted; run it again to continue")
+        } else if report.stop_reason == Some(StopReason::LockLost) {
+            bail!("apply stopped: it lost a lock (see above), so another run may be changing the pool")
+        } else {
+            bail!("apply halted at a failed step; see above")
+        }
     }
 }
 
 /// How apply shows progress: `-o`, a live line on a terminal, `--color`, `-v`.
-fn progress_ui(args: &ApplyArgs, ui: Ui) -> ProgressUi {
-    let format = match args.output {
-        OutputFormat::Text => ProgressFormat::Text,
-        OutputFormat::Json => ProgressFormat::Json,
+fn progress_ui(config: &ApplyConfig, ui: Ui) -> ProgressUi {
+    let format = match config.format {
+        Format::Text => ProgressFormat::Text,
+        Format::Json => ProgressFormat::Json,
     };
     ProgressUi {
         format,
@@ -283,56 +297,6 @@ impl Write for JsonMessages {
     }
 }
 
-/// What carrying a plan out needs.
-struct Run<'a> {
-    desired: &'a Desired,
-    docker: &'a Endpoints<DockerBackend>,
-    clusters: &'a std::collections::BTreeMap<String, KubeCluster>,
-    progress: &'a Mutex<Box<dyn Write + Send>>,
-    interrupt: &'a Interrupt,
-    options: PlanOptions,
-    ui: ProgressUi,
-}
-
-impl Run<'_> {
-    /// Carry out `current`, the plan made under the locks; `shown` is the one confirmed.
-    async fn carry_out(&self, shown: &Plan, current: &Plan, yes: bool) -> Result<Exit> {
-        if !current.has_changes() {
-            let text =
-                "\nNo changes left: the world changed before the locks were taken, and matches the source.";
-            tell(self.ui, text)?;
-            return Ok(Exit::Success);
-        }
-        if skeleton(shown) != skeleton(current) {
-            let mut text = b"\nThe world changed before the locks were taken. The plan is now:\n\n".to_vec();
-            render_text(current, &mut text)?;
-            tell(self.ui, String::from_utf8_lossy(&text).trim_end())?;
-            if !yes {
-                bail!(
-                    "the plan changed after it was confirmed: nothing was changed; run apply again to review it"
-                );
-            }
-        }
-        let (desired, containers, clusters) = (self.desired, self.docker, self.clusters);
-        let executor =
-            Executor::new(desired, containers, clusters, self.progress, self.interrupt).with_ui(self.ui);
-        let report = Box::pin(executor.execute(current, self.options)).await?;
-        match self.ui.format {
-            ProgressFormat::Text => write_stdout(|out| report.write_summary(out))?,
-            ProgressFormat::Json => write_stdout(|out| writeln!(out, "{}", end_event(&report)))?,
-        }
-        if report.complete() {
-            Ok(Exit::Success)
-        } else if report.interrupted() {
-            bail!("apply was interrupted; run it again to continue")
-        } else if report.stop_reason == Some(StopReason::LockLost) {
-            bail!("apply stopped: it lost a lock (see above), so another run may be changing the pool")
-        } else {
-            bail!("apply halted at a failed step; see above")
-        }
-    }
-}
-
 /// The last JSON event of `apply -o json`: how the rollout ended.
 fn end_event(report: &crate::execute::Report) -> serde_json::Value {
     let failed: Vec<serde_json::Value> = report
@@ -352,16 +316,10 @@ fn end_event(report: &crate::execute::Report) -> serde_json::Value {
     })
 }
 
-/// What a plan does, without what the world looked like: the steps, by pool and instance. A
-/// pod rescheduled since the confirmation changes a drain preview, not what apply will do.
-fn skeleton(plan: &Plan) -> Vec<(&str, &str, &str)> {
-    saved::skeleton(plan)
-}
-
 /// A lock held by another run names the holder and the ways out.
-fn lock_failure(e: LockFailure) -> anyhow::Error {
+fn rollout_failure(e: RolloutError) -> anyhow::Error {
     match &e {
-        LockFailure::Held { pool, .. } => anyhow!(
+        RolloutError::Lock(LockFailure::Held { pool, .. }) => anyhow!(
             "{e}\nWait for it with --lock-timeout; if that run is gone, break its lock with `poolctl unlock \
              {pool}` and the same --source"
         ),

@@ -1,49 +1,28 @@
-//! What the commands share: reading the source, connecting to its Docker endpoints and observing, reading
-//! the pools' locks, asking for confirmation, writing to stdout.
+//! What the commands share: reading the source, connecting to its Docker endpoints and making a
+//! plan, reading the pools' locks, asking for confirmation, writing to stdout.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, IsTerminal, Write};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
-use crate::backend::docker::{DockerBackend, DockerEnv, connect_endpoints};
-use crate::backend::endpoints::Endpoints;
-use crate::backend::kube::{KubeCluster, KubeConnect};
-use crate::cli::SourceArgs;
+use crate::backend::{ClusterClient, Connections, Docker, Locks};
+use crate::config::Source;
 use crate::lock::inspect_locks;
 use crate::model::{Desired, LockHolder};
-use crate::observe::{Planned as ObservedPlan, observe_plan};
-use crate::plan::saved::Provenance;
 use crate::plan::{Plan, PlanOptions};
-use crate::source::{self, SourceSpec};
-
-/// The classified `--source`/`--ref`/`--path`.
-pub(super) fn source_spec(args: &SourceArgs) -> Result<SourceSpec> {
-    Ok(SourceSpec::new(source_name(args), args.reference.as_deref(), args.path.as_deref())?
-        .allowing_empty(args.allow_empty))
-}
-
-/// `--source` (clap requires it wherever it cannot be left out).
-pub(super) fn source_name(args: &SourceArgs) -> &str {
-    args.source.as_deref().unwrap_or_default()
-}
+use crate::rollout::{Preview, preview};
+use crate::source;
 
 /// Read and validate the source, and read the sensitive values it names.
-pub(super) fn load_source(args: &SourceArgs) -> Result<Desired> {
-    load_with(args, source::load)
+pub(super) fn load_source(source: &Source) -> Result<Desired> {
+    source::load(&source.spec).map_err(|e| source_failure(&source.given, e))
 }
 
 /// Read and validate the source offline: sensitive values are not read (`validate`).
-pub(super) fn load_source_offline(args: &SourceArgs) -> Result<Desired> {
-    load_with(args, source::load_offline)
-}
-
-fn load_with(
-    args: &SourceArgs,
-    load: fn(&SourceSpec) -> Result<Desired, source::SourceError>,
-) -> Result<Desired> {
-    let spec = source_spec(args)?;
-    load(&spec).map_err(|e| source_failure(source_name(args), e))
+pub(super) fn load_source_offline(source: &Source) -> Result<Desired> {
+    source::load_offline(&source.spec).map_err(|e| source_failure(&source.given, e))
 }
 
 /// Why the source `source` (as given, or a label of it) gave no desired state, as one error.
@@ -67,45 +46,35 @@ pub(super) fn source_failure(source: &str, error: source::SourceError) -> anyhow
     }
 }
 
-/// A plan, with what it was made from and the connections the executor needs.
+/// A plan made without the locks, with the desired state it leads to and the connections
+/// a rollout of it needs.
 pub(super) struct Planned {
     pub desired: Desired,
     /// Every Docker endpoint the pools live on.
-    pub docker: Endpoints<DockerBackend>,
-    pub clusters: std::collections::BTreeMap<String, KubeCluster>,
-    pub plan: Plan,
-    /// The revision and observation it was made from (what a saved plan records).
-    pub provenance: Provenance,
-    /// The options it was made with, the seed of its instance names included.
+    pub docker: Arc<Docker>,
+    pub preview: Preview<ClusterClient>,
+    /// The choices it was made with.
     pub options: PlanOptions,
 }
 
-/// Read the source, connect to the Docker endpoints of its pools, observe and plan: what plan
-/// and apply both do first.
-pub(super) async fn compute(args: &SourceArgs, options: PlanOptions) -> Result<Planned> {
-    let desired = load_source(args)?;
-    compute_for(desired, options).await
+/// Connect to the Docker endpoints of `desired`'s pools, observe and plan: what plan and apply
+/// both do first.
+pub(super) async fn compute(
+    connections: &Connections,
+    desired: Desired,
+    options: PlanOptions,
+) -> Result<Planned> {
+    let docker = connections.docker(&desired).await?;
+    let preview = preview(&desired, &*docker, connections.clusters(), options).await?;
+    Ok(Planned { desired, docker, preview, options })
 }
 
-/// Connect to Docker, observe and plan towards `desired`.
-pub(super) async fn compute_for(desired: Desired, options: PlanOptions) -> Result<Planned> {
-    let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
-    let observed = observe_plan(&desired, &docker, &KubeConnect, options).await?;
-    let ObservedPlan { clusters, plan, provenance, options } = observed;
-    Ok(Planned { desired, docker, clusters, plan, provenance, options })
-}
-
-/// The locks held on the plan's pools, read without taking any. One that cannot be read is
+/// The locks held on `plan`'s pools, read without taking any. One that cannot be read is
 /// reported and left out: showing a plan does not depend on it.
-pub(super) async fn held_locks(planned: &Planned) -> BTreeMap<String, LockHolder> {
-    held_locks_of(&planned.plan, &planned.docker, &planned.clusters).await
-}
-
-/// The locks held on `plan`'s pools, as [`held_locks`].
-pub(super) async fn held_locks_of(
+pub(super) async fn held_locks<K: Locks>(
     plan: &Plan,
-    docker: &impl crate::backend::Locks,
-    clusters: &BTreeMap<String, KubeCluster>,
+    docker: &Docker,
+    clusters: &BTreeMap<String, K>,
 ) -> BTreeMap<String, LockHolder> {
     let pools = plan.pools.iter().map(|p| p.name.as_str());
     let (held, unreadable) = inspect_locks(docker, clusters, pools).await;

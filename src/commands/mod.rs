@@ -1,6 +1,8 @@
-//! The commands: plan, apply, validate, schema, watch and unlock, each a small file over the stages
-//! (source -> observe -> plan -> execute). This is the CLI edge, where library errors gain
-//! context and become exit statuses.
+//! The commands: plan, apply, status, validate, watch, unlock, schema and completions, each a
+//! small file over the stages (source -> observe -> plan -> rollout). This is the CLI edge,
+//! where library errors gain context and become exit statuses; a command takes the checked
+//! [`Config`] and the run's [`crate::backend::Connections`], never a clap type or a concrete
+//! backend.
 
 mod apply;
 mod common;
@@ -13,36 +15,28 @@ mod watch;
 
 use anyhow::Result;
 
-use crate::cli::Command;
+use crate::config::{Config, Task};
 
 pub use exit::{EXIT_ERROR, EXIT_INTERRUPTED, Exit};
 
-/// How the user wants to be spoken to: the options every command shares.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ui {
-    /// `--color`.
-    pub color: crate::style::ColorChoice,
-    /// `-v` given once or more.
-    pub verbose: u8,
-}
-
 /// Run one command.
-pub async fn dispatch(command: Command, ui: Ui) -> Result<Exit> {
-    match command {
-        Command::Status(args) => status::status_command(args, ui).await,
-        Command::Plan(args) => plan::plan_command(args, ui).await,
-        Command::Apply(args) => apply::apply_command(args, ui).await,
-        Command::Validate(args) => validate::validate_command(&args),
-        Command::Watch(args) => watch::watch_command(args).await,
-        Command::Completions { shell } => {
+pub async fn dispatch(config: Config) -> Result<Exit> {
+    let ui = config.ui;
+    match config.task {
+        Task::Status(status) => status::status_command(&status, ui).await,
+        Task::Plan(plan) => plan::plan_command(&plan, ui).await,
+        Task::Apply(apply) => apply::apply_command(&apply, ui).await,
+        Task::Validate(source) => validate::validate_command(&source),
+        Task::Watch(watch) => watch::watch_command(watch).await,
+        Task::Completions(shell) => {
             let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli, "poolctl", &mut script);
             common::write_stdout(|out| out.write_all(&script))?;
             Ok(Exit::Success)
         }
-        Command::Unlock(args) => unlock::unlock_command(args).await,
-        Command::Schema => {
+        Task::Unlock(unlock) => unlock::unlock_command(&unlock).await,
+        Task::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             common::write_stdout(|out| writeln!(out, "{schema}"))?;
             Ok(Exit::Success)

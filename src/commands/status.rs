@@ -9,32 +9,24 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::Ui;
-use super::common::{held_locks_of, load_source, write_stdout};
+use super::common::{held_locks, load_source, write_stdout};
 use super::exit::Exit;
-use crate::backend::docker::{
-    DockerBackend, DockerEnv, connect_endpoints, container_events, resolve_endpoints,
-};
-use crate::backend::endpoints::Endpoints;
-use crate::backend::kube::{KubeCluster, KubeConnect};
-use crate::cli::{OutputFormat, StatusArgs};
-use crate::model::Desired;
+use crate::backend::{Connections, Docker, Events, Locks};
+use crate::config::{Format, StatusConfig, Ui};
+use crate::model::{Desired, World};
 use crate::observe::{observe, observe_again};
 use crate::plan::PlanOptions;
 use crate::status::{Status, render_json, render_text, status};
 
-/// The Docker events that change what status shows.
-const REDRAW_ON: &[&str] =
-    &["create", "start", "die", "stop", "destroy", "health_status", "pause", "unpause"];
-
-pub(super) async fn status_command(args: StatusArgs, ui: Ui) -> Result<Exit> {
-    let desired = load_source(&args.source)?;
-    let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
-    let observed = observe(&desired, &docker, &KubeConnect).await?;
+pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit> {
+    let desired = load_source(&config.source)?;
+    let connections = Connections::once();
+    let docker = connections.docker(&desired).await?;
+    let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
     let first = snapshot(&desired, &docker, &clusters, observed.world).await;
-    if !args.watch {
-        return write_stdout(|out| show(&first, &args, ui, false, out)).map(|()| Exit::Success);
+    if !config.watch {
+        return write_stdout(|out| show(&first, config, ui, false, out)).map(|()| Exit::Success);
     }
 
     // `-w`: a terminal is redrawn in place, as `watch` would; a pipe gets each status that
@@ -42,19 +34,18 @@ pub(super) async fn status_command(args: StatusArgs, ui: Ui) -> Result<Exit> {
     let terminal = std::io::stdout().is_terminal();
     let (tx, mut events) = mpsc::channel(1);
     // Every endpoint the pools live on: a change on any of them redraws.
-    let (endpoints, _) = resolve_endpoints(&desired, &DockerEnv::from_process())?;
-    let follow: Vec<_> = endpoints
+    let follow: Vec<_> = Connections::follow_events(&desired, Events::Changes, &tx)?
         .into_iter()
-        .map(|e| tokio::spawn(container_events(e, desired.origin.scope(), REDRAW_ON, tx.clone())))
+        .map(|(_, task)| tokio::spawn(task))
         .collect();
     drop(tx);
-    let mut tick = tokio::time::interval(args.interval.get().max(std::time::Duration::from_millis(100)));
+    let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut shown, mut current): (Option<Status>, Option<Status>) = (None, Some(first));
     loop {
         if let Some(now) = current.take() {
             if terminal || shown.as_ref() != Some(&now) {
-                write_stdout(|out| show(&now, &args, ui, terminal, out))?;
+                write_stdout(|out| show(&now, config, ui, terminal, out))?;
             }
             shown = Some(now);
         }
@@ -63,7 +54,7 @@ pub(super) async fn status_command(args: StatusArgs, ui: Ui) -> Result<Exit> {
             Some(_) = events.recv() => {}
             _ = tokio::signal::ctrl_c() => break,
         }
-        match observe_again(&docker, &clusters).await {
+        match observe_again(&*docker, &clusters).await {
             Ok(world) => current = Some(snapshot(&desired, &docker, &clusters, world).await),
             Err(e) => tracing::warn!("cannot observe the pools: {e}; trying again"),
         }
@@ -73,38 +64,38 @@ pub(super) async fn status_command(args: StatusArgs, ui: Ui) -> Result<Exit> {
 }
 
 /// The status of `world`, with the locks held now.
-async fn snapshot(
+async fn snapshot<K: Locks>(
     desired: &Desired,
-    docker: &Endpoints<DockerBackend>,
-    clusters: &BTreeMap<String, KubeCluster>,
-    world: crate::model::World,
+    docker: &Docker,
+    clusters: &BTreeMap<String, K>,
+    world: World,
 ) -> Status {
     let plan = crate::plan::plan(desired, &world, PlanOptions::default());
-    let locks = held_locks_of(&plan, docker, clusters).await;
+    let locks = held_locks(&plan, docker, clusters).await;
     status(&plan, &world, &locks)
 }
 
 /// Print one status; `redraw`: clear the terminal first and say how it is kept up to date.
 fn show(
     status: &Status,
-    args: &StatusArgs,
+    config: &StatusConfig,
     ui: Ui,
     redraw: bool,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
-    match args.output {
-        OutputFormat::Json => render_json(status, !args.watch, out),
-        OutputFormat::Text => {
+    match config.format {
+        Format::Json => render_json(status, !config.watch, out),
+        Format::Text => {
             let style = ui.color.stdout();
             if redraw {
-                let every = args.interval;
+                let every = crate::spec::Duration::from(config.interval);
                 write!(out, "\x1b[H\x1b[2J")?;
                 writeln!(
                     out,
                     "{}",
                     style.dim(&format!("Every {every} and on Docker events. Ctrl-C to stop."))
                 )?;
-            } else if args.watch {
+            } else if config.watch {
                 writeln!(out, "--- {}", crate::model::timestamp(SystemTime::now()))?;
             }
             render_text(status, SystemTime::now(), style, out)

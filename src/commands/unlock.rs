@@ -8,28 +8,28 @@ use anyhow::{Context, Result, bail};
 
 use super::common::{confirm, load_source, write_stdout};
 use super::exit::Exit;
-use crate::backend::docker::{DockerEnv, connect_endpoints};
-use crate::backend::kube::KubeConnect;
-use crate::backend::{Connect, Containers, LockError};
-use crate::cli::UnlockArgs;
+use crate::backend::{Connect, Connections, Containers, LockError};
+use crate::config::UnlockConfig;
 use crate::lock::{break_lock, inspect_lock};
 use crate::observe::cluster_refs;
 
-pub(super) async fn unlock_command(args: UnlockArgs) -> Result<Exit> {
-    let pool = args.pool.as_str();
-    let desired = load_source(&args.source)?;
-    let docker = connect_endpoints(&desired, &DockerEnv::from_process()).await?;
+pub(super) async fn unlock_command(config: &UnlockConfig) -> Result<Exit> {
+    let pool = config.pool.as_str();
+    let desired = load_source(&config.source)?;
+    let connections = Connections::once();
+    let docker = connections.docker(&desired).await?;
     // A pool of Nodes keeps its lock in its cluster: the one its spec or its containers name.
     let containers = docker.list().await.context("cannot list the pool containers")?;
     let mut clusters = BTreeMap::new();
     if let Some(cluster) = cluster_refs(&desired, &containers)?.get(pool) {
-        let connected = KubeConnect
+        let connected = connections
+            .clusters()
             .connect(cluster, pool)
             .await
             .with_context(|| format!("pool {pool}: cannot connect to its Kubernetes cluster"))?;
         clusters.insert(pool.to_owned(), connected);
     }
-    let Some(seen) = inspect_lock(&docker, &clusters, pool).await? else {
+    let Some(seen) = inspect_lock(&*docker, &clusters, pool).await? else {
         write_stdout(|out| writeln!(out, "Pool {pool} is not locked."))?;
         return Ok(Exit::Success);
     };
@@ -45,10 +45,10 @@ pub(super) async fn unlock_command(args: UnlockArgs) -> Result<Exit> {
         }
         Ok(())
     })?;
-    if !args.yes && !confirm("Break this lock?", "unlock")? {
+    if !config.yes && !confirm("Break this lock?", "unlock")? {
         bail!("unlock cancelled: the lock is left as it is");
     }
-    match break_lock(&docker, &clusters, pool, &seen).await {
+    match break_lock(&*docker, &clusters, pool, &seen).await {
         Ok(()) => {
             write_stdout(|out| writeln!(out, "Lock of pool {pool} broken."))?;
             Ok(Exit::Success)

@@ -4,12 +4,12 @@ use anyhow::Result;
 
 use super::common::{load_source_offline, write_stdout};
 use super::exit::Exit;
-use crate::cli::SourceArgs;
+use crate::config::Source;
 use crate::spec::escape_controls;
 
-pub(super) fn validate_command(args: &SourceArgs) -> Result<Exit> {
+pub(super) fn validate_command(source: &Source) -> Result<Exit> {
     // Offline: the secrets a pool reads are not where a repository's CI runs.
-    let desired = load_source_offline(args)?;
+    let desired = load_source_offline(source)?;
     let n = desired.pools.len();
     write_stdout(|out| {
         writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;

@@ -1,8 +1,9 @@
-//! The executor: carries a [`Plan`] out against the backends, step by step, with visible
-//! progress, and stops at the first failure with the old instances still serving.
+//! The executor: carries one batch of a [`Plan`] out against the backends, step by step, with
+//! visible progress, and stops at the first failure with the old instances still serving.
 //!
-//! The executor never decides *what* to do; the planner did. It decides only *how*: within a
-//! batch, the creations run concurrently, then the retirements run concurrently (each
+//! The executor never decides *what* to do; the planner did. It neither observes nor plans: the
+//! rollout ([`crate::rollout`]) does, between the batches it hands over. It decides only *how*:
+//! within a batch, the creations run concurrently, then the retirements run concurrently (each
 //! instance's own steps in plan order), with drains one Node at a time; a failure or an
 //! interrupt halts before the next step, so that nothing more is retired.
 //!
@@ -27,13 +28,13 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
+use crate::cancel::Interrupt;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, Origin, labels};
-use crate::observe::observe_again;
-use crate::plan::{Action, Plan, PlanOptions, PoolPlan, Step};
+use crate::plan::{Action, Plan, PoolPlan, Step};
 use crate::spec::{EnvValue, SecretEnv};
 
 pub use progress::{ProgressFormat, ProgressUi};
-pub use report::{Interrupt, Report, StepOutcome, StopReason};
+pub use report::{Report, StepOutcome};
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
 /// section use their `readyTimeout` instead; bootstrap commands have their own timeouts.
@@ -70,19 +71,6 @@ pub enum StepError {
     /// The container stopped running while the step waited on it.
     #[error("container {name} {how} while its Node was awaited")]
     ContainerStopped { name: String, how: Stopped },
-}
-
-/// Why a rollout ended in an error rather than a report.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecuteError {
-    #[error("preflight failed, nothing was changed")]
-    Preflight(#[from] PreflightError),
-    #[error("cannot observe the world between batches")]
-    Observe(#[source] BackendError),
-    #[error(
-        "the world keeps changing under the rollout: still {left} steps to go after {rounds} batches; see the plan above"
-    )]
-    KeepsChanging { left: usize, rounds: usize },
 }
 
 /// Why the run could not start: nothing was changed.
@@ -235,55 +223,6 @@ pub fn new_container(
 }
 
 impl<C: Containers, K: Cluster> Executor<'_, C, K> {
-    /// Carry a plan out after its preflight: what apply does after confirmation, and what
-    /// watch does on every reconcile. Progress goes to `progress`; the report says how it ended.
-    ///
-    /// The plan runs one batch at a time. Between batches the world is observed again and the
-    /// rest re-planned from it: a new instance that died after it came up, or an instance
-    /// someone removed, changes what the next batch may safely retire, and a plan made before
-    /// the first batch cannot know that.
-    pub async fn execute(&self, plan: &Plan, options: PlanOptions) -> Result<Report, ExecuteError> {
-        self.preflight(plan).await?;
-        // Every round finishes at least one step, so a plan that keeps changing under our feet
-        // (an image that crashes right after it comes up, say) ends instead of looping.
-        let max_rounds = plan.steps().count();
-        let mut report = Report::default();
-        let mut current = plan.clone();
-        self.number_plan(plan);
-        for round in 1.. {
-            let (batch, rest) = current.split_first_batch();
-            self.announce_batch(&batch);
-            let done = self.run_batch(&batch).await;
-            let complete = done.complete();
-            report.attempted.extend(done.attempted);
-            report.not_started.extend(done.not_started);
-            report.stop_reason = done.stop_reason;
-            if !complete {
-                report.not_started.extend(
-                    rest.steps().map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
-                );
-                break;
-            }
-            if !rest.has_changes() {
-                break;
-            }
-            let world = observe_again(self.containers, self.clusters).await.map_err(ExecuteError::Observe)?;
-            // The same seed: the steps left keep the names the plan showed for them.
-            current = crate::plan::plan(self.desired, &world, options);
-            // Only the pools this run set out to change: the caller holds their locks (see
-            // `crate::lock`); work the world now shows elsewhere is left to the next run.
-            current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
-            if !current.has_changes() {
-                break;
-            }
-            if round >= max_rounds {
-                return Err(ExecuteError::KeepsChanging { left: current.steps().count(), rounds: round });
-            }
-            self.renumber(&rest, &current, report.attempted.len());
-        }
-        Ok(report)
-    }
-
     /// Check, before anything changes, that every image a Create needs is there (pulling the
     /// missing ones) and every network exists, where each pool's containers are created, and that
     /// every container a join goes through runs.

@@ -80,14 +80,14 @@ impl Numbering {
 
 impl<C, K> Executor<'_, C, K> {
     /// Number the steps of the plan about to be carried out, as its text numbers them.
-    pub(super) fn number_plan(&self, plan: &Plan) {
+    pub fn number_plan(&self, plan: &Plan) {
         *self.numbering() = Numbering::of(plan, 0);
     }
 
     /// After a look at the world: number the steps left of the new plan `rest` (`done` steps
     /// carried out), keeping the numbers the plan showed when what is left is what was planned,
     /// and saying why the count changed when it is not.
-    pub(super) fn renumber(&self, was: &Plan, rest: &Plan, done: usize) {
+    pub fn renumber(&self, was: &Plan, rest: &Plan, done: usize) {
         let skeleton = |p: &Plan| p.steps().map(|(pool, s)| key(&pool.name, s)).collect::<Vec<_>>();
         let (before, after) = (skeleton(was), skeleton(rest));
         if before == after {
@@ -137,7 +137,7 @@ impl<C, K> Executor<'_, C, K> {
     }
 
     /// Say that a batch creates several instances side by side: their steps run interleaved.
-    pub(super) fn announce_batch(&self, batch: &Plan) {
+    pub fn announce_batch(&self, batch: &Plan) {
         for pool in &batch.pools {
             let new: Vec<&str> = pool
                 .steps

@@ -5,11 +5,12 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::backend::Connect;
+use crate::cancel::StopReason;
 use crate::model::{ClusterRef, Container, World};
-use crate::plan::{DrainPreview, PoolStatus, Summary};
+use crate::plan::{DrainPreview, PlanOptions, PoolStatus, Summary};
 use crate::spec::BootstrapStep;
 use crate::testing::SharedBuf;
-use crate::testing::build::{PoolArgs, container, node, node_spec, pod, world_of};
+use crate::testing::build::{PoolArgs, container, node, node_spec, pod};
 use crate::testing::fake::{FakeCluster, FakeWorld};
 
 fn desired(bootstrap: usize, network: Option<&'static str>) -> Desired {
@@ -57,6 +58,7 @@ fn rolling_plan() -> Plan {
             steps,
         }],
         summary: Summary::default(),
+        seed: None,
     }
 }
 
@@ -364,114 +366,6 @@ async fn an_interrupt_inside_a_creation_chain_stops_the_unfinished_containers() 
 }
 
 #[tokio::test]
-async fn the_world_is_observed_again_between_batches() {
-    let origin = Origin::Path { path: "/pools".into() };
-    let scope = origin.scope();
-    let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
-    let desired = Desired { origin, pools: vec![w] };
-    let old = |name: &str| Container { scope: Some(scope.clone()), ..container(name, "w", "old", 1) };
-    let world = World { containers: vec![old("w-old-1"), old("w-old-2")], ..World::default() };
-    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
-    let first_new = plan.pools[0].steps[0].instance.clone();
-    // The first new instance dies once the first old one is gone. A plan carried out blindly
-    // would go on to stop w-old-2 with one instance up, which the fake refuses.
-    let fake = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
-    let report = report.unwrap();
-    assert!(report.complete(), "{report:?}");
-    let calls = fake.calls();
-    assert!(calls.contains(&format!("remove {first_new}")), "the dead instance was replaced: {calls:?}");
-    let left = fake.world().containers;
-    assert_eq!(left.len(), 2, "{left:?}");
-    assert!(
-        left.iter().all(|c| c.state == crate::model::ContainerState::Running && c.template_hash == "new"),
-        "{left:?}"
-    );
-}
-
-/// A pool "k" of one Node instance, planned from `world`.
-fn node_pool(world: &World) -> (Desired, Plan) {
-    let k = PoolArgs { nodes: true, hash: Some("new"), ..PoolArgs::new("k", 1) }.build();
-    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![k] };
-    let plan = crate::plan::plan(&desired, world, PlanOptions::default());
-    (desired, plan)
-}
-
-/// A world of one outdated instance `k-old` of pool "k", in `state`, recorded as a Node of the
-/// default cluster.
-fn old_node_instance(state: crate::model::ContainerState) -> World {
-    world_of(vec![Container {
-        state,
-        scope: Some("path:/pools".into()),
-        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
-        ..container("k-old", "k", "old", 1)
-    }])
-}
-
-/// Carries the whole plan out on `fake`.
-async fn execute_all(
-    fake: &FakeWorld,
-    desired: &Desired,
-    plan: &Plan,
-) -> (Result<Report, ExecuteError>, String) {
-    let execute = async |e: &Executor<'_, _, _>| e.execute(plan, PlanOptions::default()).await;
-    with_executor(fake, desired, &Interrupt::default(), execute).await
-}
-
-fn position(calls: &[String], call: &str) -> usize {
-    calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
-}
-
-#[tokio::test]
-async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_stops() {
-    let world = old_node_instance(crate::model::ContainerState::Running);
-    // Planned while the old instance's Node was missing: no cordon, no drain.
-    let (desired, plan) = node_pool(&world);
-    let verbs: Vec<&str> =
-        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
-    assert_eq!(verbs, ["stop", "delete-node", "remove"]);
-
-    // Its kubelet registers the Node, and a pod is bound to it, before the retirement runs.
-    let fake = FakeWorld::new(world);
-    fake.sim().world.nodes.push(node("k-old", "k"));
-    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
-    let (report, text) = execute_all(&fake, &desired, &plan).await;
-    assert!(report.unwrap().complete());
-    let calls = fake.calls();
-    assert!(position(&calls, "cordon k-old") < position(&calls, "drain k-old"));
-    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"));
-    assert!(text.contains("k-old: its Node is there now; cordoning and draining it"), "{text}");
-    assert!(fake.world().pods.is_empty(), "the pod was evicted");
-}
-
-#[tokio::test]
-async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_it_stops() {
-    let (desired, plan) = node_pool(&World::default());
-    let new = plan.pools[0].steps[0].instance.clone();
-    // The step after the Ready wait fails (the API server answers 500 to the Node's labels).
-    let fake = FakeWorld::default().failing(&format!("configure {new}"));
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
-    assert!(report.unwrap().failure().is_some());
-    let calls = fake.calls();
-    assert!(position(&calls, &format!("configure {new}")) < position(&calls, &format!("cordon {new}")));
-    assert!(
-        position(&calls, &format!("drain {new}")) < position(&calls, &format!("stop {new}")),
-        "{calls:?}"
-    );
-}
-
-#[tokio::test]
-async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
-    let world = old_node_instance(crate::model::ContainerState::Running);
-    let (desired, plan) = node_pool(&world);
-    let fake = FakeWorld::new(world).failing("cordon k-old");
-    fake.sim().world.nodes.push(node("k-old", "k"));
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
-    assert_eq!(report.unwrap().failure().map(|f| (f.verb, f.instance.as_str())), Some(("stop", "k-old")));
-    assert!(!fake.calls().contains(&"stop k-old".to_owned()), "{:?}", fake.calls());
-}
-
-#[tokio::test]
 async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_awaited() {
     let mut desired = desired(0, None);
     let long = crate::spec::Duration::from_secs(3600);
@@ -506,55 +400,6 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
     assert!(!calls.iter().any(|c| c == "configure n1" || c == "stop o1"), "{calls:?}");
 }
 
-#[tokio::test]
-async fn a_container_that_started_after_the_plan_is_drained_and_stopped_before_its_node_is_deleted() {
-    let world = old_node_instance(crate::model::ContainerState::Created);
-    // Planned while the container was created but not started (an apply killed during create):
-    // nothing to stop, no Node.
-    let (desired, plan) = node_pool(&world);
-    let verbs: Vec<&str> =
-        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
-    assert_eq!(verbs, ["delete-node", "remove"]);
-
-    // Docker finishes starting it, its kubelet registers the Node, and a pod is bound to it.
-    let fake = FakeWorld::new(world);
-    fake.sim().world.containers[0].state = crate::model::ContainerState::Running;
-    fake.sim().world.nodes.push(node("k-old", "k"));
-    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
-    let (report, text) = execute_all(&fake, &desired, &plan).await;
-    assert!(report.unwrap().complete());
-    let calls = fake.calls();
-    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"), "{calls:?}");
-    assert!(position(&calls, "stop k-old") < position(&calls, "delete-node k-old"), "{calls:?}");
-    assert!(text.contains("k-old: its container runs now; stopping it before its Node is deleted"), "{text}");
-    assert!(fake.world().pods.is_empty(), "the pod was evicted");
-}
-
-#[tokio::test]
-async fn a_node_instance_is_recorded_as_joining_before_its_container_is_created() {
-    let world = old_node_instance(crate::model::ContainerState::Running);
-    let (desired, plan) = node_pool(&world);
-    let fake = FakeWorld::new(world);
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
-    assert!(report.unwrap().complete());
-    let calls = fake.calls();
-    let created: Vec<&str> = calls.iter().filter_map(|c| c.strip_prefix("create ")).collect();
-    assert_eq!(created.len(), 1, "{calls:?}");
-    let noted = fake.noted();
-    assert_eq!(noted.len(), 1, "{noted:?}");
-    let (name, calls_before) = &noted[0];
-    assert_eq!(name, created[0]);
-    assert!(*calls_before <= position(&calls, &format!("create {name}")), "{noted:?} {calls:?}");
-    assert!(fake.joining("k").contains(name), "the executor leaves the record to the lock's release");
-}
-
-#[tokio::test]
-async fn a_node_instance_whose_record_cannot_be_written_is_not_created() {
-    let world = World::default();
-    let (desired, plan) = node_pool(&world);
-    let name = plan.steps().find(|(_, s)| s.action.verb() == "create").unwrap().1.instance.to_string();
-    let fake = FakeWorld::new(world).failing(&format!("note-joining {name}"));
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
-    assert!(!report.unwrap().complete());
-    assert!(!fake.calls().iter().any(|c| c.starts_with("create ")), "{:?}", fake.calls());
+fn position(calls: &[String], call: &str) -> usize {
+    calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
 }

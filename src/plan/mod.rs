@@ -1,13 +1,13 @@
 //! The plan as data: what will happen to each pool, step by step, computed from (desired,
 //! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
 
-mod fxhash;
 mod planner;
 mod render;
 pub mod saved;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -25,8 +25,27 @@ use crate::model::{Desired, World};
 
 /// Compute the plan that takes `world` to `desired` ([`planner::plan`]), with the steps of
 /// each paused pool (`spec.paused`) held back: shown, never carried out.
+///
+/// The random part of new instance names comes from a seed derived from the source revision
+/// and the observed pools ([`saved::seed`]): planning the same revision in the same world names
+/// the same instances (so that `apply` finds the plan it showed, and `apply FILE` the plan it
+/// saved), and any change of either gives other names, so that a name given up by a retired
+/// instance is not handed straight to its replacement.
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let mut plan = planner::plan(desired, world, options);
+    hold_paused(desired, planner::plan(desired, world, options, planner::Seed::Derive(desired)))
+}
+
+/// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
+/// the steps left keep the instance names `first` showed for them.
+pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Plan) -> Plan {
+    let seed = match first.seed {
+        Some(seed) => planner::Seed::Known(seed),
+        None => planner::Seed::Derive(desired),
+    };
+    hold_paused(desired, planner::plan(desired, world, options, seed))
+}
+
+fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
     let paused = |name: &str| desired.pools.iter().any(|p| p.name() == name && p.pool.spec.paused);
     for pool in plan.pools.iter_mut().filter(|p| paused(&p.name)) {
         let steps = std::mem::take(&mut pool.steps);
@@ -47,6 +66,9 @@ pub struct Plan {
     pub origin: Origin,
     pub pools: Vec<PoolPlan>,
     pub summary: Summary,
+    /// The seed its new instance names came from, once one was needed.
+    #[serde(skip)]
+    pub seed: Option<u64>,
 }
 
 impl Plan {
@@ -60,6 +82,11 @@ impl Plan {
     /// wants to hear about those even though poolctl will not act on them.
     pub fn in_sync(&self) -> bool {
         !self.has_changes() && self.summary.left_alone() == 0
+    }
+
+    /// The pools the plan changes: the ones whose locks carrying it out needs.
+    pub fn changed_pools(&self) -> BTreeSet<String> {
+        self.pools.iter().filter(|p| !p.steps.is_empty()).map(|p| p.name.clone()).collect()
     }
 
     /// Split off each pool's first batch: the part to carry out before the world is looked at

@@ -7,13 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
-use super::fxhash::{FastMap, FastSet};
 use super::{
     Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
     PoolStatus, Step, Summary, TemplateChange,
@@ -26,30 +26,24 @@ pub struct PlanOptions {
     pub prune: bool,
     /// Take over declared pools whose containers another source created.
     pub adopt: bool,
-    /// Varies the random part of new instance names. The planner stays a pure function of its
-    /// inputs; the CLI passes a fresh seed each time it plans, so that a name given up by a
-    /// retired instance is not handed straight to its replacement.
-    pub seed: u64,
 }
 
-impl PlanOptions {
-    /// A seed that differs from one call to the next (std's per-map random keys).
-    pub fn fresh_seed() -> u64 {
-        use std::hash::{BuildHasher, Hasher};
-        std::collections::hash_map::RandomState::new().build_hasher().finish()
-    }
-
-    /// The same choices with a fresh seed, for planning again.
-    #[must_use]
-    pub fn reseeded(self) -> Self {
-        Self { seed: Self::fresh_seed(), ..self }
-    }
+/// Where the seed of new instance names comes from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Seed<'a> {
+    /// Derived from the source revision and the observed pools ([`super::saved::seed`]), when
+    /// the first name is needed: a plan that names nobody never pays for it.
+    Derive(&'a Desired),
+    /// Given: the first plan's, when a rollout plans again between its batches.
+    Known(u64),
 }
 
-/// Compute the plan that takes `world` to `desired`.
-pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let world = &Observed::new(world);
-    let mut names = Names::new(world.world, options.seed);
+/// Compute the plan that takes `world` to `desired`; `seed` varies the random part of new
+/// instance names ([`super::seed`] when the plan is made afresh, the first plan's when a rollout
+/// plans again between its batches, so that the steps left keep the names it showed).
+pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed: Seed<'_>) -> Plan {
+    let world = &Indexed::new(world);
+    let mut names = Names::new(world.world, seed);
     let scope = desired.origin.scope();
     let mut pools: Vec<PoolPlan> = desired
         .pools
@@ -75,7 +69,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Pl
 
     // Pools this source created earlier but no longer declares. Pools of other scopes belong to
     // another source and are left alone entirely.
-    let declared: FastSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
+    let declared: FxHashSet<&str> = desired.pools.iter().map(DesiredPool::name).collect();
     let undeclared: BTreeSet<&str> = world
         .world
         .containers
@@ -110,7 +104,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Pl
         summary.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
     }
-    Plan { origin: desired.origin.clone(), pools, summary }
+    Plan { origin: desired.origin.clone(), pools, summary, seed: names.seed }
 }
 
 /// Whether an instance is serving: its container is up and, for a pool whose instances are
@@ -123,10 +117,10 @@ pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bo
 }
 
 /// The world with lookups by name, so that planning stays linear in its size.
-struct Observed<'a> {
+struct Indexed<'a> {
     world: &'a World,
     /// Each Node's index in `world.nodes`, by name.
-    index: FastMap<&'a str, usize>,
+    index: FxHashMap<&'a str, usize>,
     /// The pods of the world's Nodes grouped by Node, each group in the order a drain preview
     /// lists them: one vector, not one per Node.
     pods: Vec<&'a Pod>,
@@ -134,12 +128,12 @@ struct Observed<'a> {
     groups: Vec<std::ops::Range<usize>>,
     /// The PodDisruptionBudgets by namespace (a budget selects pods of its own namespace only),
     /// each with its `namespace/name`, made once rather than for every pod it covers.
-    budgets: FastMap<&'a str, Vec<(&'a Pdb, String)>>,
+    budgets: FxHashMap<&'a str, Vec<(&'a Pdb, String)>>,
 }
 
-impl<'a> Observed<'a> {
+impl<'a> Indexed<'a> {
     fn new(world: &'a World) -> Self {
-        let index: FastMap<&str, usize> =
+        let index: FxHashMap<&str, usize> =
             world.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         // A counting sort by Node: count each Node's pods, give each a range, place them.
         let of_pod: Vec<Option<usize>> =
@@ -168,7 +162,7 @@ impl<'a> Observed<'a> {
         for group in &groups {
             pods[group.clone()].sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         }
-        let mut budgets: FastMap<&str, Vec<(&Pdb, String)>> = FastMap::default();
+        let mut budgets: FxHashMap<&str, Vec<(&Pdb, String)>> = FxHashMap::default();
         for pdb in &world.pdbs {
             budgets.entry(pdb.namespace.as_str()).or_default().push((pdb, pdb.id()));
         }
@@ -232,7 +226,7 @@ impl<'a> Target<'a> {
     /// was created as a Node (its cluster labels) or any Node belongs to the pool, every
     /// instance is retired the Kubernetes way, never by just removing the container.
     fn undeclared(name: &'a str, world: &World, pruned: bool) -> Self {
-        let containers: FastSet<&str> =
+        let containers: FxHashSet<&str> =
             world.containers.iter().filter(|c| c.pool == name).map(|c| c.name.as_str()).collect();
         let with_nodes = world.containers.iter().any(|c| c.pool == name && c.cluster.is_some())
             || world
@@ -296,7 +290,7 @@ impl Instance<'_> {
 
 /// The pool's instances: its containers, joined by name with their Nodes when the pool has
 /// Nodes, plus the orphan Nodes (the pool's label, no container). Sorted by name.
-fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>> {
+fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> {
     let containers = world.world.containers.iter().filter(|c| c.pool == target.name);
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
@@ -306,7 +300,7 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
         })
         .collect();
     if target.any_nodes {
-        let joined: FastSet<&'a str> = out.iter().map(|i| i.name).collect();
+        let joined: FxHashSet<&'a str> = out.iter().map(|i| i.name).collect();
         // A Node that registered before poolctl labelled it (an apply killed during the Ready
         // wait) is still known by its name.
         let ours = |n: &Node| {
@@ -326,13 +320,13 @@ fn instances<'a>(target: &Target<'_>, world: &Observed<'a>) -> Vec<Instance<'a>>
     out
 }
 
-fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names<'_>) -> PoolPlan {
+fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>) -> PoolPlan {
     let all = instances(target, world);
 
     // Keep the newest current instances that are up, so that the oldest go first.
     let mut candidates: Vec<&Instance<'_>> = all.iter().filter(|i| i.up && target.is_current(i)).collect();
     candidates.sort_by_key(|i| std::cmp::Reverse((i.created(), i.name)));
-    let kept: FastSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
+    let kept: FxHashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
     // DESIGN invariant 6. Not-up instances lead because retiring them costs no availability:
     // they clear room for the surge even when no up instance may go yet (an exited current
@@ -359,7 +353,7 @@ fn plan_pool(target: &Target<'_>, world: &Observed<'_>, names: &mut Names<'_>) -
 /// The first batch's configure steps: the kept instances whose Node's labels or taints differ
 /// from the spec's. Labels and taints are desired state like the template, so a killed apply, a
 /// hand edit or a changed spec converges without replacing anything.
-fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FastSet<&str>) -> Vec<Step> {
+fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) -> Vec<Step> {
     let Some((dp, node_spec)) = target.pool.and_then(|dp| Some((dp, dp.pool.spec.node.as_ref()?))) else {
         return Vec::new();
     };
@@ -382,7 +376,7 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FastSet<&str>) ->
 
 /// A pool that is shown, never touched: undeclared without `--prune`, or another source's
 /// without `--adopt`.
-fn keep_pool(target: &Target<'_>, world: &Observed<'_>) -> PoolPlan {
+fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
     let all = instances(target, world);
     let containers = all.iter().filter(|i| i.container.is_some()).count();
     PoolPlan {
@@ -408,7 +402,7 @@ fn rollout(
     all: &[Instance<'_>],
     kept: usize,
     retirees: Vec<&Instance<'_>>,
-    world: &Observed<'_>,
+    world: &Indexed<'_>,
     names: &mut Names<'_>,
     steps: &mut Vec<Step>,
 ) {
@@ -491,7 +485,7 @@ fn rollout(
 /// the container goes last so that an interrupted retirement can be found again from its labels.
 /// A Node instance always gets its `DeleteNode`, even when no Node was observed: its kubelet
 /// may register one after the observation, and deleting a missing Node succeeds.
-fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>, push: &mut impl FnMut(Action)) {
+fn retirement(instance: &Instance<'_>, is_node: bool, world: &Indexed<'_>, push: &mut impl FnMut(Action)) {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.
     if instance.container.is_none() {
@@ -519,7 +513,7 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Observed<'_>, push
 /// What the drain will do to the node's pods ([`Pod::drain_action`]), and which PDBs would make
 /// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
 /// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
-fn drain_preview(node: &str, world: &Observed<'_>) -> DrainPreview {
+fn drain_preview(node: &str, world: &Indexed<'_>) -> DrainPreview {
     let pods = world.pods_on(node);
 
     let mut preview = DrainPreview::default();
@@ -605,15 +599,18 @@ fn json_to_yaml(json: &str) -> Option<String> {
 /// drawn at random, so that the planner stays a pure function.
 struct Names<'w> {
     world: &'w World,
-    seed: u64,
+    /// Known once the first name is handed out, or given.
+    seed: Option<u64>,
+    /// What an unknown seed is derived from.
+    derive_from: Option<&'w Desired>,
     /// The world's names that start like the names handed out for each `<pool>-<hash>-`
     /// prefix, borrowed: no other name can be taken by one of them, and copying or hashing
     /// every name of the world cost as much as the rest of a plan.
-    taken: FastMap<String, FastSet<&'w str>>,
+    taken: FxHashMap<String, FxHashSet<&'w str>>,
     /// The names this plan handed out.
-    issued: FastSet<InstanceName>,
+    issued: FxHashSet<InstanceName>,
     /// Where each pool's counter resumes, so that handing out n names costs O(n).
-    counters: FastMap<String, u64>,
+    counters: FxHashMap<String, u64>,
     /// The pool, hash and prefix of the last name handed out: a rollout asks for one name per
     /// batch, of the same pool and hash, thousands of times.
     last: Option<(String, String, String)>,
@@ -624,13 +621,18 @@ struct Names<'w> {
 impl<'w> Names<'w> {
     const SUFFIX_LEN: u32 = 5;
 
-    fn new(world: &'w World, seed: u64) -> Self {
+    fn new(world: &'w World, seed: Seed<'w>) -> Self {
+        let (seed, derive_from) = match seed {
+            Seed::Derive(desired) => (None, Some(desired)),
+            Seed::Known(seed) => (Some(seed), None),
+        };
         Self {
             world,
             seed,
-            taken: FastMap::default(),
-            issued: FastSet::default(),
-            counters: FastMap::default(),
+            derive_from,
+            taken: FxHashMap::default(),
+            issued: FxHashSet::default(),
+            counters: FxHashMap::default(),
             last: None,
             scratch: String::new(),
         }
@@ -651,13 +653,17 @@ impl<'w> Names<'w> {
             }
             self.last = Some((pool.to_owned(), hash.to_owned(), prefix));
         }
+        let (world, derive_from) = (self.world, self.derive_from);
+        let seed = *self
+            .seed
+            .get_or_insert_with(|| derive_from.map_or(0, |desired| super::saved::seed_of(desired, world)));
         let prefix = self.last.as_ref().map_or("", |(_, _, prefix)| prefix.as_str());
         let taken = &self.taken[prefix];
         let counter = self.counters.get_mut(pool).expect("set above");
         loop {
             let mut name = String::with_capacity(prefix.len() + Self::SUFFIX_LEN as usize);
             name.push_str(prefix);
-            Self::suffix(&mut self.scratch, pool, hash, self.seed, *counter, &mut name);
+            Self::suffix(&mut self.scratch, pool, hash, seed, *counter, &mut name);
             *counter += 1;
             let name = InstanceName::from(name);
             if !taken.contains(name.as_str()) && self.issued.insert(name.clone()) {

@@ -127,21 +127,21 @@ pub fn render_json_saved(
     struct Versioned<'a> {
         format_version: u32,
         origin: &'a crate::model::Origin,
-        pools: Vec<Pool<'a>>,
+        pools: Vec<PoolRow<'a>>,
         summary: &'a super::Summary,
         #[serde(flatten, skip_serializing_if = "Option::is_none")]
         provenance: Option<&'a Provenance>,
     }
     #[derive(Serialize)]
-    struct Pool<'a> {
+    struct PoolRow<'a> {
         #[serde(flatten)]
         pool: &'a PoolPlan,
         #[serde(skip_serializing_if = "Option::is_none")]
         lock: Option<&'a LockHolder>,
     }
     // Destructured in full, so that a field added to the plan cannot be left out here.
-    let Plan { origin, pools, summary } = plan;
-    let pools = pools.iter().map(|pool| Pool { pool, lock: locks.get(&pool.name) }).collect();
+    let Plan { origin, pools, summary, .. } = plan;
+    let pools = pools.iter().map(|pool| PoolRow { pool, lock: locks.get(&pool.name) }).collect();
     let versioned = Versioned { format_version: JSON_FORMAT_VERSION, origin, pools, summary, provenance };
     serde_json::to_writer_pretty(&mut *out, &versioned)?;
     writeln!(out)

@@ -6,10 +6,12 @@
 //! revision (a commit, or a digest of the pool files), and what was observed of each of the
 //! plan's pools (container ids and states, Node states), an empty pool included: a plan made
 //! when a pool had no instance is stale once instances exist (Terraform misses this case,
-//! terraform#24078). The random part of new instance names comes from a seed derived from the
-//! same two, so that planning the same revision in the same world names the same instances,
-//! and the seed is recorded too: apply re-plans under its locks with it and must find the very
-//! steps the file lists.
+//! terraform#24078). The planner derives the random part of new instance names from the same
+//! two, so that planning the same revision in the same world names the same instances.
+//!
+//! A saved plan is stale exactly when the source revision differs, or when the plan made again
+//! under the locks has other steps (instance names included); the recorded observation then
+//! says what changed in the world ([`world_changes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,8 +35,10 @@ pub struct Provenance {
     pub observed: BTreeMap<String, ObservedPool>,
 }
 
-/// [`PlanOptions`] as the file keeps them; the seed as hex text, which every JSON reader keeps
-/// exactly (a 64-bit number is not safe in JavaScript).
+/// [`PlanOptions`] as the file keeps them, with the seed the plan's instance names came from,
+/// as hex text, which every JSON reader keeps exactly (a 64-bit number is not safe in
+/// JavaScript). The seed is there for people and scripts: it is derived again when the plan is
+/// made again, and a plan whose steps (names included) come out otherwise is stale.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedOptions {
     pub prune: bool,
@@ -43,14 +47,13 @@ pub struct SavedOptions {
 }
 
 impl SavedOptions {
-    pub fn new(options: PlanOptions) -> Self {
-        Self { prune: options.prune, adopt: options.adopt, seed: format!("{:016x}", options.seed) }
+    pub fn new(options: PlanOptions, seed: u64) -> Self {
+        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}") }
     }
 
-    /// The options back; `None` for a seed that is not 16 hex digits.
-    pub fn options(&self) -> Option<PlanOptions> {
-        let seed = u64::from_str_radix(&self.seed, 16).ok().filter(|_| self.seed.len() == 16)?;
-        Some(PlanOptions { prune: self.prune, adopt: self.adopt, seed })
+    /// The choices the plan was made with.
+    pub fn options(&self) -> PlanOptions {
+        PlanOptions { prune: self.prune, adopt: self.adopt }
     }
 }
 
@@ -136,20 +139,18 @@ pub fn observe_pools(desired: &Desired, world: &World) -> BTreeMap<String, Obser
         .collect()
 }
 
-/// What a plan of `desired` in `world` is made from, and the options to make it with: the
-/// user's choices, and the seed derived from the revision and the observed pools.
+/// What a plan of `desired` in `world` with `options` is made from: the revision, the observed
+/// pools, and the seed of new instance names the planner derives from the two.
 pub fn provenance(desired: &Desired, world: &World, options: PlanOptions) -> Provenance {
     let revision = revision(desired);
     let observed = observe_pools(desired, world);
     let seed = seed(&revision, &observed);
-    Provenance { revision, options: SavedOptions::new(PlanOptions { seed, ..options }), observed }
+    Provenance { revision, options: SavedOptions::new(options, seed), observed }
 }
 
-impl Provenance {
-    /// The options the plan was made with, its seed included.
-    pub fn plan_options(&self) -> Option<PlanOptions> {
-        self.options.options()
-    }
+/// The seed of new instance names for a plan of `desired` in `world` (see [`seed`]).
+pub fn seed_of(desired: &Desired, world: &World) -> u64 {
+    seed(&revision(desired), &observe_pools(desired, world))
 }
 
 /// The seed of new instance names for a plan of `revision` in a world that shows `observed`:
@@ -347,10 +348,25 @@ mod tests {
 
     #[test]
     fn options_survive_the_file() {
-        let options = PlanOptions { prune: true, adopt: false, seed: u64::MAX - 7 };
-        let saved: SavedOptions =
-            serde_json::from_value(serde_json::to_value(SavedOptions::new(options)).unwrap()).unwrap();
-        assert_eq!(saved.options(), Some(options));
-        assert_eq!(SavedOptions { seed: "xyz".into(), ..saved }.options(), None);
+        let options = PlanOptions { prune: true, adopt: false };
+        let json = serde_json::to_value(SavedOptions::new(options, u64::MAX - 7)).unwrap();
+        assert_eq!(json["seed"], "fffffffffffffff8", "16 hex digits, exact in any JSON reader");
+        let saved: SavedOptions = serde_json::from_value(json).unwrap();
+        assert_eq!(saved.options(), options);
+    }
+
+    #[test]
+    fn the_planner_derives_the_seed_the_provenance_records() {
+        let d = desired(vec![PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 1) }.build()]);
+        let w = world();
+        let plan = crate::plan::plan(&d, &w, PlanOptions::default());
+        let recorded = provenance(&d, &w, PlanOptions::default()).options.seed;
+        assert_eq!(plan.seed.map(|s| format!("{s:016x}")), Some(recorded));
+        // A plan made again in the same world names the same instances.
+        assert_eq!(crate::plan::plan(&d, &w, PlanOptions::default()), plan);
+        let mut other = world();
+        other.containers[0].id = "id-other".into();
+        let names = |p: &Plan| skeleton(p).iter().map(|s| s.1.to_owned()).collect::<Vec<_>>();
+        assert_ne!(names(&crate::plan::plan(&d, &other, PlanOptions::default())), names(&plan));
     }
 }

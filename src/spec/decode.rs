@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 
 use super::locate::FieldPath;
-use super::tree::{Located, Node, Place};
+use super::tree::{Located, Place, YamlNode};
 
 /// Nodes walked over all attempts of one document before poolctl stops looking for more
 /// errors in it.
@@ -160,17 +160,17 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match &self.node.node {
-            Node::Null(_) => visitor.visit_unit(),
-            Node::Bool(b, _) => visitor.visit_bool(*b),
-            Node::Int(i, _) => match (i64::try_from(*i), u64::try_from(*i)) {
+            YamlNode::Null(_) => visitor.visit_unit(),
+            YamlNode::Bool(b, _) => visitor.visit_bool(*b),
+            YamlNode::Int(i, _) => match (i64::try_from(*i), u64::try_from(*i)) {
                 (Ok(i), _) => visitor.visit_i64(i),
                 (_, Ok(u)) => visitor.visit_u64(u),
                 _ => visitor.visit_i128(*i),
             },
-            Node::Float(x, _) => visitor.visit_f64(*x),
-            Node::Str(s) => visitor.visit_str(s),
-            Node::Seq(items) => visitor.visit_seq(Seq { de: &self, items: items.iter().enumerate() }),
-            Node::Map(entries) => {
+            YamlNode::Float(x, _) => visitor.visit_f64(*x),
+            YamlNode::Str(s) => visitor.visit_str(s),
+            YamlNode::Seq(items) => visitor.visit_seq(Seq { de: &self, items: items.iter().enumerate() }),
+            YamlNode::Map(entries) => {
                 let entries: Vec<_> = self.kept(entries).collect();
                 visitor.visit_map(Map { de: &self, entries: entries.into_iter(), value: None })
             }
@@ -181,8 +181,11 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
     /// written `1.10` is the string "1.10".
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match &self.node.node {
-            Node::Str(s) => visitor.visit_str(s),
-            Node::Null(raw) | Node::Bool(_, raw) | Node::Int(_, raw) | Node::Float(_, raw)
+            YamlNode::Str(s) => visitor.visit_str(s),
+            YamlNode::Null(raw)
+            | YamlNode::Bool(_, raw)
+            | YamlNode::Int(_, raw)
+            | YamlNode::Float(_, raw)
                 if !raw.is_empty() =>
             {
                 visitor.visit_str(raw)
@@ -197,7 +200,7 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match &self.node.node {
-            Node::Null(_) => visitor.visit_none(),
+            YamlNode::Null(_) => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
     }
@@ -208,7 +211,7 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        let Node::Map(entries) = &self.node.node else {
+        let YamlNode::Map(entries) = &self.node.node else {
             return self.deserialize_any(visitor);
         };
         // Unknown fields are recorded here and hidden from the derived code, which would stop
@@ -236,7 +239,7 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         match &self.node.node {
-            Node::Str(s) => visitor.visit_enum(s.as_str().into_deserializer()),
+            YamlNode::Str(s) => visitor.visit_enum(s.as_str().into_deserializer()),
             _ => self.deserialize_any(visitor),
         }
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::decode::{Problem, decode};
 use super::locate::{FieldPath, escape_controls};
-use super::tree::{Located, Node, SpanMap, SyntaxError, parse_stream};
+use super::tree::{Located, SpanMap, SyntaxError, YamlNode, parse_stream};
 use super::{API_VERSION, KIND_POOL, Pool};
 
 /// The apiVersion group of poolctl documents.
@@ -142,11 +142,11 @@ enum Verdict {
 }
 
 fn judge(root: &Located) -> Verdict {
-    if !matches!(root.node, Node::Map(_)) {
+    if !matches!(root.node, YamlNode::Map(_)) {
         return Verdict::Skip;
     }
     let string = |key| match root.get(key).map(|v| &v.node) {
-        Some(Node::Str(s)) => Some(s.as_str()),
+        Some(YamlNode::Str(s)) => Some(s.as_str()),
         _ => None,
     };
     let kind = string("kind");

@@ -30,7 +30,7 @@ pub(crate) type Place = (usize, usize);
 /// A scalar as YAML 1.2's core schema reads it, with its text kept for string fields (a
 /// label value `1.10` is the string "1.10", not a number).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node {
+pub(crate) enum YamlNode {
     Null(String),
     Bool(bool, String),
     Int(i128, String),
@@ -49,7 +49,7 @@ pub(crate) struct Located {
     /// plain scalars.
     offset: usize,
     len: usize,
-    pub(crate) node: Node,
+    pub(crate) node: YamlNode,
 }
 
 impl Located {
@@ -60,27 +60,29 @@ impl Located {
     /// The text of a scalar, as a string field would read it.
     pub(crate) fn scalar_text(&self) -> Option<&str> {
         match &self.node {
-            Node::Null(raw)
-            | Node::Bool(_, raw)
-            | Node::Int(_, raw)
-            | Node::Float(_, raw)
-            | Node::Str(raw) => Some(raw),
-            Node::Seq(_) | Node::Map(_) => None,
+            YamlNode::Null(raw)
+            | YamlNode::Bool(_, raw)
+            | YamlNode::Int(_, raw)
+            | YamlNode::Float(_, raw)
+            | YamlNode::Str(raw) => Some(raw),
+            YamlNode::Seq(_) | YamlNode::Map(_) => None,
         }
     }
 
     /// The value of `key` in a mapping.
     pub(crate) fn get(&self, key: &str) -> Option<&Located> {
         match &self.node {
-            Node::Map(entries) => entries.iter().find(|(k, _)| k.scalar_text() == Some(key)).map(|(_, v)| v),
+            YamlNode::Map(entries) => {
+                entries.iter().find(|(k, _)| k.scalar_text() == Some(key)).map(|(_, v)| v)
+            }
             _ => None,
         }
     }
 
     fn count(&self) -> usize {
         1 + match &self.node {
-            Node::Seq(items) => items.iter().map(Self::count).sum(),
-            Node::Map(entries) => entries.iter().map(|(k, v)| k.count() + v.count()).sum(),
+            YamlNode::Seq(items) => items.iter().map(Self::count).sum(),
+            YamlNode::Map(entries) => entries.iter().map(|(k, v)| k.count() + v.count()).sum(),
             _ => 0,
         }
     }
@@ -89,12 +91,15 @@ impl Located {
     fn fill_raw(&mut self, text: &CharIndex<'_>) {
         let (offset, len) = (self.offset, self.len);
         match &mut self.node {
-            Node::Null(raw) | Node::Bool(_, raw) | Node::Int(_, raw) | Node::Float(_, raw) => {
+            YamlNode::Null(raw)
+            | YamlNode::Bool(_, raw)
+            | YamlNode::Int(_, raw)
+            | YamlNode::Float(_, raw) => {
                 text.slice(offset, len).trim().clone_into(raw);
             }
-            Node::Str(_) => {}
-            Node::Seq(items) => items.iter_mut().for_each(|item| item.fill_raw(text)),
-            Node::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
+            YamlNode::Str(_) => {}
+            YamlNode::Seq(items) => items.iter_mut().for_each(|item| item.fill_raw(text)),
+            YamlNode::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
                 k.fill_raw(text);
                 v.fill_raw(text);
             }),
@@ -140,7 +145,7 @@ impl<'t> CharIndex<'t> {
 
 impl<'de> Deserialize<'de> for Located {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let spanned = Spanned::<Node>::deserialize(deserializer)?;
+        let spanned = Spanned::<YamlNode>::deserialize(deserializer)?;
         let at = spanned.referenced;
         Ok(Self {
             line: usize::try_from(at.line()).unwrap_or(usize::MAX),
@@ -152,7 +157,7 @@ impl<'de> Deserialize<'de> for Located {
     }
 }
 
-impl<'de> Deserialize<'de> for Node {
+impl<'de> Deserialize<'de> for YamlNode {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(NodeVisitor)
     }
@@ -161,58 +166,60 @@ impl<'de> Deserialize<'de> for Node {
 struct NodeVisitor;
 
 impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node;
+    type Value = YamlNode;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any YAML node")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v, String::new()))
+    fn visit_bool<E>(self, v: bool) -> Result<YamlNode, E> {
+        Ok(YamlNode::Bool(v, String::new()))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Int(v.into(), String::new()))
+    fn visit_i64<E>(self, v: i64) -> Result<YamlNode, E> {
+        Ok(YamlNode::Int(v.into(), String::new()))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Int(v.into(), String::new()))
+    fn visit_u64<E>(self, v: u64) -> Result<YamlNode, E> {
+        Ok(YamlNode::Int(v.into(), String::new()))
     }
-    fn visit_i128<E>(self, v: i128) -> Result<Node, E> {
-        Ok(Node::Int(v, String::new()))
+    fn visit_i128<E>(self, v: i128) -> Result<YamlNode, E> {
+        Ok(YamlNode::Int(v, String::new()))
     }
-    fn visit_u128<E>(self, v: u128) -> Result<Node, E> {
-        Ok(i128::try_from(v)
-            .map_or_else(|_| Node::Float(f64::INFINITY, String::new()), |v| Node::Int(v, String::new())))
+    fn visit_u128<E>(self, v: u128) -> Result<YamlNode, E> {
+        Ok(i128::try_from(v).map_or_else(
+            |_| YamlNode::Float(f64::INFINITY, String::new()),
+            |v| YamlNode::Int(v, String::new()),
+        ))
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
-        Ok(Node::Float(v, String::new()))
+    fn visit_f64<E>(self, v: f64) -> Result<YamlNode, E> {
+        Ok(YamlNode::Float(v, String::new()))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::Str(v.to_owned()))
+    fn visit_str<E>(self, v: &str) -> Result<YamlNode, E> {
+        Ok(YamlNode::Str(v.to_owned()))
     }
-    fn visit_string<E>(self, v: String) -> Result<Node, E> {
-        Ok(Node::Str(v))
+    fn visit_string<E>(self, v: String) -> Result<YamlNode, E> {
+        Ok(YamlNode::Str(v))
     }
-    fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::Null(String::new()))
+    fn visit_unit<E>(self) -> Result<YamlNode, E> {
+        Ok(YamlNode::Null(String::new()))
     }
-    fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::Null(String::new()))
+    fn visit_none<E>(self) -> Result<YamlNode, E> {
+        Ok(YamlNode::Null(String::new()))
     }
-    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
-        Node::deserialize(deserializer)
+    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<YamlNode, D::Error> {
+        YamlNode::deserialize(deserializer)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<YamlNode, A::Error> {
         let mut items = Vec::new();
         while let Some(item) = seq.next_element()? {
             items.push(item);
         }
-        Ok(Node::Seq(items))
+        Ok(YamlNode::Seq(items))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<YamlNode, A::Error> {
         let mut entries = Vec::new();
         while let Some(key) = map.next_key()? {
             entries.push((key, map.next_value()?));
         }
-        Ok(Node::Map(entries))
+        Ok(YamlNode::Map(entries))
     }
 }
 
@@ -325,10 +332,10 @@ impl SpanMap {
         let mut stack = vec![(FieldPath::default(), root)];
         while let Some((path, node)) = stack.pop() {
             match &node.node {
-                Node::Seq(items) => {
+                YamlNode::Seq(items) => {
                     stack.extend(items.iter().enumerate().map(|(i, item)| (path.index(i), item)));
                 }
-                Node::Map(entries) => {
+                YamlNode::Map(entries) => {
                     for (key, value) in entries {
                         let name = key.scalar_text().unwrap_or("?");
                         stack.push((path.key(name), value));

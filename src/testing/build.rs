@@ -200,3 +200,25 @@ pub(crate) fn node_spec(kubeconfig: Option<&str>, context: Option<&str>) -> Node
 pub(crate) fn world_of(containers: Vec<Container>) -> World {
     World { containers, ..World::default() }
 }
+
+/// Pool `a` on Docker context `one` and pool `b` on context `two`, both with the current
+/// template.
+pub(crate) fn two_pools() -> Desired {
+    let mut a = PoolArgs { hash: Some("h"), ..PoolArgs::new("a", 1) }.build();
+    let mut b = PoolArgs { hash: Some("h"), ..PoolArgs::new("b", 1) }.build();
+    a.pool.spec.docker = Some(crate::spec::DockerSpec { context: Some("one".into()), host: None });
+    b.pool.spec.docker = Some(crate::spec::DockerSpec { context: Some("two".into()), host: None });
+    desired(vec![a, b])
+}
+
+/// Two fake daemons as the endpoints of [`two_pools`]: `a` on the first, `b` on the second.
+pub(crate) fn routed(
+    one: crate::testing::fake::FakeWorld,
+    two: crate::testing::fake::FakeWorld,
+) -> crate::backend::endpoints::Endpoints<crate::testing::fake::FakeWorld> {
+    let pools = BTreeMap::from([("a".to_owned(), 0), ("b".to_owned(), 1)]);
+    crate::backend::endpoints::Endpoints::new(
+        vec![("context one".into(), one), ("context two".into(), two)],
+        pools,
+    )
+}

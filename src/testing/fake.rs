@@ -12,7 +12,7 @@ use crate::backend::{
     BackendError, Cluster, Connect, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer,
     NewFile, Stopped, lock_expiry,
 };
-use crate::execute::Interrupt;
+use crate::cancel::Interrupt;
 use crate::model::{
     ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World, labels,
 };

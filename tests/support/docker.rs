@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bollard::query_parameters::RemoveContainerOptions;
-use poolctl::backend::docker::DockerBackend;
+use poolctl::backend::docker::{DockerBackend, DockerEnv, Timeouts, endpoint};
 use poolctl::backend::{Containers, NewContainer};
 use poolctl::model::labels;
 use poolctl::model::{Container, ContainerState};
@@ -51,11 +51,16 @@ fn in_ci() -> bool {
 /// Connects to the daemon and makes sure the test images exist. Returns `None` (after a loud
 /// banner) when no daemon answers outside CI; panics when none answers in CI.
 pub(crate) async fn docker() -> Option<TestDocker> {
-    let backend = match DockerBackend::connect().await {
+    let current = endpoint::current(&DockerEnv::from_process());
+    let connected = match current {
+        Ok(current) => DockerBackend::connect(&current, Timeouts::default()).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let backend = match connected {
         Ok(backend) => backend,
         Err(e) if in_ci() => panic!("CI is set but no Docker daemon answers: {e}"),
         Err(e) => {
-            skip_banner(&e.to_string());
+            skip_banner(&e);
             return None;
         }
     };

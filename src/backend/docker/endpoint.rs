@@ -78,6 +78,13 @@ pub struct Endpoint {
     pub tls: Option<TlsFiles>,
 }
 
+impl Endpoint {
+    /// A daemon address as it is (`unix://`, `tcp://` or `http://`), without TLS.
+    pub fn at(host: &str) -> Self {
+        Self { name: host.to_owned(), host: host.to_owned(), tls: None }
+    }
+}
+
 /// Where the TLS material of an endpoint is. A file that does not exist is left out, as the
 /// docker CLI leaves it out (the system's roots verify the daemon without `ca.pem`; no client
 /// certificate is offered without `cert.pem` and `key.pem`).
@@ -122,7 +129,7 @@ pub fn current(env: &DockerEnv) -> Result<Endpoint, EndpointError> {
 /// `currentContext` of the config file, if it names one; a missing file names none.
 fn current_context(config_dir: &Path) -> Result<Option<String>, EndpointError> {
     #[derive(Deserialize)]
-    struct Config {
+    struct CliConfigFile {
         #[serde(rename = "currentContext", default)]
         current_context: Option<String>,
     }
@@ -132,7 +139,7 @@ fn current_context(config_dir: &Path) -> Result<Option<String>, EndpointError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(EndpointError::BadConfig { path, why: e.to_string() }),
     };
-    let config: Config =
+    let config: CliConfigFile =
         serde_json::from_str(&text).map_err(|e| EndpointError::BadConfig { path, why: e.to_string() })?;
     Ok(config.current_context.filter(|c| !c.is_empty()))
 }

@@ -21,13 +21,7 @@ const DRIFT_DEBOUNCE: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The events that mean a container stopped serving.
-const DRIFT: &[&str] = &["die", "stop", "destroy"];
-
-/// Forward the drift events on `endpoint` of the containers whose scope label is `scope` to
-/// `tx`, until `tx` is closed.
-pub async fn drift_events(endpoint: Endpoint, scope: String, tx: mpsc::Sender<String>) {
-    container_events(endpoint, scope, DRIFT, tx).await;
-}
+pub const DRIFT_EVENTS: &[&str] = &["die", "stop", "destroy"];
 
 /// Forward the `actions` (`die`, `start`...) on `endpoint` of the containers whose scope label
 /// is `scope` to `tx`, until `tx` is closed.
@@ -60,7 +54,8 @@ async fn subscribe(
     actions: &[&str],
     tx: &mpsc::Sender<String>,
 ) -> Result<(), String> {
-    let docker = DockerBackend::connect_to(endpoint).await.map_err(|e| e.to_string())?;
+    let docker =
+        DockerBackend::connect(endpoint, super::Timeouts::default()).await.map_err(|e| e.to_string())?;
     let filters = [
         ("type", vec!["container".to_owned()]),
         ("event", actions.iter().map(|&a| a.to_owned()).collect()),

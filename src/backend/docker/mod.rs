@@ -25,18 +25,18 @@ use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile
 use crate::model::{Container, Desired, labels};
 use crate::spec::Secret;
 
+mod archive;
 mod convert;
 mod create;
 pub mod endpoint;
 mod events;
 mod lock;
-mod tar;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
-pub use events::{container_events, drift_events};
+pub use events::{DRIFT_EVENTS, container_events};
 pub use lock::lock_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
@@ -94,39 +94,10 @@ pub struct DockerBackend {
 }
 
 impl DockerBackend {
-    /// Connects to the docker CLI's current endpoint (see [`endpoint`]).
-    pub async fn connect() -> Result<Self, BackendError> {
-        Self::connect_with(None).await
-    }
-
-    /// Connects to `host` (a `unix://`, `tcp://` or `http://` address, without TLS), or to the
-    /// docker CLI's current endpoint when `None`.
-    pub async fn connect_with(host: Option<&str>) -> Result<Self, BackendError> {
-        Self::connect_bounded(host, Timeouts::default()).await
-    }
-
-    /// [`Self::connect_with`], waiting as `timeouts` say.
-    pub async fn connect_bounded(host: Option<&str>, timeouts: Timeouts) -> Result<Self, BackendError> {
-        let endpoint = match host {
-            Some(h) => Endpoint { name: h.to_owned(), host: h.to_owned(), tls: None },
-            None => endpoint::current(&DockerEnv::from_process()).map_err(|e| BackendError::Unreachable {
-                what: "Docker",
-                at: "the docker CLI's current endpoint".to_owned(),
-                reason: e.to_string(),
-            })?,
-        };
-        Self::connect_to_bounded(&endpoint, timeouts).await
-    }
-
-    /// Connects to a resolved endpoint. Talks to the daemon once, negotiating the API version,
-    /// so that an endpoint that does not answer is reported here, by its name, rather than
-    /// halfway through a plan.
-    pub async fn connect_to(endpoint: &Endpoint) -> Result<Self, BackendError> {
-        Self::connect_to_bounded(endpoint, Timeouts::default()).await
-    }
-
-    /// [`Self::connect_to`], waiting as `timeouts` say.
-    pub async fn connect_to_bounded(endpoint: &Endpoint, timeouts: Timeouts) -> Result<Self, BackendError> {
+    /// Connects to a resolved endpoint (see [`endpoint`]), waiting as `timeouts` say. Talks to
+    /// the daemon once, negotiating the API version, so that an endpoint that does not answer
+    /// is reported here, by its name, rather than halfway through a plan.
+    pub async fn connect(endpoint: &Endpoint, timeouts: Timeouts) -> Result<Self, BackendError> {
         let at = endpoint.name.clone();
         let unreachable =
             |reason: String| BackendError::Unreachable { what: "Docker", at: at.clone(), reason };
@@ -376,7 +347,7 @@ impl DockerBackend {
 
 impl DockerBackend {
     /// The first entry of the archive of `path` in the container, at most [`MAX_READ`] bytes.
-    async fn download(&self, name: &str, path: &str) -> Result<tar::Entry, BackendError> {
+    async fn download(&self, name: &str, path: &str) -> Result<archive::Entry, BackendError> {
         let doing = || format!("read {path} in container {name}");
         let options = DownloadFromContainerOptions { path: path.to_owned() };
         let read = async {
@@ -392,9 +363,8 @@ impl DockerBackend {
         };
         // The daemon's own words tell a missing container from a missing file.
         match self.call(read).await.map_err(|e| self.error(&doing(), e))? {
-            Some(archive) => {
-                tar::first_entry(&archive).map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))
-            }
+            Some(archive) => archive::first_entry(&archive)
+                .map_err(|why| BackendError::Failed(format!("{}: {why}", doing()))),
             None => Err(BackendError::Failed(format!("{}: larger than {MAX_READ} bytes", doing()))),
         }
     }
@@ -502,14 +472,14 @@ impl Containers for DockerBackend {
         let mut path = path.to_owned();
         for _ in 0..=MAX_LINKS {
             match self.download(name, &path).await? {
-                tar::Entry::File(bytes) => {
+                archive::Entry::File(bytes) => {
                     return String::from_utf8(bytes).map(Secret::new).map_err(|_| {
                         BackendError::Failed(format!("read {path} in {name}: it is not UTF-8 text"))
                     });
                 }
                 // Docker archives a link as a link; `docker cp -L` follows it on the client side.
-                tar::Entry::Symlink(target) if target.starts_with('/') => path = target,
-                tar::Entry::Symlink(target) => {
+                archive::Entry::Symlink(target) if target.starts_with('/') => path = target,
+                archive::Entry::Symlink(target) => {
                     let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
                     path = format!("{dir}/{target}");
                 }
@@ -527,7 +497,7 @@ impl Containers for DockerBackend {
         }
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let archive = tar::single_file(dir_name, base, file.content.expose().as_bytes(), now)
+        let archive = archive::single_file(dir_name, base, file.content.expose().as_bytes(), now)
             .map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))?;
         let parent = if parent.is_empty() { "/" } else { parent };
         let options = UploadToContainerOptions { path: parent.to_owned(), ..Default::default() };
@@ -687,7 +657,7 @@ pub async fn connect_endpoints(
     let (endpoints, pools) = resolve_endpoints(desired, env)?;
     let mut places = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
-        match DockerBackend::connect_to(endpoint).await {
+        match DockerBackend::connect(endpoint, Timeouts::default()).await {
             Ok(backend) => places.push((endpoint.name.clone(), backend)),
             Err(source) => {
                 let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();

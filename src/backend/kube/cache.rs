@@ -67,7 +67,7 @@ impl<K> Mirrors<K> {
 
 /// One list, kept up to date by a watch.
 struct Mirror<K> {
-    state: Arc<Mutex<State<K>>>,
+    state: Arc<Mutex<CacheState<K>>>,
     /// The cache's write count when the list was made.
     listed_at: u64,
     watch: JoinHandle<()>,
@@ -79,7 +79,7 @@ impl<K> Drop for Mirror<K> {
     }
 }
 
-struct State<K> {
+struct CacheState<K> {
     items: BTreeMap<String, K>,
     /// The watch still runs: the items are as current as its events.
     live: bool,
@@ -152,7 +152,7 @@ impl KubeCluster {
         let list = self.retrying(what, deadline, || api.list(&params)).await?;
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         let items = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
-        let state = Arc::new(Mutex::new(State { items, live: true }));
+        let state = Arc::new(Mutex::new(CacheState { items, live: true }));
         let mut watch_params = WatchParams::default().timeout(WATCH_SECONDS);
         watch_params.label_selector.clone_from(&params.label_selector);
         watch_params.field_selector.clone_from(&params.field_selector);
@@ -168,7 +168,7 @@ async fn follow<K: Listed>(
     api: Api<K>,
     params: WatchParams,
     mut version: String,
-    state: Arc<Mutex<State<K>>>,
+    state: Arc<Mutex<CacheState<K>>>,
 ) {
     loop {
         let started = Instant::now();

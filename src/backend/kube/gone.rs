@@ -124,7 +124,7 @@ fn key_of(pod: &K8sPod) -> Key {
 }
 
 /// How a watch of the Node's pods ended.
-enum Ended {
+enum WatchEnd {
     /// The server closed it (its window ran out): resume from the last version seen.
     Closed,
     /// It broke, the server said the version is too old, or closed it at once with nothing
@@ -177,12 +177,12 @@ impl KubeCluster {
                 }
             }
             match self.watch_departures(&api, &fields, departures, &mut version, deadline).await {
-                Ended::Closed => backoff = pause(),
-                Ended::Broken => {
+                WatchEnd::Closed => backoff = pause(),
+                WatchEnd::Broken => {
                     version.clear();
                     backoff.wait_until(deadline).await;
                 }
-                Ended::Refused => watching = false,
+                WatchEnd::Refused => watching = false,
             }
         }
     }
@@ -195,7 +195,7 @@ impl KubeCluster {
         departures: &Departures,
         version: &mut String,
         deadline: Instant,
-    ) -> Ended {
+    ) -> WatchEnd {
         let remaining = deadline.saturating_duration_since(Instant::now()).as_secs();
         let window = u32::try_from(remaining).unwrap_or(WATCH_WINDOW).clamp(1, WATCH_WINDOW);
         let params = WatchParams::default().fields(fields).timeout(window);
@@ -208,7 +208,7 @@ impl KubeCluster {
                     let class = classify(&e);
                     tracing::debug!("watch of the pods being evicted failed: {}", reason(&e));
                     departures.trouble(Some(reason(&e)));
-                    return if class == Class::Transient { Ended::Broken } else { Ended::Refused };
+                    return if class == Class::Transient { WatchEnd::Broken } else { WatchEnd::Refused };
                 }
             };
             while let Some(event) = stream.next().await {
@@ -229,12 +229,12 @@ impl KubeCluster {
                     // 410 Gone: the version is too old to resume from.
                     Ok(WatchEvent::Error(e)) => {
                         tracing::debug!("watch of the pods being evicted ended: {e}");
-                        return Ended::Broken;
+                        return WatchEnd::Broken;
                     }
                     Err(e) => {
                         tracing::debug!("watch of the pods being evicted broke: {}", reason(&e));
                         departures.trouble(Some(reason(&e)));
-                        return Ended::Broken;
+                        return WatchEnd::Broken;
                     }
                 };
                 departures.trouble(None);
@@ -242,17 +242,17 @@ impl KubeCluster {
                     *version = v;
                 }
                 if departures.all_gone() {
-                    return Ended::Closed;
+                    return WatchEnd::Closed;
                 }
             }
             if events == 0 && started.elapsed() < std::time::Duration::from_secs(1) {
-                Ended::Broken
+                WatchEnd::Broken
             } else {
-                Ended::Closed
+                WatchEnd::Closed
             }
         })
         .await;
-        watched.unwrap_or(Ended::Closed)
+        watched.unwrap_or(WatchEnd::Closed)
     }
 }
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::backend::retry;
+use crate::model::Desired;
 
 /// Why a reconcile starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +38,11 @@ pub(super) enum Ended {
 /// What one look at the source found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum SourceNews {
-    /// The same revision as last time, or a new one whose pools are the same.
+    /// The same revision as last time.
     Unchanged,
-    /// A valid desired state that asks for a different world than the last good one (or the
-    /// first good one).
-    Changed,
+    /// A new revision with a valid desired state, by the [`fingerprint`] of what it asks for:
+    /// the machine tells a changed world from a reformatted file.
+    Loaded(u64),
     /// The new revision's pool files are invalid: the last good state is kept.
     Invalid,
     /// The source could not be read or fetched at all.
@@ -68,6 +69,10 @@ pub(super) enum Decision {
     Supersede,
     /// Nothing now (the event was absorbed or queued).
     Wait,
+    /// A new revision asks for the same world as the last good one: nothing to do.
+    Same,
+    /// The new revision is invalid: report it, keep the last good state, and go on.
+    KeepLastGood,
     /// Schedule a [`Trigger::Retry`] after this long.
     RetryAfter(Duration),
     /// Look at the source again after this long (it could not be read).
@@ -91,7 +96,9 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 // would be harder to follow.
 #[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct State {
+pub(super) struct WatchState {
+    /// The [`fingerprint`] of the last good desired state.
+    pub spec: Option<u64>,
     /// A good desired state was read: there is something to reconcile towards.
     pub has_desired: bool,
     /// The source was read and found good at least once; until then, a source that cannot be
@@ -113,9 +120,10 @@ pub(super) struct State {
     pub source_cap: Duration,
 }
 
-impl Default for State {
+impl Default for WatchState {
     fn default() -> Self {
         Self {
+            spec: None,
             has_desired: false,
             source_read: false,
             running: false,
@@ -129,13 +137,22 @@ impl Default for State {
     }
 }
 
+/// What a desired state asks for, as one number: its pools and their template hashes, not file
+/// bytes (a comment or a reformatting changes nothing) nor the commit.
+pub(super) fn fingerprint(desired: &Desired) -> u64 {
+    use sha2::{Digest, Sha256};
+    let pools: Vec<_> = desired.pools.iter().map(|p| (&p.template_hash, &p.pool)).collect();
+    let digest = Sha256::digest(serde_json::to_vec(&pools).unwrap_or_default());
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
 /// Exponential backoff after `failures` consecutive failures: 1s, 2s, 4s... up to `cap`.
 fn backoff(failures: u32, cap: Duration) -> Duration {
     retry::delay(failures, Duration::from_secs(1), cap)
 }
 
 /// The watcher's one step function.
-pub(super) fn next_action(mut state: State, event: Event) -> (State, Decision) {
+pub(super) fn next_action(mut state: WatchState, event: Event) -> (WatchState, Decision) {
     let decision = match event {
         Event::Signal if state.stopping => Decision::ExitNow,
         Event::Signal => {
@@ -149,13 +166,19 @@ pub(super) fn next_action(mut state: State, event: Event) -> (State, Decision) {
                 return (state, Decision::LookAgainAfter(backoff(state.source_failures, state.source_cap)));
             }
             state.source_failures = 0;
-            state.source_read |= matches!(news, SourceNews::Changed | SourceNews::Unchanged);
             match news {
-                SourceNews::Changed if !state.has_desired => {
-                    return next_action(state, Event::Trigger(Trigger::Start));
+                SourceNews::Loaded(spec) => {
+                    state.source_read = true;
+                    let last = state.spec.replace(spec);
+                    let trigger = match last {
+                        None => Trigger::Start,
+                        Some(last) if last == spec => return (state, Decision::Same),
+                        Some(_) => Trigger::SourceChanged,
+                    };
+                    return next_action(state, Event::Trigger(trigger));
                 }
-                SourceNews::Changed => return next_action(state, Event::Trigger(Trigger::SourceChanged)),
-                _ => Decision::Wait,
+                SourceNews::Invalid => Decision::KeepLastGood,
+                SourceNews::Unchanged | SourceNews::Unreachable => Decision::Wait,
             }
         }
         Event::Trigger(_) if state.stopping => Decision::Wait,
@@ -213,13 +236,13 @@ pub(super) fn next_action(mut state: State, event: Event) -> (State, Decision) {
 mod tests {
     use super::*;
 
-    fn step(state: State, event: Event) -> (State, Decision) {
+    fn step(state: WatchState, event: Event) -> (WatchState, Decision) {
         next_action(state, event)
     }
 
     #[test]
     fn start_reconciles_once_at_a_time_and_coalesces_drift() {
-        let (s, a) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, a) = step(WatchState::default(), Event::Trigger(Trigger::Start));
         assert_eq!(a, Decision::Reconcile(Trigger::Start));
         let (s, a) = step(s, Event::Trigger(Trigger::Drift));
         assert_eq!(a, Decision::Wait);
@@ -230,12 +253,12 @@ mod tests {
         assert_eq!(a, Decision::Reconcile(Trigger::Drift), "one more look for everything that came in");
         let (s, a) = step(s, Event::Finished(Ended::Converged));
         assert_eq!(a, Decision::Wait);
-        assert_eq!(s, State { has_desired: true, ..State::default() });
+        assert_eq!(s, WatchState { has_desired: true, ..WatchState::default() });
     }
 
     #[test]
     fn a_new_spec_during_a_rollout_supersedes_it_and_is_planned_next() {
-        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
         let (s, a) = step(s, Event::Trigger(Trigger::Drift));
         assert_eq!(a, Decision::Wait);
         let (s, a) = step(s, Event::Trigger(Trigger::SourceChanged));
@@ -250,7 +273,7 @@ mod tests {
 
     #[test]
     fn failures_back_off_exponentially_and_a_new_spec_skips_the_wait() {
-        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
         let (s, a) = step(s, Event::Finished(Ended::Failed));
         assert_eq!(a, Decision::RetryAfter(Duration::from_secs(1)));
         let (s, a) = step(s, Event::Trigger(Trigger::Resync));
@@ -266,7 +289,7 @@ mod tests {
         assert_eq!(s.failures, 0);
 
         // A new spec queued behind a failing run is tried at once, not after a backoff.
-        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
         let (s, _) = step(s, Event::Trigger(Trigger::SourceChanged));
         let (_, a) = step(s, Event::Finished(Ended::Failed));
         assert_eq!(a, Decision::Reconcile(Trigger::SourceChanged));
@@ -274,11 +297,11 @@ mod tests {
 
     #[test]
     fn a_signal_stops_the_run_at_a_boundary_then_exits_and_a_second_exits_at_once() {
-        let (s, a) = step(State::default(), Event::Signal);
+        let (s, a) = step(WatchState::default(), Event::Signal);
         assert_eq!(a, Decision::Exit, "idle: nothing to wait for");
         assert_eq!(step(s, Event::Signal).1, Decision::ExitNow);
 
-        let (s, _) = step(State::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
         let (s, a) = step(s, Event::Signal);
         assert_eq!(a, Decision::StopRun);
         let (s, a) = step(s, Event::Trigger(Trigger::SourceChanged));
@@ -290,37 +313,52 @@ mod tests {
     #[test]
     fn a_source_that_is_bad_at_start_fails_and_once_good_is_kept_through_failures() {
         for bad in [SourceNews::Invalid, SourceNews::Unreachable] {
-            let (_, a) = step(State::default(), Event::Source(bad));
+            let (_, a) = step(WatchState::default(), Event::Source(bad));
             assert_eq!(a, Decision::Fail, "{bad:?} before any good state: nothing to keep running for");
         }
-        let (s, a) = step(State::default(), Event::Source(SourceNews::Changed));
+        let (s, a) = step(WatchState::default(), Event::Source(SourceNews::Loaded(1)));
         assert_eq!(a, Decision::Reconcile(Trigger::Start));
         assert!(s.source_read);
         let (s, a) = step(s, Event::Source(SourceNews::Invalid));
-        assert_eq!(a, Decision::Wait, "the last good state is kept");
+        assert_eq!(a, Decision::KeepLastGood, "the last good state is kept");
         let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
         assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
         let (s, a) = step(s, Event::Finished(Ended::Converged));
         assert_eq!(a, Decision::Wait);
         let (_, a) = step(s, Event::Source(SourceNews::Invalid));
-        assert_eq!(a, Decision::Wait, "still kept after a reconcile");
+        assert_eq!(a, Decision::KeepLastGood, "still kept after a reconcile");
     }
 
     #[test]
     fn the_first_good_source_starts_and_a_changed_one_supersedes() {
-        let (s, a) = step(State::default(), Event::Trigger(Trigger::Resync));
+        let (s, a) = step(WatchState::default(), Event::Trigger(Trigger::Resync));
         assert_eq!(a, Decision::Wait, "no desired state yet: nothing to reconcile towards");
-        let (s, a) = step(s, Event::Source(SourceNews::Changed));
+        let (s, a) = step(s, Event::Source(SourceNews::Loaded(1)));
         assert_eq!(a, Decision::Reconcile(Trigger::Start));
         let (s, a) = step(s, Event::Source(SourceNews::Unchanged));
         assert_eq!(a, Decision::Wait);
-        let (_, a) = step(s, Event::Source(SourceNews::Changed));
+        let (s, a) = step(s, Event::Source(SourceNews::Loaded(1)));
+        assert_eq!(a, Decision::Same, "a new revision that asks for the same pools");
+        assert!(s.pending.is_none(), "nothing queued for it");
+        let (s, a) = step(s, Event::Source(SourceNews::Loaded(2)));
         assert_eq!(a, Decision::Supersede);
+        assert_eq!(s.spec, Some(2));
+    }
+
+    #[test]
+    fn a_fingerprint_sees_the_pools_not_the_files() {
+        use crate::testing::build::{PoolArgs, desired};
+        let a = desired(vec![PoolArgs::new("w", 1).build()]);
+        let mut moved = a.clone();
+        moved.pools[0].file = "elsewhere.yaml".into();
+        assert_eq!(fingerprint(&a), fingerprint(&moved), "a file renamed asks for the same world");
+        let scaled = desired(vec![PoolArgs::new("w", 2).build()]);
+        assert_ne!(fingerprint(&a), fingerprint(&scaled));
     }
 
     #[test]
     fn an_unreadable_source_is_read_again_with_backoff_up_to_the_interval() {
-        let s = State { source_cap: Duration::from_secs(3), source_read: true, ..State::default() };
+        let s = WatchState { source_cap: Duration::from_secs(3), source_read: true, ..WatchState::default() };
         let (s, a) = step(s, Event::Source(SourceNews::Unreachable));
         assert_eq!(a, Decision::LookAgainAfter(Duration::from_secs(1)));
         let (s, a) = step(s, Event::Source(SourceNews::Unreachable));

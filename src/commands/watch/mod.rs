@@ -29,51 +29,20 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use super::common::{source_failure, source_spec, write_stdout};
+use super::common::{source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
-use crate::backend::docker::{
-    DockerBackend, DockerEnv, EndpointsError, connect_endpoints, drift_events, resolve_endpoints,
-};
-use crate::backend::endpoints::Endpoints;
-use crate::backend::kube::{KeptConnect, KubeCluster};
-use crate::cli::WatchArgs;
-use crate::execute::{Interrupt, StopReason};
+use crate::backend::{Connections, Containers, Events};
+use crate::cancel::{Interrupt, StopReason};
+use crate::config::WatchConfig;
 use crate::model::{Desired, World};
-use crate::observe::observe_again;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
-use machine::{Decision, Ended, Event, SourceNews, State, Trigger, next_action};
+use machine::{Decision, Ended, Event, SourceNews, Trigger, WatchState, fingerprint, next_action};
 use reconcile::Reconcile;
 
-/// The settings of one watch.
-#[derive(Debug, Clone, Copy)]
-struct Config {
-    interval: Duration,
-    resync: Duration,
-    dry_run: bool,
-    options: crate::plan::PlanOptions,
-}
-
-/// The shortest interval accepted: a zero period would spin (and tokio refuses it).
-const MIN_PERIOD: Duration = Duration::from_millis(100);
-
-/// Whether two desired states ask for the same world: the pools and their template hashes,
-/// not file bytes (a comment or a reformatting changes nothing) nor the commit.
-fn same_spec(a: &Desired, b: &Desired) -> bool {
-    a.pools.len() == b.pools.len()
-        && a.pools.iter().zip(&b.pools).all(|(x, y)| x.template_hash == y.template_hash && x.pool == y.pool)
-}
-
 /// Run `poolctl watch` until a signal.
-pub(super) async fn watch_command(args: WatchArgs) -> Result<Exit> {
-    let spec = source_spec(&args.source)?;
-    let config = Config {
-        interval: args.interval.get().max(MIN_PERIOD),
-        resync: args.resync.get().max(MIN_PERIOD),
-        dry_run: args.dry_run,
-        options: args.planning.options(),
-    };
-    Loop::new(spec, config).run().await
+pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
+    Loop::new(config).run().await
 }
 
 /// What woke the loop up.
@@ -90,8 +59,8 @@ enum Wake {
 /// The loop's I/O state; every decision is [`next_action`]'s.
 struct Loop {
     spec: SourceSpec,
-    config: Config,
-    state: State,
+    config: Arc<WatchConfig>,
+    state: WatchState,
     /// The last desired state that loaded without errors.
     good: Option<Arc<Desired>>,
     /// The last revision looked at, good or bad, so that a bad one is reported once.
@@ -102,10 +71,12 @@ struct Loop {
     look_again: Option<Instant>,
     /// Why the last look at the source failed, until it is reported (or watch fails with it).
     problem: Option<SourceError>,
+    /// The last look loaded a new revision: what the decision about it says is logged.
+    fresh: bool,
     retry: Option<Instant>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
     /// Docker and cluster clients, kept from one reconcile to the next.
-    clients: Arc<Clients>,
+    connections: Arc<Connections>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
     drift: BTreeMap<String, JoinHandle<()>>,
     drift_tx: mpsc::Sender<String>,
@@ -116,14 +87,16 @@ struct Loop {
 }
 
 impl Loop {
-    fn new(spec: SourceSpec, config: Config) -> Self {
+    fn new(config: WatchConfig) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
+        let spec = config.source.spec.clone();
         let files = watch_files(&spec, changed_tx);
-        let state = State { source_cap: config.interval.max(Duration::from_secs(1)), ..State::default() };
+        let state =
+            WatchState { source_cap: config.interval.max(Duration::from_secs(1)), ..WatchState::default() };
         Self {
             spec,
-            config,
+            config: Arc::new(config),
             state,
             good: None,
             seen: None,
@@ -131,9 +104,10 @@ impl Loop {
             recheck: false,
             look_again: None,
             problem: None,
+            fresh: false,
             retry: None,
             run: None,
-            clients: Arc::default(),
+            connections: Arc::new(Connections::kept()),
             drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
@@ -181,16 +155,16 @@ impl Loop {
             let (state, decision) = next_action(self.state, event);
             self.state = state;
             debug!(?event, ?decision, "watch step");
-            if event == Event::Source(SourceNews::Invalid)
-                && decision != Decision::Fail
-                && let Some(e) = self.problem.take()
-            {
-                error!(
-                    "the source has errors; the world is left as it is (keeping the last good state):\n{e:#}"
-                );
-            }
+            self.say(decision);
             match decision {
-                Decision::Wait => {}
+                Decision::Wait | Decision::Same => {}
+                Decision::KeepLastGood => {
+                    let e = self.problem.take().map(|e| format!("{:#}", anyhow::Error::from(e)));
+                    error!(
+                        "the source has errors; the world is left as it is (keeping the last good state):\n{}",
+                        e.unwrap_or_default()
+                    );
+                }
                 Decision::Reconcile(trigger) => self.start_reconcile(trigger),
                 Decision::Supersede => {
                     info!("a newer desired state arrived: stopping the rollout at the next step boundary");
@@ -298,6 +272,20 @@ impl Loop {
         self.check = Some(tokio::task::spawn_blocking(move || check_source(&spec, seen.as_ref())));
     }
 
+    /// Say what a decision about a new revision of the source means.
+    fn say(&mut self, decision: Decision) {
+        let fresh = std::mem::take(&mut self.fresh);
+        let Some(origin) = self.good.as_ref().map(|good| &good.origin).filter(|_| fresh) else { return };
+        match decision {
+            Decision::Reconcile(Trigger::Start) => info!("source read: {origin}"),
+            Decision::Same => info!("source changed ({origin}), the pools are the same: nothing to do"),
+            Decision::Reconcile(Trigger::SourceChanged) | Decision::Supersede => {
+                info!("source changed: {origin}");
+            }
+            _ => {}
+        }
+    }
+
     /// Keep what the look found and report it; the state machine decides what it means.
     fn on_checked(&mut self, checked: Checked) -> SourceNews {
         match checked {
@@ -305,22 +293,11 @@ impl Loop {
             Checked::Loaded(revision, desired) => {
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
-                let news = match &self.good {
-                    None => {
-                        info!("source read: {}", desired.origin);
-                        SourceNews::Changed
-                    }
-                    Some(good) if same_spec(good, &desired) => {
-                        info!("source changed ({}), the pools are the same: nothing to do", desired.origin);
-                        SourceNews::Unchanged
-                    }
-                    Some(_) => {
-                        info!("source changed: {}", desired.origin);
-                        SourceNews::Changed
-                    }
-                };
-                // Kept even when equal, so that new containers name the newest commit.
+                let news = SourceNews::Loaded(fingerprint(&desired));
+                // Kept even when it asks for the same pools, so that new containers name the
+                // newest commit.
                 self.good = Some(Arc::new(desired));
+                self.fresh = true;
                 news
             }
             // Reported as the state machine decides: kept past, or the reason watch ends.
@@ -342,8 +319,9 @@ impl Loop {
         // A reconcile that starts now does what a pending retry would have done.
         self.retry = None;
         let interrupt = Arc::new(Interrupt::default());
-        let clients = Arc::clone(&self.clients);
-        let task = tokio::spawn(reconcile(desired, trigger, self.config, Arc::clone(&interrupt), clients));
+        let connections = Arc::clone(&self.connections);
+        let config = Arc::clone(&self.config);
+        let task = tokio::spawn(reconcile(desired, trigger, config, Arc::clone(&interrupt), connections));
         self.run = Some((task, interrupt));
     }
 
@@ -351,8 +329,8 @@ impl Loop {
     /// endpoint its pools live on, each from a task that re-subscribes with backoff whenever the
     /// daemon goes away; stop following an endpoint no pool lives on any more.
     fn follow_drift_events(&mut self, desired: &Desired) {
-        let endpoints = match resolve_endpoints(desired, &DockerEnv::from_process()) {
-            Ok((endpoints, _)) => endpoints,
+        let follow = match Connections::follow_events(desired, Events::Drift, &self.drift_tx) {
+            Ok(follow) => follow,
             // The reconcile reports it, with the rest of what is wrong.
             Err(e) => {
                 debug!("not following Docker events: {e}");
@@ -360,18 +338,14 @@ impl Loop {
             }
         };
         self.drift.retain(|host, task| {
-            let keep = endpoints.iter().any(|e| &e.host == host);
+            let keep = follow.iter().any(|(h, _)| h == host);
             if !keep {
                 task.abort();
             }
             keep
         });
-        for endpoint in endpoints {
-            if !self.drift.contains_key(&endpoint.host) {
-                let host = endpoint.host.clone();
-                let task = drift_events(endpoint, desired.origin.scope(), self.drift_tx.clone());
-                self.drift.insert(host, tokio::spawn(task));
-            }
+        for (host, task) in follow {
+            self.drift.entry(host).or_insert_with(|| tokio::spawn(task));
         }
     }
 
@@ -382,13 +356,12 @@ impl Loop {
             return;
         };
         // Docker alone: the summary counts containers, and a cluster may be what went away.
-        let no_clusters = BTreeMap::<String, KubeCluster>::new();
-        let world = match connect_endpoints(desired, &DockerEnv::from_process()).await {
-            Ok(docker) => observe_again(&docker, &no_clusters).await.map_err(anyhow::Error::from),
+        let world = match self.connections.docker(desired).await {
+            Ok(docker) => docker.list().await.map_err(anyhow::Error::from),
             Err(e) => Err(anyhow::Error::from(e)),
         };
         let world = match world {
-            Ok(world) => world,
+            Ok(containers) => World { containers, ..World::default() },
             Err(e) => {
                 warn!("cannot observe the pools: {e:#}");
                 return;
@@ -425,48 +398,17 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// The clients a watch keeps for its whole life: the Docker endpoints of the pools, and each
-/// pool's cluster with its watch-backed lists. A failed reconcile drops them all, so the next
-/// one connects afresh; a desired state whose pools name other endpoints connects again.
-#[derive(Default)]
-struct Clients {
-    /// The endpoints as resolved (the key), and their connections.
-    docker: Mutex<Option<(String, Arc<Endpoints<DockerBackend>>)>>,
-    clusters: KeptConnect,
-}
-
-impl Clients {
-    async fn docker(&self, desired: &Desired) -> Result<Arc<Endpoints<DockerBackend>>, EndpointsError> {
-        let env = DockerEnv::from_process();
-        let key = format!("{:?}", resolve_endpoints(desired, &env)?);
-        let kept = self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        if let Some((kept_key, docker)) = kept
-            && kept_key == key
-        {
-            return Ok(docker);
-        }
-        let docker = Arc::new(connect_endpoints(desired, &env).await?);
-        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((key, Arc::clone(&docker)));
-        Ok(docker)
-    }
-
-    fn forget(&self) {
-        *self.docker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        self.clusters.forget();
-    }
-}
-
 /// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
-/// over the kept clients, with stdout for output.
+/// over the kept connections, with stdout for output. A failed one drops them all, so that the
+/// next one connects afresh.
 async fn reconcile(
     desired: Arc<Desired>,
     trigger: Trigger,
-    config: Config,
+    config: Arc<WatchConfig>,
     interrupt: Arc<Interrupt>,
-    clients: Arc<Clients>,
+    connections: Arc<Connections>,
 ) -> Ended {
-    let docker = match clients.docker(&desired).await {
+    let docker = match connections.docker(&desired).await {
         Ok(d) => d,
         Err(e) => {
             error!("{:#}", anyhow::Error::from(e));
@@ -476,14 +418,14 @@ async fn reconcile(
     let out: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
     let reconcile = Reconcile {
         containers: &*docker,
-        connect: &clients.clusters,
+        connect: connections.clusters(),
         options: config.options,
         dry_run: config.dry_run,
         out: &out,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {
-        clients.forget();
+        connections.forget();
     }
     ended
 }

@@ -2,7 +2,7 @@
 //! under the locks of the pools it changes, which watch holds only while it reconciles.
 //! Generic over the backends, so that a whole reconcile runs against fakes in tests.
 
-use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -10,11 +10,12 @@ use tracing::{error, info};
 
 use super::machine::{Ended, Trigger};
 use crate::backend::{Connect, Containers, Locks};
-use crate::execute::{Executor, Interrupt, StopReason};
-use crate::lock::{LockSettings, PoolLocks};
+use crate::cancel::{Interrupt, StopReason};
+use crate::execute::{ProgressUi, Report};
+use crate::lock::LockSettings;
 use crate::model::Desired;
-use crate::observe::observe_plan;
-use crate::plan::{Plan, PlanOptions, render_text};
+use crate::plan::{PlanOptions, render_text};
+use crate::rollout::{Outcome, Rollout, preview};
 
 /// What a reconcile needs besides the desired state.
 pub(super) struct Reconcile<'a, C, N> {
@@ -29,18 +30,18 @@ pub(super) struct Reconcile<'a, C, N> {
 impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Observe, plan and apply once; `interrupt` stops it between steps.
     pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
-        let (clusters, plan, options) =
-            match observe_plan(desired, self.containers, self.connect, self.options).await {
-                Ok(planned) => (planned.clusters, planned.plan, planned.options),
-                Err(e) => {
-                    error!("{:#}", anyhow::Error::from(e));
-                    return Ended::Failed;
-                }
-            };
+        let preview = match preview(desired, self.containers, self.connect, self.options).await {
+            Ok(preview) => preview,
+            Err(e) => {
+                error!("{:#}", anyhow::Error::from(e));
+                return Ended::Failed;
+            }
+        };
+        let plan = &preview.plan;
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
-                self.print(|out| render_text(&plan, out));
+                self.print(|out| render_text(plan, out));
             }
             info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
             return Ended::Converged;
@@ -49,7 +50,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             "plan ({trigger:?}): {} to create, {} to retire, {} unchanged",
             s.create, s.retire, s.unchanged
         );
-        self.print(|out| render_text(&plan, out));
+        self.print(|out| render_text(plan, out));
         if self.dry_run {
             return Ended::Converged;
         }
@@ -61,42 +62,34 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
         };
         // A pool another run holds is retried with watch's backoff, not waited on here.
-        let mut locks = PoolLocks::new(self.containers, &clusters, &settings, self.out);
-        let ended = match locks.lock_and_replan(desired, &plan, options, interrupt).await {
-            Ok(current) if !current.has_changes() => {
+        let rollout = Rollout {
+            desired,
+            containers: self.containers,
+            clusters: &preview.clusters,
+            options: self.options,
+            locks: &settings,
+            interrupt,
+            progress: self.out,
+            lock_progress: self.out,
+            ui: ProgressUi::default(),
+        };
+        let carried = Box::pin(rollout.run(plan.changed_pools(), |_, _| Ok::<(), Infallible>(()))).await;
+        match carried {
+            Ok(Ok(Outcome::NothingLeft)) => {
                 info!("in sync once the locks were taken: another run made the changes");
                 Ended::Converged
             }
-            Ok(current) => {
-                let run = self.execute(desired, &clusters, &current, options, interrupt);
-                locks.hold_while(interrupt, Box::pin(run)).await
-            }
+            Ok(Ok(Outcome::Done(report))) => self.ended(&report),
+            Ok(Err(never)) => match never {},
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
                 Ended::Failed
             }
-        };
-        locks.release().await;
-        ended
+        }
     }
 
-    /// Carry out a plan made under the locks.
-    async fn execute(
-        &self,
-        desired: &Desired,
-        clusters: &BTreeMap<String, N::Cluster>,
-        plan: &Plan,
-        options: PlanOptions,
-        interrupt: &Interrupt,
-    ) -> Ended {
-        let executor = Executor::new(desired, self.containers, clusters, self.out, interrupt);
-        let report = match executor.execute(plan, options).await {
-            Ok(r) => r,
-            Err(e) => {
-                error!("{:#}", anyhow::Error::from(e));
-                return Ended::Failed;
-            }
-        };
+    /// Print how a rollout ended, and what that means to the watch.
+    fn ended(&self, report: &Report) -> Ended {
         self.print(|out| report.write_summary(out));
         match report.stop_reason {
             _ if report.complete() => Ended::Converged,

@@ -1,0 +1,126 @@
+//! The connections of a run in one value: the Docker endpoints its pools live on and the clients
+//! of their clusters, for the one-shot commands and `watch` alike, so that no command names a
+//! concrete backend.
+//!
+//! A one-shot command connects to each cluster when it observes ([`Connections::once`]); `watch`
+//! keeps every client, with its watch-backed lists, from one reconcile to the next
+//! ([`Connections::kept`]) until a failure makes it [`Connections::forget`] them. Docker
+//! endpoints are kept for as long as the pools name the same ones.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::mpsc;
+
+use super::docker::{
+    DRIFT_EVENTS, DockerBackend, DockerEnv, EndpointsError, connect_endpoints, container_events,
+    resolve_endpoints,
+};
+use super::endpoints::Endpoints;
+use super::kube::{KeptConnect, KubeCluster, KubeConnect};
+use super::{BackendError, Connect};
+use crate::model::{ClusterRef, Desired};
+
+/// Every Docker endpoint of a run's pools, as one [`super::Containers`] and [`super::Locks`].
+pub type Docker = Endpoints<DockerBackend>;
+
+/// Which Docker events to follow ([`Connections::follow_events`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Events {
+    /// A container stopped serving (died, stopped, went away): what `watch` corrects.
+    Drift,
+    /// Any change `status -w` shows.
+    Changes,
+}
+
+/// The Docker events that change what `status` shows.
+const CHANGES: &[&str] = &["create", "start", "die", "stop", "destroy", "health_status", "pause", "unpause"];
+
+/// The Docker endpoints and cluster clients of a run.
+pub struct Connections {
+    /// The endpoints as resolved (the key), and their connections.
+    docker: Mutex<Option<(String, Arc<Docker>)>>,
+    clusters: Clusters,
+}
+
+/// How clusters are connected: afresh each time, or kept.
+pub enum Clusters {
+    Once(KubeConnect),
+    Kept(KeptConnect),
+}
+
+impl Connect for Clusters {
+    type Cluster = KubeCluster;
+
+    async fn connect(&self, cluster: &ClusterRef, pool: &str) -> Result<KubeCluster, BackendError> {
+        match self {
+            Self::Once(connect) => connect.connect(cluster, pool).await,
+            Self::Kept(connect) => connect.connect(cluster, pool).await,
+        }
+    }
+}
+
+impl Connections {
+    /// For a command that runs once.
+    pub fn once() -> Self {
+        Self { docker: Mutex::default(), clusters: Clusters::Once(KubeConnect) }
+    }
+
+    /// For `watch`: cluster clients and their watch-backed lists are kept between reconciles.
+    pub fn kept() -> Self {
+        Self { docker: Mutex::default(), clusters: Clusters::Kept(KeptConnect::default()) }
+    }
+
+    /// The Docker endpoints the pools of `desired` live on, connected (each answered once); the
+    /// ones connected before when the pools name the same endpoints.
+    pub async fn docker(&self, desired: &Desired) -> Result<Arc<Docker>, EndpointsError> {
+        let env = DockerEnv::from_process();
+        let key = format!("{:?}", resolve_endpoints(desired, &env)?);
+        let kept = self.docker.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some((kept_key, docker)) = kept
+            && kept_key == key
+        {
+            return Ok(docker);
+        }
+        let docker = Arc::new(connect_endpoints(desired, &env).await?);
+        *self.docker.lock().unwrap_or_else(PoisonError::into_inner) = Some((key, Arc::clone(&docker)));
+        Ok(docker)
+    }
+
+    /// How the pools' clusters are connected.
+    pub fn clusters(&self) -> &Clusters {
+        &self.clusters
+    }
+
+    /// Drop every kept connection: the next use connects afresh (after a failure, say).
+    pub fn forget(&self) {
+        *self.docker.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        if let Clusters::Kept(kept) = &self.clusters {
+            kept.forget();
+        }
+    }
+
+    /// Follow Docker's `events` for the containers of `desired`'s source (their scope label) on
+    /// every endpoint its pools live on, sending a one-line description of each to `tx`: one
+    /// task to spawn per endpoint, with the endpoint's address. Each re-subscribes with backoff
+    /// whenever its daemon goes away, and ends once `tx` is closed.
+    pub fn follow_events(
+        desired: &Desired,
+        events: Events,
+        tx: &mpsc::Sender<String>,
+    ) -> Result<Vec<(String, impl Future<Output = ()> + Send + 'static)>, EndpointsError> {
+        let (endpoints, _) = resolve_endpoints(desired, &DockerEnv::from_process())?;
+        let actions = match events {
+            Events::Drift => DRIFT_EVENTS,
+            Events::Changes => CHANGES,
+        };
+        let scope = desired.origin.scope();
+        Ok(endpoints
+            .into_iter()
+            .map(|e| (e.host.clone(), container_events(e, scope.clone(), actions, tx.clone())))
+            .collect())
+    }
+}
+
+/// A connected cluster, as [`Connections::clusters`] connects it.
+pub type ClusterClient = <Clusters as Connect>::Cluster;

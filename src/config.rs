@@ -1,0 +1,272 @@
+//! The configuration step: what the user typed (clap's types in [`crate::cli`]) becomes one
+//! checked value that the commands take, as ripgrep turns its `LowArgs` into `HiArgs`. Every
+//! check that needs nothing but the command line happens here, before anything is read or
+//! connected; no clap type reaches a command.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{Cli, Command, OutputFormat, PlanningArgs, SourceArgs};
+use crate::model::Origin;
+use crate::plan::PlanOptions;
+use crate::source::{SourceError, SourceSpec};
+use crate::style::ColorChoice;
+
+/// The shortest watch or status interval accepted: a zero period would spin (and tokio refuses
+/// it).
+const MIN_PERIOD: Duration = Duration::from_millis(100);
+
+/// Why the command line cannot be carried out, before anything was read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("apply -o json asks no question: pass --yes (or apply a saved plan)")]
+    JsonNeedsYes,
+}
+
+/// One run of poolctl, as the command line asks for it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub ui: Ui,
+    pub task: Task,
+}
+
+/// How the user wants to be spoken to: the options every command shares.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ui {
+    /// `--color`.
+    pub color: ColorChoice,
+    /// `-v` given once or more.
+    pub verbose: u8,
+}
+
+/// What to do.
+#[derive(Debug, Clone)]
+pub enum Task {
+    Plan(PlanConfig),
+    Apply(ApplyConfig),
+    Watch(WatchConfig),
+    Status(StatusConfig),
+    /// Check a source offline.
+    Validate(Source),
+    Unlock(UnlockConfig),
+    /// Print the JSON Schema of the pool file.
+    Schema,
+    /// Print a completion script for this shell.
+    Completions(clap_complete::Shell),
+}
+
+/// The output format of plans, status and progress (`-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Where the pool files are: the classified `--source`, `--ref`, `--path` and `--allow-empty`,
+/// and the source as the user wrote it, for messages.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub spec: SourceSpec,
+    pub given: String,
+}
+
+impl Source {
+    /// Classify a source (a path, or a Git repository at a ref).
+    pub fn new(
+        given: &str,
+        reference: Option<&str>,
+        path: Option<&str>,
+        allow_empty: bool,
+    ) -> Result<Self, SourceError> {
+        let spec = SourceSpec::new(given, reference, path)?.allowing_empty(allow_empty);
+        Ok(Self { spec, given: given.to_owned() })
+    }
+
+    /// The source a saved plan was made from, read again.
+    pub fn of_origin(origin: &Origin) -> Result<Self, SourceError> {
+        match origin {
+            Origin::Path { path } => Self::new(path, None, None, false),
+            Origin::Git { url, reference, path, .. } => {
+                Self::new(url, Some(reference), Some(path.as_str()).filter(|p| !p.is_empty()), false)
+            }
+        }
+    }
+
+    fn from_args(args: &SourceArgs) -> Result<Self, SourceError> {
+        let given = args.source.as_deref().unwrap_or_default();
+        Self::new(given, args.reference.as_deref(), args.path.as_deref(), args.allow_empty)
+    }
+}
+
+/// `poolctl plan`.
+#[derive(Debug, Clone)]
+pub struct PlanConfig {
+    pub source: Source,
+    pub options: PlanOptions,
+    pub format: Format,
+    /// `--detailed-exitcode`.
+    pub detailed_exitcode: bool,
+    /// `--out FILE`: also save the plan there.
+    pub out: Option<PathBuf>,
+}
+
+/// `poolctl apply`.
+#[derive(Debug, Clone)]
+pub struct ApplyConfig {
+    /// The source to plan from; with a saved plan, the one given (else the file names it).
+    pub source: Option<Source>,
+    /// `apply PLAN_FILE`: carry out exactly this saved plan.
+    pub plan_file: Option<PathBuf>,
+    pub options: PlanOptions,
+    /// `--yes`: do not ask.
+    pub yes: bool,
+    /// `--dry-run`: print the plan and stop.
+    pub dry_run: bool,
+    pub format: Format,
+    /// `--lock-timeout`: how long to wait for a pool another run holds.
+    pub lock_timeout: Duration,
+}
+
+/// `poolctl watch`.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub source: Source,
+    pub options: PlanOptions,
+    /// How often a Git source is fetched.
+    pub interval: Duration,
+    /// How often the world is read again to correct drift.
+    pub resync: Duration,
+    /// `--dry-run`: print each plan, apply nothing.
+    pub dry_run: bool,
+}
+
+/// `poolctl status`.
+#[derive(Debug, Clone)]
+pub struct StatusConfig {
+    pub source: Source,
+    pub format: Format,
+    /// `-w`: keep it up to date.
+    pub watch: bool,
+    /// With `-w`: how often to observe again.
+    pub interval: Duration,
+}
+
+/// `poolctl unlock`.
+#[derive(Debug, Clone)]
+pub struct UnlockConfig {
+    pub pool: String,
+    pub source: Source,
+    pub yes: bool,
+}
+
+impl Config {
+    /// Check and resolve the command line.
+    pub fn from_cli(cli: Cli) -> Result<Self, ConfigError> {
+        let ui = Ui { color: cli.color, verbose: cli.verbose };
+        let task = match cli.command {
+            Command::Plan(args) => Task::Plan(PlanConfig {
+                source: Source::from_args(&args.source)?,
+                options: options(&args.planning),
+                format: format(args.output),
+                detailed_exitcode: args.detailed_exitcode,
+                out: args.out,
+            }),
+            Command::Apply(args) => {
+                let format = format(args.output);
+                if args.plan_file.is_none() && format == Format::Json && !args.yes && !args.dry_run {
+                    return Err(ConfigError::JsonNeedsYes);
+                }
+                let source = match (&args.plan_file, &args.source.source) {
+                    (Some(_), None) => None,
+                    _ => Some(Source::from_args(&args.source)?),
+                };
+                Task::Apply(ApplyConfig {
+                    source,
+                    plan_file: args.plan_file,
+                    options: options(&args.planning),
+                    yes: args.yes,
+                    dry_run: args.dry_run,
+                    format,
+                    lock_timeout: args.lock_timeout.get(),
+                })
+            }
+            Command::Watch(args) => Task::Watch(WatchConfig {
+                source: Source::from_args(&args.source)?,
+                options: options(&args.planning),
+                interval: args.interval.get().max(MIN_PERIOD),
+                resync: args.resync.get().max(MIN_PERIOD),
+                dry_run: args.dry_run,
+            }),
+            Command::Status(args) => Task::Status(StatusConfig {
+                source: Source::from_args(&args.source)?,
+                format: format(args.output),
+                watch: args.watch,
+                interval: args.interval.get().max(MIN_PERIOD),
+            }),
+            Command::Validate(args) => Task::Validate(Source::from_args(&args)?),
+            Command::Unlock(args) => Task::Unlock(UnlockConfig {
+                source: Source::from_args(&args.source)?,
+                pool: args.pool,
+                yes: args.yes,
+            }),
+            Command::Schema => Task::Schema,
+            Command::Completions { shell } => Task::Completions(shell),
+        };
+        Ok(Self { ui, task })
+    }
+}
+
+fn options(args: &PlanningArgs) -> PlanOptions {
+    PlanOptions { prune: args.prune, adopt: args.adopt }
+}
+
+fn format(output: OutputFormat) -> Format {
+    match output {
+        OutputFormat::Text => Format::Text,
+        OutputFormat::Json => Format::Json,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config, ConfigError> {
+        Config::from_cli(Cli::try_parse_from([&["poolctl"], args].concat()).unwrap())
+    }
+
+    #[test]
+    fn the_command_line_becomes_one_value() {
+        let Config { ui, task } =
+            config(&["-vv", "--color", "never", "apply", "-s", "pools", "--prune", "--yes"]).unwrap();
+        assert_eq!((ui.verbose, ui.color), (2, ColorChoice::Never));
+        let Task::Apply(apply) = task else { panic!("{task:?}") };
+        assert_eq!(apply.options, PlanOptions { prune: true, adopt: false });
+        assert!(apply.yes && apply.plan_file.is_none());
+        assert_eq!(apply.source.unwrap().given, "pools");
+    }
+
+    #[test]
+    fn a_saved_plan_needs_no_source_and_json_without_a_question_needs_yes() {
+        let Task::Apply(apply) = config(&["apply", "p.json", "-o", "json"]).unwrap().task else {
+            panic!("not apply")
+        };
+        assert!(apply.source.is_none());
+        assert_eq!(apply.format, Format::Json);
+        let err = config(&["apply", "-s", "pools", "-o", "json"]).unwrap_err();
+        assert_eq!(err.to_string(), "apply -o json asks no question: pass --yes (or apply a saved plan)");
+    }
+
+    #[test]
+    fn periods_are_kept_from_spinning() {
+        let Task::Watch(watch) = config(&["watch", "-s", "pools", "--interval", "0s"]).unwrap().task else {
+            panic!("not watch")
+        };
+        assert_eq!(watch.interval, MIN_PERIOD);
+        assert!(config(&["plan", "-s", ""]).unwrap_err().to_string().contains("--source is empty"));
+    }
+}

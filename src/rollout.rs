@@ -1,0 +1,199 @@
+//! One rollout, from start to end: take the locks of the pools it changes, observe and plan
+//! under them (taking more if that plan changes more pools), carry the plan out a batch at a
+//! time, observing and planning again between batches, and release the locks however it ended.
+//! `apply`, `apply PLAN_FILE` and every reconcile of `watch` call it; none replays it.
+//!
+//! The plan shown before a rollout ([`preview`]) is made without the locks: another run may be
+//! changing the same pools. Only the plan made once they are held is carried out, after the
+//! caller's check has compared it with what was shown or saved ([`Rollout::run`]). After
+//! waiting for another run, that plan is typically empty.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::Mutex;
+
+use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
+use crate::cancel::Interrupt;
+use crate::execute::{Executor, PreflightError, ProgressUi, Report};
+use crate::lock::{LockFailure, LockSettings, PoolLocks};
+use crate::model::{Desired, World};
+use crate::observe::{ObserveError, Observed, observe, observe_again};
+use crate::plan::{Plan, PlanOptions};
+
+/// How many times the locks are topped up when the plan made under them changes other pools.
+const MAX_LOCK_ROUNDS: usize = 3;
+
+/// A plan made without the locks, to show (or save) before anything changes, and what it was
+/// made from.
+pub struct Preview<K> {
+    pub world: World,
+    /// The cluster of each pool whose instances are Nodes, by pool name: what a rollout of the
+    /// plan acts through.
+    pub clusters: BTreeMap<String, K>,
+    pub plan: Plan,
+}
+
+/// Observe the world that `desired` is compared with, connecting to the clusters its pools
+/// name, and plan: what `plan`, `apply` and every reconcile of `watch` do first.
+pub async fn preview<C: Containers, N: Connect>(
+    desired: &Desired,
+    containers: &C,
+    connect: &N,
+    options: PlanOptions,
+) -> Result<Preview<N::Cluster>, ObserveError> {
+    let Observed { world, clusters } = observe(desired, containers, connect).await?;
+    let plan = crate::plan::plan(desired, &world, options);
+    Ok(Preview { world, clusters, plan })
+}
+
+/// Why a rollout ended without a report.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    /// The locks could not be taken; nothing was changed.
+    #[error(transparent)]
+    Lock(#[from] LockFailure),
+    /// The world could not be observed again under the locks; nothing was changed.
+    #[error("cannot observe the world once the locks were taken")]
+    ObserveLocked(#[source] BackendError),
+    /// Each plan made under the locks changed pools that were not locked yet.
+    #[error("the pools to change kept changing while their locks were taken; run again")]
+    PoolsKeepChanging,
+    #[error("preflight failed, nothing was changed")]
+    Preflight(#[from] PreflightError),
+    #[error("cannot observe the world between batches")]
+    Observe(#[source] BackendError),
+    /// Every batch left as much to do as before (an image that crashes right after it comes
+    /// up, say).
+    #[error(
+        "the world keeps changing under the rollout: still {left} steps to go after {rounds} batches; see the plan above"
+    )]
+    KeepsChanging { left: usize, rounds: usize },
+}
+
+/// How a rollout that ran ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The plan made under the locks had nothing to do: another run made the changes.
+    NothingLeft,
+    /// The plan was carried out, completely or not: the report says.
+    Done(Report),
+}
+
+/// One rollout of `desired` over the backends: who takes part and where progress goes.
+pub struct Rollout<'a, C, K> {
+    pub desired: &'a Desired,
+    pub containers: &'a C,
+    /// The cluster of each pool whose instances are Nodes ([`Preview::clusters`]).
+    pub clusters: &'a BTreeMap<String, K>,
+    pub options: PlanOptions,
+    pub locks: &'a LockSettings,
+    /// Stops the rollout at the next step boundary (a signal, a newer desired state, a lost lock).
+    pub interrupt: &'a Interrupt,
+    /// Where the executor's progress goes.
+    pub progress: &'a Mutex<Box<dyn Write + Send>>,
+    /// Where the locks' lines go (waiting for one, one lost).
+    pub lock_progress: &'a Mutex<Box<dyn Write + Send>>,
+    /// How the executor shows progress.
+    pub ui: ProgressUi,
+}
+
+impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
+    /// Take the locks of `pools` (the pools the plan shown or saved changes), plan again under
+    /// them, and hand that plan and the world it was made from to `check`: an `Err` from it
+    /// ends the rollout, changing nothing, and is returned as the inner error. Otherwise carry
+    /// the plan out, keeping the locks renewed, and release them, however it ended.
+    pub async fn run<E>(
+        &self,
+        pools: BTreeSet<String>,
+        check: impl FnOnce(&Plan, &World) -> Result<(), E>,
+    ) -> Result<Result<Outcome, E>, RolloutError> {
+        let mut locks = PoolLocks::new(self.containers, self.clusters, self.locks, self.lock_progress);
+        let result = async {
+            let (plan, world) = self.lock_and_plan(&mut locks, pools).await?;
+            if let Err(refused) = check(&plan, &world) {
+                return Ok(Err(refused));
+            }
+            if !plan.has_changes() {
+                return Ok(Ok(Outcome::NothingLeft));
+            }
+            let carried = locks.hold_while(self.interrupt, Box::pin(self.carry_out(&plan))).await;
+            carried.map(|report| Ok(Outcome::Done(report)))
+        }
+        .await;
+        locks.release().await;
+        result
+    }
+
+    /// Take the locks of `wanted`, then observe and plan again under them, until the plan
+    /// changes only locked pools. On failure, the locks taken so far stay held.
+    async fn lock_and_plan(
+        &self,
+        locks: &mut PoolLocks<'_, C, K>,
+        mut wanted: BTreeSet<String>,
+    ) -> Result<(Plan, World), RolloutError> {
+        for _ in 0..MAX_LOCK_ROUNDS {
+            locks.acquire(&wanted, self.interrupt).await?;
+            let world =
+                observe_again(self.containers, self.clusters).await.map_err(RolloutError::ObserveLocked)?;
+            let plan = crate::plan::plan(self.desired, &world, self.options);
+            wanted = plan.changed_pools();
+            if wanted.iter().all(|p| locks.pools().contains(p.as_str())) {
+                return Ok((plan, world));
+            }
+        }
+        Err(RolloutError::PoolsKeepChanging)
+    }
+
+    /// Carry `plan`, made under the locks, out after its preflight, one batch at a time (what
+    /// [`Rollout::run`] does once its check passed). Between batches the world is
+    /// observed again and the rest planned again from it: a new instance that died after it
+    /// came up, or an instance someone removed, changes what the next batch may safely retire,
+    /// and a plan made before the first batch cannot know that.
+    pub async fn carry_out(&self, plan: &Plan) -> Result<Report, RolloutError> {
+        let executor =
+            Executor::new(self.desired, self.containers, self.clusters, self.progress, self.interrupt)
+                .with_ui(self.ui);
+        executor.preflight(plan).await?;
+        // Every round finishes at least one step, so a plan that keeps changing under our feet
+        // ends instead of looping.
+        let max_rounds = plan.steps().count();
+        let mut report = Report::default();
+        let mut current = plan.clone();
+        executor.number_plan(plan);
+        for round in 1.. {
+            let (batch, rest) = current.split_first_batch();
+            executor.announce_batch(&batch);
+            let done = executor.run_batch(&batch).await;
+            let complete = done.complete();
+            report.attempted.extend(done.attempted);
+            report.not_started.extend(done.not_started);
+            report.stop_reason = done.stop_reason;
+            if !complete {
+                report.not_started.extend(
+                    rest.steps().map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
+                );
+                break;
+            }
+            if !rest.has_changes() {
+                break;
+            }
+            let world = observe_again(self.containers, self.clusters).await.map_err(RolloutError::Observe)?;
+            // The steps left keep the names the plan showed for them.
+            current = crate::plan::replan(self.desired, &world, self.options, plan);
+            // Only the pools this rollout set out to change: it holds their locks; work the
+            // world now shows elsewhere is left to the next run.
+            current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
+            if !current.has_changes() {
+                break;
+            }
+            if round >= max_rounds {
+                return Err(RolloutError::KeepsChanging { left: current.steps().count(), rounds: round });
+            }
+            executor.renumber(&rest, &current, report.attempted.len());
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,389 @@
+//! Rollout tests against the fake world, which records every call: the locks and the plan
+//! made again under them, the batches and the looks at the world in between, and what the
+//! executor checks against the live world while it carries a plan out.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::backend::Connect;
+use crate::model::{ClusterRef, Container, Origin};
+use crate::plan::Fate;
+use crate::testing::SharedBuf;
+use crate::testing::build::{PoolArgs, container, desired, node, pod, routed, two_pools, world_of};
+use crate::testing::fake::{FakeCluster, FakeWorld};
+
+type Progress = Mutex<Box<dyn Write + Send>>;
+
+fn progress() -> (Progress, Arc<Mutex<Vec<u8>>>) {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    (Mutex::new(Box::new(SharedBuf(buf.clone()))), buf)
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn settings() -> LockSettings {
+    LockSettings { who: "poolctl test (pid 1 on here)".into(), lease: LONG, timeout: Duration::ZERO }
+}
+
+/// The cluster of each pool of `desired` with a `node:` section, connected through the fake.
+async fn clusters_of(fake: &FakeWorld, desired: &Desired) -> BTreeMap<String, FakeCluster> {
+    let mut clusters = BTreeMap::new();
+    for pool in &desired.pools {
+        if let Some(node) = &pool.pool.spec.node {
+            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+            clusters.insert(pool.name().to_owned(), fake.connect(&cluster, pool.name()).await.unwrap());
+        }
+    }
+    clusters
+}
+
+/// Run `f` with a rollout of `desired` over the fake world, and return what it returned and the
+/// progress it wrote.
+async fn with_rollout<T>(
+    fake: &FakeWorld,
+    desired: &Desired,
+    interrupt: &Interrupt,
+    f: impl AsyncFnOnce(&Rollout<'_, FakeWorld, FakeCluster>) -> T,
+) -> (T, String) {
+    let clusters = clusters_of(fake, desired).await;
+    let (out, buf) = progress();
+    let locks = settings();
+    let rollout = Rollout {
+        desired,
+        containers: fake,
+        clusters: &clusters,
+        options: PlanOptions::default(),
+        locks: &locks,
+        interrupt,
+        progress: &out,
+        lock_progress: &out,
+        ui: ProgressUi::default(),
+    };
+    let result = f(&rollout).await;
+    let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+    (result, text)
+}
+
+/// A container pool `w` that needs two batches (a new template), a node pool `k` that needs
+/// creating, and an up-to-date pool `q`.
+fn scene() -> (Desired, FakeWorld) {
+    let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let k = PoolArgs { nodes: true, hash: Some("kh"), ..PoolArgs::new("k", 1) }.build();
+    let q = PoolArgs { hash: Some("qh"), ..PoolArgs::new("q", 1) }.build();
+    let world = world_of(vec![
+        container("w-a", "w", "old", 1),
+        container("w-b", "w", "old", 2),
+        container("q-a", "q", "qh", 3),
+    ]);
+    (desired(vec![w, k, q]), FakeWorld::new(world))
+}
+
+#[tokio::test]
+async fn a_preview_observed_through_fakes_retires_node_instances_with_a_drain() {
+    let (mut desired, fake) = scene();
+    let k = &mut desired.pools[1];
+    k.template_hash = "new".into();
+    fake.sim().world.containers.push(Container {
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-a", "k", "kh", 4)
+    });
+    fake.sim().world.nodes.push(node("k-a", "k"));
+    let preview = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
+    assert_eq!(preview.clusters.keys().collect::<Vec<_>>(), ["k"]);
+    assert_eq!(preview.world.containers.len(), 4);
+    let k = preview.plan.pools.iter().find(|p| p.name == "k").unwrap();
+    let verbs: Vec<&str> = k.steps.iter().filter(|s| s.instance == "k-a").map(|s| s.action.verb()).collect();
+    assert_eq!(verbs, ["cordon", "drain", "stop", "delete-node", "remove"]);
+}
+
+#[tokio::test]
+async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_made_again_under_the_locks() {
+    let (desired, fake) = scene();
+    let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    let mut checked = None;
+    let mut held = Vec::new();
+    let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.run(shown.changed_pools(), |plan, _| {
+            held = fake.locks().into_keys().collect();
+            checked = Some(plan.clone());
+            Err::<(), _>("stop here")
+        })
+        .await
+    })
+    .await;
+    assert_eq!(outcome.unwrap().unwrap_err(), "stop here", "the check's refusal is returned");
+    assert_eq!(checked.as_ref(), Some(&shown), "the world did not change: the same plan, the same names");
+    assert_eq!(held, ["docker/w", "lease/k"], "an up-to-date pool is not locked");
+    assert!(fake.locks().is_empty(), "released after a refusal: {:?}", fake.locks());
+    assert!(!fake.calls().iter().any(|c| c.starts_with("create")), "{:?}", fake.calls());
+}
+
+#[tokio::test]
+async fn a_rollout_locks_the_pools_the_plan_made_under_the_locks_adds() {
+    let (desired, fake) = scene();
+    // The plan shown changed w only; by the time the locks are taken, q's instance is gone.
+    fake.sim().world.containers.retain(|c| c.pool != "q");
+    let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.run(BTreeSet::from(["w".to_owned()]), |_, _| Ok::<(), ()>(())).await
+    })
+    .await;
+    let Ok(Ok(Outcome::Done(report))) = outcome else { panic!("{outcome:?}") };
+    assert!(report.complete(), "{report:?}");
+    let calls = fake.calls();
+    let first_create = calls.iter().position(|c| c.starts_with("create ")).unwrap();
+    for lock in ["lock k", "lock q", "lock w"] {
+        let at = calls.iter().position(|c| c == lock).unwrap_or_else(|| panic!("no {lock}: {calls:?}"));
+        assert!(at < first_create, "{calls:?}");
+    }
+    assert!(calls.iter().any(|c| c.starts_with("create q-")), "{calls:?}");
+    assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+}
+
+#[tokio::test]
+async fn a_plan_with_nothing_left_under_the_locks_changes_nothing() {
+    let (desired, fake) = scene();
+    let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    // Another run carries the same plan out before this one takes the locks.
+    let (done, _) =
+        with_rollout(&fake, &desired, &Interrupt::default(), async |r| r.carry_out(&shown).await).await;
+    assert!(done.unwrap().complete());
+    let calls = fake.calls().len();
+    let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.run(shown.changed_pools(), |_, _| Ok::<(), ()>(())).await
+    })
+    .await;
+    assert!(matches!(outcome, Ok(Ok(Outcome::NothingLeft))), "{outcome:?}");
+    let after: Vec<String> = fake.calls()[calls..].to_vec();
+    assert!(after.iter().all(|c| c.starts_with("lock ") || c.starts_with("release ")), "{after:?}");
+    assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+}
+
+#[tokio::test]
+async fn a_pool_another_run_holds_fails_the_rollout_naming_the_holder_and_changes_nothing() {
+    let (desired, fake) = scene();
+    fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
+    let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.run(shown.changed_pools(), |_, _| Ok::<(), ()>(())).await
+    })
+    .await;
+    let Err(RolloutError::Lock(LockFailure::Held { pool, .. })) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(pool, "w");
+    let left: Vec<String> = fake.locks().into_keys().collect();
+    assert_eq!(left, ["docker/w"], "the other run keeps its lock; ours (k) is released");
+    assert!(!fake.calls().iter().any(|c| c.starts_with("create")), "{:?}", fake.calls());
+}
+
+#[tokio::test]
+async fn a_rollout_leaves_alone_a_pool_it_did_not_lock_when_it_looks_at_the_world_again() {
+    let (desired, fake) = scene();
+    // Pool q loses its instance once the rollout of w started: a later run replaces it.
+    let fake = fake.die_after("image busybox:latest", "q-a");
+    let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    let (report, _) =
+        with_rollout(&fake, &desired, &Interrupt::default(), async |r| r.carry_out(&plan).await).await;
+    let report = report.unwrap();
+    assert!(report.complete(), "{report:?}");
+    let calls = fake.calls();
+    assert!(calls.iter().any(|c| c.starts_with("create w-new-")), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("create q-")), "q was not locked: {calls:?}");
+}
+
+#[tokio::test]
+async fn the_world_is_observed_again_between_batches() {
+    let origin = Origin::Path { path: "/pools".into() };
+    let scope = origin.scope();
+    let w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let desired = Desired { origin, pools: vec![w] };
+    let old = |name: &str| Container { scope: Some(scope.clone()), ..container(name, "w", "old", 1) };
+    let world = World { containers: vec![old("w-old-1"), old("w-old-2")], ..World::default() };
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let first_new = plan.pools[0].steps[0].instance.clone();
+    // The first new instance dies once the first old one is gone. A plan carried out blindly
+    // would go on to stop w-old-2 with one instance up, which the fake refuses.
+    let fake = FakeWorld::new(world).die_after("remove w-old-1", &first_new).min_running(2);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let report = report.unwrap();
+    assert!(report.complete(), "{report:?}");
+    let calls = fake.calls();
+    assert!(calls.contains(&format!("remove {first_new}")), "the dead instance was replaced: {calls:?}");
+    let left = fake.world().containers;
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left.iter().all(|c| c.state == crate::model::ContainerState::Running && c.template_hash == "new"),
+        "{left:?}"
+    );
+}
+
+/// A pool "k" of one Node instance, planned from `world`.
+fn node_pool(world: &World) -> (Desired, Plan) {
+    let k = PoolArgs { nodes: true, hash: Some("new"), ..PoolArgs::new("k", 1) }.build();
+    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![k] };
+    let plan = crate::plan::plan(&desired, world, PlanOptions::default());
+    (desired, plan)
+}
+
+/// A world of one outdated instance `k-old` of pool "k", in `state`, recorded as a Node of the
+/// default cluster.
+fn old_node_instance(state: crate::model::ContainerState) -> World {
+    world_of(vec![Container {
+        state,
+        scope: Some("path:/pools".into()),
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-old", "k", "old", 1)
+    }])
+}
+
+/// Carries the whole plan out on `fake`, as a rollout does once its locks are held.
+async fn execute_all(
+    fake: &FakeWorld,
+    desired: &Desired,
+    plan: &Plan,
+) -> (Result<Report, RolloutError>, String) {
+    with_rollout(fake, desired, &Interrupt::default(), async |r| r.carry_out(plan).await).await
+}
+
+fn position(calls: &[String], call: &str) -> usize {
+    calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
+}
+
+#[tokio::test]
+async fn a_node_that_registered_after_the_plan_is_drained_before_its_container_stops() {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    // Planned while the old instance's Node was missing: no cordon, no drain.
+    let (desired, plan) = node_pool(&world);
+    let verbs: Vec<&str> =
+        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
+    assert_eq!(verbs, ["stop", "delete-node", "remove"]);
+
+    // Its kubelet registers the Node, and a pod is bound to it, before the retirement runs.
+    let fake = FakeWorld::new(world);
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    assert!(position(&calls, "cordon k-old") < position(&calls, "drain k-old"));
+    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"));
+    assert!(text.contains("k-old: its Node is there now; cordoning and draining it"), "{text}");
+    assert!(fake.world().pods.is_empty(), "the pod was evicted");
+}
+
+#[tokio::test]
+async fn a_new_instance_abandoned_after_its_node_turned_ready_is_drained_before_it_stops() {
+    let (desired, plan) = node_pool(&World::default());
+    let new = plan.pools[0].steps[0].instance.clone();
+    // The step after the Ready wait fails (the API server answers 500 to the Node's labels).
+    let fake = FakeWorld::default().failing(&format!("configure {new}"));
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().failure().is_some());
+    let calls = fake.calls();
+    assert!(position(&calls, &format!("configure {new}")) < position(&calls, &format!("cordon {new}")));
+    assert!(
+        position(&calls, &format!("drain {new}")) < position(&calls, &format!("stop {new}")),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_instance_whose_node_cannot_be_looked_up_is_not_stopped() {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    let (desired, plan) = node_pool(&world);
+    let fake = FakeWorld::new(world).failing("cordon k-old");
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert_eq!(report.unwrap().failure().map(|f| (f.verb, f.instance.as_str())), Some(("stop", "k-old")));
+    assert!(!fake.calls().contains(&"stop k-old".to_owned()), "{:?}", fake.calls());
+}
+
+#[tokio::test]
+async fn a_container_that_started_after_the_plan_is_drained_and_stopped_before_its_node_is_deleted() {
+    let world = old_node_instance(crate::model::ContainerState::Created);
+    // Planned while the container was created but not started (an apply killed during create):
+    // nothing to stop, no Node.
+    let (desired, plan) = node_pool(&world);
+    let verbs: Vec<&str> =
+        plan.steps().filter(|(_, s)| s.instance == "k-old").map(|(_, s)| s.action.verb()).collect();
+    assert_eq!(verbs, ["delete-node", "remove"]);
+
+    // Docker finishes starting it, its kubelet registers the Node, and a pod is bound to it.
+    let fake = FakeWorld::new(world);
+    fake.sim().world.containers[0].state = crate::model::ContainerState::Running;
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"), "{calls:?}");
+    assert!(position(&calls, "stop k-old") < position(&calls, "delete-node k-old"), "{calls:?}");
+    assert!(text.contains("k-old: its container runs now; stopping it before its Node is deleted"), "{text}");
+    assert!(fake.world().pods.is_empty(), "the pod was evicted");
+}
+
+#[tokio::test]
+async fn a_node_instance_is_recorded_as_joining_before_its_container_is_created() {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    let (desired, plan) = node_pool(&world);
+    let fake = FakeWorld::new(world);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    let created: Vec<&str> = calls.iter().filter_map(|c| c.strip_prefix("create ")).collect();
+    assert_eq!(created.len(), 1, "{calls:?}");
+    let noted = fake.noted();
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    let (name, calls_before) = &noted[0];
+    assert_eq!(name, created[0]);
+    assert!(*calls_before <= position(&calls, &format!("create {name}")), "{noted:?} {calls:?}");
+    assert!(fake.joining("k").contains(name), "the executor leaves the record to the lock's release");
+}
+
+#[tokio::test]
+async fn a_node_instance_whose_record_cannot_be_written_is_not_created() {
+    let world = World::default();
+    let (desired, plan) = node_pool(&world);
+    let name = plan.steps().find(|(_, s)| s.action.verb() == "create").unwrap().1.instance.to_string();
+    let fake = FakeWorld::new(world).failing(&format!("note-joining {name}"));
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(!report.unwrap().complete());
+    assert!(!fake.calls().iter().any(|c| c.starts_with("create ")), "{:?}", fake.calls());
+}
+
+#[tokio::test]
+async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_was() {
+    // `b` was on the daemon of `one`, and its spec now places it on `two`.
+    let one =
+        FakeWorld::new(world_of(vec![container("a-h-1", "a", "h", 1), container("b-h-1", "b", "h", 2)]));
+    let two = FakeWorld::new(World::default());
+    let endpoints = routed(one.clone(), two.clone());
+    let desired = two_pools();
+    let options = PlanOptions::default();
+    let plan = preview(&desired, &endpoints, &one, options).await.unwrap().plan;
+    let b = plan.pools.iter().find(|p| p.name == "b").unwrap();
+    assert_eq!(b.docker.as_deref(), Some("context two"));
+    assert_eq!(b.instances[0].elsewhere.as_deref(), Some("context one"));
+    assert_eq!(b.instances[0].fate, Fate::Retire);
+
+    let (out, _) = progress();
+    let (clusters, locks) = (BTreeMap::<String, FakeCluster>::new(), settings());
+    let rollout = Rollout {
+        desired: &desired,
+        containers: &endpoints,
+        clusters: &clusters,
+        options,
+        locks: &locks,
+        interrupt: &Interrupt::default(),
+        progress: &out,
+        lock_progress: &out,
+        ui: ProgressUi::default(),
+    };
+    assert!(rollout.carry_out(&plan).await.unwrap().complete());
+    let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
+    assert_eq!(created.len(), 1, "the new instance is created on two: {:?}", two.calls());
+    assert!(one.calls().contains(&"remove b-h-1".to_owned()), "{:?}", one.calls());
+    assert!(!one.calls().iter().any(|c| c.starts_with("create")), "{:?}", one.calls());
+    let again = preview(&desired, &endpoints, &one, options).await.unwrap().plan;
+    assert!(!again.has_changes(), "{again:#?}");
+}
