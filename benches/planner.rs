@@ -21,7 +21,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use poolctl::model::{
-    ClusterRef, Container, ContainerState, Health, LabelSelector, Node, NodeConfig, Pdb, Pod, World, labels,
+    ClusterRef, Container, ContainerState, Health, LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod,
+    World, labels,
 };
 use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
@@ -116,6 +117,7 @@ fn spec(template: Template) -> PoolSpec {
         node: None,
         docker: None,
         rollout: Rollout::default(),
+        health: poolctl::spec::HealthSpec::default(),
         paused: false,
     }
 }
@@ -153,10 +155,12 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
     // freed pages behind that the planner could reuse unseen by the peak-RSS mark.
     let nodes_len = if nodes { size } else { 0 };
     let mut world = World {
+        now: 1_700_000_000 + 3600,
         containers: Vec::with_capacity(size),
         nodes: Vec::with_capacity(nodes_len),
         pods: Vec::with_capacity(nodes_len * 3),
         pdbs: Vec::with_capacity(if nodes { PDBS } else { 0 }),
+        locked: std::collections::BTreeSet::new(),
     };
     for i in 0..size {
         let name = format!("{POOL}-{hash}-{i:05}");
@@ -168,6 +172,8 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
             state: ContainerState::Running,
             health: Health::None,
             created: 1_700_000_000 + i64::try_from(i).expect("a small size"),
+            came_up: Some(1_700_000_000 + i64::try_from(i).expect("a small size")),
+            since: None,
             status: "Up 2 hours".to_owned(),
             template: Some(json.clone()),
             scope: Some(scope.clone()),
@@ -187,6 +193,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
                     labels: BTreeMap::from([(labels::POOL.to_owned(), POOL.to_owned())]),
                     ..NodeConfig::default()
                 },
+                conditions: vec![NodeCondition::ready("True", 1_700_000_000)],
             });
             for (app, owner) in [("web", "ReplicaSet"), ("api", "ReplicaSet"), ("proxy", "DaemonSet")] {
                 world.pods.push(Pod {

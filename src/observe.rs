@@ -162,7 +162,9 @@ async fn observe_with<K: Cluster>(
     containers: Vec<Container>,
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
-    let mut world = World { containers, ..World::default() };
+    // The clock the planner measures conditions against: this observation's, not the planner's.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut world = World { now: i64::try_from(now).unwrap_or(i64::MAX), containers, ..World::default() };
     for (pool, cluster) in clusters {
         let names: Vec<String> =
             world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
@@ -260,6 +262,7 @@ mod tests {
         let scope = origin.scope();
         let desired = Desired { origin, pools: vec![pool("k", Some(node_spec("ctx"))), pool("p", None)] };
         let world = World {
+            now: 0,
             containers: vec![
                 container("k-a", "k", &scope, Some("ctx")),
                 container("k-b", "k", &scope, Some("ctx")),
@@ -268,6 +271,7 @@ mod tests {
             nodes: vec![node("k-a", "k"), node("k-b", "k"), node("elsewhere", "other")],
             pods: vec![pod("web-1", "k-a", Some("ReplicaSet")), pod("db-1", "elsewhere", None)],
             pdbs: Vec::new(),
+            locked: std::collections::BTreeSet::new(),
         };
         (desired, FakeWorld::new(world))
     }

@@ -11,12 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
 use crate::cancel::Interrupt;
 use crate::execute::{Executor, PreflightError, ProgressUi, Report};
-use crate::lock::{LockFailure, LockSettings, PoolLocks};
-use crate::model::{Desired, World};
+use crate::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
+use crate::model::{Desired, LockHolder, World};
 use crate::observe::{ObserveError, Observed, observe, observe_again};
 use crate::plan::{Plan, PlanOptions};
 
@@ -35,15 +36,66 @@ pub struct Preview<K> {
 
 /// Observe the world that `desired` is compared with, connecting to the clusters its pools
 /// name, and plan: what `plan`, `apply` and every reconcile of `watch` do first.
-pub async fn preview<C: Containers, N: Connect>(
+pub async fn preview<C: Containers + Locks, N: Connect>(
     desired: &Desired,
     containers: &C,
     connect: &N,
     options: PlanOptions,
 ) -> Result<Preview<N::Cluster>, ObserveError> {
-    let Observed { world, clusters } = observe(desired, containers, connect).await?;
+    let Observed { mut world, clusters } = observe(desired, containers, connect).await?;
+    // Whether an instance that has not finished coming up is in the making depends on who holds
+    // its pool's lock: read only for the pools of this plan that have such an instance.
+    let planned = crate::plan::saved::planned_pools(desired, &world);
+    let starting: BTreeSet<&str> = world
+        .containers
+        .iter()
+        .filter(|c| c.came_up.is_none() && planned.contains(c.pool.as_str()))
+        .map(|c| c.pool.as_str())
+        .collect();
+    if !starting.is_empty() {
+        let locks = read_locks_of(starting, containers, &clusters).await;
+        mark_locked(&mut world, &locks);
+    }
     let plan = crate::plan::plan(desired, &world, options);
     Ok(Preview { world, clusters, plan })
+}
+
+/// The locks held on the pools a plan of `desired` in `world` covers, read without taking any.
+/// One that cannot be read is reported and taken as held: an instance in the making is waited
+/// for rather than replaced.
+pub async fn read_locks<C: Locks, K: Locks>(
+    desired: &Desired,
+    world: &World,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+) -> BTreeMap<String, LockHolder> {
+    read_locks_of(crate::plan::saved::planned_pools(desired, world), containers, clusters).await
+}
+
+/// The locks held on `pools`, as [`read_locks`] reads them.
+async fn read_locks_of<'p, C: Locks, K: Locks>(
+    pools: impl IntoIterator<Item = &'p str>,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+) -> BTreeMap<String, LockHolder> {
+    let (mut held, unreadable) = inspect_locks(containers, clusters, pools).await;
+    for (pool, e) in unreadable {
+        tracing::warn!("cannot read the lock of pool {pool}: {e}");
+        let unknown = LockHolder {
+            who: "(unreadable)".to_owned(),
+            since: SystemTime::now(),
+            expires: SystemTime::now() + Duration::from_secs(60),
+        };
+        held.insert(pool, unknown);
+    }
+    held
+}
+
+/// Record in `world` which pools another run holds the lock of, unexpired (see
+/// [`World::locked`]).
+pub fn mark_locked(world: &mut World, locks: &BTreeMap<String, LockHolder>) {
+    let now = SystemTime::now();
+    world.locked = locks.iter().filter(|(_, h)| !h.expired(now)).map(|(p, _)| p.clone()).collect();
 }
 
 /// Why a rollout ended without a report.
@@ -155,8 +207,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 .with_ui(self.ui);
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
-        // ends instead of looping.
-        let max_rounds = plan.steps().count();
+        // ends instead of looping. An instance waited for may turn into a retirement (at most
+        // five steps) once it serves again.
+        let max_rounds = plan.steps().count() + 6 * plan.summary.unavailable;
         let mut report = Report::default();
         let mut current = plan.clone();
         executor.number_plan(plan);
@@ -174,7 +227,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 );
                 break;
             }
-            if !rest.has_changes() {
+            // Done, unless instances the plan waited for may have come back since: then the
+            // world is looked at once more, and what they held up is planned.
+            if !rest.has_changes() && current.summary.unavailable == 0 {
                 break;
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(RolloutError::Observe)?;

@@ -47,6 +47,9 @@ pub struct PoolView {
     /// Whether the pool's instances are Nodes (the NODE and CORDONED columns).
     pub nodes: bool,
     pub instances: Vec<InstanceView>,
+    /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_held: Option<String>,
 }
 
 /// One instance, as observed.
@@ -72,6 +75,9 @@ pub struct InstanceView {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retiring: bool,
     pub up: bool,
+    /// Why it does not serve, for how long, and what a plan does about it (as in the plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::plan::HealthNote>,
 }
 
 /// The status of every pool `plan` covers, with the details the plan leaves out read from
@@ -99,22 +105,25 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
                 cordoned: i.cordoned,
                 retiring: i.retiring,
                 up: container.is_some_and(|c| is_up(c, node, nodes)),
+                health: i.health.clone(),
             }
         })
         .collect();
     let held = pool.paused.as_ref().map_or(0, |p| p.steps.len());
+    let waited = instances.iter().any(|i| i.health.is_some());
     PoolView {
         name: pool.name.clone(),
         status: pool.status,
         template_hash: pool.template_hash.clone(),
         replicas: pool.replicas,
         up: instances.iter().filter(|i| i.up).count(),
-        in_sync: pool.steps.is_empty() && held == 0,
+        in_sync: pool.steps.is_empty() && held == 0 && !waited,
         pending_steps: pool.steps.len() + held,
         paused: pool.paused.is_some(),
         lock: lock.cloned(),
         nodes,
         instances,
+        unhealthy_held: pool.unhealthy_held.clone(),
     }
 }
 
@@ -145,6 +154,16 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
             _ => cell.to_owned(),
         };
         crate::plan::table(&rows, "  ", &paint, out)?;
+        for instance in &pool.instances {
+            if let Some(note) = &instance.health {
+                let note = crate::plan::describe_health(note);
+                let note = if note.starts_with("unhealthy") { style.red(&note) } else { style.yellow(&note) };
+                writeln!(out, "  {}: {note}", instance.name)?;
+            }
+        }
+        if let Some(why) = &pool.unhealthy_held {
+            writeln!(out, "  {}", style.yellow(why))?;
+        }
     }
     Ok(())
 }
@@ -159,6 +178,10 @@ fn pool_line(pool: &PoolView) -> String {
         PoolStatus::Foreign => return format!("Pool {name}: created from another source (not managed)"),
         PoolStatus::Pruned => "no longer declared, retired with --prune".to_owned(),
         PoolStatus::New | PoolStatus::Existing if pool.in_sync => "in sync".to_owned(),
+        PoolStatus::New | PoolStatus::Existing if pool.pending_steps == 0 => {
+            let n = pool.instances.iter().filter(|i| i.health.is_some()).count();
+            format!("not in sync ({n} instance{} not serving, see below)", if n == 1 { "" } else { "s" })
+        }
         PoolStatus::New | PoolStatus::Existing => {
             let n = pool.pending_steps;
             format!("not in sync ({n} step{} pending)", if n == 1 { "" } else { "s" })

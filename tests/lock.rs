@@ -125,12 +125,14 @@ impl Scene {
             .arg("{{.Names}}\t{{.State}}\t{{.Label \"poolctl.dev/template-hash\"}}")
             .output()
             .unwrap();
+        // The pool's instances: its up records (`poolctl-up-<instance>`) carry the label too.
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| {
                 let mut parts = l.split('\t');
                 Some((parts.next()?.to_owned(), parts.next()? == "running", parts.next()?.to_owned()))
             })
+            .filter(|(name, _, _)| !name.starts_with("poolctl-up-"))
             .collect()
     }
 
@@ -170,6 +172,10 @@ impl Scene {
         let mut events: Vec<(u64, String)> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            // Instances only: an up record is created and never started.
+            .filter(|e| {
+                !e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().starts_with("poolctl-up-")
+            })
             .map(|e| {
                 (
                     e["timeNano"].as_u64().unwrap_or_default(),

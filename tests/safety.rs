@@ -141,14 +141,18 @@ async fn a_node_left_unlabelled_by_a_killed_apply_is_configured_and_a_changed_ta
     let (name, prefix) = kill_apply_in_the_ready_wait(&rig).await;
     assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool"), None, "killed before it labelled the Node");
 
-    // The Node turns Ready later; the next apply labels and taints it, replacing nothing.
+    // The Node turns Ready later; the next apply finishes the instance, labelling and tainting
+    // its Node, replacing nothing.
     rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(Duration::ZERO));
     tokio::time::timeout(LIMIT, rig.fake.wait_until(|st| st.node(&name).is_some_and(is_ready)))
         .await
         .expect("Ready");
     let before = rig.containers().await;
     let run = rig.apply_after_kill().expect_code(0);
-    assert!(run.stdout.contains(&format!("configure   {name}")), "{}", run.stdout);
+    // It never finished coming up: the plan finishes it (its Ready wait configures the Node and
+    // records it up) rather than count it as serving or replace it.
+    assert!(run.stdout.contains(&format!("await-ready {name}")), "{}", run.stdout);
+    assert!(run.stdout.contains("coming up for "), "{}", run.stdout);
     assert_eq!(label(&rig.fake, &name, "poolctl.dev/pool").as_deref(), Some(rig.pool()));
     assert_eq!(label(&rig.fake, &name, "team").as_deref(), Some("infra"));
     assert_eq!(taints(&rig.fake, &name), ["dedicated=batch:NoSchedule"]);

@@ -160,6 +160,10 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     async fn remove(&self, name: &str) -> Result<(), BackendError> {
         self.instance(name).remove(name).await
     }
+
+    async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
+        self.instance(name).record_up(name, labels).await
+    }
 }
 
 /// A pool's lock lives on the pool's endpoint, beside its containers.

@@ -164,6 +164,14 @@ pub trait Containers: Sync {
     fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Remove the container. Removing a missing container succeeds.
     fn remove(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Record, as the last step of its coming up, that the instance `name` came up (its
+    /// bootstrap, join and Ready wait are done): until then it is starting, never serving. The
+    /// record carries `labels` and dies with the container.
+    fn record_up(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
 /// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.

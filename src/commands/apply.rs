@@ -51,12 +51,25 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": json})))?;
         }
     }
-    if !plan.has_changes() || config.dry_run {
+    // A pool another run is changing shows instances in the making, waited for: its lock is
+    // waited for too (`--lock-timeout`), and the plan made under it carried out.
+    let busy: BTreeSet<String> =
+        plan.waiting_pools().into_iter().filter(|p| planned.preview.world.locked.contains(p)).collect();
+    if (!plan.has_changes() && busy.is_empty()) || config.dry_run {
         return Ok(Exit::Success);
     }
-    if !config.yes && !confirm("Do you want to perform these actions?", "apply")? {
+    if plan.has_changes() && !config.yes && !confirm("Do you want to perform these actions?", "apply")? {
         bail!("apply cancelled: nothing was changed");
     }
+    if !plan.has_changes() {
+        let pools: Vec<&str> = busy.iter().map(String::as_str).collect();
+        tell(
+            progress_ui,
+            &format!("\nAnother run is changing {}: planning again once it is done.", pools.join(", ")),
+        )?;
+    }
+    let mut pools = plan.changed_pools();
+    pools.extend(busy);
 
     let session = Session::start(config, progress_ui)?;
     // The plan made under the locks is carried out; it was not the one confirmed if the world
@@ -76,7 +89,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             )
         }
     };
-    session.roll_out(&planned, plan.changed_pools(), check).await
+    session.roll_out(&planned, pools, check).await
 }
 
 /// `apply PLAN_FILE`: carry out exactly the saved plan, or refuse it, changing nothing, when

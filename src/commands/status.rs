@@ -9,13 +9,14 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::common::{held_locks, load_source, write_stdout};
+use super::common::{load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::{Connections, Docker, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
 use crate::model::{Desired, World};
 use crate::observe::{observe, observe_again};
 use crate::plan::PlanOptions;
+use crate::rollout::{mark_locked, read_locks};
 use crate::status::{Status, render_json, render_text, status};
 
 pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit> {
@@ -63,15 +64,17 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     Ok(Exit::Success)
 }
 
-/// The status of `world`, with the locks held now.
+/// The status of `world`, with the locks held now (which also say whether an instance that has
+/// not finished coming up is in the making).
 async fn snapshot<K: Locks>(
     desired: &Desired,
     docker: &Docker,
     clusters: &BTreeMap<String, K>,
-    world: World,
+    mut world: World,
 ) -> Status {
+    let locks = read_locks(desired, &world, docker, clusters).await;
+    mark_locked(&mut world, &locks);
     let plan = crate::plan::plan(desired, &world, PlanOptions::default());
-    let locks = held_locks(&plan, docker, clusters).await;
     status(&plan, &world, &locks)
 }
 

@@ -157,6 +157,8 @@ pub fn new_container(
     // Sensitive values are there as digests only.
     all_labels.insert(labels::TEMPLATE.into(), crate::spec::canonical_template(spec));
     all_labels.insert(labels::SCOPE.into(), origin.scope());
+    // Its coming up is recorded (see `Containers::record_up`): until then it is starting.
+    all_labels.insert(labels::RECORDS_UP.into(), "1".into());
     all_labels.insert(labels::SOURCE.into(), format!("{origin} file {}", pool.file));
     if let Some(commit) = origin.commit() {
         all_labels.insert(labels::COMMIT.into(), commit.into());
@@ -485,6 +487,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     })?;
                     configure_node(cluster, pool_name, spec, name).await?;
                 }
+                // Last: from now on the instance counts as serving whenever it is up.
+                self.containers.record_up(name, &up_record_labels(pool)).await?;
             }
             Action::Configure(_) => {
                 let pool = self.pool(pool_name)?;
@@ -567,6 +571,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {
         self.clusters.get(pool).ok_or_else(|| StepError::NoCluster(pool.into()))
     }
+}
+
+/// The labels of an instance's up record: its pool's, and the template's own, so that whatever
+/// finds (or removes) the pool's containers by one of those finds the record too.
+fn up_record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
+    let mut labels = pool.pool.spec.template.labels.clone();
+    labels.insert(labels::POOL.into(), pool.name().into());
+    labels
 }
 
 /// Converge a Node's labels and taints on the pool's `node:` section (the pool label included).

@@ -55,6 +55,8 @@ fn rolling_plan() -> Plan {
             template_change: None,
             docker: None,
             instances: Vec::new(),
+            unhealthy_held: None,
+            next_check: None,
             steps,
         }],
         summary: Summary::default(),
@@ -104,7 +106,12 @@ async fn runs_every_step_in_plan_order_with_progress() {
     assert!(pos("stop o1") < pos("remove o1"));
     assert!(pos("remove o2") < pos("create n3"));
     assert!(pos("wait-up n3") < pos("stop o3"));
-    assert_eq!(calls.len(), 12);
+    // Each new instance's coming up is recorded last, once it is up.
+    for n in ["n1", "n2", "n3"] {
+        assert!(pos(&format!("wait-up {n}")) < pos(&format!("record-up {n}")), "{calls:?}");
+    }
+    assert!(pos("record-up n1") < pos("stop o1"));
+    assert_eq!(calls.len(), 15);
     assert!(text.contains("[1/12] create n1 ..."), "{text}");
     assert!(text.contains("[12/12] remove o3 done ("), "{text}");
 }

@@ -41,3 +41,12 @@ pub const LOCK_SINCE: &str = "poolctl.dev/lock-since";
 /// yet labelled (`joining.poolctl.dev/<instance>: <RFC 3339 time>`): an instance name is a DNS
 /// label, so it fits an annotation key's name part.
 pub const JOINING_PREFIX: &str = "joining.poolctl.dev/";
+/// On an instance container: its coming up is recorded by an up record (see [`UP_OF`]); until
+/// that record exists the instance is starting, not serving. Containers made before poolctl
+/// kept the record lack the label.
+pub const RECORDS_UP: &str = "poolctl.dev/records-up";
+/// On an up record: the ID of the instance container whose coming up it records. An up record
+/// is a container that is created and never started, with no image (as a pool's Docker lock
+/// is), named `poolctl-up-<instance>` and written as the last step of coming up: a label cannot
+/// change after creation, and the record comes back in the same list call as the instances.
+pub const UP_OF: &str = "poolctl.dev/up-of";

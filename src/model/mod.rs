@@ -12,6 +12,6 @@ pub use desired::{Desired, DesiredPool, Origin};
 pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, Health, Node, NodeConfig,
-    NodeConfigChange, Pdb, Pod, World, is_instance_name,
+    ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, Health, Node, NodeCondition,
+    NodeConfig, NodeConfigChange, Pdb, Pod, World, is_instance_name,
 };

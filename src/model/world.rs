@@ -11,6 +11,9 @@ use crate::spec::Taint;
 /// Everything one reconcile observed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct World {
+    /// When it was observed, in seconds since the Unix epoch: the "now" the planner measures
+    /// how long a condition has held against (tests pass their own clock).
+    pub now: i64,
     /// Every container that carries a `poolctl.dev/pool` label.
     pub containers: Vec<Container>,
     /// Nodes that carry a `poolctl.dev/pool` label or whose name matches a pool container.
@@ -19,6 +22,10 @@ pub struct World {
     pub pods: Vec<Pod>,
     /// Every PodDisruptionBudget of the cluster (for drain previews).
     pub pdbs: Vec<Pdb>,
+    /// The pools whose lock another run held, unexpired, when this was observed: their
+    /// instances that have not finished coming up may be in the making. Elsewhere, nobody
+    /// is making them: a run holds a pool's lock for as long as it creates instances.
+    pub locked: std::collections::BTreeSet<String>,
 }
 
 /// One container of a pool, as Docker reports it.
@@ -33,6 +40,14 @@ pub struct Container {
     pub health: Health,
     /// Creation time, in seconds since the Unix epoch.
     pub created: i64,
+    /// When the world recorded that it finished coming up (its bootstrap, join and Ready wait
+    /// done), in seconds since the Unix epoch; `None` while it has not. A container created
+    /// before poolctl kept that record counts as having come up when it was created.
+    pub came_up: Option<i64>,
+    /// Since when it has not been serving, when Docker's own records say (the start of the
+    /// current failing streak of its HEALTHCHECK, or of its restart loop): read only for a
+    /// container that is restarting or unhealthy.
+    pub since: Option<i64>,
     /// Docker's own status text, with the uptime: `Up 5 minutes (healthy)`, `Exited (0) 2
     /// minutes ago` (the list call has no start time; this is what `docker ps` shows).
     pub status: String,
@@ -161,6 +176,26 @@ pub struct Node {
     pub cordoned_by_poolctl: bool,
     /// Its labels and taints, to converge them on the spec's.
     pub config: NodeConfig,
+    /// Its status conditions (`Ready`, `MemoryPressure`...), with when each last changed.
+    pub conditions: Vec<NodeCondition>,
+}
+
+/// A Node status condition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeCondition {
+    /// `Ready`, `MemoryPressure`...
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// `lastTransitionTime`, in seconds since the Unix epoch.
+    pub since: Option<i64>,
+}
+
+impl NodeCondition {
+    /// The `Ready` condition with `status` since `since`.
+    pub fn ready(status: &str, since: i64) -> Self {
+        Self { kind: "Ready".to_owned(), status: status.to_owned(), since: Some(since) }
+    }
 }
 
 /// The labels and taints of a Node that poolctl converges: desired state, like the template.

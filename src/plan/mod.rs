@@ -1,6 +1,7 @@
 //! The plan as data: what will happen to each pool, step by step, computed from (desired,
 //! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
 
+mod health;
 mod planner;
 mod render;
 pub mod saved;
@@ -14,6 +15,7 @@ use serde::Serialize;
 
 use crate::model::Origin;
 
+pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
 pub(crate) use render::table;
 pub use render::{
@@ -81,7 +83,21 @@ impl Plan {
     /// is no longer declared but not pruned, or declared but another source's). A GitOps CI
     /// wants to hear about those even though poolctl will not act on them.
     pub fn in_sync(&self) -> bool {
-        !self.has_changes() && self.summary.left_alone() == 0
+        let s = &self.summary;
+        !self.has_changes() && s.left_alone() == 0 && s.unavailable == 0 && s.unremediated == 0
+    }
+
+    /// The pools with instances that are waited for (starting or unavailable within their
+    /// timeouts).
+    pub fn waiting_pools(&self) -> BTreeSet<String> {
+        let waiting = |i: &InstanceStatus| i.health.as_ref().is_some_and(|h| h.action == "waiting");
+        self.pools.iter().filter(|p| p.instances.iter().any(waiting)).map(|p| p.name.clone()).collect()
+    }
+
+    /// When the next instance that is waited for turns unhealthy, if the world says: when to
+    /// plan again even if nothing else happens (`watch` wakes then).
+    pub fn next_check(&self) -> Option<i64> {
+        self.pools.iter().filter_map(|p| p.next_check).min()
     }
 
     /// The pools the plan changes: the ones whose locks carrying it out needs.
@@ -125,6 +141,21 @@ pub struct Summary {
     pub foreign: usize,
     /// Steps that paused pools hold back (not counted above).
     pub held: usize,
+    /// Instances that do not serve and are waited for: starting, or unavailable within their
+    /// timeout.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unavailable: usize,
+    /// Instances replaced because they are unhealthy (counted in `retire` too).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unhealthy: usize,
+    /// Unhealthy instances not replaced, because more of their pool are than `maxUnhealthy`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unremediated: usize,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -159,6 +190,13 @@ pub struct PoolPlan {
     pub docker: Option<String>,
     /// Every existing instance and what becomes of it.
     pub instances: Vec<InstanceStatus>,
+    /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_held: Option<String>,
+    /// When the first instance that is waited for turns unhealthy (seconds since the Unix
+    /// epoch), if the world says.
+    #[serde(skip)]
+    pub next_check: Option<i64>,
     pub steps: Vec<Step>,
 }
 
@@ -216,6 +254,9 @@ pub struct InstanceStatus {
     #[serde(rename = "endpoint", skip_serializing_if = "Option::is_none")]
     pub elsewhere: Option<String>,
     pub fate: Fate,
+    /// Why it does not serve, for how long, and what the plan does about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthNote>,
 }
 
 /// What the plan does with an instance.

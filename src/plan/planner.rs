@@ -14,6 +14,7 @@ use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_na
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
+use super::health::{Assessment, Standing, assess};
 use super::{
     Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
     PoolStatus, Step, Summary, TemplateChange,
@@ -100,6 +101,12 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
                 Fate::Keep => summary.unchanged += 1,
                 Fate::Retire => summary.retire += 1,
             }
+            match instance.health.as_ref().map(|h| h.action) {
+                Some("waiting") => summary.unavailable += 1,
+                Some("replace") if instance.fate == Fate::Retire => summary.unhealthy += 1,
+                Some("held") => summary.unremediated += 1,
+                _ => {}
+            }
         }
         summary.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
@@ -113,7 +120,9 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
 /// simulated world counts with the same rule, so that the capacity invariant is checked against
 /// the planner's own notion of "up".
 pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bool {
-    container.is_up() && (!with_nodes || node.is_some_and(|n| n.ready && !n.cordoned_by_poolctl))
+    container.is_up()
+        && container.came_up.is_some()
+        && (!with_nodes || node.is_some_and(|n| n.ready && !n.cordoned_by_poolctl))
 }
 
 /// The world with lookups by name, so that planning stays linear in its size.
@@ -279,7 +288,10 @@ struct Instance<'a> {
     shared: InstanceName,
     container: Option<&'a Container>,
     node: Option<&'a Node>,
+    /// Serving now.
     up: bool,
+    /// What the pool's health settings make of it.
+    health: Assessment,
 }
 
 impl Instance<'_> {
@@ -295,8 +307,16 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
     let mut out: Vec<Instance<'a>> = containers
         .map(|c| {
             let node = target.any_nodes.then(|| world.node(&c.name)).flatten();
-            let up = is_up(c, node, target.with_nodes);
-            Instance { name: &c.name, shared: c.name.as_str().into(), container: Some(c), node, up }
+            let health = match target.pool {
+                Some(dp) => {
+                    let locked = world.world.locked.contains(target.name);
+                    assess(&dp.pool.spec, c, node, world.world.now, locked)
+                }
+                // A pool no longer declared is retired whole: its instances are not judged.
+                None => Assessment::plain(is_up(c, node, target.with_nodes)),
+            };
+            let up = health.standing == Standing::Up;
+            Instance { name: &c.name, shared: c.name.as_str().into(), container: Some(c), node, up, health }
         })
         .collect();
     if target.any_nodes {
@@ -314,6 +334,7 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
             container: None,
             node: Some(n),
             up: false,
+            health: Assessment::plain(false),
         }));
     }
     out.sort_by(|a, b| a.name.cmp(b.name));
@@ -321,21 +342,49 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
 }
 
 fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>) -> PoolPlan {
-    let all = instances(target, world);
+    let mut all = instances(target, world);
+    // An outdated instance that never finished coming up is not finished: it never served, so
+    // it goes at no cost to availability.
+    for instance in all.iter_mut().filter(|i| i.health.resumable && !target.is_current(i)) {
+        instance.health.give_up();
+    }
+    let held = hold_if_too_many_unhealthy(target, &mut all);
 
-    // Keep the newest current instances that are up, so that the oldest go first.
-    let mut candidates: Vec<&Instance<'_>> = all.iter().filter(|i| i.up && target.is_current(i)).collect();
-    candidates.sort_by_key(|i| std::cmp::Reverse((i.created(), i.name)));
+    // Keep the newest current instances that serve, then the newest that are waited for
+    // (starting or unavailable within their timeouts): a waited-for instance takes a replica's
+    // place, so it is not replaced, but it does not count as serving.
+    let waited = |i: &Instance<'_>| i.health.standing == Standing::Waiting;
+    let mut candidates: Vec<&Instance<'_>> =
+        all.iter().filter(|i| (i.up || waited(i)) && target.is_current(i)).collect();
+    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, i.created(), i.name)));
     let kept: FxHashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
-    // DESIGN invariant 6. Not-up instances lead because retiring them costs no availability:
-    // they clear room for the surge even when no up instance may go yet (an exited current
-    // container next to a full set of outdated ones would otherwise block the rollout).
-    let mut retirees: Vec<&Instance<'_>> = all.iter().filter(|i| !kept.contains(i.name)).collect();
+    // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
+    // availability: they clear room for the surge even when no up instance may go yet (an
+    // exited current container next to a full set of outdated ones would otherwise block the
+    // rollout). An outdated instance that is waited for is not retired yet: the rollout waits
+    // for it to serve again, or to turn unhealthy; nor is one that `maxUnhealthy` holds.
+    let retired = |i: &Instance<'_>| match (waited(i), i.health.held) {
+        (false, _) => true,
+        // One of more instances than `replicas`: a scale-down, not a judgement of its health.
+        (true, false) => target.is_current(i),
+        // Held by `maxUnhealthy`: the fault is taken to be the cluster's; it is left alone.
+        (true, true) => false,
+    };
+    let mut retirees: Vec<&Instance<'_>> =
+        all.iter().filter(|i| !kept.contains(i.name) && retired(i)).collect();
     retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
+    let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
     let mut steps = configure(target, &all, &kept);
-    rollout(target, &all, kept.len(), retirees, world, names, &mut steps);
+    // A starting instance whose coming up was cut short after its bootstrap and join is finished
+    // in the first batch, before any retirement: its `await-ready` records it up.
+    for instance in all.iter().filter(|i| kept.contains(i.name) && i.health.resumable) {
+        let action = Action::AwaitReady { node: target.with_nodes };
+        steps.push(Step { batch: 1, instance: instance.shared.clone(), action });
+    }
+    let resumed = all.iter().filter(|i| kept.contains(i.name) && i.health.resumable).count();
+    rollout(target, &all, (kept.len(), resumed), retirees, world, names, &mut steps);
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
@@ -345,9 +394,34 @@ fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>) ->
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
         docker: target.docker(),
-        instances: all.iter().map(|i| status(target, i, kept.contains(i.name))).collect(),
+        instances: all.iter().map(|i| status(target, i, !leaving.contains(i.name))).collect(),
+        unhealthy_held: held,
+        next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
         steps,
     }
+}
+
+/// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
+/// instances are unhealthy than it allows, none is replaced (each is held, and waited for like
+/// an unavailable one), since the fault is more likely the cluster's than every instance's.
+/// Returns what the plan says about it.
+fn hold_if_too_many_unhealthy(target: &Target<'_>, all: &mut [Instance<'_>]) -> Option<String> {
+    let dp = target.pool?;
+    let health = &dp.pool.spec.health;
+    let unhealthy = all.iter().filter(|i| i.health.standing == Standing::Unhealthy).count();
+    let allowed = to_count(health.max_unhealthy(dp.pool.spec.replicas));
+    if unhealthy <= allowed {
+        return None;
+    }
+    for instance in all.iter_mut().filter(|i| i.health.standing == Standing::Unhealthy) {
+        instance.health.hold();
+    }
+    Some(format!(
+        "{unhealthy} of {} instances unhealthy, above maxUnhealthy {}: replacing none; the cluster, not the \
+         instances, looks at fault",
+        all.iter().filter(|i| i.container.is_some()).count(),
+        health.max_unhealthy
+    ))
 }
 
 /// The first batch's configure steps: the kept instances whose Node's labels or taints differ
@@ -360,7 +434,8 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) 
     let mut wanted = node_spec.labels.clone();
     wanted.insert(labels::POOL.to_owned(), dp.name().to_owned());
     all.iter()
-        .filter(|i| kept.contains(i.name))
+        // A resumed instance's `await-ready` configures its Node.
+        .filter(|i| kept.contains(i.name) && !i.health.resumable)
         .filter_map(|i| {
             let node = i.node?;
             let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL)?;
@@ -389,6 +464,8 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         template_change: None,
         docker: target.docker(),
         instances: all.iter().map(|i| status(target, i, true)).collect(),
+        unhealthy_held: None,
+        next_check: None,
         steps: Vec::new(),
     }
 }
@@ -400,7 +477,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
 fn rollout(
     target: &Target<'_>,
     all: &[Instance<'_>],
-    kept: usize,
+    (kept, resumed): (usize, usize),
     retirees: Vec<&Instance<'_>>,
     world: &Indexed<'_>,
     names: &mut Names<'_>,
@@ -452,6 +529,10 @@ fn rollout(
                 push(name, Action::AwaitReady { node: target.with_nodes });
             }
             (to_create, alive, ready) = (to_create - n, alive + n, ready + n);
+        }
+        // The instances finished in the first batch serve before its retirements start.
+        if batch == 1 {
+            ready += resumed;
         }
 
         while let Some(instance) = pending.front() {
@@ -565,6 +646,13 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         retiring: instance.node.is_some_and(|n| n.unschedulable && n.cordoned_by_poolctl),
         elsewhere: instance.container.and_then(|c| c.elsewhere.clone()),
         fate: if keep { Fate::Keep } else { Fate::Retire },
+        health: instance.health.note.clone().map(|mut note| {
+            // A starting instance of more than `replicas` is not finished but retired.
+            if note.action == "resume" && !keep {
+                note.action = "replace";
+            }
+            note
+        }),
     }
 }
 

@@ -80,6 +80,16 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         n => format!(" {n} steps are held back: their pools are paused."),
     };
     let configure = if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
+    let mut health = Vec::new();
+    if s.unavailable > 0 {
+        health.push(format!("{} waited for (not serving, within their timeout)", s.unavailable));
+    }
+    if s.unremediated > 0 {
+        health.push(format!("{} unhealthy not replaced (above maxUnhealthy)", s.unremediated));
+    }
+    let health =
+        if health.is_empty() { String::new() } else { format!(" Instances: {}.", health.join(", ")) };
+    let paused = format!("{paused}{health}");
     let counts = format!(
         "{} {} to create, {} to retire{configure}, {} unchanged",
         style.bold("Plan:"),
@@ -90,7 +100,7 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     match (plan.has_changes(), alone.is_empty()) {
         (true, true) => format!("{counts}.{paused}"),
         (true, false) => format!("{counts}; left alone: {alone}.{paused}"),
-        (false, true) if s.held > 0 => format!("No changes will be made.{paused}"),
+        (false, true) if s.held > 0 || !health.is_empty() => format!("No changes will be made.{paused}"),
         (false, true) => "No changes. The world matches the source.".to_owned(),
         (false, false) => {
             format!("No changes planned, but the world differs from the source; left alone: {alone}.{paused}")
@@ -153,9 +163,12 @@ pub const JSON_FORMAT_VERSION: u32 = 1;
 /// The pool's body, under its header.
 fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Write) -> io::Result<()> {
     let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
-    // An up-to-date pool takes one line; an undeclared one always lists what it leaves running.
+    let troubled: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.health.is_some()).collect();
+    // An up-to-date pool takes one line; an undeclared one always lists what it leaves running,
+    // and any pool says which instances do not serve.
     if pool.steps.is_empty()
         && held.is_empty()
+        && troubled.is_empty()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
@@ -193,6 +206,14 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
             _ => cell.to_owned(),
         };
         table(&rows, "    ", &paint, out)?;
+    }
+    for instance in troubled {
+        let note = instance.health.as_ref().map(super::describe_health).unwrap_or_default();
+        let note = if note.starts_with("unhealthy") { style.red(&note) } else { style.yellow(&note) };
+        writeln!(out, "    {}: {note}", instance.name)?;
+    }
+    if let Some(why) = &pool.unhealthy_held {
+        writeln!(out, "  {}", style.yellow(why))?;
     }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
@@ -237,6 +258,9 @@ fn pool_header(pool: &PoolPlan) -> String {
             let state = match &pool.paused {
                 Some(held) if held.steps.is_empty() => ", up to date, paused",
                 Some(_) => ", paused",
+                None if pool.steps.is_empty() && pool.instances.iter().any(|i| i.health.is_some()) => {
+                    ", waiting"
+                }
                 None if pool.steps.is_empty() => ", up to date",
                 None => "",
             };

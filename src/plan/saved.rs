@@ -97,7 +97,7 @@ pub fn revision(desired: &Desired) -> String {
 
 /// The pools a plan of `desired` covers: the declared ones, and those this source created and
 /// no longer declares (the planner's own rule, without planning).
-fn planned_pools<'a>(desired: &'a Desired, world: &'a World) -> BTreeSet<&'a str> {
+pub fn planned_pools<'a>(desired: &'a Desired, world: &'a World) -> BTreeSet<&'a str> {
     let scope = desired.origin.scope();
     let mut pools: BTreeSet<&str> = desired.pools.iter().map(crate::model::DesiredPool::name).collect();
     pools.extend(

@@ -1,7 +1,7 @@
 //! Tests of the planner: DESIGN invariants 1-6 as properties over generated specs and worlds,
 //! executed step by step in the simulated world; scenarios by example; snapshots of the output.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -74,16 +74,65 @@ fn check_retirement_order(steps: &[Step]) {
     }
 }
 
+/// Whether the plan waits for the instance (starting or unavailable within its timeout, or
+/// unhealthy and held by `maxUnhealthy`) rather than count it as serving or replace it.
+fn waited_for(pool: &PoolPlan, name: &str) -> bool {
+    pool.instances
+        .iter()
+        .find(|i| i.name == name)
+        .and_then(|i| i.health.as_ref())
+        .is_some_and(|h| matches!(h.action, "waiting" | "held" | "resume"))
+}
+
 /// Invariant 6: instances leave in retirement order (not-up before up, then outdated before
-/// current, then oldest first), and the ones kept are the newest current up instances.
+/// current, then oldest first), and the ones kept are the newest current up instances, or
+/// current instances that are waited for. Health: an instance is never retired for its health
+/// within its timeout, nor at all while more of the pool are unhealthy than `maxUnhealthy`; an
+/// outdated instance that is waited for is not retired yet either.
 fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) {
     let key = |name: &str| {
         let c = world.containers.iter().find(|c| c.name == name);
         let n = world.nodes.iter().find(|n| n.name == name);
-        let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes));
+        let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes)) && !waited_for(pool, name);
         let current = c.is_some_and(|c| c.template_hash == hash);
         (up, current, c.map_or(i64::MIN, |c| c.created), name.to_owned())
     };
+    let held = pool.unhealthy_held.is_some();
+    for instance in &pool.instances {
+        let note = instance.health.as_ref();
+        if note.is_some_and(|h| h.action == "replace" && h.state == "unhealthy") {
+            assert!(!held, "{} is replaced although maxUnhealthy holds the pool", instance.name);
+            assert_eq!(instance.fate, Fate::Retire, "{} is unhealthy and kept", instance.name);
+        }
+        if let Some(h) = note.filter(|h| h.state != "unhealthy") {
+            assert!(h.seconds.zip(h.timeout).is_none_or(|(s, t)| s < t), "{}: {h:?}", instance.name);
+            match h.action {
+                "waiting" => {}
+                // Finished by an `await-ready` step of this plan, and kept.
+                "resume" => {
+                    assert_eq!(instance.fate, Fate::Keep, "{}", instance.name);
+                    let resumed = pool.steps.iter().any(|s| {
+                        s.instance == instance.name && matches!(s.action, Action::AwaitReady { .. })
+                    });
+                    assert!(resumed, "{} is resumed without an await-ready", instance.name);
+                }
+                // A starting instance that is outdated, or one more than `replicas`: it never
+                // served.
+                "replace" => assert!(
+                    h.state == "starting" && instance.fate == Fate::Retire,
+                    "{}: {h:?}",
+                    instance.name
+                ),
+                other => panic!("{}: action {other}", instance.name),
+            }
+        }
+        // Waited for and retired: only a current instance of more than `replicas`, and never
+        // one that `maxUnhealthy` holds.
+        if waited_for(pool, &instance.name) && instance.fate == Fate::Retire {
+            assert!(key(&instance.name).1, "outdated {} retired while it is waited for", instance.name);
+            assert_ne!(note.map(|h| h.action), Some("held"), "{} is held and retired", instance.name);
+        }
+    }
     let mut order: Vec<&str> = Vec::new();
     for step in pool.steps.iter().filter(|s| s.action.is_retirement()) {
         if !order.contains(&step.instance.as_str()) {
@@ -93,7 +142,7 @@ fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) 
     for pair in order.windows(2) {
         assert!(key(pair[0]) <= key(pair[1]), "{} retired before {}", pair[0], pair[1]);
     }
-    for kept in pool.instances.iter().filter(|i| i.fate == Fate::Keep) {
+    for kept in pool.instances.iter().filter(|i| i.fate == Fate::Keep && !waited_for(pool, &i.name)) {
         let k = key(&kept.name);
         assert!(k.0 && k.1, "kept {} is not a current up instance", kept.name);
         for gone in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
@@ -138,7 +187,15 @@ struct GenInstance {
     state: (ContainerState, Health),
     node: GenNode,
     created: i64,
+    /// Its coming up was recorded.
+    came_up: bool,
+    /// Whatever is wrong with it began long ago (past every timeout), or a moment ago.
+    long_ago: bool,
 }
+
+/// The observation's clock in generated worlds: "a moment ago" is a few seconds before it,
+/// "long ago" a day.
+const NOW: i64 = 100_000;
 
 #[derive(Debug, Clone, Copy)]
 enum GenNode {
@@ -178,9 +235,18 @@ fn gen_instance() -> impl Strategy<Value = GenInstance> {
         1 => Just(GenNode::Missing),
         1 => Just(GenNode::Cordoned),
     ];
-    (any::<bool>(), 0..3usize, state, node, 0..20i64).prop_map(|(current, old_hash, state, node, created)| {
-        GenInstance { current, old_hash, state, node, created }
-    })
+    let came_up = prop_oneof![4 => Just(true), 1 => Just(false)];
+    (any::<bool>(), 0..3usize, state, node, 0..20i64, came_up, any::<bool>()).prop_map(
+        |(current, old_hash, state, node, created, came_up, long_ago)| GenInstance {
+            current,
+            old_hash,
+            state,
+            node,
+            created,
+            came_up,
+            long_ago,
+        },
+    )
 }
 
 fn gen_case() -> impl Strategy<Value = Case> {
@@ -221,7 +287,7 @@ impl Case {
     /// capacity invariant speaks of.
     fn healthy(mut self) -> Self {
         for g in &mut self.instances {
-            (g.state, g.node) = ((ContainerState::Running, Health::None), GenNode::Ready);
+            (g.state, g.node, g.came_up) = ((ContainerState::Running, Health::None), GenNode::Ready, true);
         }
         self.replicas = self.replicas.min(i64::try_from(self.instances.len()).expect("a few instances"));
         self
@@ -239,20 +305,28 @@ impl Case {
     }
 
     fn world(&self, hash: &str) -> World {
-        let mut world = World::default();
+        let mut world = World { now: NOW, ..World::default() };
         for (i, g) in self.instances.iter().enumerate() {
             let h = if g.current { hash.to_owned() } else { format!("old{}", g.old_hash) };
             let name = format!("workers-{}-i{i}", &h[..4]);
-            let mut c = container(&name, "workers", &h, g.created);
+            // Created a day ago, or a moment ago; the order among instances is `created`'s.
+            let created = if g.long_ago { g.created } else { NOW - 30 + g.created };
+            let trouble_since = if g.long_ago { 0 } else { NOW - 5 };
+            let mut c = container(&name, "workers", &h, created);
             if self.labelled {
                 c = labelled(c);
             }
             (c.state, c.health) = g.state;
+            c.came_up = g.came_up.then_some(created);
+            c.since = Some(trouble_since);
             world.containers.push(c);
             let mut n = node(&name, "workers");
             match g.node {
                 GenNode::Ready => {}
-                GenNode::NotReady => n.ready = false,
+                GenNode::NotReady => {
+                    n.ready = false;
+                    n.conditions = vec![crate::model::NodeCondition::ready("Unknown", trouble_since)];
+                }
                 GenNode::Cordoned => n.unschedulable = true,
                 GenNode::Missing => continue,
             }
@@ -314,11 +388,17 @@ proptest! {
             }
         }
 
-        // Invariants 3 and 4: execute, checking capacity after every step, then plan again.
+        // Invariants 3 and 4: execute, checking capacity after every step, then plan again:
+        // nothing is left to do, and the pool has its replicas, unless instances that are waited
+        // for hold the rollout up.
         let after = execute_checking_capacity(&plan, &world, &spec);
         let again = crate::plan::plan(&desired, &after, options);
         prop_assert!(!again.has_changes(), "not converged: {:#?}", again.steps().collect::<Vec<_>>());
-        prop_assert_eq!(pool_plan(&again, "workers").instances.len(), count(case.replicas));
+        let workers = pool_plan(&again, "workers");
+        let waiting = workers.instances.iter().filter(|i| waited_for(workers, &i.name)).count();
+        if waiting == 0 {
+            prop_assert_eq!(workers.instances.len(), count(case.replicas));
+        }
 
         // Planning is a function: the same inputs give the same plan.
         prop_assert_eq!(crate::plan::plan(&desired, &world, options), plan);
@@ -650,11 +730,16 @@ fn a_current_instance_that_poolctl_cordoned_is_further_along_its_retirement() {
 fn a_container_whose_node_never_appeared_is_a_failed_instance() {
     let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
     let h = dp.template_hash.clone();
-    let world = World { containers: vec![container("k-a", "k", &h, 1)], ..World::default() };
+    // Its Node is still missing 10m after the container came up: nodeStartupTimeout is over.
+    let world = World { now: 1 + 600, containers: vec![container("k-a", "k", &h, 1)], ..World::default() };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     let k = pool_plan(&plan, "k");
     let a = k.instances.iter().find(|i| i.name == "k-a").unwrap();
     assert_eq!((a.node, a.fate), (Some("missing"), Fate::Retire));
+    assert_eq!(
+        a.health.as_ref().map(|h| (h.state, h.reason.as_str(), h.action)),
+        Some(("unhealthy", "no Node", "replace"))
+    );
     // Replaced: there is no Node to cordon or drain, but its kubelet may still register one
     // after this observation, so the Node is deleted all the same (a missing one is no error).
     let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
@@ -769,6 +854,7 @@ fn drain_world() -> (Desired, World) {
     let mut shared = pod("queue-0", &node_name, Some("StatefulSet"));
     shared.labels.insert("tier".to_owned(), "shared".to_owned());
     let world = World {
+        now: 0,
         containers: vec![old],
         nodes: vec![node(&node_name, "workers")],
         pods: vec![
@@ -792,6 +878,7 @@ fn drain_world() -> (Desired, World) {
             pdb("queue", &[("app", "queue")], &[], 1),
             pdb("shared", &[], &[("tier", "Exists", &[])], 1),
         ],
+        ..World::default()
     };
     (desired(vec![dp]), world)
 }
@@ -885,6 +972,163 @@ fn new_names_avoid_every_name_in_use() {
     let suffix = name.rsplit('-').next().unwrap();
     assert_eq!(suffix.len(), 5);
     assert!(suffix.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{name}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health: a clock, a memory, limits
+
+const NOON: i64 = 1_700_000_000;
+
+/// A node pool `k` of `replicas`, current and up, each Node `Ready` with status `ready` since
+/// `since` seconds before [`NOON`]; `conditions` replaces the default unhealthy conditions.
+fn node_pool_at(replicas: usize, ready: &[(&str, i64)], timeout: Option<u64>) -> (Desired, World) {
+    let mut dp = PoolArgs { nodes: true, ..PoolArgs::new("k", i64::try_from(replicas).unwrap()) }.build();
+    if let Some(t) = timeout {
+        for rule in &mut dp.pool.spec.health.unhealthy_conditions {
+            rule.timeout = crate::spec::Duration::from_secs(t);
+        }
+    }
+    let mut world = World { now: NOON, ..World::default() };
+    for (i, (status, ago)) in ready.iter().enumerate() {
+        let name = format!("k-{i}");
+        world.containers.push(container(
+            &name,
+            "k",
+            &dp.template_hash,
+            NOON - 86_400 + i64::try_from(i).unwrap(),
+        ));
+        let mut n = node(&name, "k");
+        n.ready = *status == "True";
+        n.conditions = vec![crate::model::NodeCondition::ready(status, NOON - ago)];
+        world.nodes.push(n);
+    }
+    (desired(vec![dp]), world)
+}
+
+#[test]
+fn a_laptop_sleep_of_25s_replaces_nothing_and_says_so() {
+    let (desired, world) = node_pool_at(3, &[("Unknown", 25), ("Unknown", 25), ("Unknown", 25)], None);
+    let plan = plan(&desired, &world, PlanOptions::default());
+    assert!(!plan.has_changes(), "{:#?}", plan.steps().collect::<Vec<_>>());
+    assert!(!plan.in_sync(), "instances that do not serve are a difference");
+    assert_eq!(plan.summary.unavailable, 3);
+    let text = text(&plan);
+    assert!(text.contains("k-0: unavailable: NotReady (Ready=Unknown) for 25s of 5m: waiting"), "{text}");
+    assert!(text.contains("Instances: 3 waited for (not serving, within their timeout)."), "{text}");
+    // Watch plans again when the first of them would turn unhealthy.
+    assert_eq!(plan.next_check(), Some(NOON - 25 + 300));
+}
+
+#[test]
+fn a_node_past_its_timeout_is_replaced_surge_first() {
+    let (desired, world) = node_pool_at(3, &[("True", 600), ("Unknown", 20), ("True", 600)], Some(5));
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"]);
+    assert!(verbs(k)[2..].iter().all(|(_, i)| *i == "k-1"), "{:?}", verbs(k));
+    assert_eq!(plan.summary.unhealthy, 1);
+    let text = text(&plan);
+    assert!(text.contains("k-1: unhealthy: Ready=Unknown for 20s (timeout 5s): replace"), "{text}");
+}
+
+#[test]
+fn more_unhealthy_than_max_unhealthy_replaces_none_and_says_why() {
+    let (desired, world) = node_pool_at(3, &[("Unknown", 60), ("False", 60), ("Unknown", 60)], Some(5));
+    let plan = plan(&desired, &world, PlanOptions::default());
+    assert!(!plan.has_changes(), "{:#?}", plan.steps().collect::<Vec<_>>());
+    assert_eq!(plan.summary.unremediated, 3);
+    assert!(!plan.in_sync());
+    let k = pool_plan(&plan, "k");
+    assert!(k.instances.iter().all(|i| i.fate == Fate::Keep));
+    let text = text(&plan);
+    assert!(
+        text.contains(
+            "3 of 3 instances unhealthy, above maxUnhealthy 40%: replacing none; the cluster, not the \
+             instances, looks at fault"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("k-1: unhealthy: Ready=False for 1m (timeout 5s): held"), "{text}");
+    // One of three is within 40% (rounded up: 2).
+    let (desired, world) = node_pool_at(3, &[("Unknown", 60), ("True", 60), ("Unknown", 60)], Some(5));
+    assert_eq!(plan_of(&desired, &world).summary.unhealthy, 2);
+}
+
+fn plan_of(desired: &Desired, world: &World) -> Plan {
+    plan(desired, world, PlanOptions::default())
+}
+
+#[test]
+fn an_exited_container_is_replaced_at_once_a_restarting_one_after_its_timeout() {
+    let dp = PoolArgs::new("w", 2).build();
+    let h = dp.template_hash.clone();
+    let mut exited = container("w-a", "w", &h, 1);
+    exited.state = ContainerState::Exited;
+    exited.status = "Exited (1) 2 seconds ago".into();
+    let mut restarting = container("w-b", "w", &h, 2);
+    restarting.state = ContainerState::Restarting;
+    restarting.since = Some(NOON - 30);
+    let world = World { now: NOON, containers: vec![exited, restarting], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let w = pool_plan(&plan, "w");
+    assert_eq!(retired(w), ["w-a"], "the exited one goes; the one restarting for 30s of 1m waits");
+    let text = text(&plan);
+    assert!(text.contains("w-a: unhealthy: exited (1): replace"), "{text}");
+    assert!(text.contains("w-b: unavailable: restarting for 30s of 1m: waiting"), "{text}");
+}
+
+#[test]
+fn a_starting_instance_never_counts_as_serving_and_an_abandoned_or_stale_one_is_replaced() {
+    // A run bootstraps a new instance (it holds the pool's lock): two old instances serve, the
+    // new one has no up record yet.
+    let dp = PoolArgs { bootstrap: 1, ..PoolArgs::new("w", 2) }.build();
+    let h = dp.template_hash.clone();
+    let mut new = container("w-new", "w", &h, NOON - 10);
+    new.came_up = None;
+    let world = World {
+        now: NOON,
+        containers: vec![container("w-o1", "w", "old", 1), container("w-o2", "w", "old", 2), new],
+        locked: ["w".to_owned()].into(),
+        ..World::default()
+    };
+    let desired = desired(vec![dp]);
+    let retiring = |plan: &Plan| -> Vec<String> {
+        let w = pool_plan(plan, "w");
+        w.steps.iter().filter(|s| s.action.is_retirement()).map(|s| s.instance.to_string()).collect()
+    };
+    let plan = plan_of(&desired, &world);
+    assert!(retiring(&plan).is_empty(), "no serving instance goes while one is starting: {plan:#?}");
+    let text = text(&plan);
+    assert!(text.contains("w-new: starting: coming up for 10s of "), "{text}");
+
+    // The run was killed (its lock lapsed): nobody will finish the instance, which is replaced
+    // at once, before any old one goes.
+    let abandoned = World { locked: BTreeSet::new(), ..world.clone() };
+    let plan = plan_of(&desired, &abandoned);
+    assert_eq!(retiring(&plan).first().map(String::as_str), Some("w-new"), "{plan:#?}");
+    assert!(text_of(&plan).contains("w-new: unhealthy: coming up, abandoned: replace"), "{}", text_of(&plan));
+
+    // Still locked, past its bootstrap's timeout and containerTimeout: replaced all the same.
+    let stale = World { now: NOON + 3600, ..world };
+    assert_eq!(retiring(&plan_of(&desired, &stale)).first().map(String::as_str), Some("w-new"));
+}
+
+fn text_of(plan: &Plan) -> String {
+    text(plan)
+}
+
+#[test]
+fn an_outdated_instance_that_is_waited_for_holds_the_rollout_up() {
+    // A rollout from `old` while the old instance's Node is NotReady for 25s: it is not retired
+    // (nor counted as serving), so nothing is retired in its place.
+    let (desired, mut world) = node_pool_at(1, &[("Unknown", 25)], None);
+    world.containers[0].template_hash = "old".into();
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready"], "the surge is made, the old one waits");
+    assert!(retired(k).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -228,12 +228,15 @@ fn node_pool(world: &World) -> (Desired, Plan) {
 /// A world of one outdated instance `k-old` of pool "k", in `state`, recorded as a Node of the
 /// default cluster.
 fn old_node_instance(state: crate::model::ContainerState) -> World {
-    world_of(vec![Container {
+    let old = Container {
         state,
         scope: Some("path:/pools".into()),
         cluster: Some(ClusterRef { kubeconfig: None, context: None }),
         ..container("k-old", "k", "old", 1)
-    }])
+    };
+    // Observed long after it was created: its missing Node is past the startup timeout, so the
+    // plan replaces it (within the timeout it would wait for it).
+    World { now: 100_000, ..world_of(vec![old]) }
 }
 
 /// Carries the whole plan out on `fake`, as a rollout does once its locks are held.

@@ -69,6 +69,7 @@ mod tests {
             node: None,
             docker: None,
             rollout: Rollout::default(),
+            health: crate::spec::HealthSpec::default(),
             paused: false,
         }
     }

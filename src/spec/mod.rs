@@ -94,6 +94,10 @@ pub struct PoolSpec {
     /// How instances are replaced.
     #[serde(default)]
     pub rollout: Rollout,
+    /// When an instance that does not serve is replaced, and when it is waited for (as Cluster
+    /// API's `MachineHealthCheck`). Not covered by the template hash.
+    #[serde(default)]
+    pub health: HealthSpec,
     /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
     /// apply and watch change nothing in it, and a rollout in flight stops at the next step
     /// boundary (as a Deployment's `paused`, Flux's `suspend`).
@@ -424,6 +428,85 @@ impl Default for Rollout {
             max_unavailable: Self::default_max_unavailable(),
             stop_grace_period: Self::default_stop_grace_period(),
             drain_timeout: Self::default_drain_timeout(),
+        }
+    }
+}
+
+/// When an instance that does not serve is replaced. An instance that is not up but within its
+/// timeout is *unavailable*: a rollout waits for it, nothing replaces it. Past its timeout it is
+/// *unhealthy* and replaced, surge first, unless more than `maxUnhealthy` of the pool are: then
+/// the fault is the cluster's and none is. Every duration is read from the world's own clocks
+/// (a Node condition's `lastTransitionTime`, Docker's start, finish and health-check times).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthSpec {
+    /// Node conditions that make an instance unhealthy once they have held for their timeout
+    /// (default `Ready` `Unknown` and `Ready` `False`, 5m each).
+    #[serde(default = "HealthSpec::default_unhealthy_conditions")]
+    pub unhealthy_conditions: Vec<UnhealthyCondition>,
+    /// How long a new instance may take to come up (its Node to register and turn Ready, its
+    /// bootstrap and join to finish) before it is unhealthy (default 10m). An apply still fails
+    /// after the Node's `readyTimeout`; this is what a later run does with such an instance.
+    #[serde(default = "HealthSpec::default_node_startup_timeout")]
+    pub node_startup_timeout: Duration,
+    /// How long a container may be restarting, or report `unhealthy` from its HEALTHCHECK,
+    /// before it is unhealthy (default 1m). A container that exited or is dead is unhealthy at
+    /// once.
+    #[serde(default = "HealthSpec::default_container_timeout")]
+    pub container_timeout: Duration,
+    /// When more instances than this are unhealthy at once, none is replaced: a count, or a
+    /// percentage of `replicas` rounded up (default `40%`).
+    #[serde(default = "HealthSpec::default_max_unhealthy")]
+    pub max_unhealthy: IntOrPercent,
+}
+
+/// A Node condition that makes an instance unhealthy once it has held for `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnhealthyCondition {
+    /// The condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    #[schemars(extend("enum" = ["True", "False", "Unknown"]))]
+    pub status: String,
+    pub timeout: Duration,
+}
+
+impl HealthSpec {
+    /// `maxUnhealthy` as a number of instances for a pool of `replicas`, rounded up so that a
+    /// pool of one or two may always have one replaced.
+    pub fn max_unhealthy(&self, replicas: i64) -> i64 {
+        self.max_unhealthy.resolve(replicas, Rounding::Up)
+    }
+
+    fn default_unhealthy_conditions() -> Vec<UnhealthyCondition> {
+        let ready = |status: &str| UnhealthyCondition {
+            kind: "Ready".to_owned(),
+            status: status.to_owned(),
+            timeout: Duration::from_secs(300),
+        };
+        vec![ready("Unknown"), ready("False")]
+    }
+    fn default_node_startup_timeout() -> Duration {
+        Duration::from_secs(600)
+    }
+    fn default_container_timeout() -> Duration {
+        Duration::from_secs(60)
+    }
+    fn default_max_unhealthy() -> IntOrPercent {
+        IntOrPercent::Percent(40)
+    }
+}
+
+impl Default for HealthSpec {
+    fn default() -> Self {
+        Self {
+            unhealthy_conditions: Self::default_unhealthy_conditions(),
+            node_startup_timeout: Self::default_node_startup_timeout(),
+            container_timeout: Self::default_container_timeout(),
+            max_unhealthy: Self::default_max_unhealthy(),
         }
     }
 }

@@ -72,6 +72,9 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     for (path, message) in rollout_problems(spec) {
         fail(path, message);
     }
+    for (path, message) in health_problems(&spec.health) {
+        fail(path, message);
+    }
 
     for (path, message) in bound_problems(spec) {
         fail(path, message);
@@ -187,6 +190,34 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
                  instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
             ),
         ));
+    }
+    errors
+}
+
+/// The rules of `spec.health`: conditions a Node can have, and a bounded `maxUnhealthy`.
+fn health_problems(health: &super::HealthSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let at = FieldPath::of("spec.health");
+    for (i, condition) in health.unhealthy_conditions.iter().enumerate() {
+        let path = at.key("unhealthyConditions").index(i);
+        if condition.kind.trim().is_empty() {
+            errors.push((path.key("type"), "must name a Node condition type, e.g. Ready".to_owned()));
+        }
+        if !matches!(condition.status.as_str(), "True" | "False" | "Unknown") {
+            let got = &condition.status;
+            errors.push((path.key("status"), format!("must be True, False or Unknown, got {got:?}")));
+        }
+    }
+    let path = at.key("maxUnhealthy");
+    match health.max_unhealthy {
+        IntOrPercent::Count(n) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
+        IntOrPercent::Count(n) if n > MAX_REPLICAS => {
+            errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
+        }
+        IntOrPercent::Percent(p) if p > 100 => {
+            errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
+        }
+        _ => {}
     }
     errors
 }

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, LabelSelector, Node, NodeConfig,
-    Origin, Pdb, Pod, World, labels,
+    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, LabelSelector, Node, NodeCondition,
+    NodeConfig, Origin, Pdb, Pod, World, labels,
 };
 use crate::spec::{
     BootstrapStep, Duration, EnvValue, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
@@ -88,6 +88,7 @@ impl PoolArgs {
             node,
             docker: None,
             rollout,
+            health: crate::spec::HealthSpec::default(),
             paused: false,
         };
         let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);
@@ -118,6 +119,8 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         state: ContainerState::Running,
         health: Health::None,
         created,
+        came_up: Some(created),
+        since: None,
         status: "Up 1 second".to_owned(),
         template: None,
         scope: Some(origin().scope()),
@@ -146,6 +149,7 @@ pub(crate) fn node(name: &str, pool: &str) -> Node {
             labels: BTreeMap::from([(labels::POOL.to_owned(), pool.to_owned())]),
             ..NodeConfig::default()
         },
+        conditions: vec![NodeCondition::ready("True", 0)],
     }
 }
 

@@ -411,6 +411,17 @@ impl Containers for FakeWorld {
         })
         .await
     }
+
+    async fn record_up(&self, name: &str, _: &BTreeMap<String, String>) -> Result<(), BackendError> {
+        self.call(format!("record-up {name}"), |sim| {
+            if sim.record_up(name) {
+                Ok(())
+            } else {
+                Err(BackendError::NotFound(format!("container {name}")))
+            }
+        })
+        .await
+    }
 }
 
 /// One operation on the fake's lock table.

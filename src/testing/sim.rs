@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Container, ContainerState, Health, Node, NodeConfig, World, labels};
+use crate::model::{Container, ContainerState, Health, Node, NodeCondition, NodeConfig, World, labels};
 use crate::plan::{Action, Plan, Step};
 use crate::spec::Taint;
 
@@ -65,11 +65,12 @@ impl SimWorld {
                 let c = self.container(name).unwrap_or_else(|| panic!("await {name}: no container"));
                 assert!(c.is_up(), "await {name}: container not up");
                 // The kubelet in the new container registers its Node, which turns Ready, and
-                // the executor labels it.
+                // the executor labels it, then records that the instance came up.
                 if *node {
                     self.register_node(name);
                     self.label_node(name, pool);
                 }
+                self.record_up(name);
             }
             Action::Configure(preview) => {
                 assert!(self.configure(name, &preview.labels, &preview.taints), "configure {name}: no Node");
@@ -98,6 +99,8 @@ impl SimWorld {
             state: ContainerState::Running,
             health: Health::None,
             created: self.clock,
+            came_up: None,
+            since: None,
             status: "Up 1 second".to_owned(),
             template: None,
             scope: None,
@@ -108,6 +111,12 @@ impl SimWorld {
         };
         self.clock += 1;
         c
+    }
+
+    /// Record that the instance came up, as the executor does last.
+    pub(crate) fn record_up(&mut self, name: &str) -> bool {
+        let now = self.clock;
+        self.container_mut(name).map(|c| c.came_up = Some(now)).is_some()
     }
 
     pub(crate) fn create(&mut self, container: Container) {
@@ -127,6 +136,7 @@ impl SimWorld {
                 unschedulable: false,
                 cordoned_by_poolctl: false,
                 config: NodeConfig::default(),
+                conditions: vec![NodeCondition::ready("True", self.clock)],
             });
         }
         true
@@ -172,8 +182,10 @@ impl SimWorld {
     pub(crate) fn stop(&mut self, name: &str) -> bool {
         let Some(c) = self.container_mut(name) else { return false };
         c.state = ContainerState::Exited;
+        let now = self.clock;
         if let Some(n) = self.node_mut(name) {
             n.ready = false;
+            n.conditions = vec![NodeCondition::ready("Unknown", now)];
         }
         true
     }

@@ -245,6 +245,9 @@ impl TestDocker {
                 name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
                 at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
             })
+            // The instances' events: an up record (`poolctl-up-<instance>`) carries the test's
+            // labels so that the cleanup finds it, and is created and never started.
+            .filter(|e| !e.name.starts_with("poolctl-up-"))
             .collect();
         events.sort_by_key(|e| e.at);
         events

@@ -33,6 +33,7 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
             ContainerState::Dead
         }
     };
+    let created = s.created.unwrap_or_default();
     Some(Container {
         id: s.id?,
         name,
@@ -40,7 +41,11 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         template_hash: labels.get(labels::TEMPLATE_HASH).cloned().unwrap_or_default(),
         state,
         health: health_from_status(s.status.as_deref().unwrap_or_default()),
-        created: s.created.unwrap_or_default(),
+        created,
+        // Joined with the up records of the same list by `DockerBackend::list`; a container
+        // made before poolctl kept them came up when it was created, as far as anyone knows.
+        came_up: (!labels.contains_key(labels::RECORDS_UP)).then_some(created),
+        since: None,
         status: s.status.unwrap_or_default(),
         template: labels.get(labels::TEMPLATE).cloned(),
         scope: labels.get(labels::SCOPE).cloned(),
@@ -129,6 +134,8 @@ mod tests {
                 state: ContainerState::Running,
                 health: Health::Unhealthy,
                 created: 1_700_000_000,
+                came_up: Some(1_700_000_000),
+                since: None,
                 status: "Up 5 minutes (unhealthy)".to_owned(),
                 template: None,
                 scope: Some("dir:/x".to_owned()),

@@ -31,6 +31,7 @@ mod create;
 pub mod endpoint;
 mod events;
 mod lock;
+mod up;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
@@ -38,6 +39,7 @@ pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{DRIFT_EVENTS, container_events};
 pub use lock::lock_name;
+pub use up::up_record_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -388,7 +390,25 @@ impl Containers for DockerBackend {
             .call(self.docker.list_containers(Some(options)))
             .await
             .map_err(|e| self.error("list containers", e))?;
-        Ok(summaries.into_iter().filter_map(container_from_summary).collect())
+        let mut records = HashMap::new();
+        let mut containers = Vec::with_capacity(summaries.len());
+        for summary in summaries {
+            match up::up_record_from(summary.names.as_ref(), summary.labels.as_ref(), summary.created) {
+                Some((instance, record)) => {
+                    records.insert(instance, record);
+                }
+                None => containers.extend(container_from_summary(summary)),
+            }
+        }
+        up::join_up_records(&mut containers, &records);
+        // Only for the few that restart or fail their HEALTHCHECK: since when, which the list
+        // does not say. A container gone in between is judged by the next look.
+        for c in containers.iter_mut().filter(|c| up::needs_since(c)) {
+            if let Some(inspect) = self.inspect(&c.id).await? {
+                c.since = up::since(&inspect);
+            }
+        }
+        Ok(containers)
     }
 
     async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
@@ -569,10 +589,16 @@ impl Containers for DockerBackend {
         // container that still runs (a stop that did not happen) is an error, not a kill.
         let options = RemoveContainerOptions { v: true, force: false, link: false };
         match self.call(self.docker.remove_container(name, Some(options))).await {
-            Ok(()) => Ok(()),
-            Err(e) if status_of(&e) == Some(404) => Ok(()),
-            Err(e) => Err(self.error(&format!("remove container {name}"), e)),
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => return Err(self.error(&format!("remove container {name}"), e)),
         }
+        // Its up record goes with it: it vouches for nothing any more.
+        self.remove_up_record(name).await
+    }
+
+    async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
+        self.write_up_record(name, labels).await
     }
 }
 

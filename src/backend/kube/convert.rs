@@ -1,5 +1,5 @@
-//! Kubernetes objects reduced to the world's plain data: a Node's readiness and poolctl's
-//! marks, a Pod's owner and what a drain needs to know, a PDB's selector and budget.
+//! Kubernetes objects reduced to the world's plain data: a Node's readiness, conditions and
+//! poolctl's marks, a Pod's owner and what a drain needs to know, a PDB's selector and budget.
 
 use std::collections::BTreeSet;
 
@@ -7,18 +7,24 @@ use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTai
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
 
-use crate::model::{LabelSelector, Node, NodeConfig, Pdb, Pod, labels};
+use crate::model::{LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod, labels};
 use crate::spec::Taint;
 
 /// `DaemonSet` objects by namespace and name.
 pub(super) type DaemonSets = BTreeSet<(String, String)>;
 
 pub(super) fn node_from(n: &K8sNode) -> Node {
-    let ready = n
+    let conditions: Vec<NodeCondition> = n
         .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .map(|c| NodeCondition {
+            kind: c.type_.clone(),
+            status: c.status.clone(),
+            since: c.last_transition_time.as_ref().map(|t| t.0.as_second()),
+        })
+        .collect();
+    let ready = conditions.iter().any(|c| c.kind == "Ready" && c.status == "True");
     Node {
         name: n.metadata.name.clone().unwrap_or_default(),
         pool: n.metadata.labels.as_ref().and_then(|l| l.get(labels::POOL).cloned()),
@@ -40,6 +46,7 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
                 .map(|m| m.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect())
                 .unwrap_or_default(),
         },
+        conditions,
     }
 }
 

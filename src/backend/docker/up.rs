@@ -1,0 +1,232 @@
+//! Up records, and the times Docker keeps of a container in trouble: what lets the planner
+//! tell *starting* from *serving*, and a blip from a failure, without a state file.
+//!
+//! An instance's coming up (bootstrap, join and Ready wait done) is recorded as the last step of
+//! its creation by an *up record*: a container named `poolctl-up-<instance>` that is created and
+//! never started, with no image (as a pool's Docker lock is, see `lock.rs`), labelled with the
+//! pool and the ID of the instance container it vouches for. A label cannot change after
+//! creation and a file inside the instance would take one read per instance per plan; the
+//! record comes back in the very list call that lists the instances, and dies with them.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HealthStatusEnum, HostConfig};
+use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{DockerBackend, status_of};
+use crate::backend::BackendError;
+use crate::model::{Container, ContainerState, Health, labels};
+
+/// The name of the up record of `instance`.
+pub fn up_record_name(instance: &str) -> String {
+    format!("poolctl-up-{instance}")
+}
+
+/// One up record, as the list shows it.
+pub(super) struct UpRecord {
+    /// The instance container it vouches for.
+    of: String,
+    /// When it was written: when the instance came up.
+    created: i64,
+}
+
+/// The up record in a list entry, by instance name; `None` for an entry that is not one.
+pub(super) fn up_record_from(
+    names: Option<&Vec<String>>,
+    labels: Option<&HashMap<String, String>>,
+    created: Option<i64>,
+) -> Option<(String, UpRecord)> {
+    let of = labels?.get(labels::UP_OF)?.clone();
+    let name = names?.first()?.trim_start_matches('/');
+    let instance = name.strip_prefix("poolctl-up-")?.to_owned();
+    Some((instance, UpRecord { of, created: created.unwrap_or_default() }))
+}
+
+/// Join the instances of a list with their up records: an instance that keeps them came up when
+/// its record was written, if the record vouches for this very container.
+pub(super) fn join_up_records(containers: &mut [Container], records: &HashMap<String, UpRecord>) {
+    for c in containers {
+        if c.came_up.is_none()
+            && let Some(record) = records.get(&c.name).filter(|r| r.of == c.id)
+        {
+            c.came_up = Some(record.created);
+        }
+    }
+}
+
+/// Whether the planner needs to know since when the container has not been serving: Docker's
+/// list says only that it restarts or fails its HEALTHCHECK, not since when.
+pub(super) fn needs_since(c: &Container) -> bool {
+    c.state == ContainerState::Restarting
+        || (c.state == ContainerState::Running && matches!(c.health, Health::Unhealthy | Health::Starting))
+}
+
+/// Docker's restart backoff: 100ms, doubling after each restart, at most a minute (its restart
+/// manager resets it once a run lasted 10s).
+fn restart_backoff_secs(restarts: i64) -> i64 {
+    let mut total_ms: i64 = 0;
+    let mut step: i64 = 100;
+    for _ in 0..restarts.clamp(0, 1000) {
+        total_ms += step;
+        step = (step * 2).min(60_000);
+    }
+    total_ms / 1000
+}
+
+/// Since when the inspected container has not been serving, from Docker's own records: for a
+/// failing HEALTHCHECK, the start of the oldest failing probe of the current streak that the
+/// health log keeps (at most five: never earlier than the truth); for a restart loop, its last
+/// exit less the backoff its restart count implies.
+pub(super) fn since(inspect: &ContainerInspectResponse) -> Option<i64> {
+    let state = inspect.state.as_ref()?;
+    if state.restarting == Some(true) {
+        let finished = time(state.finished_at.as_deref())?;
+        return Some(finished - restart_backoff_secs(inspect.restart_count.unwrap_or(0)));
+    }
+    let health = state.health.as_ref()?;
+    match health.status {
+        Some(HealthStatusEnum::UNHEALTHY | HealthStatusEnum::STARTING) => {}
+        _ => return None,
+    }
+    let log = health.log.as_deref().unwrap_or_default();
+    let streak = log.iter().rev().take_while(|probe| probe.exit_code != Some(0));
+    match streak.last() {
+        Some(oldest) => time(oldest.start.as_deref()),
+        // No failing probe yet (still starting): since it last started.
+        None => time(state.started_at.as_deref()),
+    }
+}
+
+/// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
+/// (`0001-01-01T00:00:00Z`) is no time.
+fn time(text: Option<&str>) -> Option<i64> {
+    let at: Timestamp = text?.parse().ok()?;
+    let secs = at.as_second();
+    (secs > 0).then_some(secs)
+}
+
+impl DockerBackend {
+    /// Write the up record of `instance`, vouching for the container of that name as it is now,
+    /// with `labels` (the pool's, and the template's own, so that whatever removes the pool's
+    /// containers by label removes it too). A record left by an earlier container of the same
+    /// name is replaced.
+    pub(super) async fn write_up_record(
+        &self,
+        instance: &str,
+        record_labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let doing = || format!("record that {instance} came up");
+        let id = self
+            .inspect(instance)
+            .await?
+            .and_then(|c| c.id)
+            .ok_or_else(|| BackendError::NotFound(format!("container {instance}")))?;
+        let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
+        labels.insert(labels::UP_OF.to_owned(), id);
+        let body = ContainerCreateBody {
+            cmd: Some(vec!["poolctl-up".to_owned()]),
+            labels: Some(labels),
+            host_config: Some(HostConfig { network_mode: Some("none".to_owned()), ..Default::default() }),
+            ..Default::default()
+        };
+        let name = up_record_name(instance);
+        for attempt in 0..2 {
+            let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+            match self.call(self.docker.create_container(Some(options), body.clone())).await {
+                Ok(_) => return Ok(()),
+                Err(e) if status_of(&e) == Some(409) && attempt == 0 => {
+                    self.remove_up_record(instance).await?;
+                }
+                Err(e) => return Err(self.error(&doing(), e)),
+            }
+        }
+        Err(BackendError::Failed(format!("{}: the name {name} stays taken", doing())))
+    }
+
+    /// Remove the up record of `instance`, if there is one.
+    pub(super) async fn remove_up_record(&self, instance: &str) -> Result<(), BackendError> {
+        let name = up_record_name(instance);
+        let options = RemoveContainerOptions { v: true, force: true, link: false };
+        match self.call(self.docker.remove_container(&name, Some(options))).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) => Err(self.error(&format!("remove the up record {name}"), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bollard::models::{ContainerState as DockerState, Health as DockerHealth, HealthcheckResult};
+
+    use super::*;
+
+    fn probe(start: &str, code: i64) -> HealthcheckResult {
+        HealthcheckResult { start: Some(start.to_owned()), exit_code: Some(code), ..Default::default() }
+    }
+
+    #[test]
+    fn a_failing_healthcheck_counts_from_the_first_failing_probe_of_its_streak() {
+        let inspect = ContainerInspectResponse {
+            state: Some(DockerState {
+                health: Some(DockerHealth {
+                    status: Some(HealthStatusEnum::UNHEALTHY),
+                    failing_streak: Some(2),
+                    log: Some(vec![
+                        probe("2026-12-04T10:00:00Z", 1),
+                        probe("2026-12-04T10:00:30Z", 0),
+                        probe("2026-12-04T10:01:00.5Z", 1),
+                        probe("2026-12-04T10:01:30Z", 1),
+                    ]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let expected: Timestamp = "2026-12-04T10:01:00Z".parse().unwrap();
+        assert_eq!(since(&inspect), Some(expected.as_second()));
+    }
+
+    #[test]
+    fn a_restart_loop_counts_back_its_backoff_from_the_last_exit() {
+        let inspect = ContainerInspectResponse {
+            restart_count: Some(10),
+            state: Some(DockerState {
+                restarting: Some(true),
+                finished_at: Some("2026-12-04T10:00:00Z".to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let finished: Timestamp = "2026-12-04T10:00:00Z".parse().unwrap();
+        // Ten waits of 0.1, 0.2, ... 51.2 s: 102.3 s.
+        assert_eq!(since(&inspect), Some(finished.as_second() - 102));
+        assert_eq!(time(Some("0001-01-01T00:00:00Z")), None, "Docker's zero time is no time");
+    }
+
+    #[test]
+    fn a_record_vouches_only_for_the_container_it_names() {
+        let names = vec!["/poolctl-up-w-1".to_owned()];
+        let labels = HashMap::from([(labels::UP_OF.to_owned(), "id-1".to_owned())]);
+        let (instance, record) = up_record_from(Some(&names), Some(&labels), Some(42)).unwrap();
+        assert_eq!(instance, "w-1");
+        let mut containers = vec![
+            Container { came_up: None, ..crate::testing::build::container("w-1", "w", "h", 1) },
+            Container {
+                came_up: None,
+                id: "id-other".into(),
+                ..crate::testing::build::container("w-2", "w", "h", 1)
+            },
+        ];
+        containers[0].id = "id-1".into();
+        let records = HashMap::from([
+            (instance, record),
+            ("w-2".to_owned(), UpRecord { of: "id-2".into(), created: 7 }),
+        ]);
+        join_up_records(&mut containers, &records);
+        assert_eq!(containers[0].came_up, Some(42));
+        assert_eq!(containers[1].came_up, None, "a record of another container of that name");
+        assert!(up_record_from(Some(&names), None, None).is_none());
+    }
+}
