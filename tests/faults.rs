@@ -9,7 +9,7 @@
 //! `POOLCTL_FAULT_ROLLOUTS` (default 30) and `POOLCTL_FAULT_SEED` (default fixed, decimal or
 //! `0x` hex) steer it; a failure names the seed and the rollout, so that it reproduces. The
 //! figures are printed at the end (`cargo test --test main faults -- --nocapture`) and quoted in
-//! the README's reliability section.
+//! the reliability section of docs/operations.md.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;

@@ -9,6 +9,7 @@ mod cli;
 mod container_stop;
 mod docker;
 mod docker_bounds;
+mod docs;
 mod drain;
 mod drain_watch;
 mod e2e;
