@@ -727,4 +727,159 @@ mod tests {
         locks.release().await;
         assert!(fake.locks().is_empty(), "the lock of k is released, w's was broken: {:?}", fake.locks());
     }
+
+    /// The scene's locks, taken with the default lease of 15s. The tests that use it pause
+    /// tokio's clock: their seconds pass at once, and at exactly the times the renewal sets, so
+    /// that they wait on what happened and never on how fast the machine is.
+    async fn locked_for_15s<'a>(
+        fake: &'a FakeWorld,
+        clusters: &'a BTreeMap<String, FakeCluster>,
+        settings: &'a LockSettings,
+        out: &'a Progress,
+    ) -> PoolLocks<'a, FakeWorld, FakeCluster> {
+        let mut locks = PoolLocks::new(fake, clusters, settings, out);
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
+        locks
+    }
+
+    fn count(fake: &FakeWorld, call: &str) -> usize {
+        fake.calls().iter().filter(|c| *c == call).count()
+    }
+
+    #[test]
+    fn a_15s_lease_is_renewed_every_5s_retried_every_2s_and_given_up_after_12s() {
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        assert_eq!(settings.renew_every(), Duration::from_secs(5));
+        assert_eq!(settings.renew_retry(), Duration::from_secs(2));
+        assert_eq!(settings.renew_deadline(), Duration::from_secs(12));
+        // The shortest lease LEASE_ENV allows still has a few tries before its deadline.
+        let short = self::settings(Duration::from_secs(1), Duration::ZERO);
+        assert_eq!(short.renew_retry().as_millis(), 142);
+        assert!(short.renew_every() + short.renew_retry() * 3 < short.renew_deadline());
+        assert!(short.renew_deadline() < short.lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_refused_for_4s_lose_no_lock() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        // The API server answers 503 for 4s from the first renewal on, at 5s: the renewal is
+        // refused then, and again at 7s; at 9s it succeeds, 3s before the renew deadline.
+        fake.failing_for("renew k", Duration::from_secs(4));
+        let interrupt = Interrupt::default();
+        let work = async {
+            // The renewal after that one comes 5s later, at 14s, as usual.
+            while count(&fake, "renew k") < 4 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        let elapsed = start.elapsed();
+        assert!(
+            (Duration::from_secs(14)..Duration::from_secs(15)).contains(&elapsed),
+            "renewed at 9s, so next at 14s: {elapsed:?}"
+        );
+        assert!(!interrupt.is_set(), "a blip stops nothing: {:?}", interrupt.reason());
+        assert_eq!(locks.pools(), BTreeSet::from(["k", "w"]));
+        assert_eq!(text(&buf), "", "nothing was lost");
+        assert!(count(&fake, "renew w") >= 2, "the other pool was renewed meanwhile: {:?}", fake.calls());
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "both locks are released: {:?}", fake.locks());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_refused_past_the_renew_deadline_lose_the_lock_before_it_lapses() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        fake.failing_for("renew k", Duration::from_secs(60));
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        // Tried at 5s, 7s, 9s and 11s; no try is left before the deadline at 12s, which is
+        // before the lock lapses at 15s, when another run could take it.
+        let elapsed = start.elapsed();
+        assert!(elapsed < settings.renew_deadline(), "given up at {elapsed:?}");
+        assert_eq!(count(&fake, "renew k"), 4, "{:?}", fake.calls());
+        assert_eq!(interrupt.reason(), Some(StopReason::LockLost));
+        let said = text(&buf);
+        assert_eq!(
+            said,
+            "lost the lock of pool k: it could not be renewed within 12s of its last renewal, and \
+             lapses 15s after it (renew k refused); stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["w"]), "the other pool's lock is still held");
+        locks.release().await;
+        let left: Vec<String> = fake.locks().into_keys().collect();
+        assert_eq!(left, ["lease/k"], "a lost lock is left to lapse; w's is released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_lock_is_lost_at_its_next_renewal_without_a_retry() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        fake.break_lock("docker", "w");
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        assert!(start.elapsed() < Duration::from_secs(6), "lost at the first renewal, at 5s");
+        assert_eq!(count(&fake, "renew w"), 1, "{:?}", fake.calls());
+        assert_eq!(interrupt.reason(), Some(StopReason::LockLost));
+        assert_eq!(
+            text(&buf),
+            "lost the lock of pool w: it was broken; stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["k"]));
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_delays_no_other_pool() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        // k's API server accepts the renewals and never answers.
+        fake.silent("renew k");
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        // Tried at 5s, 7s, 9s and 11s, each given up after 2s, the last at the deadline; w was
+        // renewed at 5s and 10s all the same.
+        assert_eq!(count(&fake, "renew k"), 4, "{:?}", fake.calls());
+        assert_eq!(count(&fake, "renew w"), 2, "{:?}", fake.calls());
+        assert_eq!(
+            text(&buf),
+            "lost the lock of pool k: it could not be renewed within 12s of its last renewal, and \
+             lapses 15s after it (no answer within 1s); stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["w"]));
+        locks.release().await;
+        assert!(!fake.locks().contains_key("docker/w"), "{:?}", fake.locks());
+    }
 }
