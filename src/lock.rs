@@ -6,8 +6,14 @@
 //! Docker (see [`crate::backend::Locks`]). Locks are taken in pool-name order, so two runs that
 //! want the same pools wait on each other in one order and never crosswise. A lock lapses
 //! [`DEFAULT_LEASE`] after its last renewal, so a run killed outright blocks the next one
-//! briefly; a run that cannot renew its lock in time, or finds it broken (`poolctl unlock`),
-//! stops at the next step boundary.
+//! briefly; a run that finds its lock broken (`poolctl unlock`) or taken over, or that cannot
+//! renew it by its renew deadline, stops at the next step boundary.
+//!
+//! Renewal follows client-go's leader election: a failed or unanswered renewal is tried again
+//! every retry period until one succeeds, and the lock counts as lost only when the backend says
+//! it is no longer ours, or when the renew deadline passed, which comes before the lease runs
+//! out, so that the run stops before another actor could take the lock over. A blip of the API
+//! server or of Docker therefore costs nothing (the numbers are at `LockSettings::renew_deadline`).
 //!
 //! This is a plain guard: acquire, renew while work runs, release. Which pools to lock, and
 //! planning again once they are held, is the rollout's business ([`crate::rollout`]).
@@ -20,7 +26,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
@@ -92,12 +98,38 @@ impl LockSettings {
         Ok(Self { who: holder_identity(command), lease, timeout })
     }
 
-    /// A lock is renewed three times per lease, as client-go's leader election does, so that
-    /// one failed renewal does not lose it.
+    /// A lock is renewed three times per lease, so that one failed renewal does not lose it.
     fn renew_every(&self) -> Duration {
         self.lease / 3
     }
+
+    /// How long after the start of its last successful renewal a lock is given up if no renewal
+    /// succeeded since: 4/5 of the lease (12s of 15s). client-go's leader gives up
+    /// `RenewDeadline` (10s) after the start of a renew round, which begins `RetryPeriod` (2s)
+    /// after its last success: 12s after it, 3s before its `LeaseDuration` (15s) runs out. Those
+    /// 3s are the margin for the clocks of the machines involved (another actor judges expiry
+    /// by its own clock), so that this run has given the lock up before another could take it
+    /// over. The renewal due lease/3 after the last leaves lease·7/15 (7s) for retries, which a
+    /// blip of several seconds does not use up.
+    fn renew_deadline(&self) -> Duration {
+        self.lease * 4 / 5
+    }
+
+    /// How often a renewal that failed or did not answer is tried again, and how long each try
+    /// may take: client-go's `RetryPeriod` of 2s, or lease/7 for a short lease, so that a few
+    /// tries fit in before the renew deadline (for 15s: at 5s, 7s, 9s and 11s after the last
+    /// success, against a deadline at 12s). Never under [`MIN_RENEW_RETRY`].
+    fn renew_retry(&self) -> Duration {
+        (self.lease / 7).min(MAX_RENEW_RETRY).max(MIN_RENEW_RETRY)
+    }
 }
+
+/// The retry period of a renewal at most: client-go's default `RetryPeriod`.
+const MAX_RENEW_RETRY: Duration = Duration::from_secs(2);
+
+/// The retry period of a renewal at least, for the very short leases of tests: a try must have
+/// time to be answered (a lease from [`LEASE_ENV`] is at least 1s, whose retry is 142ms).
+const MIN_RENEW_RETRY: Duration = Duration::from_millis(20);
 
 /// Who this process is, for the locks it takes: `poolctl apply (pid 4242 on devbox)`. The
 /// host and PID say where to look for the holder of a lock that seems stuck.
@@ -201,7 +233,20 @@ pub struct PoolLocks<'a, C, K> {
     settings: &'a LockSettings,
     /// Where progress lines go (stdout for the CLI).
     progress: &'a Mutex<Box<dyn Write + Send>>,
-    held: Vec<(String, LockRecord)>,
+    held: Vec<Held>,
+}
+
+/// One lock taken by this run.
+struct Held {
+    pool: String,
+    record: LockRecord,
+    /// When the call that took or last renewed it started. The backend counts the lease from
+    /// when it wrote, which is later, so the lock holds at least a lease from then: the renew
+    /// deadline is counted from here, by this process's own monotonic clock, as client-go does.
+    renewed: Instant,
+    /// Lost since (broken, taken over, or not renewed by its deadline): no longer renewed nor
+    /// released, and no longer counted as held.
+    lost: bool,
 }
 
 impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
@@ -217,7 +262,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
 
     /// The pools whose locks are held.
     pub fn pools(&self) -> BTreeSet<&str> {
-        self.held.iter().map(|(p, _)| p.as_str()).collect()
+        self.held.iter().filter(|h| !h.lost).map(|h| h.pool.as_str()).collect()
     }
 
     /// Take the locks of `pools` that are not held yet, in name order, each waiting up to the
@@ -229,32 +274,36 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         interrupt: &Interrupt,
     ) -> Result<(), LockFailure> {
         let deadline = Instant::now() + self.settings.timeout;
+        // A lock lost earlier is taken afresh, if asked for again.
+        self.held.retain(|h| !h.lost);
         let missing: Vec<String> =
             pools.iter().filter(|p| !self.pools().contains(p.as_str())).cloned().collect();
         for pool in missing {
-            let record = self.acquire_one(&pool, deadline, interrupt).await?;
-            self.held.push((pool, record));
+            let (record, renewed) = self.acquire_one(&pool, deadline, interrupt).await?;
+            self.held.push(Held { pool, record, renewed, lost: false });
         }
         Ok(())
     }
 
+    /// Take one lock; with it, when the call that took it started.
     async fn acquire_one(
         &self,
         pool: &str,
         deadline: Instant,
         interrupt: &Interrupt,
-    ) -> Result<LockRecord, LockFailure> {
+    ) -> Result<(LockRecord, Instant), LockFailure> {
         let place = place(self.containers, self.clusters, pool);
         let (who, lease) = (&self.settings.who, self.settings.lease);
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         let mut waiting = false;
         loop {
+            let started = Instant::now();
             let holder = match place.acquire(pool, who, lease).await {
                 Ok(record) => {
                     if waiting {
                         self.say(&format!("took the lock of pool {pool}"));
                     }
-                    return Ok(record);
+                    return Ok((record, started));
                 }
                 Err(LockError::Held { holder, .. }) => holder,
                 Err(source) => return Err(LockFailure::Backend { pool: pool.to_owned(), source }),
@@ -283,8 +332,9 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         }
     }
 
-    /// Run `work` while keeping the locks renewed. A lock that is lost (broken, or not renewed
-    /// before it expired) stops the run at the next step boundary through `interrupt`.
+    /// Run `work` while keeping the locks renewed. A lock that is lost (broken, taken over, or
+    /// not renewed by its renew deadline) stops the run at the next step boundary through
+    /// `interrupt`.
     pub async fn hold_while<T>(&mut self, interrupt: &Interrupt, work: impl Future<Output = T>) -> T {
         let mut work = pin!(work);
         if self.held.is_empty() {
@@ -300,47 +350,33 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         }
     }
 
-    /// Renew every held lock each [`LockSettings::renew_every`], until none is left.
+    /// Keep every held lock renewed until all are lost. Each lock is renewed on its own, so
+    /// that a backend that is slow to answer for one pool (its cluster's API server) delays
+    /// no other pool's renewal.
     async fn keep_renewed(&mut self, interrupt: &Interrupt) {
-        let every = self.settings.renew_every();
-        while !self.held.is_empty() {
-            sleep(every).await;
-            let mut lost = Vec::new();
-            for (i, (pool, record)) in self.held.iter_mut().enumerate() {
-                let place = place(self.containers, self.clusters, pool);
-                let why = match timeout(every, place.renew(pool, record, self.settings.lease)).await {
-                    Ok(Ok(renewed)) => {
-                        *record = renewed;
-                        continue;
-                    }
-                    Ok(Err(LockError::Lost { why, .. })) => why,
-                    Ok(Err(e)) if SystemTime::now() + every < record.holder.expires => {
-                        tracing::warn!("cannot renew the lock of pool {pool} ({e}); trying again");
-                        continue;
-                    }
-                    Err(_) if SystemTime::now() + every < record.holder.expires => {
-                        tracing::warn!("renewing the lock of pool {pool} takes too long; trying again");
-                        continue;
-                    }
-                    Ok(Err(e)) => format!("it could not be renewed before it expired: {e}"),
-                    Err(_) => "it could not be renewed before it expired: no answer in time".to_owned(),
-                };
-                lost.push((
-                    i,
-                    format!("lost the lock of pool {pool}: {why}; stopping at the next step boundary"),
-                ));
+        let (containers, clusters, settings, progress) =
+            (self.containers, self.clusters, self.settings, self.progress);
+        let renewing = self.held.iter_mut().filter(|h| !h.lost).map(|held| {
+            let place = place(containers, clusters, &held.pool);
+            async move {
+                let why = renew_until_lost(&place, held, settings).await;
+                held.lost = true;
                 interrupt.stop(StopReason::LockLost);
+                say(
+                    progress,
+                    &format!(
+                        "lost the lock of pool {}: {why}; stopping at the next step boundary",
+                        held.pool
+                    ),
+                );
             }
-            for (i, line) in lost.into_iter().rev() {
-                self.held.remove(i);
-                self.say(&line);
-            }
-        }
+        });
+        futures::future::join_all(renewing).await;
     }
 
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
-        for (pool, record) in &self.held {
+        for Held { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
             if let Some(cluster) = self.clusters.get(pool)
                 && let Err(e) = self.settle_joining(cluster, record).await
             {
@@ -391,12 +427,80 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     }
 
     fn say(&self, line: &str) {
-        tracing::debug!("{line}");
-        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Progress is best effort, as the executor's.
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        say(self.progress, line);
     }
+}
+
+/// Renew `held` every [`LockSettings::renew_every`] until it is lost, and say why it was.
+///
+/// A renewal that fails for a reason the backend does not call [`LockError::Lost`] (an API
+/// server answering 503, Docker refusing a connection) or that does not answer is tried again
+/// every [`LockSettings::renew_retry`], each try bounded by that period and by the renew
+/// deadline, until one succeeds. The lock is lost when the backend says it is no longer this
+/// run's, or when no try is left before the renew deadline, which falls before the lease runs
+/// out (see [`LockSettings::renew_deadline`]).
+async fn renew_until_lost<C: Locks, K: Locks>(
+    place: &Place<'_, C, K>,
+    held: &mut Held,
+    settings: &LockSettings,
+) -> String {
+    let (lease, retry) = (settings.lease, settings.renew_retry());
+    loop {
+        sleep_until(held.renewed + settings.renew_every()).await;
+        // A round that starts late (the work began long after the lock was taken) still makes
+        // one try: a renewal proves the lock is still this run's, or the backend says it is not.
+        let give_up = (held.renewed + settings.renew_deadline()).max(Instant::now() + retry);
+        loop {
+            let started = Instant::now();
+            let next = started + retry;
+            let failed = match timeout_at(next.min(give_up), place.renew(&held.pool, &held.record, lease))
+                .await
+            {
+                Ok(Ok(renewed)) => {
+                    held.record = renewed;
+                    held.renewed = started;
+                    break;
+                }
+                Ok(Err(LockError::Lost { why, .. })) => return why,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => {
+                    format!("no answer within {}", show(next.min(give_up).saturating_duration_since(started)))
+                }
+            };
+            if next >= give_up {
+                return format!(
+                    "it could not be renewed within {} of its last renewal, and lapses {} after it \
+                     ({failed})",
+                    show(settings.renew_deadline()),
+                    show(lease)
+                );
+            }
+            match next.saturating_duration_since(Instant::now()) {
+                wait if wait.is_zero() => {
+                    tracing::warn!("cannot renew the lock of pool {} ({failed}); trying again", held.pool);
+                }
+                wait => tracing::warn!(
+                    "cannot renew the lock of pool {} ({failed}); trying again in {}",
+                    held.pool,
+                    show(wait)
+                ),
+            }
+            sleep_until(next).await;
+        }
+    }
+}
+
+/// A duration as a user reads it (`12s`, `1s500ms`).
+fn show(d: Duration) -> crate::spec::Duration {
+    crate::spec::Duration::from(d)
+}
+
+fn say(progress: &Mutex<Box<dyn Write + Send>>, line: &str) {
+    tracing::debug!("{line}");
+    let mut out = progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Progress is best effort, as the executor's.
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 #[cfg(test)]
@@ -622,5 +726,160 @@ mod tests {
         );
         locks.release().await;
         assert!(fake.locks().is_empty(), "the lock of k is released, w's was broken: {:?}", fake.locks());
+    }
+
+    /// The scene's locks, taken with the default lease of 15s. The tests that use it pause
+    /// tokio's clock: their seconds pass at once, and at exactly the times the renewal sets, so
+    /// that they wait on what happened and never on how fast the machine is.
+    async fn locked_for_15s<'a>(
+        fake: &'a FakeWorld,
+        clusters: &'a BTreeMap<String, FakeCluster>,
+        settings: &'a LockSettings,
+        out: &'a Progress,
+    ) -> PoolLocks<'a, FakeWorld, FakeCluster> {
+        let mut locks = PoolLocks::new(fake, clusters, settings, out);
+        locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
+        locks
+    }
+
+    fn count(fake: &FakeWorld, call: &str) -> usize {
+        fake.calls().iter().filter(|c| *c == call).count()
+    }
+
+    #[test]
+    fn a_15s_lease_is_renewed_every_5s_retried_every_2s_and_given_up_after_12s() {
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        assert_eq!(settings.renew_every(), Duration::from_secs(5));
+        assert_eq!(settings.renew_retry(), Duration::from_secs(2));
+        assert_eq!(settings.renew_deadline(), Duration::from_secs(12));
+        // The shortest lease LEASE_ENV allows still has a few tries before its deadline.
+        let short = self::settings(Duration::from_secs(1), Duration::ZERO);
+        assert_eq!(short.renew_retry().as_millis(), 142);
+        assert!(short.renew_every() + short.renew_retry() * 3 < short.renew_deadline());
+        assert!(short.renew_deadline() < short.lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_refused_for_4s_lose_no_lock() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        // The API server answers 503 for 4s from the first renewal on, at 5s: the renewal is
+        // refused then, and again at 7s; at 9s it succeeds, 3s before the renew deadline.
+        fake.failing_for("renew k", Duration::from_secs(4));
+        let interrupt = Interrupt::default();
+        let work = async {
+            // The renewal after that one comes 5s later, at 14s, as usual.
+            while count(&fake, "renew k") < 4 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        let elapsed = start.elapsed();
+        assert!(
+            (Duration::from_secs(14)..Duration::from_secs(15)).contains(&elapsed),
+            "renewed at 9s, so next at 14s: {elapsed:?}"
+        );
+        assert!(!interrupt.is_set(), "a blip stops nothing: {:?}", interrupt.reason());
+        assert_eq!(locks.pools(), BTreeSet::from(["k", "w"]));
+        assert_eq!(text(&buf), "", "nothing was lost");
+        assert!(count(&fake, "renew w") >= 2, "the other pool was renewed meanwhile: {:?}", fake.calls());
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "both locks are released: {:?}", fake.locks());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_refused_past_the_renew_deadline_lose_the_lock_before_it_lapses() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        fake.failing_for("renew k", Duration::from_secs(60));
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        // Tried at 5s, 7s, 9s and 11s; no try is left before the deadline at 12s, which is
+        // before the lock lapses at 15s, when another run could take it.
+        let elapsed = start.elapsed();
+        assert!(elapsed < settings.renew_deadline(), "given up at {elapsed:?}");
+        assert_eq!(count(&fake, "renew k"), 4, "{:?}", fake.calls());
+        assert_eq!(interrupt.reason(), Some(StopReason::LockLost));
+        let said = text(&buf);
+        assert_eq!(
+            said,
+            "lost the lock of pool k: it could not be renewed within 12s of its last renewal, and \
+             lapses 15s after it (renew k refused); stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["w"]), "the other pool's lock is still held");
+        locks.release().await;
+        let left: Vec<String> = fake.locks().into_keys().collect();
+        assert_eq!(left, ["lease/k"], "a lost lock is left to lapse; w's is released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_lock_is_lost_at_its_next_renewal_without_a_retry() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let start = Instant::now();
+        fake.break_lock("docker", "w");
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        assert!(start.elapsed() < Duration::from_secs(6), "lost at the first renewal, at 5s");
+        assert_eq!(count(&fake, "renew w"), 1, "{:?}", fake.calls());
+        assert_eq!(interrupt.reason(), Some(StopReason::LockLost));
+        assert_eq!(
+            text(&buf),
+            "lost the lock of pool w: it was broken; stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["k"]));
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "{:?}", fake.locks());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_delays_no_other_pool() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        // k's API server accepts the renewals and never answers.
+        fake.silent("renew k");
+        let interrupt = Interrupt::default();
+        let work = async {
+            while !interrupt.is_set() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        // Tried at 5s, 7s, 9s and 11s, each given up after 2s, the last at the deadline; w was
+        // renewed at 5s and 10s all the same.
+        assert_eq!(count(&fake, "renew k"), 4, "{:?}", fake.calls());
+        assert_eq!(count(&fake, "renew w"), 2, "{:?}", fake.calls());
+        assert_eq!(
+            text(&buf),
+            "lost the lock of pool k: it could not be renewed within 12s of its last renewal, and \
+             lapses 15s after it (no answer within 1s); stopping at the next step boundary\n"
+        );
+        assert_eq!(locks.pools(), BTreeSet::from(["w"]));
+        locks.release().await;
+        assert!(!fake.locks().contains_key("docker/w"), "{:?}", fake.locks());
     }
 }

@@ -46,6 +46,10 @@ struct Inner {
 struct Faults {
     /// Calls that fail, as `verb name`.
     fail: BTreeSet<String>,
+    /// Calls that fail for a while, from the first one on (an API server answering 503).
+    fail_for: BTreeMap<String, Outage>,
+    /// Calls that are made but never answered (a server that accepts and says nothing).
+    silent: BTreeSet<String>,
     /// The exit code of every exec.
     exit_code: i64,
     /// After this call, trigger the interrupt.
@@ -63,6 +67,33 @@ struct Faults {
     never_ready: BTreeSet<String>,
 }
 
+/// A while during which a call fails.
+#[derive(Clone, Copy)]
+enum Outage {
+    /// Starts with the next such call, and lasts this long.
+    Armed(Duration),
+    /// Started; lasts until then (on tokio's clock, so that a test may pause it).
+    Until(tokio::time::Instant),
+}
+
+impl Faults {
+    /// Whether the call `what`, made now, fails.
+    fn fails(&mut self, what: &str) -> bool {
+        if self.fail.contains(what) {
+            return true;
+        }
+        let Some(outage) = self.fail_for.get_mut(what) else { return false };
+        let now = tokio::time::Instant::now();
+        match *outage {
+            Outage::Armed(lasting) => {
+                *outage = Outage::Until(now + lasting);
+                true
+            }
+            Outage::Until(until) => now < until,
+        }
+    }
+}
+
 impl FakeWorld {
     pub(crate) fn new(world: World) -> Self {
         let fake = Self::default();
@@ -74,6 +105,16 @@ impl FakeWorld {
     pub(crate) fn failing(self, call: &str) -> Self {
         self.faults().fail.insert(call.to_owned());
         self
+    }
+
+    /// Make the call `verb name` fail for `lasting`, from the next time it is made on.
+    pub(crate) fn failing_for(&self, call: &str, lasting: Duration) {
+        self.faults().fail_for.insert(call.to_owned(), Outage::Armed(lasting));
+    }
+
+    /// Make the call `verb name` never answer (it is recorded when made).
+    pub(crate) fn silent(&self, call: &str) {
+        self.faults().silent.insert(call.to_owned());
     }
 
     pub(crate) fn exit_code(self, code: i64) -> Self {
@@ -186,8 +227,11 @@ impl FakeWorld {
         self.0.in_flight.lock().unwrap().0 -= 1;
         self.0.timeline.lock().unwrap().push(format!("-{what}"));
         self.0.calls.lock().unwrap().push(what.clone());
-        let faults = self.faults();
-        let result = if faults.fail.contains(&what) {
+        if self.faults().silent.contains(&what) {
+            std::future::pending::<()>().await;
+        }
+        let mut faults = self.faults();
+        let result = if faults.fails(&what) {
             Err(BackendError::Failed(format!("{what} refused")))
         } else {
             effect(&mut self.sim())
