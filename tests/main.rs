@@ -10,6 +10,7 @@ mod container_stop;
 mod docker;
 mod docker_bounds;
 mod drain;
+mod drain_unreachable;
 mod drain_watch;
 mod e2e;
 mod e2e_kube;
