@@ -289,19 +289,3 @@ async fn deleting_a_node_that_is_gone_succeeds() {
     assert!(fake.node("n").is_none());
     bounded(cluster.delete_node("n")).await.unwrap();
 }
-
-#[tokio::test]
-async fn on_a_node_whose_kubelet_is_gone_a_terminating_pod_counts_as_drained() {
-    // Pods of a dead kubelet never finish terminating; the wait must not run into the timeout.
-    let fake = FakeKube::start(FakeKubeOptions {
-        pod_termination_delay: Duration::from_secs(600),
-        ..FakeKubeOptions::default()
-    });
-    let cluster = KubeCluster::from_config(fake.config(), POOL).unwrap();
-    fake.add_node("dead", false);
-    fake.add_pod(&PodSpecBuilder::new("default", "stuck", "dead"));
-    bounded(cluster.drain("dead", Duration::from_secs(30))).await.unwrap();
-    let pod = fake.pod("default", "stuck").expect("still terminating");
-    assert!(pod.metadata.deletion_timestamp.is_some());
-    assert_eq!(fake.evictions().len(), 1);
-}

@@ -11,6 +11,7 @@ mod docker;
 mod docker_bounds;
 mod docs;
 mod drain;
+mod drain_unreachable;
 mod drain_watch;
 mod e2e;
 mod e2e_kube;

@@ -256,6 +256,12 @@ users:
         self.store().set_node_ready(name, ready)
     }
 
+    /// Marks the Node's Ready condition Unknown, as the node lifecycle controller does once its
+    /// kubelet has gone silent.
+    pub fn set_node_unreachable(&self, name: &str) -> Option<Node> {
+        self.store().set_node_unreachable(name)
+    }
+
     pub fn node(&self, name: &str) -> Option<Node> {
         self.store().node(name).cloned()
     }

@@ -1,6 +1,7 @@
 //! The drain, as `kubectl drain` does it: evict every pod that [`Pod::drain_action`] does not
 //! leave alone through the policy/v1 Eviction subresource, retry PodDisruptionBudget refusals
-//! until the drain timeout, and wait until each evicted pod is gone.
+//! until the drain timeout, and wait until each evicted pod is gone (or, on an unreachable Node,
+//! left terminating past its due time: see [`super::gone`]).
 
 use std::time::Duration;
 
@@ -14,9 +15,9 @@ use serde_json::json;
 use tokio::time::{Instant, timeout_at};
 
 use super::KubeCluster;
-use super::convert::{DaemonSets, daemon_set_of, node_from, pdb_from, pod_from};
+use super::convert::{DaemonSets, daemon_set_of, pdb_from, pod_from};
 use super::errors::{Class, classify, reason};
-use super::gone::Departures;
+use super::gone::{Contact, Departures};
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
@@ -44,15 +45,15 @@ impl KubeCluster {
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let nodes_api = self.nodes_api();
-        // The Node's Ready condition says whether its kubelet still runs (see [`Departures`]).
-        // Both answers are awaited, so that a server that answers neither is reported for the
-        // list, whichever of the two gave up first.
+        // The Node's Ready condition says whether its kubelet can still confirm that a pod
+        // ended (see [`Contact`]). Both answers are awaited, so that a server that answers
+        // neither is reported for the list, whichever of the two gave up first.
         let (list, found) = tokio::join!(
             self.retrying("list pods", deadline, || pods_api.list(&params)),
             self.retrying("get node", deadline, || nodes_api.get_opt(node)),
         );
         let list = list?;
-        let node_ready = found?.is_some_and(|n| node_from(&n).ready);
+        let contact = Contact::of(found?.as_ref());
         let on_node: Vec<&K8sPod> = list.items.iter().collect();
         let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
         let mut targets: Vec<(&K8sPod, Pod)> = Vec::new();
@@ -72,14 +73,17 @@ impl KubeCluster {
         tracing::debug!(node, pods = targets.len(), "draining");
         let left = Left { node, pods: std::sync::atomic::AtomicUsize::new(targets.len()) };
         left.note(None);
-        let departures = Departures::new(targets.iter().map(|(raw, _)| *raw), node_ready, &self.server);
+        let departures = Departures::new(targets.iter().map(|(raw, _)| *raw), node, contact, &self.server);
         let evictions =
             targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, &departures, &left));
         // The watch from the list above sees every eviction's outcome, whichever comes first.
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         let follow = async {
             if !targets.is_empty() {
-                self.follow_departures(node, &departures, version, deadline).await;
+                tokio::join!(
+                    self.follow_departures(node, &departures, version, deadline),
+                    self.follow_contact(node, &departures, deadline),
+                );
             }
             std::future::pending::<std::convert::Infallible>().await
         };

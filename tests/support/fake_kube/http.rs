@@ -241,7 +241,8 @@ fn route(
             if let Some(r) = precondition_failed(body, pod.metadata.uid.as_deref()) {
                 return r;
             }
-            match store.delete_pod(&((*ns).to_owned(), (*name).to_owned())) {
+            let grace = body.and_then(|b| b.get("gracePeriodSeconds")).and_then(Value::as_i64);
+            match store.delete_pod(&((*ns).to_owned(), (*name).to_owned()), grace) {
                 Some(p) => Reply::Json(200, to_json(&p)),
                 None => json_status(404, &not_found("pods", name)),
             }

@@ -53,12 +53,13 @@ pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletO
     loop {
         // A failed list leaves the Nodes as they are, like a kubelet that cannot reach its runtime
         // and keeps its last status for a while.
+        let listed_at = Instant::now();
         let mut listed = running_containers(&docker, &options.run_label).await;
         if let Some(running) = &mut listed {
             if let Some(name) = died.take() {
                 running.remove(&name);
             }
-            shared.store.lock().expect("store lock").kubelet_sync(running, Instant::now());
+            shared.store.lock().expect("store lock").kubelet_sync(running, listed_at, Instant::now());
         }
         let mut wait = options.poll_interval;
         // After a failed list, the next try waits the whole interval, not a Node's due time.

@@ -212,6 +212,11 @@ pub struct PodSpecBuilder {
     pub mirror: bool,
     pub phase: String,
     pub empty_dir: bool,
+    /// `spec.terminationGracePeriodSeconds`; the API server's default, 30, when not given.
+    pub grace_period: Option<i64>,
+    /// Created terminating already, its deletion due this long ago (see
+    /// [`PodSpecBuilder::terminating_past_due`]).
+    pub past_due: Option<Duration>,
 }
 
 impl PodSpecBuilder {
@@ -226,6 +231,8 @@ impl PodSpecBuilder {
             mirror: false,
             phase: "Running".into(),
             empty_dir: false,
+            grace_period: None,
+            past_due: None,
         }
     }
     pub fn label(mut self, k: &str, v: &str) -> Self {
@@ -254,7 +261,23 @@ impl PodSpecBuilder {
         self.empty_dir = true;
         self
     }
+    /// `spec.terminationGracePeriodSeconds`: how far in the future a delete or an eviction sets
+    /// its deletionTimestamp.
+    pub fn grace_period(mut self, seconds: i64) -> Self {
+        self.grace_period = Some(seconds);
+        self
+    }
+    /// A pod whose deletion the API server accepted before the test began and whose kubelet
+    /// has not confirmed its end: its deletionTimestamp (when it was due to be gone) is `by`
+    /// in the past. No termination timer runs for it; only `finish_termination` ends it.
+    pub fn terminating_past_due(mut self, by: Duration) -> Self {
+        self.past_due = Some(by);
+        self
+    }
 }
+
+/// What the API server defaults `spec.terminationGracePeriodSeconds` to.
+const DEFAULT_GRACE_PERIOD: i64 = 30;
 
 #[derive(Debug, Clone)]
 enum Timer {
@@ -303,6 +326,9 @@ pub struct Store {
     traps: BTreeMap<PodKey, u16>,
     kubelet: BTreeMap<String, KubeletNode>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
+    /// When each Node was last deleted, so that the kubelet does not register it again from a
+    /// Docker list made before the deletion.
+    deleted_nodes: HashMap<String, Instant>,
     kubelet_rounds: u64,
     last_published: HashMap<(Resource, String, String), Value>,
     tx: broadcast::Sender<Arc<Change>>,
@@ -409,6 +435,33 @@ fn set_node_ready_condition(n: &mut Node, ready: bool) {
     });
 }
 
+/// What the node lifecycle controller writes when a kubelet has posted no status for its grace
+/// period: Ready turns Unknown, and the last heartbeat stays the kubelet's last one.
+fn set_node_unreachable_condition(n: &mut Node) {
+    let status = n.status.get_or_insert_with(NodeStatus::default);
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let last_heartbeat =
+        conds.iter().find(|c| c.type_ == "Ready").and_then(|c| c.last_heartbeat_time.clone());
+    conds.retain(|c| c.type_ != "Ready");
+    conds.push(NodeCondition {
+        type_: "Ready".into(),
+        status: "Unknown".into(),
+        reason: Some("NodeStatusUnknown".into()),
+        message: Some("Kubelet stopped posting node status.".into()),
+        last_heartbeat_time: last_heartbeat,
+        last_transition_time: Some(now_time()),
+    });
+}
+
+fn node_unreachable(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+}
+
 fn set_pod_ready_condition(p: &mut Pod, ready: bool) {
     let status = p.status.get_or_insert_with(PodStatus::default);
     let conds = status.conditions.get_or_insert_with(Vec::new);
@@ -470,6 +523,7 @@ impl Store {
             traps: BTreeMap::new(),
             kubelet: BTreeMap::new(),
             prefix_policies: Vec::new(),
+            deleted_nodes: HashMap::new(),
             kubelet_rounds: 0,
             last_published: HashMap::new(),
             tx,
@@ -656,9 +710,19 @@ impl Store {
         self.update_node(name, |n| set_node_ready_condition(n, ready))
     }
 
+    /// The Node's kubelet went silent (stopped, or cut off): the node lifecycle controller marks
+    /// its Ready condition Unknown. A real one waits out its grace period (40 s) first.
+    pub fn set_node_unreachable(&mut self, name: &str) -> Option<Node> {
+        if self.nodes.get(name).is_some_and(node_unreachable) {
+            return self.nodes.get(name).cloned();
+        }
+        self.update_node(name, set_node_unreachable_condition)
+    }
+
     /// Deletes a Node; like the pod garbage collector, also deletes the pods bound to it.
     pub fn delete_node(&mut self, name: &str) -> Option<Node> {
         let mut node = self.nodes.remove(name)?;
+        self.deleted_nodes.insert(name.to_owned(), Instant::now());
         node.metadata.resource_version = Some(self.bump());
         let value = serde_json::to_value(&node).expect("a Node serializes");
         self.publish(Resource::Nodes, ChangeKind::Deleted, None, value);
@@ -752,9 +816,20 @@ impl Store {
                 owner_references: owner.map(|o| vec![o]),
                 ..Default::default()
             },
-            spec: Some(PodSpec { node_name: b.node.clone(), volumes, ..Default::default() }),
+            spec: Some(PodSpec {
+                node_name: b.node.clone(),
+                volumes,
+                termination_grace_period_seconds: Some(b.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD)),
+                ..Default::default()
+            }),
             status: Some(PodStatus { phase: Some(b.phase.clone()), ..Default::default() }),
         };
+        if let Some(by) = b.past_due {
+            let due =
+                Timestamp::now() - k8s_openapi::jiff::SignedDuration::try_from(by).expect("a short delay");
+            pod.metadata.deletion_timestamp = Some(Time(due));
+            pod.metadata.deletion_grace_period_seconds = Some(b.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD));
+        }
         let node_is_ready = b.node.as_ref().and_then(|n| self.nodes.get(n)).is_some_and(node_ready);
         set_pod_ready_condition(&mut pod, b.phase == "Running" && node_is_ready);
         pod
@@ -841,16 +916,26 @@ impl Store {
     }
 
     /// Deletes a pod the way the API does for a graceful delete: with a termination delay it
-    /// first gets a deletionTimestamp. Its controller replaces it as soon as it is terminating.
-    pub fn delete_pod(&mut self, key: &PodKey) -> Option<Pod> {
-        if self.opts.termination_delay.is_zero() {
+    /// first gets a deletionTimestamp, which is when its grace period (`grace`, from the
+    /// request's delete options, else the pod's own) runs out, and a zero grace period deletes
+    /// it at once. Its controller replaces it as soon as it is terminating.
+    pub fn delete_pod(&mut self, key: &PodKey, grace: Option<i64>) -> Option<Pod> {
+        let existing = self.pods.get(key)?;
+        let grace = grace
+            .or_else(|| existing.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .unwrap_or(DEFAULT_GRACE_PERIOD)
+            .max(0);
+        if self.opts.termination_delay.is_zero() || grace == 0 {
             return self.delete_pod_now(key);
         }
-        let existing = self.pods.get(key)?;
         if existing.metadata.deletion_timestamp.is_some() {
             return Some(existing.clone());
         }
-        let pod = self.update_pod(key, |p| p.metadata.deletion_timestamp = Some(now_time()))?;
+        let due = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(grace);
+        let pod = self.update_pod(key, |p| {
+            p.metadata.deletion_timestamp = Some(Time(due));
+            p.metadata.deletion_grace_period_seconds = Some(grace);
+        })?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let due = Instant::now() + self.opts.termination_delay;
         self.timers.push((due, Timer::FinishTermination { key: key.clone(), uid }));
@@ -886,7 +971,10 @@ impl Store {
                 }]),
                 ..Default::default()
             },
-            spec: Some(PodSpec::default()),
+            spec: Some(PodSpec {
+                termination_grace_period_seconds: Some(DEFAULT_GRACE_PERIOD),
+                ..Default::default()
+            }),
             status: Some(PodStatus { phase: Some("Pending".into()), ..Default::default() }),
         };
         set_pod_ready_condition(&mut pod, false);
@@ -1206,8 +1294,9 @@ impl Store {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed" | "Pending")
         );
+        let grace = body.pointer("/deleteOptions/gracePeriodSeconds").and_then(Value::as_i64);
         if pod.metadata.deletion_timestamp.is_some() || finished || covering.is_empty() {
-            return self.evicted(&key);
+            return self.evicted(&key, grace);
         }
         if covering.len() > 1 {
             return (
@@ -1243,10 +1332,10 @@ impl Store {
             });
             return (429, st);
         }
-        self.evicted(&key)
+        self.evicted(&key, grace)
     }
 
-    fn evicted(&mut self, key: &PodKey) -> (u16, Status) {
+    fn evicted(&mut self, key: &PodKey, grace: Option<i64>) -> (u16, Status) {
         if let Some(pod) = self.pods.get(key).cloned() {
             self.emit(EventKind::PodEvicted {
                 namespace: key.0.clone(),
@@ -1254,7 +1343,7 @@ impl Store {
                 uid: pod.metadata.uid.clone().unwrap_or_default(),
                 node: pod_node(&pod),
             });
-            self.delete_pod(key);
+            self.delete_pod(key, grace);
         }
         // The real server answers an accepted eviction with a bare Success Status.
         let st = Status { code: Some(201), status: Some("Success".into()), ..Default::default() };
@@ -1282,13 +1371,17 @@ impl Store {
     }
 
     /// One kubelet round: `running` are the names of the pool containers that run now.
-    pub fn kubelet_sync(&mut self, running: &BTreeSet<String>, now: Instant) {
+    pub fn kubelet_sync(&mut self, running: &BTreeSet<String>, listed_at: Instant, now: Instant) {
         for name in running {
             let restarted = self.kubelet.get(name).is_none_or(|k| !k.running);
             if restarted {
                 self.kubelet.insert(name.clone(), KubeletNode { registered_at: now, running: true });
             }
-            if !self.nodes.contains_key(name) {
+            // Docker's list is a moment old: a Node deleted since is registered again only once
+            // a later list still shows its container running (a real kubelet, inside the
+            // container, cannot register anything after the container stopped).
+            let deleted_since = self.deleted_nodes.get(name).is_some_and(|at| *at >= listed_at);
+            if !self.nodes.contains_key(name) && !deleted_since {
                 // A running kubelet registers its Node again after it was deleted.
                 self.create_node(Self::new_node(name, false));
                 if let Some(k) = self.kubelet.get_mut(name) {
@@ -1316,7 +1409,9 @@ impl Store {
             if let Some(k) = self.kubelet.get_mut(&name) {
                 k.running = false;
             }
-            self.set_node_ready(&name, false);
+            // A stopped kubelet posts nothing more, NotReady included: its Node turns Unknown,
+            // as the node lifecycle controller marks it.
+            self.set_node_unreachable(&name);
         }
         self.kubelet_rounds += 1;
         // Wake waiters even when nothing changed, so a test can wait for "a few rounds later"
