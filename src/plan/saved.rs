@@ -142,23 +142,37 @@ pub fn observe_pools(desired: &Desired, world: &World) -> BTreeMap<String, Obser
 /// What a plan of `desired` in `world` with `options` is made from: the revision, the observed
 /// pools, and the seed of new instance names the planner derives from the two.
 pub fn provenance(desired: &Desired, world: &World, options: PlanOptions) -> Provenance {
-    let revision = revision(desired);
-    let observed = observe_pools(desired, world);
-    let seed = seed(&revision, &observed);
-    Provenance { revision, options: SavedOptions::new(options, seed), observed }
+    let seed = seed_of(desired, world);
+    Provenance {
+        revision: revision(desired),
+        options: SavedOptions::new(options, seed),
+        observed: observe_pools(desired, world),
+    }
 }
 
-/// The seed of new instance names for a plan of `desired` in `world` (see [`seed`]).
+/// The seed of new instance names for a plan of `desired` in `world`: the same revision and the
+/// same containers of its pools (by name and ID) give the same names, and any change of either
+/// gives others, so that a name given up by a retired instance is not handed straight to its
+/// replacement. Containers of other sources do not count: their coming and going must not make
+/// a saved plan of this one stale. Linear, and cheap: each container is hashed on its own
+/// (`FxHash`) and the hashes summed, so that the order Docker lists them in does not matter, and
+/// only the sum goes through SHA-256.
 pub fn seed_of(desired: &Desired, world: &World) -> u64 {
-    seed(&revision(desired), &observe_pools(desired, world))
-}
-
-/// The seed of new instance names for a plan of `revision` in a world that shows `observed`:
-/// the same inputs give the same names, and any change of either gives others.
-pub fn seed(revision: &str, observed: &BTreeMap<String, ObservedPool>) -> u64 {
-    let json = serde_json::to_vec(observed).unwrap_or_default();
-    let digest =
-        Sha256::new().chain_update(revision.as_bytes()).chain_update([0]).chain_update(&json).finalize();
+    use std::hash::{Hash, Hasher};
+    let pools = planned_pools(desired, world);
+    let (mut sum, mut count) = (0u64, 0u64);
+    for c in world.containers.iter().filter(|c| pools.contains(c.pool.as_str())) {
+        let mut h = rustc_hash::FxHasher::default();
+        (&c.pool, &c.name, &c.id).hash(&mut h);
+        sum = sum.wrapping_add(h.finish());
+        count += 1;
+    }
+    let digest = Sha256::new()
+        .chain_update(revision(desired).as_bytes())
+        .chain_update([0])
+        .chain_update(sum.to_be_bytes())
+        .chain_update(count.to_be_bytes())
+        .finalize();
     u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
 }
 
@@ -282,7 +296,7 @@ pub fn skeleton(plan: &Plan) -> Vec<(&str, &str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ContainerState;
+    use crate::model::{Container, ContainerState};
     use crate::testing::build::{PoolArgs, container, desired, node};
 
     fn world() -> World {
@@ -301,14 +315,30 @@ mod tests {
         observe_pools(&d, world)
     }
 
+    fn pools() -> Desired {
+        desired(vec![
+            PoolArgs::new("w", 1).build(),
+            PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build(),
+        ])
+    }
+
     #[test]
     fn an_unchanged_world_shows_no_change_and_gives_the_same_seed() {
         let w = world();
         let a = observed(&w);
         let b = observed(&w);
         assert!(world_changes(&a, &b).is_empty());
-        assert_eq!(seed("r", &a), seed("r", &b));
-        assert_ne!(seed("r", &a), seed("s", &a), "another revision, other names");
+        let mut reordered = world();
+        reordered.containers.reverse();
+        assert_eq!(seed_of(&pools(), &w), seed_of(&pools(), &reordered), "Docker's order does not count");
+        let mut other_revision = pools();
+        other_revision.pools[0].pool.spec.replicas = 3;
+        assert_ne!(seed_of(&pools(), &w), seed_of(&other_revision, &w), "another revision, other names");
+        let mut theirs = world();
+        theirs
+            .containers
+            .push(Container { scope: Some("path:/elsewhere".into()), ..container("x-1", "x", "h", 1) });
+        assert_eq!(seed_of(&pools(), &w), seed_of(&pools(), &theirs), "another source's pool does not count");
     }
 
     #[test]
@@ -330,7 +360,7 @@ mod tests {
                 "container w-b was created since",
             ]
         );
-        assert_ne!(seed("r", &then), seed("r", &now));
+        assert_ne!(seed_of(&pools(), &before), seed_of(&pools(), &after));
     }
 
     #[test]
