@@ -136,6 +136,8 @@ async fn a_killed_container_is_replaced_by_the_next_apply() {
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("Plan: 1 to create, 1 to retire, 2 unchanged."), "{}", plan.stdout);
     assert!(plan.stdout.contains(&victim), "{}", plan.stdout);
+    // Docker will not start it again (no restart policy): no blip, replaced without waiting.
+    assert!(plan.stdout.contains(&format!("{victim}: unhealthy: exited (137): replace")), "{}", plan.stdout);
     s.run("apply", &["--yes"]).expect_code(0);
     let running = s.running().await;
     assert_eq!(running.len(), 3);

@@ -19,6 +19,7 @@ mod endpoints;
 mod fake_kube;
 mod fake_kube_faults;
 mod faults;
+mod health;
 mod join;
 mod joining;
 mod kube;

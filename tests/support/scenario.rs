@@ -179,6 +179,8 @@ pub struct PoolYaml {
     drain_timeout: String,
     max_unavailable: u32,
     stop_grace_period: String,
+    /// `spec.health` lines, as written under `health:`.
+    health: Vec<String>,
 }
 
 impl PoolYaml {
@@ -200,7 +202,21 @@ impl PoolYaml {
             drain_timeout: "5s".to_owned(),
             max_unavailable: 0,
             stop_grace_period: "2s".to_owned(),
+            health: Vec::new(),
         }
+    }
+
+    /// `spec.health`: Ready `Unknown` or `False` make an instance unhealthy after `timeout`,
+    /// and at most `max_unhealthy` of the pool are replaced at once.
+    #[must_use]
+    pub fn health(mut self, timeout: &str, max_unhealthy: &str) -> Self {
+        self.health = vec![
+            "unhealthyConditions:".to_owned(),
+            format!("  - {{type: Ready, status: Unknown, timeout: {timeout}}}"),
+            format!("  - {{type: Ready, status: \"False\", timeout: {timeout}}}"),
+            format!("maxUnhealthy: {}", quote(max_unhealthy)),
+        ];
+        self
     }
 
     #[must_use]
@@ -333,6 +349,12 @@ impl fmt::Display for PoolYaml {
             for (i, (key, value, effect)) in self.node_taints.iter().enumerate() {
                 let head = if i == 0 { "    taints:\n" } else { "" };
                 writeln!(f, "{head}      - {{key: {key}, value: {}, effect: {effect}}}", quote(value))?;
+            }
+        }
+        if !self.health.is_empty() {
+            writeln!(f, "  health:")?;
+            for line in &self.health {
+                writeln!(f, "    {line}")?;
             }
         }
         writeln!(

@@ -18,6 +18,9 @@ pub(super) enum Trigger {
     Drift,
     /// The periodic re-observation of the world.
     Resync,
+    /// An instance that the last plan waited for turns unhealthy now, if it still does not
+    /// serve: plan again at that moment rather than at the next resync.
+    Deadline,
     /// A failed reconcile's backoff ran out.
     Retry,
 }
@@ -191,7 +194,9 @@ pub(super) fn next_action(mut state: WatchState, event: Event) -> (WatchState, D
             }
             if trigger == Trigger::SourceChanged { Decision::Supersede } else { Decision::Wait }
         }
-        Event::Trigger(Trigger::Drift | Trigger::Resync) if state.backing_off => Decision::Wait,
+        Event::Trigger(Trigger::Drift | Trigger::Resync | Trigger::Deadline) if state.backing_off => {
+            Decision::Wait
+        }
         Event::Trigger(trigger) => {
             state.has_desired = true;
             state.running = true;
@@ -354,6 +359,17 @@ mod tests {
         assert_eq!(fingerprint(&a), fingerprint(&moved), "a file renamed asks for the same world");
         let scaled = desired(vec![PoolArgs::new("w", 2).build()]);
         assert_ne!(fingerprint(&a), fingerprint(&scaled));
+    }
+
+    #[test]
+    fn a_health_deadline_plans_again_like_a_resync() {
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
+        let (s, _) = step(s, Event::Finished(Ended::Converged));
+        let (s, a) = step(s, Event::Trigger(Trigger::Deadline));
+        assert_eq!(a, Decision::Reconcile(Trigger::Deadline));
+        let (s, _) = step(s, Event::Finished(Ended::Failed));
+        let (_, a) = step(s, Event::Trigger(Trigger::Deadline));
+        assert_eq!(a, Decision::Wait, "the retry after a failure looks anyway");
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::model::{Desired, World};
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
 use machine::{Decision, Ended, Event, SourceNews, Trigger, WatchState, fingerprint, next_action};
-use reconcile::Reconcile;
+use reconcile::{HealthLog, Reconcile};
 
 /// Run `poolctl watch` until a signal.
 pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
@@ -52,6 +52,7 @@ enum Wake {
     Checked(Result<Checked, tokio::task::JoinError>),
     Drift(String),
     Retry,
+    Deadline,
     Finished(Result<Ended, tokio::task::JoinError>),
     Event(Event),
 }
@@ -74,6 +75,10 @@ struct Loop {
     /// The last look loaded a new revision: what the decision about it says is logged.
     fresh: bool,
     retry: Option<Instant>,
+    /// When the first instance the last plan waited for turns unhealthy: plan again then.
+    deadline: Option<Instant>,
+    /// What the reconciles saw of the instances' health (for the log, and `deadline`).
+    health: Arc<Mutex<HealthLog>>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
     /// Docker and cluster clients, kept from one reconcile to the next.
     connections: Arc<Connections>,
@@ -106,6 +111,8 @@ impl Loop {
             problem: None,
             fresh: false,
             retry: None,
+            deadline: None,
+            health: Arc::default(),
             run: None,
             connections: Arc::new(Connections::kept()),
             drift: BTreeMap::new(),
@@ -137,7 +144,7 @@ impl Loop {
             let wake = {
                 let (check, run) = (&mut self.check, &mut self.run);
                 let is_git = matches!(self.spec.location, Location::Git { .. });
-                let (look_again, retry) = (self.look_again, self.retry);
+                let (look_again, retry, deadline) = (self.look_again, self.retry, self.deadline);
                 tokio::select! {
                     Some(()) = self.changed_rx.recv() => Wake::Look,
                     _ = fetch.tick(), if is_git => Wake::Look,
@@ -146,6 +153,7 @@ impl Loop {
                     Some(what) = self.drift_rx.recv() => Wake::Drift(what),
                     _ = resync.tick() => Wake::Event(Event::Trigger(Trigger::Resync)),
                     () = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => Wake::Retry,
+                    () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Wake::Deadline,
                     ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => Wake::Finished(ended),
                     _ = sigterm.recv() => Wake::Event(Event::Signal),
                     _ = sigint.recv() => Wake::Event(Event::Signal),
@@ -249,8 +257,13 @@ impl Loop {
                 self.retry = None;
                 Some(Event::Trigger(Trigger::Retry))
             }
+            Wake::Deadline => {
+                self.deadline = None;
+                Some(Event::Trigger(Trigger::Deadline))
+            }
             Wake::Finished(ended) => {
                 self.run = None;
+                self.deadline = self.next_deadline();
                 Some(Event::Finished(ended.unwrap_or_else(|e| {
                     error!("reconcile failed: {e}");
                     Ended::Failed
@@ -258,6 +271,16 @@ impl Loop {
             }
             Wake::Event(event) => Some(event),
         }
+    }
+
+    /// When the first instance the last plan waited for turns unhealthy, as a timer: the world's
+    /// clock says when (seconds since the Unix epoch), this process's says how long until then.
+    /// A second more, so that the plan made then sees it past its timeout.
+    fn next_deadline(&self) -> Option<Instant> {
+        let at = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_check?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+        let wait = u64::try_from(at).unwrap_or(0).saturating_sub(now) + 1;
+        Some(Instant::now() + Duration::from_secs(wait))
     }
 
     /// Look at the source (in a blocking task: git2 and the file system block), unless a look
@@ -321,7 +344,9 @@ impl Loop {
         let interrupt = Arc::new(Interrupt::default());
         let connections = Arc::clone(&self.connections);
         let config = Arc::clone(&self.config);
-        let task = tokio::spawn(reconcile(desired, trigger, config, Arc::clone(&interrupt), connections));
+        let health = Arc::clone(&self.health);
+        let task =
+            tokio::spawn(reconcile(desired, trigger, config, Arc::clone(&interrupt), connections, health));
         self.run = Some((task, interrupt));
     }
 
@@ -407,6 +432,7 @@ async fn reconcile(
     config: Arc<WatchConfig>,
     interrupt: Arc<Interrupt>,
     connections: Arc<Connections>,
+    health: Arc<Mutex<HealthLog>>,
 ) -> Ended {
     let docker = match connections.docker(&desired).await {
         Ok(d) => d,
@@ -422,6 +448,7 @@ async fn reconcile(
         options: config.options,
         dry_run: config.dry_run,
         out: &out,
+        health: &health,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

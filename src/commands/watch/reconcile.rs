@@ -6,7 +6,9 @@ use std::convert::Infallible;
 use std::io::Write;
 use std::sync::Mutex;
 
-use tracing::{error, info};
+use std::collections::BTreeMap;
+
+use tracing::{error, info, warn};
 
 use super::machine::{Ended, Trigger};
 use crate::backend::{Connect, Containers, Locks};
@@ -14,7 +16,7 @@ use crate::cancel::{Interrupt, StopReason};
 use crate::execute::{ProgressUi, Report};
 use crate::lock::LockSettings;
 use crate::model::Desired;
-use crate::plan::{PlanOptions, render_text};
+use crate::plan::{Plan, PlanOptions, describe_health, render_text};
 use crate::rollout::{Outcome, Rollout, preview};
 
 /// What a reconcile needs besides the desired state.
@@ -25,6 +27,42 @@ pub(super) struct Reconcile<'a, C, N> {
     pub dry_run: bool,
     /// Where the plan and the progress lines go (stdout).
     pub out: &'a Mutex<Box<dyn Write + Send>>,
+    /// What the last reconciles saw of the instances' health.
+    pub health: &'a Mutex<HealthLog>,
+}
+
+/// The instances that did not serve at the last look, and when the first one waited for turns
+/// unhealthy: what watch logs changes of, and when it plans again by itself.
+#[derive(Debug, Default)]
+pub(super) struct HealthLog {
+    /// Instance name -> `starting`, `unavailable` or `unhealthy`.
+    troubled: BTreeMap<String, &'static str>,
+    /// Seconds since the Unix epoch.
+    pub next_check: Option<i64>,
+}
+
+impl HealthLog {
+    /// Log the instances that turned unhealthy and those that serve again since the last plan.
+    fn update(&mut self, plan: &Plan) {
+        let mut now = BTreeMap::new();
+        for pool in &plan.pools {
+            for instance in &pool.instances {
+                let Some(note) = &instance.health else { continue };
+                let name = instance.name.to_string();
+                if note.state == "unhealthy" && self.troubled.get(&name) != Some(&"unhealthy") {
+                    warn!("instance {name} of pool {} turned {}", pool.name, describe_health(note));
+                }
+                now.insert(name, note.state);
+            }
+        }
+        for name in self.troubled.keys().filter(|n| !now.contains_key(*n)) {
+            if plan.pools.iter().any(|p| p.instances.iter().any(|i| i.name == *name)) {
+                info!("instance {name} serves again");
+            }
+        }
+        self.troubled = now;
+        self.next_check = plan.next_check();
+    }
 }
 
 impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
@@ -38,12 +76,20 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
         };
         let plan = &preview.plan;
+        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(plan);
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
                 self.print(|out| render_text(plan, out));
             }
-            info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
+            if s.unavailable + s.unremediated > 0 {
+                info!(
+                    "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced",
+                    s.unchanged, s.unavailable, s.unremediated
+                );
+            } else {
+                info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
+            }
             return Ended::Converged;
         }
         info!(
@@ -127,12 +173,24 @@ mod tests {
         Mutex::new(Box::new(std::io::sink()))
     }
 
+    /// A health log for a test's reconciles, for as long as the test runs.
+    fn health() -> &'static Mutex<HealthLog> {
+        Box::leak(Box::default())
+    }
+
     /// A reconcile that carries its plans out against the fake world.
     fn applying<'a>(
         fake: &'a FakeWorld,
         out: &'a Mutex<Box<dyn Write + Send>>,
     ) -> Reconcile<'a, FakeWorld, FakeWorld> {
-        Reconcile { containers: fake, connect: fake, options: PlanOptions::default(), dry_run: false, out }
+        Reconcile {
+            containers: fake,
+            connect: fake,
+            options: PlanOptions::default(),
+            dry_run: false,
+            out,
+            health: health(),
+        }
     }
 
     #[tokio::test]
@@ -214,6 +272,7 @@ mod tests {
             options: PlanOptions::default(),
             dry_run: true,
             out: &out,
+            health: health(),
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -225,6 +284,7 @@ mod tests {
             options: PlanOptions::default(),
             dry_run: false,
             out: &out,
+            health: health(),
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
@@ -240,6 +300,7 @@ mod tests {
             options: PlanOptions::default(),
             dry_run: false,
             out: &out,
+            health: health(),
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.

@@ -422,16 +422,24 @@ fn pod_key(p: &Pod) -> PodKey {
 fn set_node_ready_condition(n: &mut Node, ready: bool) {
     let status = n.status.get_or_insert_with(NodeStatus::default);
     let conds = status.conditions.get_or_insert_with(Vec::new);
+    let wanted = if ready { "True" } else { "False" };
+    // lastTransitionTime moves only when the status does, as the API server keeps it: it is
+    // the clock poolctl's health checks read.
+    let since = conds
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == wanted)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(now_time);
     conds.retain(|c| c.type_ != "Ready");
     conds.push(NodeCondition {
         type_: "Ready".into(),
-        status: if ready { "True" } else { "False" }.into(),
+        status: wanted.into(),
         reason: Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.into()),
         message: Some(
             if ready { "kubelet is posting ready status" } else { "container runtime is down" }.into(),
         ),
         last_heartbeat_time: Some(now_time()),
-        last_transition_time: Some(now_time()),
+        last_transition_time: Some(since),
     });
 }
 

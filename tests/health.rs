@@ -1,0 +1,190 @@
+//! Health with a clock, end to end: real containers, the fake API server's Node conditions with
+//! their lastTransitionTime, and the binary. A blip of every Node replaces nothing; a Node past
+//! its timeout is replaced, its replacement Ready before it is cordoned; too many unhealthy at
+//! once replace none; an apply killed in a failing bootstrap leaves nothing counted that never
+//! finished coming up.
+
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::support::cli::Stream;
+use crate::support::fake_kube::{EventKind, ReadyPolicy};
+use crate::support::rig::{LIMIT, Rig};
+use crate::support::scenario::Scenario;
+
+/// Hold every Node of `names` at `Ready=Unknown` (its kubelet silent), as a laptop's sleep does.
+fn hold_unknown(rig: &Rig, names: &[String]) {
+    for name in names {
+        rig.fake.set_ready_policy(name, ReadyPolicy::Never);
+        rig.fake.set_node_unreachable(name);
+    }
+}
+
+/// The plan as JSON, `--detailed-exitcode` given: its exit code and document.
+fn plan_json(rig: &Rig) -> (i32, Value) {
+    let run = rig.poolctl("plan", &["--detailed-exitcode", "-o", "json"]);
+    assert!(matches!(run.code, 0 | 2), "{}\n{}", run.stdout, run.stderr);
+    (run.code, serde_json::from_str(&run.stdout).expect("plan JSON"))
+}
+
+fn health_of<'v>(plan: &'v Value, instance: &str) -> &'v Value {
+    let instances = plan["pools"][0]["instances"].as_array().expect("instances");
+    &instances.iter().find(|i| i["name"] == instance).expect("the instance")["health"]
+}
+
+#[tokio::test]
+async fn a_blip_of_every_node_with_watch_running_replaces_nothing() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let since = SystemTime::now();
+    let mut watch = rig.s.spawn("watch", &["--resync", "200ms"]);
+    watch.wait_for(Stream::Stderr, "in sync");
+
+    hold_unknown(&rig, &names);
+    // The plan waits for all three, saying what and for how long, and exits 2: the world is
+    // not as the source says, but there is nothing to do yet.
+    let (code, plan) = plan_json(&rig);
+    assert_eq!(code, 2);
+    assert_eq!(plan["summary"]["unavailable"], 3, "{plan:#}");
+    let health = health_of(&plan, &names[0]);
+    assert_eq!((health["state"].as_str(), health["action"].as_str()), (Some("unavailable"), Some("waiting")));
+    assert_eq!(health["reason"], "Ready=Unknown");
+    assert_eq!(health["timeout"], 300);
+    // Watch looks at the world again and again meanwhile: three more reconciles.
+    for _ in 0..3 {
+        watch.wait_until(Stream::Stderr, "a resync that waits", |l| {
+            l.contains("plan (Resync): nothing to do yet") && l.contains("3 waited for")
+        });
+    }
+    let text = rig.poolctl("plan", &[]).expect_code(0).stdout;
+    assert!(text.contains("unavailable: NotReady (Ready=Unknown) for "), "{text}");
+    assert!(text.contains(" of 5m: waiting"), "{text}");
+
+    // The Nodes come back; nothing was created, stopped or removed, and the pool is in sync.
+    for name in &names {
+        rig.fake.set_ready_policy(name, ReadyPolicy::After(std::time::Duration::ZERO));
+        rig.fake.set_node_ready(name, true);
+    }
+    assert_eq!(plan_json(&rig).0, 0, "in sync again");
+    watch.signal("TERM");
+    let docker = rig.docker_events(since);
+    assert!(
+        !docker.iter().any(|e| matches!(e.action.as_str(), "create" | "kill" | "stop" | "destroy")),
+        "{docker:?}"
+    );
+    assert!(rig.fake.events().iter().all(|e| !matches!(e.kind, EventKind::NodeCordoned { .. })));
+}
+
+#[tokio::test]
+async fn a_node_past_its_timeout_is_replaced_its_replacement_ready_before_it_is_cordoned() {
+    let Some(rig) = Rig::new().await else { return };
+    let spec = rig.spec().health("5s", "40%");
+    let names = rig.start(&spec).await;
+    let held = names[1].clone();
+    let seq = rig.last_seq();
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    watch.wait_for(Stream::Stderr, "in sync");
+    hold_unknown(&rig, std::slice::from_ref(&held));
+
+    // Watch sees it unavailable, then unhealthy once 5s have passed since the Node's
+    // lastTransitionTime, and replaces it.
+    let gone = |st: &crate::support::fake_kube::Store| st.node(&held).is_none();
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the held Node is retired");
+    watch.signal("TERM");
+    let events = rig.events_after(seq);
+    let cordoned = events
+        .iter()
+        .position(|e| matches!(&e.kind, EventKind::NodeCordoned { node } if *node == held))
+        .expect("the held Node was cordoned");
+    let replacement_ready =
+        events.iter().position(|e| matches!(&e.kind, EventKind::NodeReady { node } if !names.contains(node)));
+    assert!(replacement_ready.is_some_and(|r| r < cordoned), "{events:#?}");
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(!containers.contains_key(&held));
+    for name in names.iter().filter(|n| **n != held) {
+        assert!(containers.contains_key(name), "{name} was kept");
+    }
+}
+
+#[tokio::test]
+async fn three_of_three_past_their_timeout_replace_none_and_the_plan_says_why() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec().health("1s", "40%")).await;
+    hold_unknown(&rig, &names);
+    // Once every Node's Unknown is older than its timeout: all three unhealthy, and held.
+    let deadline = std::time::Instant::now() + LIMIT;
+    let (code, plan) = loop {
+        let (code, plan) = plan_json(&rig);
+        if plan["summary"]["unremediated"] == 3 {
+            break (code, plan);
+        }
+        // Each plan reads the Nodes' lastTransitionTime against the clock: until 1s has passed
+        // since, they are waited for.
+        assert_eq!(plan["summary"]["unavailable"], 3, "{plan:#}");
+        assert!(std::time::Instant::now() < deadline, "never past the timeout: {plan:#}");
+    };
+    assert_eq!(code, 2);
+    assert!(plan["pools"][0]["steps"].as_array().is_none_or(Vec::is_empty), "{plan:#}");
+    let why = plan["pools"][0]["unhealthy_held"].as_str().expect("why none is replaced");
+    assert!(why.starts_with("3 of 3 instances unhealthy, above maxUnhealthy 40%: replacing none"), "{why}");
+    let text = rig.apply().expect_code(0).stdout;
+    assert!(text.contains("the cluster, not the instances, looks at fault"), "{text}");
+    assert_eq!(rig.containers().await.len(), 3, "nothing was replaced");
+}
+
+#[tokio::test]
+async fn an_apply_killed_in_a_failing_bootstrap_leaves_no_half_made_instance_counted() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2).env("V", "1"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let old: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+
+    // Version 2's bootstrap waits for a gate, then fails.
+    let gate = tempfile::tempdir().unwrap();
+    let script = "until test -f /gate/open; do sleep 0.1; done; exit 1";
+    let v2 = s
+        .pool()
+        .replicas(2)
+        .env("V", "2")
+        .volume(&format!("{}:/gate:ro", gate.path().display()))
+        .bootstrap(&["sh", "-c", script], Some("1m"));
+    s.write_pool(&v2);
+    let mut killed = s.command("apply", &["--yes"]);
+    // Its lock outlives it by 5s: long enough for the status below to see it held.
+    killed.env("POOLCTL_LOCK_LEASE", "5s");
+    let mut apply = crate::support::cli::Process::spawn(killed);
+    apply.wait_until(Stream::Stdout, "a bootstrap under way", |l| {
+        l.contains("] bootstrap ") && l.ends_with("...")
+    });
+    apply.kill();
+    std::fs::write(gate.path().join("open"), "").unwrap();
+
+    // The half-made instance runs, without its up record: not counted as up.
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let pool = &status["pools"][0];
+    assert_eq!(pool["up"], 2, "{pool:#}");
+    let new: Vec<&Value> =
+        pool["instances"].as_array().unwrap().iter().filter(|i| i["current"] == true).collect();
+    assert_eq!(new.len(), 1, "{pool:#}");
+    assert_eq!(new[0]["up"], false, "{pool:#}");
+    assert_eq!(new[0]["health"]["state"], "starting", "{pool:#}");
+
+    // Run again (waiting out the killed run's lock): the abandoned instance is replaced, the
+    // new bootstrap fails, and no old instance is retired for it.
+    let again = s.run("apply", &["--yes", "--lock-timeout", "1m"]);
+    assert_eq!(again.code, 1, "the bootstrap fails: {}\n{}", again.stdout, again.stderr);
+    assert!(again.stdout.contains("coming up, abandoned"), "{}", again.stdout);
+    let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    for name in &old {
+        assert!(running.contains(name), "{name} was retired: {running:?}");
+    }
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let instances = status["pools"][0]["instances"].as_array().unwrap().clone();
+    let counted: Vec<&Value> = instances.iter().filter(|i| i["up"] == true).collect();
+    assert_eq!(counted.len(), 2, "{instances:#?}");
+    assert!(counted.iter().all(|i| old.iter().any(|o| i["name"] == o.as_str())), "{instances:#?}");
+}
