@@ -161,6 +161,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
         pods: Vec::with_capacity(nodes_len * 3),
         pdbs: Vec::with_capacity(if nodes { PDBS } else { 0 }),
         locked: std::collections::BTreeSet::new(),
+        rollouts: BTreeMap::new(),
     };
     for i in 0..size {
         let name = format!("{POOL}-{hash}-{i:05}");

@@ -185,7 +185,9 @@ impl Config {
                 Task::Apply(ApplyConfig {
                     source,
                     plan_file: args.plan_file,
-                    options: options(&args.planning),
+                    // An explicit apply tries a stalled rollout again; plan shows it, and watch
+                    // waits for the source to change.
+                    options: PlanOptions { retry_stalled: true, ..options(&args.planning) },
                     yes: args.yes,
                     dry_run: args.dry_run,
                     format,
@@ -219,7 +221,7 @@ impl Config {
 }
 
 fn options(args: &PlanningArgs) -> PlanOptions {
-    PlanOptions { prune: args.prune, adopt: args.adopt }
+    PlanOptions { prune: args.prune, adopt: args.adopt, retry_stalled: false }
 }
 
 fn format(output: OutputFormat) -> Format {
@@ -245,7 +247,7 @@ mod tests {
             config(&["-vv", "--color", "never", "apply", "-s", "pools", "--prune", "--yes"]).unwrap();
         assert_eq!((ui.verbose, ui.color), (2, ColorChoice::Never));
         let Task::Apply(apply) = task else { panic!("{task:?}") };
-        assert_eq!(apply.options, PlanOptions { prune: true, adopt: false });
+        assert_eq!(apply.options, PlanOptions { prune: true, adopt: false, retry_stalled: true });
         assert!(apply.yes && apply.plan_file.is_none());
         assert_eq!(apply.source.unwrap().given, "pools");
     }

@@ -124,7 +124,7 @@ pub async fn observe<C: Containers, N: Connect>(
     let listed = containers.list().await.map_err(ObserveError::List)?;
     let clusters = connect_clusters(connect, desired, &listed).await?;
     check_identity(&listed, &clusters)?;
-    let world = observe_with(listed, &clusters).await.map_err(ObserveError::List)?;
+    let world = observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
     Ok(Observed { world, clusters })
 }
 
@@ -154,17 +154,20 @@ pub async fn observe_again<C: Containers, K: Cluster>(
     containers: &C,
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
-    observe_with(containers.list().await?, clusters).await
+    let listed = containers.list().await?;
+    observe_with(listed, containers.rollouts(), clusters).await
 }
 
 /// The rest of an observation once Docker's list is in: per cluster, its list of Nodes.
 async fn observe_with<K: Cluster>(
     containers: Vec<Container>,
+    rollouts: BTreeMap<String, crate::model::RolloutRecord>,
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
     // The clock the planner measures conditions against: this observation's, not the planner's.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut world = World { now: i64::try_from(now).unwrap_or(i64::MAX), containers, ..World::default() };
+    world.rollouts = rollouts;
     for (pool, cluster) in clusters {
         let names: Vec<String> =
             world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
@@ -272,6 +275,7 @@ mod tests {
             pods: vec![pod("web-1", "k-a", Some("ReplicaSet")), pod("db-1", "elsewhere", None)],
             pdbs: Vec::new(),
             locked: std::collections::BTreeSet::new(),
+            rollouts: BTreeMap::new(),
         };
         (desired, FakeWorld::new(world))
     }

@@ -50,6 +50,9 @@ pub struct PoolView {
     /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unhealthy_held: Option<String>,
+    /// Set when the pool's rollout passed its `progressDeadline`: why nothing is created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 /// One instance, as observed.
@@ -117,13 +120,14 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         template_hash: pool.template_hash.clone(),
         replicas: pool.replicas,
         up: instances.iter().filter(|i| i.up).count(),
-        in_sync: pool.steps.is_empty() && held == 0 && !waited,
+        in_sync: pool.steps.is_empty() && held == 0 && !waited && pool.degraded.is_none(),
         pending_steps: pool.steps.len() + held,
         paused: pool.paused.is_some(),
         lock: lock.cloned(),
         nodes,
         instances,
         unhealthy_held: pool.unhealthy_held.clone(),
+        degraded: pool.degraded.clone(),
     }
 }
 
@@ -164,6 +168,9 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
         if let Some(why) = &pool.unhealthy_held {
             writeln!(out, "  {}", style.yellow(why))?;
         }
+        if let Some(why) = &pool.degraded {
+            writeln!(out, "  {}", style.red(why))?;
+        }
     }
     Ok(())
 }
@@ -177,6 +184,7 @@ fn pool_line(pool: &PoolView) -> String {
         }
         PoolStatus::Foreign => return format!("Pool {name}: created from another source (not managed)"),
         PoolStatus::Pruned => "no longer declared, retired with --prune".to_owned(),
+        PoolStatus::New | PoolStatus::Existing if pool.degraded.is_some() => "Degraded".to_owned(),
         PoolStatus::New | PoolStatus::Existing if pool.in_sync => "in sync".to_owned(),
         PoolStatus::New | PoolStatus::Existing if pool.pending_steps == 0 => {
             let n = pool.instances.iter().filter(|i| i.health.is_some()).count();

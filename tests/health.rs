@@ -188,3 +188,36 @@ async fn an_apply_killed_in_a_failing_bootstrap_leaves_no_half_made_instance_cou
     assert_eq!(counted.len(), 2, "{instances:#?}");
     assert!(counted.iter().all(|i| old.iter().any(|o| i["name"] == o.as_str())), "{instances:#?}");
 }
+
+#[tokio::test]
+async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degraded() {
+    let Some(rig) = Rig::new().await else { return };
+    let old = rig.start(&rig.spec().replicas(2)).await;
+    // Version 2's Nodes never turn Ready; its Ready wait gives up after 2s, its rollout after 3s.
+    rig.fake.set_default_ready_policy(ReadyPolicy::Never);
+    let v2 = rig.spec().replicas(2).env("VERSION", "2").ready_timeout("2s").progress_deadline("3s");
+    rig.write(&v2);
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
+    let since = SystemTime::now();
+    // Once degraded, watch creates nothing more for this revision, and the old ones serve.
+    for _ in 0..3 {
+        watch.wait_until(Stream::Stderr, "another look", |l| {
+            l.contains("plan (Resync)") || l.contains("backing off")
+        });
+    }
+    watch.signal("TERM");
+    let created: Vec<_> = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
+    assert!(created.is_empty(), "{created:?}");
+    let running = rig.containers().await;
+    for name in &old {
+        assert!(running.get(name).is_some_and(|(up, _)| *up), "{name} serves: {running:?}");
+    }
+    let status: Value =
+        serde_json::from_str(&rig.poolctl("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let pool = &status["pools"][0];
+    assert!(pool["degraded"].as_str().is_some_and(|d| d.contains("progressDeadline 3s")), "{pool:#}");
+    assert_eq!(pool["in_sync"], false);
+    let plan = rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(2);
+    assert!(plan.stdout.contains(", degraded"), "{}", plan.stdout);
+}

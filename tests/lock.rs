@@ -125,14 +125,14 @@ impl Scene {
             .arg("{{.Names}}\t{{.State}}\t{{.Label \"poolctl.dev/template-hash\"}}")
             .output()
             .unwrap();
-        // The pool's instances: its up records (`poolctl-up-<instance>`) carry the label too.
+        // The pool's instances, not its records (`poolctl-up-<instance>`, `poolctl-rollout-<pool>`).
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| {
                 let mut parts = l.split('\t');
                 Some((parts.next()?.to_owned(), parts.next()? == "running", parts.next()?.to_owned()))
             })
-            .filter(|(name, _, _)| !name.starts_with("poolctl-up-"))
+            .filter(|(name, _, _)| !crate::support::docker::is_record(name))
             .collect()
     }
 
@@ -174,7 +174,9 @@ impl Scene {
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             // Instances only: an up record is created and never started.
             .filter(|e| {
-                !e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().starts_with("poolctl-up-")
+                !crate::support::docker::is_record(
+                    e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default(),
+                )
             })
             .map(|e| {
                 (

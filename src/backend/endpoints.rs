@@ -164,6 +164,20 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
         self.instance(name).record_up(name, labels).await
     }
+
+    /// Every endpoint's: a pool's record lives where its containers are created.
+    fn rollouts(&self) -> BTreeMap<String, crate::model::RolloutRecord> {
+        self.places.iter().flat_map(|(_, backend)| backend.rollouts()).collect()
+    }
+
+    async fn record_rollout(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.pool(pool).record_rollout(pool, template_hash, labels).await
+    }
 }
 
 /// A pool's lock lives on the pool's endpoint, beside its containers.

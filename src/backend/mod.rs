@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod};
+use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod, RolloutRecord};
 use crate::spec::{CgroupnsMode, Secret, Taint, UsernsMode};
 
 pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
@@ -170,6 +170,16 @@ pub trait Containers: Sync {
     fn record_up(
         &self,
         name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The rollout records, by pool, that the last [`Containers::list`] showed: they come back
+    /// in the same call (see [`crate::model::RolloutRecord`]).
+    fn rollouts(&self) -> BTreeMap<String, RolloutRecord>;
+    /// Record that `pool`'s rollout to `template_hash` begins now, with `labels`.
+    fn record_rollout(
+        &self,
+        pool: &str,
+        template_hash: &str,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

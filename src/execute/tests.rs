@@ -27,7 +27,12 @@ fn step(batch: u32, instance: &str, action: Action) -> Step {
 
 /// Two new instances, then two old ones retired, in one batch, plus a second batch.
 fn rolling_plan() -> Plan {
-    let create = || Action::Create { image: "img:1".into(), template_hash: "new".into(), k3s_server: None };
+    let create = || Action::Create {
+        image: "img:1".into(),
+        template_hash: "new".into(),
+        k3s_server: None,
+        starts_rollout: false,
+    };
     let ready = || Action::AwaitReady { node: false };
     let steps = vec![
         step(0, "n1", create()),
@@ -56,6 +61,7 @@ fn rolling_plan() -> Plan {
             docker: None,
             instances: Vec::new(),
             unhealthy_held: None,
+            degraded: None,
             next_check: None,
             steps,
         }],
@@ -385,7 +391,12 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
         step(
             0,
             "n1",
-            Action::Create { image: "img:1".into(), template_hash: "new".into(), k3s_server: None },
+            Action::Create {
+                image: "img:1".into(),
+                template_hash: "new".into(),
+                k3s_server: None,
+                starts_rollout: false,
+            },
         ),
         step(0, "n1", Action::AwaitReady { node: true }),
         step(0, "o1", Action::Stop),

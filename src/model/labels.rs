@@ -50,3 +50,7 @@ pub const RECORDS_UP: &str = "poolctl.dev/records-up";
 /// is), named `poolctl-up-<instance>` and written as the last step of coming up: a label cannot
 /// change after creation, and the record comes back in the same list call as the instances.
 pub const UP_OF: &str = "poolctl.dev/up-of";
+/// On a pool's rollout record (`poolctl-rollout-<pool>`, a container created and never started,
+/// as an up record is): the template hash its last rollout was to; the record's creation time
+/// is when that rollout began.
+pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";

@@ -26,6 +26,19 @@ pub struct World {
     /// instances that have not finished coming up may be in the making. Elsewhere, nobody
     /// is making them: a run holds a pool's lock for as long as it creates instances.
     pub locked: std::collections::BTreeSet<String>,
+    /// The rollout record of each pool that has one: which template its last rollout was to,
+    /// and since when (see [`RolloutRecord`]).
+    pub rollouts: BTreeMap<String, RolloutRecord>,
+}
+
+/// When a pool's rollout to a template began: written when its first instance of a new
+/// template is created (and again when `apply` tries a stalled rollout anew), read to tell
+/// whether the rollout still makes progress (`spec.rollout.progressDeadline`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RolloutRecord {
+    pub template_hash: String,
+    /// Seconds since the Unix epoch.
+    pub since: i64,
 }
 
 /// One container of a pool, as Docker reports it.

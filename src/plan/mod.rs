@@ -84,7 +84,11 @@ impl Plan {
     /// wants to hear about those even though poolctl will not act on them.
     pub fn in_sync(&self) -> bool {
         let s = &self.summary;
-        !self.has_changes() && s.left_alone() == 0 && s.unavailable == 0 && s.unremediated == 0
+        !self.has_changes()
+            && s.left_alone() == 0
+            && s.unavailable == 0
+            && s.unremediated == 0
+            && s.degraded == 0
     }
 
     /// The pools with instances that are waited for (starting or unavailable within their
@@ -151,6 +155,9 @@ pub struct Summary {
     /// Unhealthy instances not replaced, because more of their pool are than `maxUnhealthy`.
     #[serde(skip_serializing_if = "is_zero")]
     pub unremediated: usize,
+    /// Pools whose rollout passed its `progressDeadline`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub degraded: usize,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -193,6 +200,9 @@ pub struct PoolPlan {
     /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unhealthy_held: Option<String>,
+    /// Set when the pool's rollout passed its `progressDeadline`: why nothing is created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
     /// When the first instance that is waited for turns unhealthy (seconds since the Unix
     /// epoch), if the world says.
     #[serde(skip)]
@@ -348,6 +358,10 @@ pub enum Action {
         /// With `join.k3s`: the server whose node token the new agent is given before it starts.
         #[serde(skip_serializing_if = "Option::is_none")]
         k3s_server: Option<String>,
+        /// The first creation of a rollout to a new template (or of one tried again): it
+        /// records when the rollout began, for `progressDeadline`.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        starts_rollout: bool,
     },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },

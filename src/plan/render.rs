@@ -87,6 +87,13 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     if s.unremediated > 0 {
         health.push(format!("{} unhealthy not replaced (above maxUnhealthy)", s.unremediated));
     }
+    if s.degraded > 0 {
+        health.push(format!(
+            "{} pool{} degraded (past progressDeadline)",
+            s.degraded,
+            if s.degraded == 1 { "" } else { "s" }
+        ));
+    }
     let health =
         if health.is_empty() { String::new() } else { format!(" Instances: {}.", health.join(", ")) };
     let paused = format!("{paused}{health}");
@@ -169,6 +176,7 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
     if pool.steps.is_empty()
         && held.is_empty()
         && troubled.is_empty()
+        && pool.degraded.is_none()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
@@ -215,6 +223,9 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
     if let Some(why) = &pool.unhealthy_held {
         writeln!(out, "  {}", style.yellow(why))?;
     }
+    if let Some(why) = &pool.degraded {
+        writeln!(out, "  {}", style.red(why))?;
+    }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
         for step in &pool.steps {
@@ -258,6 +269,7 @@ fn pool_header(pool: &PoolPlan) -> String {
             let state = match &pool.paused {
                 Some(held) if held.steps.is_empty() => ", up to date, paused",
                 Some(_) => ", paused",
+                None if pool.degraded.is_some() => ", degraded",
                 None if pool.steps.is_empty() && pool.instances.iter().any(|i| i.health.is_some()) => {
                     ", waiting"
                 }

@@ -53,7 +53,7 @@ impl SavedOptions {
 
     /// The choices the plan was made with.
     pub fn options(&self) -> PlanOptions {
-        PlanOptions { prune: self.prune, adopt: self.adopt }
+        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false }
     }
 }
 
@@ -378,7 +378,7 @@ mod tests {
 
     #[test]
     fn options_survive_the_file() {
-        let options = PlanOptions { prune: true, adopt: false };
+        let options = PlanOptions { prune: true, adopt: false, retry_stalled: false };
         let json = serde_json::to_value(SavedOptions::new(options, u64::MAX - 7)).unwrap();
         assert_eq!(json["seed"], "fffffffffffffff8", "16 hex digits, exact in any JSON reader");
         let saved: SavedOptions = serde_json::from_value(json).unwrap();

@@ -1131,6 +1131,79 @@ fn an_outdated_instance_that_is_waited_for_holds_the_rollout_up() {
     assert!(retired(k).is_empty());
 }
 
+#[test]
+fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
+    // A rollout to `new` began 11m ago; its last attempt exited without coming up; two old
+    // instances serve.
+    let dp = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let mut failed = container("w-new-1", "w", "new", NOON - 60);
+    (failed.came_up, failed.state, failed.status) =
+        (None, ContainerState::Exited, "Exited (1) 1 minute ago".to_owned());
+    let record = crate::model::RolloutRecord { template_hash: "new".into(), since: NOON - 660 };
+    let world = World {
+        now: NOON,
+        containers: vec![container("w-old-1", "w", "old", 1), container("w-old-2", "w", "old", 2), failed],
+        rollouts: [("w".to_owned(), record)].into(),
+        ..World::default()
+    };
+    let desired = desired(vec![dp]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.iter().all(|s| !matches!(s.action, Action::Create { .. })), "{:?}", verbs(w));
+    assert!(w.steps.iter().all(|s| s.instance != "w-old-1" && s.instance != "w-old-2"), "the old ones serve");
+    let why = w.degraded.as_deref().expect("degraded");
+    assert!(why.contains("no instance of template new came up within progressDeadline 10m"), "{why}");
+    assert!(why.contains("last failure: w-new-1: unhealthy: exited (1)"), "{why}");
+    assert_eq!(plan.summary.degraded, 1);
+    assert!(!plan.in_sync());
+    assert!(
+        text_of(&plan).contains("Pool w: 2 replicas, template new (was old), degraded"),
+        "{}",
+        text_of(&plan)
+    );
+
+    // An explicit apply tries again: it creates, and its first creation starts the clock anew.
+    let retry = PlanOptions { retry_stalled: true, ..PlanOptions::default() };
+    let again = crate::plan::plan(&desired, &world, retry);
+    let first = again.steps().find(|(_, s)| matches!(s.action, Action::Create { .. })).expect("a creation");
+    assert!(matches!(first.1.action, Action::Create { starts_rollout: true, .. }), "{:?}", first.1);
+    assert!(pool_plan(&again, "w").degraded.is_none());
+
+    // Within the deadline of the last instance that came up, the rollout goes on.
+    let mut progressing = world.clone();
+    progressing.containers.push(crate::model::Container {
+        came_up: Some(NOON - 30),
+        ..container("w-new-2", "w", "new", NOON - 90)
+    });
+    assert!(pool_plan(&plan_of(&desired, &progressing), "w").degraded.is_none());
+    // A finished rollout never stalls: replacing a dead instance is not a rollout.
+    let mut finished = world;
+    finished.containers.retain(|c| c.template_hash == "new");
+    finished.containers.push(crate::model::Container {
+        came_up: Some(NOON - 900),
+        ..container("w-new-3", "w", "new", NOON - 900)
+    });
+    let plan = plan_of(&desired, &finished);
+    assert!(pool_plan(&plan, "w").degraded.is_none());
+    assert!(plan.steps().any(|(_, s)| matches!(s.action, Action::Create { .. })));
+}
+
+#[test]
+fn the_first_creation_of_a_new_template_starts_its_rollout_record() {
+    let dp = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let world =
+        World { now: NOON, containers: vec![container("w-old-1", "w", "old", 1)], ..World::default() };
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let starts: Vec<bool> = plan
+        .steps()
+        .filter_map(|(_, s)| match s.action {
+            Action::Create { starts_rollout, .. } => Some(starts_rollout),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, [true, false], "only the first");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Snapshots of the output
 

@@ -394,6 +394,13 @@ pub struct Rollout {
     /// How long draining one Node may take before the rollout halts (default 5m).
     #[serde(default = "Rollout::default_drain_timeout")]
     pub drain_timeout: Duration,
+    /// How long a rollout to a new template may go without a new instance coming up (they
+    /// crash, never turn Ready, fail their bootstrap) before it stops creating more: the old
+    /// instances keep serving and the pool is `Degraded` until the source changes or an
+    /// explicit `poolctl apply` tries again (default 10m), as a Deployment's
+    /// `progressDeadlineSeconds`.
+    #[serde(default = "Rollout::default_progress_deadline")]
+    pub progress_deadline: Duration,
 }
 
 impl Rollout {
@@ -419,6 +426,9 @@ impl Rollout {
     fn default_drain_timeout() -> Duration {
         Duration::from_secs(300)
     }
+    fn default_progress_deadline() -> Duration {
+        Duration::from_secs(600)
+    }
 }
 
 impl Default for Rollout {
@@ -428,6 +438,7 @@ impl Default for Rollout {
             max_unavailable: Self::default_max_unavailable(),
             stop_grace_period: Self::default_stop_grace_period(),
             drain_timeout: Self::default_drain_timeout(),
+            progress_deadline: Self::default_progress_deadline(),
         }
     }
 }

@@ -456,6 +456,27 @@ impl Containers for FakeWorld {
         .await
     }
 
+    fn rollouts(&self) -> BTreeMap<String, crate::model::RolloutRecord> {
+        self.sim().world.rollouts.clone()
+    }
+
+    async fn record_rollout(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        // Observing the fake stamps the world with the real clock: so is the record.
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        self.call(format!("record-rollout {pool}"), |sim| {
+            sim.record_rollout(pool, template_hash, now);
+            Ok(())
+        })
+        .await
+    }
+
     async fn record_up(&self, name: &str, _: &BTreeMap<String, String>) -> Result<(), BackendError> {
         self.call(format!("record-up {name}"), |sim| {
             if sim.record_up(name) {

@@ -45,8 +45,13 @@ impl SimWorld {
     pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { image, template_hash, .. } => {
+            Action::Create { image, template_hash, starts_rollout, .. } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
+                if *starts_rollout {
+                    // The world's clock, where the test set one.
+                    let now = self.world.now.max(self.clock);
+                    self.record_rollout(pool, template_hash, now);
+                }
                 let scope = self.scope.clone();
                 let container = Container {
                     pool: pool.to_owned(),
@@ -111,6 +116,12 @@ impl SimWorld {
         };
         self.clock += 1;
         c
+    }
+
+    /// Record that the pool's rollout to `template_hash` begins now.
+    pub(crate) fn record_rollout(&mut self, pool: &str, template_hash: &str, since: i64) {
+        let record = crate::model::RolloutRecord { template_hash: template_hash.to_owned(), since };
+        self.world.rollouts.insert(pool.to_owned(), record);
     }
 
     /// Record that the instance came up, as the executor does last.
@@ -241,8 +252,12 @@ mod tests {
     #[test]
     fn creating_and_retiring_an_instance_changes_the_counts() {
         let mut sim = SimWorld::new(World::default());
-        let create =
-            Action::Create { image: "busybox".to_owned(), template_hash: "abc".to_owned(), k3s_server: None };
+        let create = Action::Create {
+            image: "busybox".to_owned(),
+            template_hash: "abc".to_owned(),
+            k3s_server: None,
+            starts_rollout: false,
+        };
         sim.apply_step("k", &step("k-1", create));
         assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");
         sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));

@@ -245,13 +245,19 @@ impl TestDocker {
                 name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
                 at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
             })
-            // The instances' events: an up record (`poolctl-up-<instance>`) carries the test's
-            // labels so that the cleanup finds it, and is created and never started.
-            .filter(|e| !e.name.starts_with("poolctl-up-"))
+            // The instances' events: a record carries the test's labels so that the cleanup
+            // finds it, and is created and never started.
+            .filter(|e| !is_record(&e.name))
             .collect();
         events.sort_by_key(|e| e.at);
         events
     }
+}
+
+/// Whether a container is one of poolctl's records rather than an instance: an up record
+/// (`poolctl-up-<instance>`) or a pool's rollout record (`poolctl-rollout-<pool>`).
+pub(crate) fn is_record(name: &str) -> bool {
+    name.starts_with("poolctl-up-") || name.starts_with("poolctl-rollout-")
 }
 
 /// `docker args...`, which must succeed; returns its stdout.

@@ -181,6 +181,8 @@ pub struct PoolYaml {
     stop_grace_period: String,
     /// `spec.health` lines, as written under `health:`.
     health: Vec<String>,
+    /// `spec.rollout.progressDeadline`, when set.
+    progress_deadline: Option<String>,
 }
 
 impl PoolYaml {
@@ -203,7 +205,15 @@ impl PoolYaml {
             max_unavailable: 0,
             stop_grace_period: "2s".to_owned(),
             health: Vec::new(),
+            progress_deadline: None,
         }
+    }
+
+    /// `spec.rollout.progressDeadline`.
+    #[must_use]
+    pub fn progress_deadline(mut self, deadline: &str) -> Self {
+        self.progress_deadline = Some(deadline.to_owned());
+        self
     }
 
     /// `spec.health`: Ready `Unknown` or `False` make an instance unhealthy after `timeout`,
@@ -361,6 +371,10 @@ impl fmt::Display for PoolYaml {
             f,
             "  rollout:\n    maxSurge: 1\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
             self.max_unavailable, self.stop_grace_period, self.drain_timeout
-        )
+        )?;
+        if let Some(deadline) = &self.progress_deadline {
+            writeln!(f, "    progressDeadline: {deadline}")?;
+        }
+        Ok(())
     }
 }

@@ -22,7 +22,7 @@ use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
-use crate::model::{Container, Desired, labels};
+use crate::model::{Container, Desired, RolloutRecord, labels};
 use crate::spec::Secret;
 
 mod archive;
@@ -39,7 +39,7 @@ pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{DRIFT_EVENTS, container_events};
 pub use lock::lock_name;
-pub use up::up_record_name;
+pub use up::{rollout_record_name, up_record_name};
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -93,6 +93,8 @@ pub struct DockerBackend {
     host: String,
     calls: AtomicU64,
     timeouts: Timeouts,
+    /// The rollout records the last list showed, by pool (see [`Containers::rollouts`]).
+    rollouts: std::sync::Mutex<BTreeMap<String, RolloutRecord>>,
 }
 
 impl DockerBackend {
@@ -111,7 +113,13 @@ impl DockerBackend {
             .unwrap_or(Err(DockerError::RequestTimeoutError))
             .map_err(|e| unreachable(connect_reason(&e)))?
             .with_timeout(timeouts.call);
-        Ok(Self { docker, host: at, calls: AtomicU64::new(1), timeouts })
+        Ok(Self {
+            docker,
+            host: at,
+            calls: AtomicU64::new(1),
+            timeouts,
+            rollouts: std::sync::Mutex::default(),
+        })
     }
 
     /// How many requests this backend has sent to the daemon (the version negotiation included).
@@ -391,15 +399,19 @@ impl Containers for DockerBackend {
             .await
             .map_err(|e| self.error("list containers", e))?;
         let mut records = HashMap::new();
+        let mut rollouts = BTreeMap::new();
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
-            match up::up_record_from(summary.names.as_ref(), summary.labels.as_ref(), summary.created) {
-                Some((instance, record)) => {
-                    records.insert(instance, record);
-                }
-                None => containers.extend(container_from_summary(summary)),
+            let (names, labels, created) = (summary.names.as_ref(), summary.labels.as_ref(), summary.created);
+            if let Some((instance, record)) = up::up_record_from(names, labels, created) {
+                records.insert(instance, record);
+            } else if let Some((pool, record)) = up::rollout_record_from(names, labels, created) {
+                rollouts.insert(pool, record);
+            } else {
+                containers.extend(container_from_summary(summary));
             }
         }
+        *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         up::join_up_records(&mut containers, &records);
         // Only for the few that restart or fail their HEALTHCHECK: since when, which the list
         // does not say. A container gone in between is judged by the next look.
@@ -599,6 +611,19 @@ impl Containers for DockerBackend {
 
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
         self.write_up_record(name, labels).await
+    }
+
+    fn rollouts(&self) -> BTreeMap<String, RolloutRecord> {
+        self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn record_rollout(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.write_rollout_record(pool, template_hash, labels).await
     }
 }
 

@@ -16,7 +16,25 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::{DockerBackend, status_of};
 use crate::backend::BackendError;
-use crate::model::{Container, ContainerState, Health, labels};
+use crate::model::{Container, ContainerState, Health, RolloutRecord, labels};
+
+/// The name of the rollout record of `pool`.
+pub fn rollout_record_name(pool: &str) -> String {
+    format!("poolctl-rollout-{pool}")
+}
+
+/// The rollout record in a list entry, by pool; `None` for an entry that is not one.
+pub(super) fn rollout_record_from(
+    names: Option<&Vec<String>>,
+    labels: Option<&HashMap<String, String>>,
+    created: Option<i64>,
+) -> Option<(String, RolloutRecord)> {
+    let labels = labels?;
+    let template_hash = labels.get(labels::ROLLOUT_OF)?.clone();
+    let name = names?.first()?.trim_start_matches('/');
+    let pool = name.strip_prefix("poolctl-rollout-")?.to_owned();
+    Some((pool, RolloutRecord { template_hash, since: created.unwrap_or_default() }))
+}
 
 /// The name of the up record of `instance`.
 pub fn up_record_name(instance: &str) -> String {
@@ -142,6 +160,36 @@ impl DockerBackend {
             }
         }
         Err(BackendError::Failed(format!("{}: the name {name} stays taken", doing())))
+    }
+
+    /// Write `pool`'s rollout record: its rollout to `template_hash` begins now. The record of an
+    /// earlier rollout is replaced.
+    pub(super) async fn write_rollout_record(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        record_labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let name = rollout_record_name(pool);
+        let options = RemoveContainerOptions { v: true, force: true, link: false };
+        match self.call(self.docker.remove_container(&name, Some(options))).await {
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => return Err(self.error(&format!("replace the rollout record {name}"), e)),
+        }
+        let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
+        labels.insert(labels::ROLLOUT_OF.to_owned(), template_hash.to_owned());
+        let body = ContainerCreateBody {
+            cmd: Some(vec!["poolctl-rollout".to_owned()]),
+            labels: Some(labels),
+            host_config: Some(HostConfig { network_mode: Some("none".to_owned()), ..Default::default() }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+        self.call(self.docker.create_container(Some(options), body))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(&format!("record the rollout of pool {pool}"), e))
     }
 
     /// Remove the up record of `instance`, if there is one.

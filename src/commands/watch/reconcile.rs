@@ -77,6 +77,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         };
         let plan = &preview.plan;
         self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(plan);
+        for pool in &plan.pools {
+            if let Some(why) = &pool.degraded {
+                warn!("pool {}: {why}", pool.name);
+            }
+        }
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
