@@ -202,9 +202,10 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
     /// came up, or an instance someone removed, changes what the next batch may safely retire,
     /// and a plan made before the first batch cannot know that.
     pub async fn carry_out(&self, plan: &Plan) -> Result<Report, RolloutError> {
-        let executor =
-            Executor::new(self.desired, self.containers, self.clusters, self.progress, self.interrupt)
-                .with_ui(self.ui);
+        // A pool rolled back is created from its previous template.
+        let desired = plan.desired_for(self.desired);
+        let executor = Executor::new(&desired, self.containers, self.clusters, self.progress, self.interrupt)
+            .with_ui(self.ui);
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most

@@ -221,3 +221,50 @@ async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degr
     let plan = rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains(", degraded"), "{}", plan.stdout);
 }
+
+#[tokio::test]
+async fn a_stalled_rollout_with_rollback_ends_on_the_previous_template() {
+    let Some(rig) = Rig::new().await else { return };
+    let old = rig.start(&rig.spec().replicas(2)).await;
+    let v1 = rig.template_hash();
+    // Version 2's first instance comes up; the next never turns Ready.
+    let v2 =
+        rig.spec().replicas(2).env("VERSION", "2").ready_timeout("2s").progress_deadline("3s").rollback();
+    rig.write(&v2);
+    let v2_hash = rig.template_hash();
+    let prefix = format!("{}-{v2_hash}-", rig.pool());
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(std::time::Duration::ZERO));
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    let first_up = |st: &crate::support::fake_kube::Store| {
+        st.nodes().any(|n| {
+            n.metadata.name.as_deref().is_some_and(|name| name.starts_with(&prefix))
+                && n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(first_up)).await.expect("the first v2 Node is Ready");
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
+    watch.wait_for(Stream::Stderr, &format!("rolling back to template {v1}"));
+
+    // Watch brings the pool back: two running instances of version 1, none of version 2.
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let containers = rig.containers().await;
+        if containers.len() == 2 && containers.values().all(|(running, hash)| *running && *hash == v1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not rolled back: {containers:?}");
+        let rounds = rig.fake.store().kubelet_rounds();
+        let next = rig.fake.wait_until(move |st| st.kubelet_rounds() > rounds);
+        tokio::time::timeout(LIMIT, next).await.expect("the kubelet runs");
+    }
+    watch.signal("TERM");
+    // One old instance was retired for the first new one: its replacement was created from
+    // version 1's template, rebuilt from the old instances' labels.
+    let containers = rig.containers().await;
+    assert!(containers.keys().any(|name| !old.contains(name)), "{containers:?} {old:?}");
+    let plan = rig.poolctl("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains("was rolled back to"), "{}", plan.stdout);
+}

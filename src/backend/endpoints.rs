@@ -174,9 +174,10 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         &self,
         pool: &str,
         template_hash: &str,
+        rolled_back_from: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.pool(pool).record_rollout(pool, template_hash, labels).await
+        self.pool(pool).record_rollout(pool, template_hash, rolled_back_from, labels).await
     }
 }
 

@@ -175,11 +175,13 @@ pub trait Containers: Sync {
     /// The rollout records, by pool, that the last [`Containers::list`] showed: they come back
     /// in the same call (see [`crate::model::RolloutRecord`]).
     fn rollouts(&self) -> BTreeMap<String, RolloutRecord>;
-    /// Record that `pool`'s rollout to `template_hash` begins now, with `labels`.
+    /// Record that `pool`'s rollout to `template_hash` begins now (a rollback from the template
+    /// `rolled_back_from`, if set), with `labels`.
     fn record_rollout(
         &self,
         pool: &str,
         template_hash: &str,
+        rolled_back_from: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

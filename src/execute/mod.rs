@@ -436,8 +436,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
                     container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
                 }
-                if let Action::Create { starts_rollout: true, template_hash, .. } = &step.action {
-                    self.containers.record_rollout(pool_name, template_hash, &up_record_labels(pool)).await?;
+                if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } =
+                    &step.action
+                {
+                    let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
+                    self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
                 }
                 // Recorded before the container exists: its kubelet may register the Node at
                 // any moment after, and until poolctl labels it, this record is what names it

@@ -32,6 +32,7 @@ fn rolling_plan() -> Plan {
         template_hash: "new".into(),
         k3s_server: None,
         starts_rollout: false,
+        rollback_from: None,
     };
     let ready = || Action::AwaitReady { node: false };
     let steps = vec![
@@ -67,6 +68,7 @@ fn rolling_plan() -> Plan {
         }],
         summary: Summary::default(),
         seed: None,
+        rollbacks: Vec::new(),
     }
 }
 
@@ -396,6 +398,7 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
                 template_hash: "new".into(),
                 k3s_server: None,
                 starts_rollout: false,
+                rollback_from: None,
             },
         ),
         step(0, "n1", Action::AwaitReady { node: true }),

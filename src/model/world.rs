@@ -39,6 +39,9 @@ pub struct RolloutRecord {
     pub template_hash: String,
     /// Seconds since the Unix epoch.
     pub since: i64,
+    /// Set when this is a rollback (`failureAction: rollback`): the template whose rollout
+    /// stalled, which is not tried again until the source changes or an `apply` retries it.
+    pub rolled_back_from: Option<String>,
 }
 
 /// One container of a pool, as Docker reports it.

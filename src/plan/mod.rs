@@ -3,6 +3,7 @@
 
 mod health;
 mod planner;
+mod progress;
 mod render;
 pub mod saved;
 #[cfg(test)]
@@ -71,6 +72,10 @@ pub struct Plan {
     /// The seed its new instance names came from, once one was needed.
     #[serde(skip)]
     pub seed: Option<u64>,
+    /// The pools that go back to their previous template (`failureAction: rollback`), as that
+    /// template: what the executor creates their instances from.
+    #[serde(skip)]
+    pub rollbacks: Vec<crate::model::DesiredPool>,
 }
 
 impl Plan {
@@ -102,6 +107,21 @@ impl Plan {
     /// plan again even if nothing else happens (`watch` wakes then).
     pub fn next_check(&self) -> Option<i64> {
         self.pools.iter().filter_map(|p| p.next_check).min()
+    }
+
+    /// `desired` as this plan carries it out: with the pools it rolls back at their previous
+    /// template.
+    pub fn desired_for<'d>(&self, desired: &'d Desired) -> std::borrow::Cow<'d, Desired> {
+        if self.rollbacks.is_empty() {
+            return std::borrow::Cow::Borrowed(desired);
+        }
+        let mut effective = desired.clone();
+        for pool in &mut effective.pools {
+            if let Some(rollback) = self.rollbacks.iter().find(|r| r.name() == pool.name()) {
+                *pool = rollback.clone();
+            }
+        }
+        std::borrow::Cow::Owned(effective)
     }
 
     /// The pools the plan changes: the ones whose locks carrying it out needs.
@@ -362,6 +382,9 @@ pub enum Action {
         /// records when the rollout began, for `progressDeadline`.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         starts_rollout: bool,
+        /// A rollback's first creation: the template whose rollout stalled.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rollback_from: Option<String>,
     },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },

@@ -15,6 +15,7 @@ use crate::model::{Desired, DesiredPool};
 use crate::spec::{HASH_LEN, canonical_template};
 
 use super::health::{Assessment, Standing, assess};
+use super::progress::Progress;
 use super::{
     Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
     PoolStatus, Step, Summary, TemplateChange,
@@ -46,6 +47,7 @@ pub(super) enum Seed<'a> {
 /// instance names ([`super::seed`] when the plan is made afresh, the first plan's when a rollout
 /// plans again between its batches, so that the steps left keep the names it showed).
 pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed: Seed<'_>) -> Plan {
+    let progress = Progress::of(desired, world, options);
     let world = &Indexed::new(world);
     let mut names = Names::new(world.world, seed);
     let scope = desired.origin.scope();
@@ -53,6 +55,8 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
         .pools
         .iter()
         .map(|dp| {
+            // A rollback plans towards the template the pool ran before.
+            let dp = progress.rollbacks.iter().find(|r| r.name() == dp.name()).unwrap_or(dp);
             let target = Target::declared(dp, world.world);
             // Another source's containers of the same pool name are not ours to replace.
             let owner = world
@@ -66,7 +70,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
                     managed_by: Some(owner.to_owned()),
                     ..keep_pool(&target, world)
                 },
-                _ => plan_pool(&target, world, &mut names, options.retry_stalled),
+                _ => plan_pool(&target, world, &mut names, &progress),
             }
         })
         .collect();
@@ -84,7 +88,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
     for name in undeclared {
         let target = Target::undeclared(name, world.world, options.prune);
         pools.push(if options.prune {
-            plan_pool(&target, world, &mut names, options.retry_stalled)
+            plan_pool(&target, world, &mut names, &progress)
         } else {
             keep_pool(&target, world)
         });
@@ -115,7 +119,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
         summary.degraded += usize::from(pool.degraded.is_some());
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
     }
-    Plan { origin: desired.origin.clone(), pools, summary, seed: names.seed }
+    Plan { origin: desired.origin.clone(), pools, summary, seed: names.seed, rollbacks: progress.rollbacks }
 }
 
 /// Whether an instance is serving: its container is up and, for a pool whose instances are
@@ -345,7 +349,12 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
     out
 }
 
-fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>, retry: bool) -> PoolPlan {
+fn plan_pool(
+    target: &Target<'_>,
+    world: &Indexed<'_>,
+    names: &mut Names<'_>,
+    progress: &Progress,
+) -> PoolPlan {
     let mut all = instances(target, world);
     // An outdated instance that never finished coming up is not finished: it never served, so
     // it goes at no cost to availability.
@@ -380,7 +389,6 @@ fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>, re
     retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
-    let stalled = stalled(target, &all, world.world);
     let mut steps = configure(target, &all, &kept);
     // A starting instance whose coming up was cut short after its bootstrap and join is finished
     // in the first batch, before any retirement: its `await-ready` records it up.
@@ -389,14 +397,18 @@ fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>, re
         steps.push(Step { batch: 1, instance: instance.shared.clone(), action });
     }
     let resumed = all.iter().filter(|i| kept.contains(i.name) && i.health.resumable).count();
-    let progress = Progress {
-        stalled: stalled.is_some() && !retry,
-        starts: target.pool.is_some_and(|dp| {
-            let record = world.world.rollouts.get(dp.name());
-            record.is_none_or(|r| r.template_hash != dp.template_hash) || (stalled.is_some() && retry)
-        }),
+    let creations = Creations {
+        paused: progress.paused(target.name),
+        starts: progress.starts.contains(target.name),
+        // A rollback's record names the template it gave up.
+        rollback_from: progress
+            .rollbacks
+            .iter()
+            .any(|r| r.name() == target.name)
+            .then(|| world.world.rollouts.get(target.name).map(|r| r.template_hash.clone()))
+            .flatten(),
     };
-    rollout(target, &all, (kept.len(), resumed), retirees, world, names, progress, &mut steps);
+    rollout(target, &all, (kept.len(), resumed), retirees, world, names, &creations, &mut steps);
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
@@ -408,56 +420,21 @@ fn plan_pool(target: &Target<'_>, world: &Indexed<'_>, names: &mut Names<'_>, re
         docker: target.docker(),
         instances: all.iter().map(|i| status(target, i, !leaving.contains(i.name))).collect(),
         unhealthy_held: held,
-        degraded: stalled.filter(|_| !retry),
+        degraded: progress.stalled.get(target.name).cloned(),
         next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
         steps,
     }
 }
 
-/// What a pool's rollout record says of the plan's creations.
-#[derive(Debug, Clone, Copy)]
-struct Progress {
-    /// The rollout passed its `progressDeadline` and is not retried: nothing is created.
-    stalled: bool,
-    /// The first creation begins a rollout (a new template, or one retried): it writes the record.
+/// What the pool's rollout progress says of the plan's creations.
+#[derive(Debug, Clone)]
+struct Creations {
+    /// The rollout stalled (`failureAction: pause`): nothing is created.
+    paused: bool,
+    /// The first creation begins a rollout: it writes the record.
     starts: bool,
-}
-
-/// Why the pool's rollout stalled, if it did: it is a rollout (an instance runs another
-/// template), its record says it began to the current template, and no instance of that
-/// template came up within `progressDeadline` of that or of the last one that did, as a
-/// Deployment's `progressDeadlineSeconds` reads it. Replacing a dead instance of a finished
-/// rollout never stalls: it is not a rollout.
-fn stalled(target: &Target<'_>, all: &[Instance<'_>], world: &World) -> Option<String> {
-    let dp = target.pool?;
-    let record = world.rollouts.get(dp.name()).filter(|r| r.template_hash == dp.template_hash)?;
-    let current = |i: &&Instance<'_>| target.is_current(i);
-    if all.iter().filter(|i| i.container.is_some()).all(|i| current(&i)) {
-        return None;
-    }
-    let last_up = all.iter().filter(current).filter_map(|i| i.container.and_then(|c| c.came_up)).max();
-    let progress = last_up.map_or(record.since, |up| up.max(record.since));
-    let deadline = dp.pool.spec.rollout.progress_deadline;
-    let limit = i64::try_from(deadline.get().as_secs()).unwrap_or(i64::MAX);
-    if world.now.saturating_sub(progress) <= limit {
-        return None;
-    }
-    let failing = all
-        .iter()
-        .filter(current)
-        .filter(|i| i.container.is_some_and(|c| c.came_up.is_none()))
-        .filter_map(|i| Some((i.created(), i.name, i.health.note.as_ref()?)))
-        .max_by_key(|(created, _, _)| *created)
-        .map(|(_, name, note)| format!("; last failure: {name}: {}", super::health::describe(note)))
-        .unwrap_or_default();
-    let since = crate::model::timestamp(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(progress).unwrap_or(0)),
-    );
-    Some(format!(
-        "Degraded: no instance of template {} came up within progressDeadline {deadline} (since {since}){failing}; \
-         creating none, the old instances keep serving; the next source change or `poolctl apply` tries again",
-        dp.template_hash
-    ))
+    /// For a rollback: the template it gives up, which its record names.
+    rollback_from: Option<String>,
 }
 
 /// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
@@ -541,13 +518,13 @@ fn rollout(
     retirees: Vec<&Instance<'_>>,
     world: &Indexed<'_>,
     names: &mut Names<'_>,
-    progress: Progress,
+    creations: &Creations,
     steps: &mut Vec<Step>,
 ) {
     let (replicas, surge, unavailable) = (target.replicas, target.max_surge, target.max_unavailable);
     // A stalled rollout creates nothing: the old instances keep serving.
-    let mut to_create = if progress.stalled { 0 } else { replicas.saturating_sub(kept) };
-    let mut starts_rollout = progress.starts;
+    let mut to_create = if creations.paused { 0 } else { replicas.saturating_sub(kept) };
+    let mut starts_rollout = creations.starts;
     // Sized once: the steps of a large pool are megabytes, and every doubling copied them.
     let per_new = 2 + usize::from(target.pool.is_some_and(|dp| !dp.pool.spec.bootstrap.is_empty()));
     let per_retiree = |i: &&Instance<'_>| if target.is_node(i) { 5 } else { 2 };
@@ -575,6 +552,7 @@ fn rollout(
                     image: spec.template.image.clone(),
                     template_hash: dp.template_hash.clone(),
                     k3s_server: join.and_then(|j| j.k3s.as_ref()).map(|k3s| k3s.server.clone()),
+                    rollback_from: creations.rollback_from.clone().filter(|_| starts_rollout),
                     starts_rollout: std::mem::take(&mut starts_rollout),
                 };
                 push(name, action);

@@ -1139,7 +1139,11 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
     let mut failed = container("w-new-1", "w", "new", NOON - 60);
     (failed.came_up, failed.state, failed.status) =
         (None, ContainerState::Exited, "Exited (1) 1 minute ago".to_owned());
-    let record = crate::model::RolloutRecord { template_hash: "new".into(), since: NOON - 660 };
+    let record = crate::model::RolloutRecord {
+        template_hash: "new".into(),
+        since: NOON - 660,
+        rolled_back_from: None,
+    };
     let world = World {
         now: NOON,
         containers: vec![container("w-old-1", "w", "old", 1), container("w-old-2", "w", "old", 2), failed],
@@ -1153,7 +1157,7 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
     assert!(w.steps.iter().all(|s| s.instance != "w-old-1" && s.instance != "w-old-2"), "the old ones serve");
     let why = w.degraded.as_deref().expect("degraded");
     assert!(why.contains("no instance of template new came up within progressDeadline 10m"), "{why}");
-    assert!(why.contains("last failure: w-new-1: unhealthy: exited (1)"), "{why}");
+    assert!(why.contains("last failure: w-new-1: Exited (1)"), "{why}");
     assert_eq!(plan.summary.degraded, 1);
     assert!(!plan.in_sync());
     assert!(
@@ -1186,6 +1190,83 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
     let plan = plan_of(&desired, &finished);
     assert!(pool_plan(&plan, "w").degraded.is_none());
     assert!(plan.steps().any(|(_, s)| matches!(s.action, Action::Create { .. })));
+}
+
+#[test]
+fn a_stalled_rollout_with_failure_action_rollback_goes_back_to_the_previous_template() {
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 2) }.build();
+    let mut new = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 2) }.build();
+    new.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let (old_hash, new_hash) = (old.template_hash.clone(), new.template_hash.clone());
+    let labelled = |name: &str, hash: &str, spec: &crate::spec::PoolSpec, created| crate::model::Container {
+        template: Some(crate::spec::canonical_template(spec)),
+        ..container(name, "w", hash, created)
+    };
+    // Half-new: one old instance left, one new one that came up, and a new attempt that failed;
+    // no new instance came up for 11m.
+    let mut failed = labelled("w-new-2", &new_hash, &new.pool.spec, NOON - 60);
+    (failed.came_up, failed.state, failed.status) =
+        (None, ContainerState::Exited, "Exited (1) 1 minute ago".to_owned());
+    let mut up = labelled("w-new-1", &new_hash, &new.pool.spec, NOON - 900);
+    up.came_up = Some(NOON - 880);
+    let record = crate::model::RolloutRecord {
+        template_hash: new_hash.clone(),
+        since: NOON - 960,
+        rolled_back_from: None,
+    };
+    let world = World {
+        now: NOON,
+        containers: vec![labelled("w-old-2", &old_hash, &old.pool.spec, 2), up, failed],
+        rollouts: [("w".to_owned(), record)].into(),
+        ..World::default()
+    };
+    let desired = desired(vec![new]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let why = w.degraded.as_deref().expect("degraded");
+    assert!(why.contains(&format!("rolling back to template {old_hash} (failureAction: rollback)")), "{why}");
+    assert_eq!(w.template_hash.as_deref(), Some(old_hash.as_str()));
+    let creates: Vec<&Action> =
+        w.steps.iter().map(|s| &s.action).filter(|a| matches!(a, Action::Create { .. })).collect();
+    assert_eq!(creates.len(), 1, "{:?}", verbs(w));
+    let Action::Create { template_hash, image, starts_rollout, rollback_from, .. } = creates[0] else {
+        unreachable!()
+    };
+    assert_eq!((template_hash, image.as_str()), (&old_hash, "busybox:1"));
+    assert!(*starts_rollout);
+    assert_eq!(rollback_from.as_deref(), Some(new_hash.as_str()));
+    let mut retired = retired(w);
+    retired.sort_unstable();
+    assert_eq!(retired, ["w-new-1", "w-new-2"], "the new template's instances go");
+    // The executor creates from the previous template.
+    let effective = plan.desired_for(&desired);
+    assert_eq!(effective.pools[0].pool.spec.template.image, "busybox:1");
+
+    // Once rolled back, the pool stays there until the source changes or apply retries.
+    let rolled = World {
+        containers: vec![
+            labelled("w-old-2", &old_hash, &old.pool.spec, 2),
+            labelled("w-old-3", &old_hash, &old.pool.spec, NOON),
+        ],
+        rollouts: [(
+            "w".to_owned(),
+            crate::model::RolloutRecord {
+                template_hash: old_hash.clone(),
+                since: NOON,
+                rolled_back_from: Some(new_hash.clone()),
+            },
+        )]
+        .into(),
+        ..world
+    };
+    let plan = plan_of(&desired, &rolled);
+    assert!(!plan.has_changes(), "{:?}", verbs(pool_plan(&plan, "w")));
+    assert!(pool_plan(&plan, "w").degraded.as_deref().is_some_and(|d| d.contains("was rolled back")));
+    let retry =
+        crate::plan::plan(&desired, &rolled, PlanOptions { retry_stalled: true, ..PlanOptions::default() });
+    assert!(retry.steps().any(
+        |(_, s)| matches!(&s.action, Action::Create { template_hash, .. } if *template_hash == new_hash)
+    ));
 }
 
 #[test]

@@ -401,6 +401,23 @@ pub struct Rollout {
     /// `progressDeadlineSeconds`.
     #[serde(default = "Rollout::default_progress_deadline")]
     pub progress_deadline: Duration,
+    /// What a rollout past its `progressDeadline` does: `pause` (default) creates nothing more
+    /// and leaves the pool half-new; `rollback` brings the pool back to the last template that
+    /// its instances ran before (read from their labels; not for a template with sensitive
+    /// values, which no label keeps), as Docker Swarm's `failure_action`.
+    #[serde(default)]
+    pub failure_action: FailureAction,
+}
+
+/// What a stalled rollout does (`spec.rollout.failureAction`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureAction {
+    /// Create nothing more; the pool stays as it is, `Degraded`.
+    #[default]
+    Pause,
+    /// Bring the pool back to its previous template.
+    Rollback,
 }
 
 impl Rollout {
@@ -439,6 +456,7 @@ impl Default for Rollout {
             stop_grace_period: Self::default_stop_grace_period(),
             drain_timeout: Self::default_drain_timeout(),
             progress_deadline: Self::default_progress_deadline(),
+            failure_action: FailureAction::default(),
         }
     }
 }

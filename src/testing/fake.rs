@@ -464,6 +464,7 @@ impl Containers for FakeWorld {
         &self,
         pool: &str,
         template_hash: &str,
+        rolled_back_from: Option<&str>,
         _: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
         // Observing the fake stamps the world with the real clock: so is the record.
@@ -471,7 +472,7 @@ impl Containers for FakeWorld {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let now = i64::try_from(now).unwrap_or(i64::MAX);
         self.call(format!("record-rollout {pool}"), |sim| {
-            sim.record_rollout(pool, template_hash, now);
+            sim.record_rollout(pool, template_hash, rolled_back_from, now);
             Ok(())
         })
         .await

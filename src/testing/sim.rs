@@ -45,12 +45,12 @@ impl SimWorld {
     pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { image, template_hash, starts_rollout, .. } => {
+            Action::Create { image, template_hash, starts_rollout, rollback_from, .. } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
                 if *starts_rollout {
                     // The world's clock, where the test set one.
                     let now = self.world.now.max(self.clock);
-                    self.record_rollout(pool, template_hash, now);
+                    self.record_rollout(pool, template_hash, rollback_from.as_deref(), now);
                 }
                 let scope = self.scope.clone();
                 let container = Container {
@@ -119,8 +119,10 @@ impl SimWorld {
     }
 
     /// Record that the pool's rollout to `template_hash` begins now.
-    pub(crate) fn record_rollout(&mut self, pool: &str, template_hash: &str, since: i64) {
-        let record = crate::model::RolloutRecord { template_hash: template_hash.to_owned(), since };
+    pub(crate) fn record_rollout(&mut self, pool: &str, template_hash: &str, from: Option<&str>, since: i64) {
+        let rolled_back_from = from.map(str::to_owned);
+        let record =
+            crate::model::RolloutRecord { template_hash: template_hash.to_owned(), since, rolled_back_from };
         self.world.rollouts.insert(pool.to_owned(), record);
     }
 
@@ -257,6 +259,7 @@ mod tests {
             template_hash: "abc".to_owned(),
             k3s_server: None,
             starts_rollout: false,
+            rollback_from: None,
         };
         sim.apply_step("k", &step("k-1", create));
         assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");

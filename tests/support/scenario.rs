@@ -183,6 +183,8 @@ pub struct PoolYaml {
     health: Vec<String>,
     /// `spec.rollout.progressDeadline`, when set.
     progress_deadline: Option<String>,
+    /// `spec.rollout.failureAction: rollback`.
+    rollback: bool,
 }
 
 impl PoolYaml {
@@ -206,7 +208,15 @@ impl PoolYaml {
             stop_grace_period: "2s".to_owned(),
             health: Vec::new(),
             progress_deadline: None,
+            rollback: false,
         }
+    }
+
+    /// `spec.rollout.failureAction: rollback`.
+    #[must_use]
+    pub fn rollback(mut self) -> Self {
+        self.rollback = true;
+        self
     }
 
     /// `spec.rollout.progressDeadline`.
@@ -374,6 +384,9 @@ impl fmt::Display for PoolYaml {
         )?;
         if let Some(deadline) = &self.progress_deadline {
             writeln!(f, "    progressDeadline: {deadline}")?;
+        }
+        if self.rollback {
+            writeln!(f, "    failureAction: rollback")?;
         }
         Ok(())
     }

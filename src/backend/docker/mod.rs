@@ -621,9 +621,10 @@ impl Containers for DockerBackend {
         &self,
         pool: &str,
         template_hash: &str,
+        rolled_back_from: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.write_rollout_record(pool, template_hash, labels).await
+        self.write_rollout_record(pool, template_hash, rolled_back_from, labels).await
     }
 }
 

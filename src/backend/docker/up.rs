@@ -33,7 +33,8 @@ pub(super) fn rollout_record_from(
     let template_hash = labels.get(labels::ROLLOUT_OF)?.clone();
     let name = names?.first()?.trim_start_matches('/');
     let pool = name.strip_prefix("poolctl-rollout-")?.to_owned();
-    Some((pool, RolloutRecord { template_hash, since: created.unwrap_or_default() }))
+    let rolled_back_from = labels.get(labels::ROLLED_BACK_FROM).cloned();
+    Some((pool, RolloutRecord { template_hash, since: created.unwrap_or_default(), rolled_back_from }))
 }
 
 /// The name of the up record of `instance`.
@@ -168,6 +169,7 @@ impl DockerBackend {
         &self,
         pool: &str,
         template_hash: &str,
+        rolled_back_from: Option<&str>,
         record_labels: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
         let name = rollout_record_name(pool);
@@ -179,6 +181,9 @@ impl DockerBackend {
         }
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
         labels.insert(labels::ROLLOUT_OF.to_owned(), template_hash.to_owned());
+        if let Some(from) = rolled_back_from {
+            labels.insert(labels::ROLLED_BACK_FROM.to_owned(), from.to_owned());
+        }
         let body = ContainerCreateBody {
             cmd: Some(vec!["poolctl-rollout".to_owned()]),
             labels: Some(labels),
