@@ -213,12 +213,26 @@ impl KubeCluster {
         let start = Instant::now();
         let mut backoff = Backoff::api();
         let mut last = None;
+        let mut pool_race = false;
         loop {
             let e = match timeout_at(deadline, op()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => e,
                 Err(_) => return Err(self.no_answer(what, start.elapsed(), last.as_deref())),
             };
+            // hyper hands out a new connection before its TLS handshake is known to have
+            // succeeded; when the server refuses it (a client certificate it does not trust,
+            // told only after the handshake in TLS 1.3), the request fails as "canceled: connection
+            // was not ready" without the cause. Asking once more at once gets the cause, or the
+            // answer, without a warning for what is no outage.
+            if !pool_race
+                && classify(&e) == Class::Transient
+                && reason(&e).contains("connection was not ready")
+            {
+                pool_race = true;
+                tracing::debug!("{what} at {}: {}; asking again at once", self.server, reason(&e));
+                continue;
+            }
             if classify(&e) == Class::Transient && Instant::now() + backoff.peek() < deadline {
                 let why = reason(&e);
                 tracing::warn!("{what} at {}: {why}; retrying", self.server);
