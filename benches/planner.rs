@@ -264,7 +264,7 @@ fn child(scenario: Scenario, size: usize, runs: Option<usize>) {
     let rss_before = status_kib("VmRSS");
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let hwm_before = status_kib("VmHWM");
-    let first = plan(&desired, &world, options);
+    let first = plan(&desired, &world, options.clone());
     let hwm_after = status_kib("VmHWM");
     let steps = first.pools.iter().map(|p| p.steps.len()).sum::<usize>();
     drop(first);
@@ -277,7 +277,7 @@ fn child(scenario: Scenario, size: usize, runs: Option<usize>) {
     };
     while more(times.len()) {
         let t = Instant::now();
-        let plan = black_box(plan(black_box(&desired), black_box(&world), options));
+        let plan = black_box(plan(black_box(&desired), black_box(&world), options.clone()));
         times.push(t.elapsed());
         drop(plan);
     }

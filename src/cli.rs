@@ -245,6 +245,14 @@ pub struct WatchArgs {
 /// Choices that change what the plan does, shared by plan, apply and watch.
 #[derive(Debug, Args)]
 pub struct PlanningArgs {
+    /// Replace this instance although it is current, surge first, through the whole safe
+    /// retirement (repeatable), as `terraform apply -replace`. A Node labelled
+    /// poolctl.dev/replace=true is replaced the same way, by apply and watch.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_name = "INSTANCE")]
+    pub replace: Vec<String>,
+
     /// Also retire pools that this source created and no longer declares.
     #[arg(long)]
     pub prune: bool,

@@ -221,7 +221,8 @@ impl Config {
 }
 
 fn options(args: &PlanningArgs) -> PlanOptions {
-    PlanOptions { prune: args.prune, adopt: args.adopt, retry_stalled: false }
+    let replace = args.replace.iter().cloned().collect();
+    PlanOptions { prune: args.prune, adopt: args.adopt, retry_stalled: false, replace }
 }
 
 fn format(output: OutputFormat) -> Format {
@@ -247,7 +248,7 @@ mod tests {
             config(&["-vv", "--color", "never", "apply", "-s", "pools", "--prune", "--yes"]).unwrap();
         assert_eq!((ui.verbose, ui.color), (2, ColorChoice::Never));
         let Task::Apply(apply) = task else { panic!("{task:?}") };
-        assert_eq!(apply.options, PlanOptions { prune: true, adopt: false, retry_stalled: true });
+        assert_eq!(apply.options, PlanOptions { prune: true, retry_stalled: true, ..PlanOptions::default() });
         assert!(apply.yes && apply.plan_file.is_none());
         assert_eq!(apply.source.unwrap().given, "pools");
     }

@@ -187,7 +187,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             locks.acquire(&wanted, self.interrupt).await?;
             let world =
                 observe_again(self.containers, self.clusters).await.map_err(RolloutError::ObserveLocked)?;
-            let plan = crate::plan::plan(self.desired, &world, self.options);
+            let plan = crate::plan::plan(self.desired, &world, self.options.clone());
             wanted = plan.changed_pools();
             if wanted.iter().all(|p| locks.pools().contains(p.as_str())) {
                 return Ok((plan, world));
@@ -235,7 +235,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(RolloutError::Observe)?;
             // The steps left keep the names the plan showed for them.
-            current = crate::plan::replan(self.desired, &world, self.options, plan);
+            current = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
             // Only the pools this rollout set out to change: it holds their locks; work the
             // world now shows elsewhere is left to the next run.
             current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));

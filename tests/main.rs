@@ -27,6 +27,7 @@ mod kube_tls;
 mod kubeconfig;
 mod kubelet_prompt;
 mod lock;
+mod replace;
 mod safety;
 mod scope;
 mod source;

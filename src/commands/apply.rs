@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::common::{Planned, compute, confirm, held_locks, load_source, write_stdout};
+use super::common::{Planned, check_replace, compute, confirm, held_locks, load_source, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
 use crate::cancel::{Interrupt, StopReason};
@@ -35,8 +35,9 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     }
     let source = config.source.as_ref().expect("clap requires --source without a plan file");
     let desired = load_source(source)?;
-    let planned = compute(&Connections::once(), desired, config.options).await?;
+    let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let plan = &planned.preview.plan;
+    check_replace(plan, &config.options)?;
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
     match progress_ui.format {
         ProgressFormat::Text => {
@@ -44,7 +45,8 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             write_stdout(|out| render_text_styled(plan, held, ui.color.stdout(), out))?;
         }
         ProgressFormat::Json => {
-            let provenance = saved::provenance(&planned.desired, &planned.preview.world, config.options);
+            let provenance =
+                saved::provenance(&planned.desired, &planned.preview.world, config.options.clone());
             let mut json = Vec::new();
             render_json_saved(plan, &locks, Some(&provenance), &mut json)?;
             let json: serde_json::Value = serde_json::from_slice(&json)?;
@@ -131,7 +133,8 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
     let options = saved.provenance.options.options();
     let connections = Connections::once();
     let docker = connections.docker(&desired).await?;
-    let preview = crate::rollout::preview(&desired, &*docker, connections.clusters(), options).await?;
+    let preview =
+        crate::rollout::preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     let planned = Planned { desired, docker, preview, options };
     tell(
         progress_ui,
@@ -227,7 +230,7 @@ impl Session {
             desired: &planned.desired,
             containers: &*planned.docker,
             clusters: &planned.preview.clusters,
-            options: planned.options,
+            options: planned.options.clone(),
             locks: &self.settings,
             interrupt: &self.interrupt,
             progress: &self.progress,

@@ -65,8 +65,19 @@ pub(super) async fn compute(
     options: PlanOptions,
 ) -> Result<Planned> {
     let docker = connections.docker(&desired).await?;
-    let preview = preview(&desired, &*docker, connections.clusters(), options).await?;
+    let preview = preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     Ok(Planned { desired, docker, preview, options })
+}
+
+/// Refuse a `--replace` that names no instance of the plan's pools: a typo must not read as
+/// "nothing to replace".
+pub(super) fn check_replace(plan: &Plan, options: &PlanOptions) -> Result<()> {
+    for name in &options.replace {
+        if !plan.pools.iter().any(|p| p.instances.iter().any(|i| i.name == *name)) {
+            bail!("--replace {name}: no instance of that name in the pools of {}", plan.origin);
+        }
+    }
+    Ok(())
 }
 
 /// The locks held on `plan`'s pools, read without taking any. One that cannot be read is

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use super::common::{compute, held_locks, load_source, write_stdout};
+use super::common::{check_replace, compute, held_locks, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::Connections;
 use crate::config::{Format, PlanConfig, Ui};
@@ -14,11 +14,12 @@ use crate::plan::{HeldLocks, render_json_saved, render_text_styled};
 
 pub(super) async fn plan_command(config: &PlanConfig, ui: Ui) -> Result<Exit> {
     let desired = load_source(&config.source)?;
-    let planned = compute(&Connections::once(), desired, config.options).await?;
+    let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let (plan, clusters) = (&planned.preview.plan, &planned.preview.clusters);
+    check_replace(plan, &config.options)?;
     // Read, never taken: a plan changes nothing, and shows whoever is changing a pool now.
     let locks = held_locks(plan, &planned.docker, clusters).await;
-    let provenance = provenance(&planned.desired, &planned.preview.world, config.options);
+    let provenance = provenance(&planned.desired, &planned.preview.world, config.options.clone());
     let provenance = Some(&provenance);
     write_stdout(|out| match config.format {
         Format::Text => {

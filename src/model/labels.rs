@@ -54,5 +54,8 @@ pub const UP_OF: &str = "poolctl.dev/up-of";
 /// as an up record is): the template hash its last rollout was to; the record's creation time
 /// is when that rollout began.
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
+/// On a Node, set by hand or by another tool: `true` replaces the instance although it is
+/// current, surge first, as `--replace` does.
+pub const REPLACE: &str = "poolctl.dev/replace";
 /// On a rollout record of a rollback: the template whose rollout stalled.
 pub const ROLLED_BACK_FROM: &str = "poolctl.dev/rolled-back-from";

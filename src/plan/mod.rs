@@ -34,18 +34,21 @@ use crate::model::{Desired, World};
 /// the same instances (so that `apply` finds the plan it showed, and `apply FILE` the plan it
 /// saved), and any change of either gives other names, so that a name given up by a retired
 /// instance is not handed straight to its replacement.
+// By value: callers build the options for the call (tests, mostly `PlanOptions::default()`).
+#[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    hold_paused(desired, planner::plan(desired, world, options, planner::Seed::Derive(desired)))
+    hold_paused(desired, planner::plan(desired, world, &options, planner::Seed::Derive(desired)))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
 /// the steps left keep the instance names `first` showed for them.
+#[allow(clippy::needless_pass_by_value)] // as `plan`
 pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Plan) -> Plan {
     let seed = match first.seed {
         Some(seed) => planner::Seed::Known(seed),
         None => planner::Seed::Derive(desired),
     };
-    hold_paused(desired, planner::plan(desired, world, options, seed))
+    hold_paused(desired, planner::plan(desired, world, &options, seed))
 }
 
 fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
@@ -284,6 +287,10 @@ pub struct InstanceStatus {
     #[serde(rename = "endpoint", skip_serializing_if = "Option::is_none")]
     pub elsewhere: Option<String>,
     pub fate: Fate,
+    /// Marked for replacement although it is current: by `--replace`, or by its Node's label
+    /// `poolctl.dev/replace=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replace: Option<&'static str>,
     /// Why it does not serve, for how long, and what the plan does about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthNote>,

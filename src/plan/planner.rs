@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
-use crate::spec::{HASH_LEN, canonical_template};
+use crate::spec::{DeletePolicy, HASH_LEN, canonical_template};
 
 use super::health::{Assessment, Standing, assess};
 use super::progress::Progress;
@@ -22,7 +22,7 @@ use super::{
 };
 
 /// Choices the user makes on the command line that change the plan.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
     /// Retire pools of this source that the source no longer declares.
     pub prune: bool,
@@ -31,6 +31,9 @@ pub struct PlanOptions {
     /// Try again a rollout that passed its `progressDeadline` (an explicit `apply` does; `plan`
     /// and `watch` do not): its clock starts anew.
     pub retry_stalled: bool,
+    /// Instances to replace although they are current (`--replace NAME`), as Terraform's
+    /// `-replace`: surge first, through the whole safe retirement.
+    pub replace: BTreeSet<String>,
 }
 
 /// Where the seed of new instance names comes from.
@@ -46,7 +49,7 @@ pub(super) enum Seed<'a> {
 /// Compute the plan that takes `world` to `desired`; `seed` varies the random part of new
 /// instance names ([`super::seed`] when the plan is made afresh, the first plan's when a rollout
 /// plans again between its batches, so that the steps left keep the names it showed).
-pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed: Seed<'_>) -> Plan {
+pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed: Seed<'_>) -> Plan {
     let progress = Progress::of(desired, world, options);
     let world = &Indexed::new(world);
     let mut names = Names::new(world.world, seed);
@@ -70,7 +73,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
                     managed_by: Some(owner.to_owned()),
                     ..keep_pool(&target, world)
                 },
-                _ => plan_pool(&target, world, &mut names, &progress),
+                _ => plan_pool(&target, world, &mut names, &progress, &options.replace),
             }
         })
         .collect();
@@ -88,7 +91,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: PlanOptions, seed:
     for name in undeclared {
         let target = Target::undeclared(name, world.world, options.prune);
         pools.push(if options.prune {
-            plan_pool(&target, world, &mut names, &progress)
+            plan_pool(&target, world, &mut names, &progress, &options.replace)
         } else {
             keep_pool(&target, world)
         });
@@ -354,6 +357,7 @@ fn plan_pool(
     world: &Indexed<'_>,
     names: &mut Names<'_>,
     progress: &Progress,
+    replace: &BTreeSet<String>,
 ) -> PoolPlan {
     let mut all = instances(target, world);
     // An outdated instance that never finished coming up is not finished: it never served, so
@@ -362,14 +366,31 @@ fn plan_pool(
         instance.health.give_up();
     }
     let held = hold_if_too_many_unhealthy(target, &mut all);
+    // `--replace NAME`, or a Node labelled poolctl.dev/replace=true: replaced although current.
+    let marked = |i: &Instance<'_>| {
+        replace.contains(i.name)
+            || i.node.is_some_and(|n| n.config.labels.get(labels::REPLACE).is_some_and(|v| v == "true"))
+    };
+    // Which of more instances than needed go first: the delete policy's order, the last kept.
+    let policy = target.pool.map(|dp| dp.pool.spec.rollout.delete_policy).unwrap_or_default();
+    let order = |i: &Instance<'_>| match policy {
+        DeletePolicy::Oldest => i.created(),
+        DeletePolicy::Newest => i.created().saturating_neg(),
+        DeletePolicy::Random => {
+            use std::hash::{Hash, Hasher};
+            let mut h = rustc_hash::FxHasher::default();
+            i.name.hash(&mut h);
+            i64::from_ne_bytes(h.finish().to_ne_bytes())
+        }
+    };
 
     // Keep the newest current instances that serve, then the newest that are waited for
     // (starting or unavailable within their timeouts): a waited-for instance takes a replica's
     // place, so it is not replaced, but it does not count as serving.
     let waited = |i: &Instance<'_>| i.health.standing == Standing::Waiting;
     let mut candidates: Vec<&Instance<'_>> =
-        all.iter().filter(|i| (i.up || waited(i)) && target.is_current(i)).collect();
-    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, i.created(), i.name)));
+        all.iter().filter(|i| (i.up || waited(i)) && target.is_current(i) && !marked(i)).collect();
+    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, order(i), i.name)));
     let kept: FxHashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
@@ -386,7 +407,7 @@ fn plan_pool(
     };
     let mut retirees: Vec<&Instance<'_>> =
         all.iter().filter(|i| !kept.contains(i.name) && retired(i)).collect();
-    retirees.sort_by_key(|i| (i.up, target.is_current(i), i.created(), i.name));
+    retirees.sort_by_key(|i| (i.up && !marked(i), target.is_current(i), order(i), i.name));
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
     let mut steps = configure(target, &all, &kept);
@@ -418,7 +439,18 @@ fn plan_pool(
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
         docker: target.docker(),
-        instances: all.iter().map(|i| status(target, i, !leaving.contains(i.name))).collect(),
+        instances: all
+            .iter()
+            .map(|i| {
+                let mut status = status(target, i, !leaving.contains(i.name));
+                if marked(i) && status.health.is_none() {
+                    let by =
+                        if replace.contains(i.name) { "--replace" } else { "label poolctl.dev/replace=true" };
+                    status.replace = Some(by);
+                }
+                status
+            })
+            .collect(),
         unhealthy_held: held,
         degraded: progress.stalled.get(target.name).cloned(),
         next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
@@ -688,6 +720,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         retiring: instance.node.is_some_and(|n| n.unschedulable && n.cordoned_by_poolctl),
         elsewhere: instance.container.and_then(|c| c.elsewhere.clone()),
         fate: if keep { Fate::Keep } else { Fate::Retire },
+        replace: None,
         health: instance.health.note.clone().map(|mut note| {
             // A starting instance of more than `replicas` is not finished but retired.
             if note.action == "resume" && !keep {

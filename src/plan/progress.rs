@@ -26,7 +26,7 @@ pub(super) struct Progress {
 
 impl Progress {
     /// Judge every declared pool of `desired` in `world`.
-    pub(super) fn of(desired: &Desired, world: &World, options: PlanOptions) -> Self {
+    pub(super) fn of(desired: &Desired, world: &World, options: &PlanOptions) -> Self {
         let mut progress = Self::default();
         for dp in &desired.pools {
             let record = world.rollouts.get(dp.name());

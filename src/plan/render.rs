@@ -215,6 +215,15 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
         };
         table(&rows, "    ", &paint, out)?;
     }
+    for instance in pool.instances.iter().filter(|i| i.replace.is_some()) {
+        let by = instance.replace.unwrap_or_default();
+        writeln!(
+            out,
+            "    {}: {}",
+            instance.name,
+            style.yellow(&format!("replaced although current ({by})"))
+        )?;
+    }
     for instance in troubled {
         let note = instance.health.as_ref().map(super::describe_health).unwrap_or_default();
         let note = if note.starts_with("unhealthy") { style.red(&note) } else { style.yellow(&note) };

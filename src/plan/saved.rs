@@ -44,16 +44,21 @@ pub struct SavedOptions {
     pub prune: bool,
     pub adopt: bool,
     pub seed: String,
+    /// `--replace`: the instances replaced although they are current.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replace: Vec<String>,
 }
 
 impl SavedOptions {
     pub fn new(options: PlanOptions, seed: u64) -> Self {
-        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}") }
+        let replace = options.replace.into_iter().collect();
+        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}"), replace }
     }
 
     /// The choices the plan was made with.
     pub fn options(&self) -> PlanOptions {
-        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false }
+        let replace = self.replace.iter().cloned().collect();
+        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false, replace }
     }
 }
 
@@ -378,11 +383,14 @@ mod tests {
 
     #[test]
     fn options_survive_the_file() {
-        let options = PlanOptions { prune: true, adopt: false, retry_stalled: false };
-        let json = serde_json::to_value(SavedOptions::new(options, u64::MAX - 7)).unwrap();
+        let options = PlanOptions { prune: true, adopt: false, ..PlanOptions::default() };
+        let json = serde_json::to_value(SavedOptions::new(options.clone(), u64::MAX - 7)).unwrap();
         assert_eq!(json["seed"], "fffffffffffffff8", "16 hex digits, exact in any JSON reader");
         let saved: SavedOptions = serde_json::from_value(json).unwrap();
         assert_eq!(saved.options(), options);
+        let replace = PlanOptions { replace: ["w-1".to_owned()].into(), ..options.clone() };
+        let saved = SavedOptions::new(replace.clone(), 7);
+        assert_eq!(saved.options(), replace, "--replace is carried out again from the file");
     }
 
     #[test]

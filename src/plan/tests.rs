@@ -366,7 +366,7 @@ proptest! {
         let desired = desired(vec![dp]);
         let world = case.world(&hash);
         let options = PlanOptions { prune: case.prune, ..PlanOptions::default() };
-        let plan = plan(&desired, &world, options);
+        let plan = plan(&desired, &world, options.clone());
 
         for pool in &plan.pools {
             check_creation_first(&pool.steps);
@@ -392,7 +392,7 @@ proptest! {
         // nothing is left to do, and the pool has its replicas, unless instances that are waited
         // for hold the rollout up.
         let after = execute_checking_capacity(&plan, &world, &spec);
-        let again = crate::plan::plan(&desired, &after, options);
+        let again = crate::plan::plan(&desired, &after, options.clone());
         prop_assert!(!again.has_changes(), "not converged: {:#?}", again.steps().collect::<Vec<_>>());
         let workers = pool_plan(&again, "workers");
         let waiting = workers.instances.iter().filter(|i| waited_for(workers, &i.name)).count();
@@ -1283,6 +1283,52 @@ fn the_first_creation_of_a_new_template_starts_its_rollout_record() {
         })
         .collect();
     assert_eq!(starts, [true, false], "only the first");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replacing on demand, and which instances a scale-down retires
+
+#[test]
+fn replace_names_a_current_instance_that_is_replaced_surge_first() {
+    let (desired, world) = node_pool_at(3, &[("True", 600), ("True", 600), ("True", 600)], None);
+    let options = PlanOptions { replace: ["k-1".to_owned()].into(), ..PlanOptions::default() };
+    let plan = crate::plan::plan(&desired, &world, options);
+    let k = pool_plan(&plan, "k");
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"]);
+    assert!(verbs(k)[2..].iter().all(|(_, i)| *i == "k-1"), "exactly k-1 goes: {:?}", verbs(k));
+    assert_eq!(retired(k), ["k-1"]);
+    assert!(text_of(&plan).contains("k-1: replaced although current (--replace)"), "{}", text_of(&plan));
+
+    // A Node labelled poolctl.dev/replace=true, by hand or by another tool, does the same.
+    let mut labelled = world.clone();
+    labelled.nodes[2].config.labels.insert("poolctl.dev/replace".into(), "true".into());
+    let plan = plan_of(&desired, &labelled);
+    assert_eq!(retired(pool_plan(&plan, "k")), ["k-2"]);
+    assert!(text_of(&plan).contains("k-2: replaced although current (label poolctl.dev/replace=true)"));
+}
+
+#[test]
+fn the_delete_policy_chooses_which_instances_a_scale_down_retires() {
+    let world = world_of(vec![
+        container("w-a", "w", "h", 1),
+        container("w-b", "w", "h", 2),
+        container("w-c", "w", "h", 3),
+        container("w-d", "w", "h", 4),
+    ]);
+    let with = |policy: crate::spec::DeletePolicy| {
+        let mut dp = PoolArgs { hash: Some("h"), ..PoolArgs::new("w", 2) }.build();
+        dp.pool.spec.rollout.delete_policy = policy;
+        let plan = plan_of(&desired(vec![dp]), &world);
+        let mut gone: Vec<String> = retired(pool_plan(&plan, "w")).into_iter().map(str::to_owned).collect();
+        gone.sort_unstable();
+        gone
+    };
+    assert_eq!(with(crate::spec::DeletePolicy::Oldest), ["w-a", "w-b"]);
+    assert_eq!(with(crate::spec::DeletePolicy::Newest), ["w-c", "w-d"]);
+    let random = with(crate::spec::DeletePolicy::Random);
+    assert_eq!(random.len(), 2);
+    assert_eq!(with(crate::spec::DeletePolicy::Random), random, "the same plan made again retires the same");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -363,7 +363,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
     let endpoints = routed(one.clone(), two.clone());
     let desired = two_pools();
     let options = PlanOptions::default();
-    let plan = preview(&desired, &endpoints, &one, options).await.unwrap().plan;
+    let plan = preview(&desired, &endpoints, &one, options.clone()).await.unwrap().plan;
     let b = plan.pools.iter().find(|p| p.name == "b").unwrap();
     assert_eq!(b.docker.as_deref(), Some("context two"));
     assert_eq!(b.instances[0].elsewhere.as_deref(), Some("context one"));
@@ -375,7 +375,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         desired: &desired,
         containers: &endpoints,
         clusters: &clusters,
-        options,
+        options: options.clone(),
         locks: &locks,
         interrupt: &Interrupt::default(),
         progress: &out,

@@ -407,6 +407,21 @@ pub struct Rollout {
     /// values, which no label keeps), as Docker Swarm's `failure_action`.
     #[serde(default)]
     pub failure_action: FailureAction,
+    /// Which instances go first when the pool has more than it needs (a scale-down):
+    /// `Oldest` (default), `Newest` or `Random`, as a `MachineSet`'s. Instances that do not serve
+    /// and instances marked for replacement still go first.
+    #[serde(default)]
+    pub delete_policy: DeletePolicy,
+}
+
+/// Which instances a scale-down retires first (`spec.rollout.deletePolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeletePolicy {
+    #[default]
+    Oldest,
+    Newest,
+    /// In an order fixed by the instances' names, so that a plan made again retires the same.
+    Random,
 }
 
 /// What a stalled rollout does (`spec.rollout.failureAction`).
@@ -457,6 +472,7 @@ impl Default for Rollout {
             drain_timeout: Self::default_drain_timeout(),
             progress_deadline: Self::default_progress_deadline(),
             failure_action: FailureAction::default(),
+            delete_policy: DeletePolicy::default(),
         }
     }
 }

@@ -185,6 +185,8 @@ pub struct PoolYaml {
     progress_deadline: Option<String>,
     /// `spec.rollout.failureAction: rollback`.
     rollback: bool,
+    /// `spec.rollout.deletePolicy`, when set.
+    delete_policy: Option<String>,
 }
 
 impl PoolYaml {
@@ -209,7 +211,15 @@ impl PoolYaml {
             health: Vec::new(),
             progress_deadline: None,
             rollback: false,
+            delete_policy: None,
         }
+    }
+
+    /// `spec.rollout.deletePolicy`.
+    #[must_use]
+    pub fn delete_policy(mut self, policy: &str) -> Self {
+        self.delete_policy = Some(policy.to_owned());
+        self
     }
 
     /// `spec.rollout.failureAction: rollback`.
@@ -387,6 +397,9 @@ impl fmt::Display for PoolYaml {
         }
         if self.rollback {
             writeln!(f, "    failureAction: rollback")?;
+        }
+        if let Some(policy) = &self.delete_policy {
+            writeln!(f, "    deletePolicy: {policy}")?;
         }
         Ok(())
     }

@@ -445,7 +445,7 @@ async fn reconcile(
     let reconcile = Reconcile {
         containers: &*docker,
         connect: connections.clusters(),
-        options: config.options,
+        options: config.options.clone(),
         dry_run: config.dry_run,
         out: &out,
         health: &health,

@@ -68,7 +68,7 @@ impl HealthLog {
 impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Observe, plan and apply once; `interrupt` stops it between steps.
     pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
-        let preview = match preview(desired, self.containers, self.connect, self.options).await {
+        let preview = match preview(desired, self.containers, self.connect, self.options.clone()).await {
             Ok(preview) => preview,
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
@@ -117,7 +117,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             desired,
             containers: self.containers,
             clusters: &preview.clusters,
-            options: self.options,
+            options: self.options.clone(),
             locks: &settings,
             interrupt,
             progress: self.out,

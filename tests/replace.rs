@@ -1,0 +1,83 @@
+//! Retiring what the user says, end to end: `apply --replace NAME` and a Node labelled
+//! `poolctl.dev/replace=true` replace a current instance surge first, through the whole safe
+//! retirement; `deletePolicy` chooses which instances a scale-down retires.
+
+use std::collections::BTreeMap;
+
+use crate::support::cli::Stream;
+use crate::support::fake_kube::EventKind;
+use crate::support::rig::{LIMIT, Rig};
+use crate::support::scenario::Scenario;
+
+#[tokio::test]
+async fn apply_replace_creates_one_waits_until_it_is_ready_then_retires_exactly_that_one() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let victim = names[1].clone();
+    let seq = rig.last_seq();
+
+    let typo = rig.poolctl("apply", &["--yes", "--replace", "nope"]).expect_code(1);
+    assert!(typo.stderr.contains("--replace nope: no instance of that name"), "{}", typo.stderr);
+    let plan = rig.poolctl("plan", &["--replace", &victim]).expect_code(0);
+    assert!(
+        plan.stdout.contains(&format!("{victim}: replaced although current (--replace)")),
+        "{}",
+        plan.stdout
+    );
+    rig.poolctl("apply", &["--yes", "--replace", &victim]).expect_code(0);
+
+    let events = rig.events_after(seq);
+    let cordoned = events
+        .iter()
+        .position(|e| matches!(&e.kind, EventKind::NodeCordoned { node } if *node == victim))
+        .expect("the replaced Node was cordoned");
+    let ready =
+        events.iter().position(|e| matches!(&e.kind, EventKind::NodeReady { node } if !names.contains(node)));
+    assert!(ready.is_some_and(|r| r < cordoned), "the new Node is Ready first: {events:#?}");
+    let cordons = events.iter().filter(|e| matches!(e.kind, EventKind::NodeCordoned { .. })).count();
+    assert_eq!(cordons, 1, "exactly one instance retired: {events:#?}");
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3);
+    assert!(!containers.contains_key(&victim));
+    assert!(names.iter().filter(|n| **n != victim).all(|n| containers.contains_key(n)), "{containers:?}");
+    rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(0);
+}
+
+#[tokio::test]
+async fn a_node_labelled_for_replacement_is_replaced_by_watch() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let victim = names[0].clone();
+    let mut watch = rig.s.spawn("watch", &["--resync", "300ms"]);
+    watch.wait_for(Stream::Stderr, "in sync");
+    rig.fake.store().update_node(&victim, |n| {
+        n.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert("poolctl.dev/replace".into(), "true".into());
+    });
+    let gone = |st: &crate::support::fake_kube::Store| st.node(&victim).is_none();
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the labelled Node is retired");
+    watch.wait_for(Stream::Stdout, "Apply complete");
+    watch.signal("TERM");
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(!containers.contains_key(&victim));
+}
+
+#[tokio::test]
+async fn delete_policy_newest_retires_the_newest_on_a_scale_down() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(3));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let mut by_age = s.containers().await;
+    by_age.sort_by_key(|c| (c.created, c.name.clone()));
+    s.write_pool(&s.pool().replicas(2).delete_policy("Newest"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let left: Vec<String> = s.containers().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(left.len(), 2);
+    // Docker keeps creation times in seconds: the one retired is of the newest second.
+    let gone: Vec<_> = by_age.iter().filter(|c| !left.contains(&c.name)).collect();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].created, by_age[2].created, "{gone:?} {by_age:?}");
+}
