@@ -68,6 +68,9 @@ pub enum StepError {
     /// The plan asks for a join the pool does not declare (a stale plan).
     #[error("pool {0} declares no kubeadm join")]
     NoJoin(String),
+    /// The Node was not Ready once `minReadySeconds` had passed since it turned Ready.
+    #[error("the Node of {name} did not stay Ready for minReadySeconds ({seconds}s)")]
+    NotReadyForLong { name: String, seconds: u32 },
     /// The container stopped running while the step waited on it.
     #[error("container {name} {how} while its Node was awaited")]
     ContainerStopped { name: String, how: Stopped },
@@ -493,6 +496,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     })?;
                     configure_node(cluster, pool_name, spec, name).await?;
                 }
+                self.min_ready(pool, name, *node).await?;
                 // Last: from now on the instance counts as serving whenever it is up.
                 self.containers.record_up(name, &up_record_labels(pool)).await?;
             }
@@ -519,6 +523,28 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 self.cluster(pool_name)?.delete_node(name).await?;
             }
             Action::Remove => self.containers.remove(name).await?,
+        }
+        Ok(())
+    }
+
+    /// `minReadySeconds`: the new instance must stay up that long before it counts as up, as a
+    /// Deployment's pods must stay Ready: its container running, and its Node Ready at the end.
+    async fn min_ready(&self, pool: &DesiredPool, name: &str, node: bool) -> Result<(), StepError> {
+        let seconds = pool.pool.spec.rollout.min_ready_seconds;
+        if seconds == 0 {
+            return Ok(());
+        }
+        self.say(&format!("{name}: up; waiting {seconds}s (minReadySeconds) before it counts as up"));
+        let wait = async {
+            tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
+            Ok::<(), BackendError>(())
+        };
+        self.while_running(name, wait).await?;
+        if node {
+            let ready = self.cluster(pool.name())?.node(name).await?.is_some_and(|n| n.ready);
+            if !ready {
+                return Err(StepError::NotReadyForLong { name: name.to_owned(), seconds });
+            }
         }
         Ok(())
     }

@@ -424,3 +424,46 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
 fn position(calls: &[String], call: &str) -> usize {
     calls.iter().position(|c| c == call).unwrap_or_else(|| panic!("no {call}: {calls:?}"))
 }
+
+/// One new container-only instance of pool `w`, whose `minReadySeconds` is `seconds`.
+fn one_new_with_min_ready(seconds: u32) -> (Desired, Plan) {
+    let mut desired = desired(0, None);
+    desired.pools[0].pool.spec.rollout.min_ready_seconds = seconds;
+    let mut plan = rolling_plan();
+    plan.pools[0].steps = vec![
+        step(
+            0,
+            "n1",
+            Action::Create {
+                image: "img:1".into(),
+                template_hash: "new".into(),
+                k3s_server: None,
+                starts_rollout: false,
+                rollback_from: None,
+            },
+        ),
+        step(0, "n1", Action::AwaitReady { node: false }),
+    ];
+    (desired, plan)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_instance_counts_as_up_only_after_min_ready_seconds() {
+    let (desired, plan) = one_new_with_min_ready(30);
+    let fake = FakeWorld::default();
+    let (report, text) = run(&fake, &desired, &plan, &Interrupt::default()).await;
+    assert!(report.complete(), "{report:?}");
+    assert!(text.contains("n1: up; waiting 30s (minReadySeconds) before it counts as up"), "{text}");
+    let calls = fake.calls();
+    assert!(position(&calls, "wait-up n1") < position(&calls, "record-up n1"), "{calls:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_that_stops_within_min_ready_seconds_never_counts_as_up() {
+    let (desired, plan) = one_new_with_min_ready(30);
+    let fake = FakeWorld::default().die_after("wait-up n1", "n1");
+    let (report, _) = run(&fake, &desired, &plan, &Interrupt::default()).await;
+    let failure = report.failure().expect("a failure");
+    assert_eq!((failure.verb, failure.instance.as_str()), ("await-ready", "n1"));
+    assert!(!fake.calls().contains(&"record-up n1".to_owned()), "{:?}", fake.calls());
+}

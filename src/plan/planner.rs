@@ -366,11 +366,11 @@ fn plan_pool(
         instance.health.give_up();
     }
     let held = hold_if_too_many_unhealthy(target, &mut all);
-    // `--replace NAME`, or a Node labelled poolctl.dev/replace=true: replaced although current.
-    let marked = |i: &Instance<'_>| {
-        replace.contains(i.name)
-            || i.node.is_some_and(|n| n.config.labels.get(labels::REPLACE).is_some_and(|v| v == "true"))
-    };
+    // `--replace NAME`, a Node labelled poolctl.dev/replace=true, or `spec.rollout.after` come
+    // and gone past the instance's creation: replaced although current.
+    let after =
+        target.pool.and_then(|dp| dp.pool.spec.rollout.after_secs()).filter(|t| *t <= world.world.now);
+    let marked = |i: &Instance<'_>| marked_by(i, replace, after).is_some();
     // Which of more instances than needed go first: the delete policy's order, the last kept.
     let policy = target.pool.map(|dp| dp.pool.spec.rollout.delete_policy).unwrap_or_default();
     let order = |i: &Instance<'_>| match policy {
@@ -443,10 +443,8 @@ fn plan_pool(
             .iter()
             .map(|i| {
                 let mut status = status(target, i, !leaving.contains(i.name));
-                if marked(i) && status.health.is_none() {
-                    let by =
-                        if replace.contains(i.name) { "--replace" } else { "label poolctl.dev/replace=true" };
-                    status.replace = Some(by);
+                if status.health.is_none() {
+                    status.replace = marked_by(i, replace, after);
                 }
                 status
             })
@@ -455,6 +453,21 @@ fn plan_pool(
         degraded: progress.stalled.get(target.name).cloned(),
         next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
         steps,
+    }
+}
+
+/// Why the instance is replaced although it may be current, if it is: `--replace`, its Node's
+/// label `poolctl.dev/replace=true`, or `spec.rollout.after` (a time come, `after`, later than
+/// its creation).
+fn marked_by(i: &Instance<'_>, replace: &BTreeSet<String>, after: Option<i64>) -> Option<&'static str> {
+    if replace.contains(i.name) {
+        Some("--replace")
+    } else if i.node.is_some_and(|n| n.config.labels.get(labels::REPLACE).is_some_and(|v| v == "true")) {
+        Some("label poolctl.dev/replace=true")
+    } else if after.is_some_and(|t| i.container.is_some_and(|c| c.created < t)) {
+        Some("created before spec.rollout.after")
+    } else {
+        None
     }
 }
 

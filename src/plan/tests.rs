@@ -1309,6 +1309,29 @@ fn replace_names_a_current_instance_that_is_replaced_surge_first() {
 }
 
 #[test]
+fn rollout_after_replaces_the_instances_created_before_it_once_it_has_come() {
+    let world = World {
+        now: NOON,
+        containers: vec![container("w-a", "w", "h", NOON - 100), container("w-b", "w", "h", NOON - 10)],
+        ..World::default()
+    };
+    let with = |after: &str| {
+        let mut dp = PoolArgs { hash: Some("h"), ..PoolArgs::new("w", 2) }.build();
+        dp.pool.spec.rollout.after = Some(after.to_owned());
+        plan_of(&desired(vec![dp]), &world)
+    };
+    let at = |secs: i64| {
+        crate::model::timestamp(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.unsigned_abs()))
+    };
+    let plan = with(&at(NOON - 50));
+    assert_eq!(retired(pool_plan(&plan, "w")), ["w-a"], "only the one created before");
+    assert!(text_of(&plan).contains("w-a: replaced although current (created before spec.rollout.after)"));
+    let v: Vec<&str> = verbs(pool_plan(&plan, "w")).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "stop", "remove"], "surge first");
+    assert!(!with(&at(NOON + 60)).has_changes(), "a time still to come replaces nothing yet");
+}
+
+#[test]
 fn the_delete_policy_chooses_which_instances_a_scale_down_retires() {
     let world = world_of(vec![
         container("w-a", "w", "h", 1),

@@ -412,6 +412,30 @@ pub struct Rollout {
     /// and instances marked for replacement still go first.
     #[serde(default)]
     pub delete_policy: DeletePolicy,
+    /// Replace every instance created before this time (RFC 3339, e.g.
+    /// `2026-12-04T10:00:00Z`), once it has come, as Cluster API's `rolloutAfter`: the GitOps way
+    /// to roll the whole pool without changing its template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// How long a new instance must have been up (its container running and healthy, its Node
+    /// Ready) before it counts as up and the rollout goes on (default 0), as a Deployment's
+    /// `minReadySeconds`.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub min_ready_seconds: u32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Rollout {
+    /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
+    /// a malformed one).
+    pub fn after_secs(&self) -> Option<i64> {
+        let at: k8s_openapi::jiff::Timestamp = self.after.as_deref()?.parse().ok()?;
+        Some(at.as_second())
+    }
 }
 
 /// Which instances a scale-down retires first (`spec.rollout.deletePolicy`).
@@ -473,6 +497,8 @@ impl Default for Rollout {
             progress_deadline: Self::default_progress_deadline(),
             failure_action: FailureAction::default(),
             delete_policy: DeletePolicy::default(),
+            after: None,
+            min_ready_seconds: 0,
         }
     }
 }

@@ -75,6 +75,14 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     for (path, message) in health_problems(&spec.health) {
         fail(path, message);
     }
+    if let Some(after) = &spec.rollout.after
+        && spec.rollout.after_secs().is_none()
+    {
+        fail(
+            FieldPath::of("spec.rollout.after"),
+            format!("{after:?} is not an RFC 3339 time, e.g. 2026-12-04T10:00:00Z"),
+        );
+    }
 
     for (path, message) in bound_problems(spec) {
         fail(path, message);
@@ -591,6 +599,27 @@ mod tests {
                 "a.yaml:14:22: spec.template.env.E.valueFrom: needs `file` or `env`",
                 "a.yaml:14:23: spec.template.env.E.valueFrom.url: unknown field `url`, expected `file` or `env`",
             ]
+        );
+    }
+
+    #[test]
+    fn health_and_rollout_settings_are_checked_with_their_place() {
+        let found = errors(
+            "  template:\n    image: i\n  rollout:\n    after: yesterday\n    deletePolicy: Oldest\n  \
+             health:\n    maxUnhealthy: 120%\n    unhealthyConditions:\n      - {type: Ready, status: Maybe, timeout: 5m}\n",
+        );
+        assert_eq!(
+            sorted(found),
+            [
+                "a.yaml:10:12: spec.rollout.after: \"yesterday\" is not an RFC 3339 time, e.g. 2026-12-04T10:00:00Z",
+                "a.yaml:13:19: spec.health.maxUnhealthy: a percentage must be at most 100%, got 120%",
+                "a.yaml:15:31: spec.health.unhealthyConditions[0].status: must be True, False or Unknown, got \"Maybe\"",
+            ]
+        );
+        let policy = errors("  template:\n    image: i\n  rollout:\n    deletePolicy: Newer\n");
+        assert!(
+            policy.iter().any(|e| e.contains("spec.rollout.deletePolicy") && e.contains("Newer")),
+            "{policy:?}"
         );
     }
 
