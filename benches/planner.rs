@@ -195,6 +195,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
                     ..NodeConfig::default()
                 },
                 conditions: vec![NodeCondition::ready("True", 1_700_000_000)],
+                retirement: poolctl::model::RetirementMarks::default(),
             });
             for (app, owner) in [("web", "ReplicaSet"), ("api", "ReplicaSet"), ("proxy", "DaemonSet")] {
                 world.pods.push(Pod {

@@ -81,3 +81,37 @@ async fn delete_policy_newest_retires_the_newest_on_a_scale_down() {
     assert_eq!(gone.len(), 1);
     assert_eq!(gone[0].created, by_age[2].created, "{gone:?} {by_age:?}");
 }
+
+#[tokio::test]
+async fn a_pre_drain_hook_holds_a_retirement_until_its_owner_removes_it() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let victim = names[2].clone();
+    let hook = "pre-drain.delete.hook.poolctl.dev/backup";
+    rig.fake.store().update_node(&victim, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(hook.into(), "my-operator".into());
+    });
+    let plan = rig.poolctl("plan", &["--replace", &victim]).expect_code(0);
+    assert!(
+        plan.stdout.contains("retirement waits for its hooks: pre-drain backup (my-operator)"),
+        "{}",
+        plan.stdout
+    );
+
+    let mut apply = rig.s.spawn("apply", &["--yes", "--replace", &victim]);
+    apply.wait_for(
+        Stream::Stdout,
+        &format!("{victim}: waiting for its pre-drain hooks: backup (my-operator)"),
+    );
+    let cordoned = |st: &crate::support::fake_kube::Store| {
+        st.node(&victim).and_then(|n| n.spec.as_ref()?.unschedulable).unwrap_or(false)
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(cordoned)).await.expect("cordoned while the hook is set");
+    apply.assert_alive();
+    // The owner is done: the retirement goes on by itself.
+    rig.fake.store().update_node(&victim, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).remove(hook);
+    });
+    assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
+    assert!(!rig.containers().await.contains_key(&victim));
+}

@@ -68,6 +68,15 @@ pub enum StepError {
     /// The plan asks for a join the pool does not declare (a stale plan).
     #[error("pool {0} declares no kubeadm join")]
     NoJoin(String),
+    /// A Node's deletion hooks were still set after `hookTimeout`.
+    #[error(
+        "{name}: its {kind} hooks were still set after hookTimeout ({}): {hooks}",
+        crate::spec::Duration::from(*after)
+    )]
+    Hooks { name: String, kind: String, hooks: String, after: Duration },
+    /// Interrupted while a Node's deletion hooks were set.
+    #[error("{name}: interrupted while waiting for its hooks: {hooks}")]
+    HooksInterrupted { name: String, hooks: String },
     /// The Node was not Ready once `minReadySeconds` had passed since it turned Ready.
     #[error("the Node of {name} did not stay Ready for minReadySeconds ({seconds}s)")]
     NotReadyForLong { name: String, seconds: u32 },
@@ -507,7 +516,10 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 configure_node(self.cluster(pool_name)?, pool_name, spec, name).await?;
             }
             Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
-            Action::Drain(_) => self.drain(pool_name, name).await?,
+            Action::Drain(_) => {
+                self.wait_for_hooks(pool_name, name, "pre-drain").await?;
+                self.drain_unless_excluded(pool_name, name).await?;
+            }
             Action::Stop => self.stop_after_drain(pool_name, name).await?,
             Action::DeleteNode => {
                 // The Node goes only once its container does not run: a running kubelet
@@ -559,6 +571,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Stop a container after draining whatever Node it has now.
     async fn stop_after_drain(&self, pool: &str, name: &str) -> Result<(), StepError> {
         self.drain_before_stop(pool, name).await?;
+        self.wait_for_hooks(pool, name, "pre-terminate").await?;
         let grace = self.rollout_of(pool).stop_grace_period.get();
         Ok(self.containers.stop(name, grace).await?)
     }
@@ -583,7 +596,61 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         if !node.unschedulable {
             cluster.cordon(name).await?;
         }
-        self.drain(pool, name).await
+        self.wait_for_hooks(pool, name, "pre-drain").await?;
+        self.drain_unless_excluded(pool, name).await
+    }
+
+    /// Drain the Node, unless it carries `poolctl.dev/exclude-node-draining` now: its owner's
+    /// explicit choice to let its pods go down with it.
+    async fn drain_unless_excluded(&self, pool: &str, name: &str) -> Result<(), StepError> {
+        let excluded = match self.clusters.get(pool) {
+            Some(cluster) => cluster.node(name).await?.is_some_and(|n| n.retirement.exclude_draining),
+            None => false,
+        };
+        if !excluded {
+            return self.drain(pool, name).await;
+        }
+        self.say(&format!(
+            "{name}: not drained: its Node carries {}, its owner's choice",
+            labels::EXCLUDE_DRAINING
+        ));
+        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
+    /// another controller (a backup, a storage operator) set them and removes each when it is
+    /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set; an
+    /// interrupt stops the wait, the retirement not carried further.
+    async fn wait_for_hooks(&self, pool: &str, name: &str, kind: &str) -> Result<(), StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
+        let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
+        // tokio's clock, which the waits below advance (and a test can pause).
+        let started = tokio::time::Instant::now();
+        let mut said = String::new();
+        loop {
+            let hooks = cluster.node(name).await?.map(|n| n.retirement.hooks_of(kind)).unwrap_or_default();
+            if hooks.is_empty() {
+                return Ok(());
+            }
+            let now = hooks.join(", ");
+            if now != said {
+                self.say(&format!("{name}: waiting for its {kind} hooks: {now}"));
+                said = now;
+            }
+            if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
+                return Err(StepError::Hooks {
+                    name: name.to_owned(),
+                    kind: kind.to_owned(),
+                    hooks: said,
+                    after: limit,
+                });
+            }
+            if self.interrupt.is_set() {
+                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks: said });
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     fn pool(&self, name: &str) -> Result<&DesiredPool, StepError> {

@@ -54,6 +54,11 @@ pub const UP_OF: &str = "poolctl.dev/up-of";
 /// as an up record is): the template hash its last rollout was to; the record's creation time
 /// is when that rollout began.
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
+/// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
+pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
+/// The suffix of a deletion hook's annotation prefix: `pre-drain.delete.hook.poolctl.dev/` or
+/// `pre-terminate.delete.hook.poolctl.dev/`.
+pub const HOOK_SUFFIX: &str = ".delete.hook.poolctl.dev/";
 /// On a Node, set by hand or by another tool: `true` replaces the instance although it is
 /// current, surge first, as `--replace` does.
 pub const REPLACE: &str = "poolctl.dev/replace";

@@ -13,5 +13,5 @@ pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
     ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, Health, Node, NodeCondition,
-    NodeConfig, NodeConfigChange, Pdb, Pod, RolloutRecord, World, is_instance_name,
+    NodeConfig, NodeConfigChange, Pdb, Pod, RetirementMarks, RolloutRecord, World, is_instance_name,
 };

@@ -194,6 +194,30 @@ pub struct Node {
     pub config: NodeConfig,
     /// Its status conditions (`Ready`, `MemoryPressure`...), with when each last changed.
     pub conditions: Vec<NodeCondition>,
+    /// What its owners' annotations ask of a retirement: deletion hooks to wait for, and
+    /// whether to skip its drain.
+    pub retirement: RetirementMarks,
+}
+
+/// What a Node's annotations ask of its retirement, as Cluster API's Machine annotations do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RetirementMarks {
+    /// `pre-drain.delete.hook.poolctl.dev/<name>: <owner>` and
+    /// `pre-terminate.delete.hook.poolctl.dev/<name>: <owner>` annotations, as they are.
+    pub hooks: Vec<(String, String)>,
+    /// `poolctl.dev/exclude-node-draining`: its drain is skipped, the owner's explicit choice.
+    pub exclude_draining: bool,
+}
+
+impl RetirementMarks {
+    /// The hooks of one kind (`pre-drain` or `pre-terminate`) still set: `name (owner)`.
+    pub fn hooks_of(&self, kind: &str) -> Vec<String> {
+        let prefix = format!("{kind}.delete.hook.poolctl.dev/");
+        self.hooks
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|name| format!("{name} ({v})")))
+            .collect()
+    }
 }
 
 /// A Node status condition.

@@ -291,6 +291,13 @@ pub struct InstanceStatus {
     /// `poolctl.dev/replace=true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replace: Option<&'static str>,
+    /// Its Node carries `poolctl.dev/exclude-node-draining`: a retirement skips its drain.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub drain_excluded: bool,
+    /// The deletion hooks its Node carries (`pre-drain NAME (OWNER)`, `pre-terminate ...`): a
+    /// retirement waits for each to be removed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<String>,
     /// Why it does not serve, for how long, and what the plan does about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthNote>,

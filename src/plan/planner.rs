@@ -666,7 +666,8 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Indexed<'_>, push:
     if node.is_some_and(|n| !n.unschedulable) {
         push(Action::Cordon);
     }
-    if let Some(node) = node {
+    // A Node its owner excluded from draining keeps its pods: the plan shows it.
+    if let Some(node) = node.filter(|n| !n.retirement.exclude_draining) {
         push(Action::Drain(drain_preview(&node.name, world)));
     }
     if running {
@@ -734,6 +735,22 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         elsewhere: instance.container.and_then(|c| c.elsewhere.clone()),
         fate: if keep { Fate::Keep } else { Fate::Retire },
         replace: None,
+        drain_excluded: instance.node.is_some_and(|n| n.retirement.exclude_draining),
+        hooks: instance
+            .node
+            .map(|n| {
+                let mut hooks: Vec<String> = n
+                    .retirement
+                    .hooks_of("pre-drain")
+                    .into_iter()
+                    .map(|h| format!("pre-drain {h}"))
+                    .collect();
+                hooks.extend(
+                    n.retirement.hooks_of("pre-terminate").into_iter().map(|h| format!("pre-terminate {h}")),
+                );
+                hooks
+            })
+            .unwrap_or_default(),
         health: instance.health.note.clone().map(|mut note| {
             // A starting instance of more than `replicas` is not finished but retired.
             if note.action == "resume" && !keep {

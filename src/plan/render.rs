@@ -215,6 +215,17 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
         };
         table(&rows, "    ", &paint, out)?;
     }
+    for instance in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
+        if instance.drain_excluded {
+            let why =
+                "not drained: its Node carries poolctl.dev/exclude-node-draining (its pods go down with it)";
+            writeln!(out, "    {}: {}", instance.name, style.yellow(why))?;
+        }
+        if !instance.hooks.is_empty() {
+            let hooks = format!("retirement waits for its hooks: {}", instance.hooks.join(", "));
+            writeln!(out, "    {}: {}", instance.name, style.yellow(&hooks))?;
+        }
+    }
     for instance in pool.instances.iter().filter(|i| i.replace.is_some()) {
         let by = instance.replace.unwrap_or_default();
         writeln!(

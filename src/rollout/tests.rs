@@ -390,3 +390,89 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
     let again = preview(&desired, &endpoints, &one, options).await.unwrap().plan;
     assert!(!again.has_changes(), "{again:#?}");
 }
+
+/// The old instance `k-old` of pool "k", its Node there with `marks`, and a pod on it; the plan
+/// that replaces it, and its hookTimeout.
+fn marked_old_node(
+    marks: crate::model::RetirementMarks,
+    hook_timeout: Option<u64>,
+) -> (Desired, Plan, FakeWorld) {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    let fake = FakeWorld::new(world);
+    {
+        let mut sim = fake.sim();
+        sim.world.nodes.push(crate::model::Node { retirement: marks, ..node("k-old", "k") });
+        sim.world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    }
+    let observed = fake.world();
+    let (mut desired, _) = node_pool(&observed);
+    desired.pools[0].pool.spec.rollout.hook_timeout = hook_timeout.map(crate::spec::Duration::from_secs);
+    let plan = crate::plan::plan(&desired, &World { now: 100_000, ..observed }, PlanOptions::default());
+    (desired, plan, fake)
+}
+
+fn hook(kind: &str) -> crate::model::RetirementMarks {
+    crate::model::RetirementMarks {
+        hooks: vec![(format!("{kind}.delete.hook.poolctl.dev/backup"), "my-operator".to_owned())],
+        exclude_draining: false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pre_drain_hook_holds_the_drain_until_its_owner_removes_it() {
+    let (desired, plan, fake) = marked_old_node(hook("pre-drain"), None);
+    let k = plan.pools.iter().find(|p| p.name == "k").unwrap();
+    let old = k.instances.iter().find(|i| i.name == "k-old").unwrap();
+    assert_eq!(old.hooks, ["pre-drain backup (my-operator)"]);
+    let owner = async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let calls = fake.calls();
+        assert!(calls.contains(&"cordon k-old".to_owned()), "cordoned while the hook is set: {calls:?}");
+        assert!(!calls.iter().any(|c| c == "drain k-old"), "not drained while the hook is set: {calls:?}");
+        fake.sim().world.nodes.iter_mut().find(|n| n.name == "k-old").unwrap().retirement =
+            crate::model::RetirementMarks::default();
+    };
+    let ((report, text), ()) = tokio::join!(execute_all(&fake, &desired, &plan), owner);
+    assert!(report.unwrap().complete());
+    assert!(text.contains("k-old: waiting for its pre-drain hooks: backup (my-operator)"), "{text}");
+    let calls = fake.calls();
+    assert!(position(&calls, "cordon k-old") < position(&calls, "drain k-old"));
+    assert!(position(&calls, "drain k-old") < position(&calls, "stop k-old"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pre_terminate_hook_past_the_hook_timeout_halts_with_the_container_running() {
+    let (desired, plan, fake) = marked_old_node(hook("pre-terminate"), Some(60));
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let report = report.unwrap();
+    let failure = report.failure().expect("halted");
+    assert_eq!((failure.verb, failure.instance.as_str()), ("stop", "k-old"));
+    let message = failure.error.as_ref().unwrap().to_string();
+    assert!(
+        message.contains("pre-terminate hooks were still set after hookTimeout (1m): backup (my-operator)"),
+        "{message}"
+    );
+    let calls = fake.calls();
+    assert!(calls.contains(&"drain k-old".to_owned()), "drained first: {calls:?}");
+    assert!(!calls.contains(&"stop k-old".to_owned()), "the container still serves: {calls:?}");
+}
+
+#[tokio::test]
+async fn a_node_excluded_from_draining_is_not_drained_and_the_plan_says_so() {
+    let marks = crate::model::RetirementMarks { hooks: Vec::new(), exclude_draining: true };
+    let (desired, plan, fake) = marked_old_node(marks, None);
+    let k = plan.pools.iter().find(|p| p.name == "k").unwrap();
+    assert!(!k.steps.iter().any(|s| s.instance == "k-old" && s.action.verb() == "drain"), "{:?}", k.steps);
+    let mut text = Vec::new();
+    crate::plan::render_text(&plan, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains("k-old: not drained: its Node carries poolctl.dev/exclude-node-draining"),
+        "{text}"
+    );
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let calls = fake.calls();
+    assert!(!calls.iter().any(|c| c == "drain k-old"), "{calls:?}");
+    assert!(calls.contains(&"stop k-old".to_owned()), "{calls:?}");
+}

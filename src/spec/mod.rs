@@ -422,6 +422,12 @@ pub struct Rollout {
     /// `minReadySeconds`.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub min_ready_seconds: u32,
+    /// How long a retirement may wait for a Node's deletion hooks (its
+    /// `pre-drain.delete.hook.poolctl.dev/*` and `pre-terminate.delete.hook.poolctl.dev/*`
+    /// annotations, which another controller removes when it is done) before it halts with the
+    /// old instance still serving. Default: no limit, as Cluster API's hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_timeout: Option<Duration>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -499,6 +505,7 @@ impl Default for Rollout {
             delete_policy: DeletePolicy::default(),
             after: None,
             min_ready_seconds: 0,
+            hook_timeout: None,
         }
     }
 }

@@ -150,6 +150,7 @@ pub(crate) fn node(name: &str, pool: &str) -> Node {
             ..NodeConfig::default()
         },
         conditions: vec![NodeCondition::ready("True", 0)],
+        retirement: crate::model::RetirementMarks::default(),
     }
 }
 

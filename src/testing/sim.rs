@@ -150,6 +150,7 @@ impl SimWorld {
                 cordoned_by_poolctl: false,
                 config: NodeConfig::default(),
                 conditions: vec![NodeCondition::ready("True", self.clock)],
+                retirement: crate::model::RetirementMarks::default(),
             });
         }
         true

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTai
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
 
-use crate::model::{LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod, labels};
+use crate::model::{LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod, RetirementMarks, labels};
 use crate::spec::Taint;
 
 /// `DaemonSet` objects by namespace and name.
@@ -47,7 +47,20 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
                 .unwrap_or_default(),
         },
         conditions,
+        retirement: retirement_marks(n.metadata.annotations.as_ref()),
     }
+}
+
+/// The deletion hooks and exclusions a Node's annotations set.
+fn retirement_marks(annotations: Option<&std::collections::BTreeMap<String, String>>) -> RetirementMarks {
+    let Some(annotations) = annotations else { return RetirementMarks::default() };
+    let hooks = annotations
+        .iter()
+        .filter(|(k, _)| k.starts_with("pre-drain") || k.starts_with("pre-terminate"))
+        .filter(|(k, _)| k.contains(labels::HOOK_SUFFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    RetirementMarks { hooks, exclude_draining: annotations.contains_key(labels::EXCLUDE_DRAINING) }
 }
 
 /// The namespace and name of the DaemonSet that controls the pod, if one does.
