@@ -209,6 +209,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
                     finished: false,
                     empty_dir: false,
                     orphaned: false,
+                    do_not_disrupt: false,
                 });
             }
         }

@@ -12,7 +12,7 @@ use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 use poolctl::model::{DrainAction, Pdb, Pod};
 
-use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder};
+use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -180,4 +180,61 @@ async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_cov
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
     assert_eq!(evicted(&fake), ["free/anything"]);
+}
+
+#[tokio::test]
+async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods_finish() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").label("app", "web"));
+    fake.add_pod(&PodSpecBuilder::new("default", "logs", "n").label("poolctl.dev/drain", "skip"));
+    fake.add_pod(
+        &PodSpecBuilder::new("default", "job-1", "n")
+            .owned_by("Job", "job")
+            .label("cluster.x-k8s.io/drain", "wait-completed"),
+    );
+    fake.add_pod(
+        &PodSpecBuilder::new("default", "batch", "n").annotation("karpenter.sh/do-not-disrupt", "true"),
+    );
+
+    let (pods, _) = bounded(cluster.pods_and_pdbs(&["n".to_owned()])).await.expect("observed");
+    let actions: BTreeMap<&str, DrainAction> =
+        pods.iter().map(|p| (p.name.as_str(), p.drain_action())).collect();
+    assert_eq!(actions["web-1"], DrainAction::Evict(None));
+    assert_eq!(actions["logs"], DrainAction::Skip("labelled poolctl.dev/drain=skip"));
+    assert_eq!(
+        actions["job-1"],
+        DrainAction::WaitCompleted("labelled cluster.x-k8s.io/drain=wait-completed")
+    );
+    assert_eq!(actions["batch"], DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt"));
+
+    // While they run, the drain waits for them (and says which), and evicts neither.
+    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
+    assert!(
+        what.contains("pod default/job-1 (labelled cluster.x-k8s.io/drain=wait-completed): not evicted (wait-completed), and still running"),
+        "{what}"
+    );
+    assert!(what.contains("pod default/batch (annotated karpenter.sh/do-not-disrupt)"), "{what}");
+    assert_eq!(evicted(&fake), ["default/web-1"]);
+
+    // Once they finish by themselves, the drain's watch sees it and the drain ends.
+    let watches = |s: &crate::support::fake_kube::Store| {
+        let watch = |r: &&RequestRecord| {
+            r.path == "/api/v1/pods" && r.query.as_deref().is_some_and(|q| q.contains("watch=true"))
+        };
+        s.requests().iter().filter(watch).count()
+    };
+    let before = watches(&fake.store());
+    let draining = cluster.drain("n", LIMIT);
+    let finish = async {
+        fake.wait_until(|s| watches(s) > before).await;
+        assert!(fake.complete_pod("default", "job-1", "Succeeded"));
+        assert!(fake.complete_pod("default", "batch", "Failed"));
+    };
+    let (drained, ()) = Box::pin(bounded(async { tokio::join!(draining, finish) })).await;
+    drained.unwrap();
+    assert_eq!(evicted(&fake), ["default/web-1"], "nothing else was evicted");
+    for left in ["logs", "job-1", "batch"] {
+        assert!(fake.pod("default", left).is_some(), "{left} was left in place");
+    }
 }

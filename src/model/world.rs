@@ -270,6 +270,9 @@ pub struct Pod {
     /// Its controller is a DaemonSet that no longer exists: nothing recreates the pod, so a
     /// drain evicts it rather than leave it to die with the container.
     pub orphaned: bool,
+    /// Karpenter's `karpenter.sh/do-not-disrupt: "true"` annotation: its owner asked that it
+    /// not be disrupted, so a drain waits for it to complete rather than evict it.
+    pub do_not_disrupt: bool,
 }
 
 /// What a drain does with a pod.
@@ -279,22 +282,54 @@ pub enum DrainAction {
     Evict(Option<&'static str>),
     /// Left alone, for this reason.
     Skip(&'static str),
+    /// Not evicted: the drain waits until it has completed (phase Succeeded or Failed) or is
+    /// gone, for this reason.
+    WaitCompleted(&'static str),
 }
+
+/// The pod labels that choose a pod's drain behaviour, strongest first: poolctl's own, then
+/// Cluster API's (same values), so a cluster labelled for Cluster API needs no change.
+const DRAIN_LABEL_ACTIONS: [(&str, &str, DrainAction); 4] = [
+    ("poolctl.dev/drain", "skip", DrainAction::Skip("labelled poolctl.dev/drain=skip")),
+    (
+        "poolctl.dev/drain",
+        "wait-completed",
+        DrainAction::WaitCompleted("labelled poolctl.dev/drain=wait-completed"),
+    ),
+    ("cluster.x-k8s.io/drain", "skip", DrainAction::Skip("labelled cluster.x-k8s.io/drain=skip")),
+    (
+        "cluster.x-k8s.io/drain",
+        "wait-completed",
+        DrainAction::WaitCompleted("labelled cluster.x-k8s.io/drain=wait-completed"),
+    ),
+];
 
 impl Pod {
     /// What a drain does with this pod, as `kubectl drain --ignore-daemonsets --force
     /// --delete-emptydir-data` (what Cluster API's drain amounts to) decides it: DaemonSet pods
     /// stay (their DaemonSet would recreate them at once) unless the DaemonSet is gone, mirror
-    /// pods stay (the kubelet owns them), and so do pods that already finished; every other pod
-    /// is evicted. The planner's preview and the drain itself share this one rule.
+    /// pods stay (the kubelet owns them), and so do pods that already finished. Then the pod's
+    /// owners have their say, as with Cluster API's `MachineDrainRule` labels: a `poolctl.dev/drain` (or
+    /// Cluster API's `cluster.x-k8s.io/drain`) label `skip` leaves the pod to go down with its node, `wait-completed` (or Karpenter's
+    /// `do-not-disrupt` annotation) makes the drain wait for it; other values are ignored, as
+    /// Cluster API ignores them. Every other pod is evicted. The planner's preview and the drain
+    /// itself share this one rule.
     pub fn drain_action(&self) -> DrainAction {
         let daemon = self.owner_kind.as_deref() == Some("DaemonSet");
+        let label = DRAIN_LABEL_ACTIONS
+            .iter()
+            .find(|(key, value, _)| self.labels.get(*key).is_some_and(|v| v == value))
+            .map(|(.., action)| *action);
         if daemon && !self.orphaned {
             DrainAction::Skip("DaemonSet")
         } else if self.mirror {
             DrainAction::Skip("mirror pod")
         } else if self.finished {
             DrainAction::Skip("finished")
+        } else if let Some(action) = label {
+            action
+        } else if self.do_not_disrupt {
+            DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt")
         } else if self.owner_kind.is_none() {
             DrainAction::Evict(Some("no controller: will be lost"))
         } else if daemon {
@@ -550,6 +585,36 @@ mod tests {
         };
         assert_eq!(action(&finished_orphan), DrainAction::Skip("finished"));
         assert_eq!(action(&|p| p.mirror = true), DrainAction::Skip("mirror pod"));
+        let label = |key: &'static str, value: &'static str| {
+            move |p: &mut Pod| {
+                p.labels.insert(key.into(), value.into());
+            }
+        };
+        assert_eq!(
+            action(&label("poolctl.dev/drain", "skip")),
+            DrainAction::Skip("labelled poolctl.dev/drain=skip")
+        );
+        assert_eq!(
+            action(&label("cluster.x-k8s.io/drain", "wait-completed")),
+            DrainAction::WaitCompleted("labelled cluster.x-k8s.io/drain=wait-completed")
+        );
+        // poolctl's label beats Cluster API's; an unknown value is ignored; a DaemonSet pod is
+        // skipped whatever its label says, as it always was.
+        let both = |p: &mut Pod| {
+            label("poolctl.dev/drain", "wait-completed")(p);
+            label("cluster.x-k8s.io/drain", "skip")(p);
+        };
+        assert_eq!(action(&both), DrainAction::WaitCompleted("labelled poolctl.dev/drain=wait-completed"));
+        assert_eq!(action(&label("poolctl.dev/drain", "later")), DrainAction::Evict(None));
+        let daemon_skip = |p: &mut Pod| {
+            label("poolctl.dev/drain", "wait-completed")(p);
+            p.owner_kind = Some("DaemonSet".into());
+        };
+        assert_eq!(action(&daemon_skip), DrainAction::Skip("DaemonSet"));
+        assert_eq!(
+            action(&|p| p.do_not_disrupt = true),
+            DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt")
+        );
         assert_eq!(action(&|p| p.owner_kind = None), DrainAction::Evict(Some("no controller: will be lost")));
         assert_eq!(action(&|p| p.empty_dir = true), DrainAction::Evict(Some("emptyDir data will be lost")));
     }

@@ -461,6 +461,10 @@ pub struct DrainPreview {
     pub evict: Vec<PodRef>,
     /// Pods left alone, with the reason.
     pub skip: Vec<PodRef>,
+    /// Pods not evicted that the drain waits for until they complete (`wait-completed`), with
+    /// the label or annotation that asked for it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wait: Vec<PodRef>,
     /// PDBs that currently allow no disruption for a pod to evict: the drain will wait on them.
     pub blocking_pdbs: Vec<String>,
 }

@@ -699,6 +699,10 @@ fn drain_preview(node: &str, world: &Indexed<'_>) -> DrainPreview {
                 preview.skip.push(pod_ref(Some(reason.to_owned()), Vec::new()));
                 continue;
             }
+            DrainAction::WaitCompleted(reason) => {
+                preview.wait.push(pod_ref(Some(reason.to_owned()), Vec::new()));
+                continue;
+            }
             DrainAction::Evict(warning) => warning,
         };
         let covering = world.budgets_covering(pod);

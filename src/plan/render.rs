@@ -399,6 +399,9 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
     for p in &preview.evict {
         writeln!(out, "{}", pod("evict", p))?;
     }
+    for p in &preview.wait {
+        writeln!(out, "{}", pod("wait ", p))?;
+    }
     for p in &preview.skip {
         writeln!(out, "{}", pod("skip ", p))?;
     }

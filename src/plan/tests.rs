@@ -926,6 +926,50 @@ fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
 }
 
 #[test]
+fn the_drain_preview_shows_what_the_pods_owners_asked_for_and_why() {
+    let (desired, mut world) = drain_world();
+    let node_name = world.nodes[0].name.clone();
+    world.pods.retain(|p| p.name == "web-7d9f");
+    let mut logs = pod("logs-0", &node_name, Some("StatefulSet"));
+    logs.labels.insert("poolctl.dev/drain".to_owned(), "skip".to_owned());
+    let mut job = pod("job-1", &node_name, Some("Job"));
+    job.labels.insert("cluster.x-k8s.io/drain".to_owned(), "wait-completed".to_owned());
+    // A budget that allows nothing for a pod the drain does not evict holds nothing up.
+    job.labels.insert("app".to_owned(), "web".to_owned());
+    let mut batch = pod("batch", &node_name, Some("Job"));
+    batch.do_not_disrupt = true;
+    world.pods.extend([logs, job, batch]);
+    world.pdbs.retain(|b| b.name == "web");
+    world.pods[0].labels.insert("app".to_owned(), "other".to_owned());
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let drain = the_drain(&plan);
+    assert_eq!(show(&drain.evict), [r#"default/web-7d9f Some("ReplicaSet") None []"#]);
+    assert_eq!(
+        show(&drain.wait),
+        [
+            r#"default/batch Some("Job") Some("annotated karpenter.sh/do-not-disrupt") []"#,
+            r#"default/job-1 Some("Job") Some("labelled cluster.x-k8s.io/drain=wait-completed") []"#,
+        ]
+    );
+    assert_eq!(
+        show(&drain.skip),
+        [r#"default/logs-0 Some("StatefulSet") Some("labelled poolctl.dev/drain=skip") []"#]
+    );
+    assert!(drain.blocking_pdbs.is_empty(), "{:?}", drain.blocking_pdbs);
+    let shown = text(&plan);
+    assert!(
+        shown.contains("wait  default/job-1  (Job; labelled cluster.x-k8s.io/drain=wait-completed)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("skip  default/logs-0  (StatefulSet; labelled poolctl.dev/drain=skip)"),
+        "{shown}"
+    );
+    let json = serde_json::to_value(drain).unwrap();
+    assert_eq!(json["wait"][1]["note"], "labelled cluster.x-k8s.io/drain=wait-completed");
+}
+
+#[test]
 fn a_budget_under_which_a_pod_shares_another_does_not_count_as_blocking_for_it() {
     // The server refuses a pod under two budgets before it looks at either: the drain fails on
     // it rather than wait, so neither budget is reported as one the drain waits on.

@@ -166,6 +166,7 @@ pub(crate) fn pod(name: &str, node: &str, owner: Option<&str>) -> Pod {
         finished: false,
         empty_dir: false,
         orphaned: false,
+        do_not_disrupt: false,
     }
 }
 

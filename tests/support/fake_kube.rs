@@ -295,6 +295,12 @@ users:
         self.store().pods().cloned().collect()
     }
 
+    /// A pod's containers end by themselves with `phase` (`Succeeded` or `Failed`). `false` if
+    /// there is no such pod.
+    pub fn complete_pod(&self, namespace: &str, name: &str, phase: &str) -> bool {
+        self.store().complete_pod(namespace, name, phase).is_some()
+    }
+
     /// Ends a terminating pod now, as its kubelet would once its containers exit (see
     /// [`FakeKubeOptions::pod_termination_delay`]). `false` if it is not terminating.
     pub fn finish_termination(&self, namespace: &str, name: &str) -> bool {

@@ -98,6 +98,12 @@ pub(super) fn pod_from(p: &K8sPod, daemon_sets: &DaemonSets) -> Option<Pod> {
         finished: matches!(phase, "Succeeded" | "Failed"),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
         orphaned: daemon_set_of(p).is_some_and(|ds| !daemon_sets.contains(&ds)),
+        do_not_disrupt: p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("karpenter.sh/do-not-disrupt"))
+            .is_some_and(|v| v == "true"),
     })
 }
 

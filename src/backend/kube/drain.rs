@@ -1,10 +1,12 @@
 //! The drain, as `kubectl drain` does it: evict every pod that [`Pod::drain_action`] does not
 //! leave alone through the policy/v1 Eviction subresource, retry PodDisruptionBudget refusals
 //! until the drain timeout, and wait until each evicted pod is gone (or, on an unreachable Node,
-//! left terminating past its due time: see [`super::gone`]).
+//! left terminating past its due time: see [`super::gone`]). Pods whose owners asked for
+//! `wait-completed` are not evicted but waited for until they complete or are gone.
 
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod as K8sPod;
@@ -26,14 +28,20 @@ use crate::model::{DrainAction, Pod};
 struct Left<'a> {
     node: &'a str,
     pods: std::sync::atomic::AtomicUsize,
+    /// Pods not evicted but waited for (`wait-completed`).
+    completing: usize,
 }
 
 impl Left<'_> {
     fn note(&self, refusal: Option<&str>) {
         let n = self.pods.load(std::sync::atomic::Ordering::SeqCst);
         let pods = if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") };
+        let completing = match self.completing {
+            0 => String::new(),
+            n => format!(", {n} to complete (wait-completed)"),
+        };
         let why = refusal.map(|r| format!("; {r}")).unwrap_or_default();
-        crate::backend::waiting::note(self.node, format!("{pods} left to evict{why}"));
+        crate::backend::waiting::note(self.node, format!("{pods} left to evict{completing}{why}"));
     }
 }
 
@@ -57,9 +65,13 @@ impl KubeCluster {
         let on_node: Vec<&K8sPod> = list.items.iter().collect();
         let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
         let mut targets: Vec<(&K8sPod, Pod)> = Vec::new();
+        let mut completing: Vec<(&K8sPod, Pod, &'static str)> = Vec::new();
         for (raw, pod) in on_node.into_iter().filter_map(|p| pod_from(p, &daemon_sets).map(|m| (p, m))) {
             match pod.drain_action() {
-                DrainAction::Skip(_) => {}
+                DrainAction::Skip(why) => {
+                    tracing::debug!("pod {}/{}: not evicted, {why}", pod.namespace, pod.name);
+                }
+                DrainAction::WaitCompleted(why) => completing.push((raw, pod, why)),
                 DrainAction::Evict(warning) => {
                     if let Some(warning) = warning {
                         tracing::debug!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
@@ -70,16 +82,33 @@ impl KubeCluster {
         }
         // What the progress line shows; the count is the user's, not a log's, so it is not logged
         // at the default level.
-        tracing::debug!(node, pods = targets.len(), "draining");
-        let left = Left { node, pods: std::sync::atomic::AtomicUsize::new(targets.len()) };
+        tracing::debug!(node, pods = targets.len(), completing = completing.len(), "draining");
+        let left = Left {
+            node,
+            pods: std::sync::atomic::AtomicUsize::new(targets.len()),
+            completing: completing.len(),
+        };
         left.note(None);
-        let departures = Departures::new(targets.iter().map(|(raw, _)| *raw), node, contact, &self.server);
-        let evictions =
-            targets.iter().map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, &departures, &left));
+        let awaited = targets.iter().map(|(raw, _)| *raw).chain(completing.iter().map(|(raw, ..)| *raw));
+        let departures = Departures::new(awaited, node, contact, &self.server)
+            .completing(completing.iter().map(|(raw, ..)| *raw));
+        let evictions = targets
+            .iter()
+            .map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, &departures, &left).boxed())
+            .chain(completing.iter().map(|(_, pod, why)| {
+                let departures = &departures;
+                async move {
+                    departures
+                        .wait(&pod.namespace, &pod.name, deadline)
+                        .await
+                        .map_err(|e| format!("pod {}/{} ({why}): {e}", pod.namespace, pod.name))
+                }
+                .boxed()
+            }));
         // The watch from the list above sees every eviction's outcome, whichever comes first.
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         let follow = async {
-            if !targets.is_empty() {
+            if !targets.is_empty() || !completing.is_empty() {
                 tokio::join!(
                     self.follow_departures(node, &departures, version, deadline),
                     self.follow_contact(node, &departures, deadline),

@@ -15,7 +15,7 @@
 //! read again while pods are terminating on it, so that a kubelet that dies during the drain
 //! (or comes back) is noticed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -120,6 +120,9 @@ pub(super) struct Departures {
     trouble: Mutex<Option<String>>,
     /// The API server URL, for that message.
     server: String,
+    /// The awaited pods the drain does not evict but waits for (`wait-completed`): for them, a
+    /// phase of Succeeded or Failed counts as gone, since their containers no longer run.
+    completing: BTreeSet<Key>,
 }
 
 impl Departures {
@@ -141,11 +144,22 @@ impl Departures {
             gone: watch::Sender::new(Vec::new()),
             trouble: Mutex::default(),
             server: server.to_owned(),
+            completing: BTreeSet::new(),
         };
         for pod in pods {
             departures.seen(pod);
         }
         departures
+    }
+
+    /// Of the awaited `pods`, those that are waited for to complete rather than evicted.
+    pub(super) fn completing<'a>(mut self, pods: impl IntoIterator<Item = &'a K8sPod>) -> Self {
+        let pods: Vec<&K8sPod> = pods.into_iter().collect();
+        self.completing.extend(pods.iter().map(|p| key_of(p)));
+        for pod in pods {
+            self.seen(pod);
+        }
+        self
     }
 
     /// Wait until the pod is gone, or `deadline`. `Err` says why it is not known to be gone.
@@ -155,9 +169,17 @@ impl Departures {
         if timeout_at(deadline, gone.wait_for(|g| g.contains(&key))).await.is_ok() {
             return Ok(());
         }
-        match self.trouble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
-            Some(why) => Err(format!("evicted, but {} did not say whether it is gone ({why})", self.server)),
-            None => Err("evicted but still present".to_owned()),
+        let trouble = self.trouble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match (self.completing.contains(&key), trouble) {
+            (false, Some(why)) => {
+                Err(format!("evicted, but {} did not say whether it is gone ({why})", self.server))
+            }
+            (false, None) => Err("evicted but still present".to_owned()),
+            (true, Some(why)) => Err(format!(
+                "not evicted (wait-completed), and {} did not say whether it completed ({why})",
+                self.server
+            )),
+            (true, None) => Err("not evicted (wait-completed), and still running".to_owned()),
         }
     }
 
@@ -181,7 +203,10 @@ impl Departures {
     fn seen(&self, pod: &K8sPod) {
         let key = key_of(pod);
         let Some(uid) = self.awaited.get(&key) else { return };
-        if uid.is_some() && pod.metadata.uid != *uid {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if uid.is_some() && pod.metadata.uid != *uid
+            || self.completing.contains(&key) && matches!(phase, Some("Succeeded" | "Failed"))
+        {
             self.mark(key);
         } else if let Some(deletion) = &pod.metadata.deletion_timestamp
             && !self.gone.borrow().contains(&key)
@@ -535,6 +560,26 @@ mod tests {
         assert!(!d.all_gone());
         d.deleted(&pod("d", "4"));
         assert!(d.all_gone());
+    }
+
+    #[test]
+    fn a_pod_waited_for_is_gone_once_it_completed_and_an_evicted_one_only_once_deleted() {
+        let phase = |mut pod: K8sPod, phase: &str| {
+            pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            pod
+        };
+        let (evicted, job, batch) = (pod("evicted", "1"), pod("job", "2"), pod("batch", "3"));
+        let d = Departures::new([&evicted, &job, &batch], "n", Contact::Kubelet, "https://k")
+            .completing([&job, &batch]);
+        d.seen(&phase(pod("job", "2"), "Running"));
+        d.seen(&phase(pod("evicted", "1"), "Succeeded"));
+        assert!(gone(&d).is_empty(), "running, or evicted and not deleted yet");
+        d.seen(&phase(pod("job", "2"), "Succeeded"));
+        d.seen(&phase(pod("batch", "3"), "Failed"));
+        assert_eq!(gone(&d), ["batch", "job"]);
     }
 
     #[test]

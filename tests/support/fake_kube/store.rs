@@ -217,6 +217,7 @@ pub struct PodSpecBuilder {
     /// Created terminating already, its deletion due this long ago (see
     /// [`PodSpecBuilder::terminating_past_due`]).
     pub past_due: Option<Duration>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl PodSpecBuilder {
@@ -233,7 +234,12 @@ impl PodSpecBuilder {
             empty_dir: false,
             grace_period: None,
             past_due: None,
+            annotations: BTreeMap::new(),
         }
+    }
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
     }
     pub fn label(mut self, k: &str, v: &str) -> Self {
         self.labels.insert(k.into(), v.into());
@@ -796,7 +802,7 @@ impl Store {
     }
 
     pub fn build_pod(&mut self, b: &PodSpecBuilder) -> Pod {
-        let mut annotations = BTreeMap::new();
+        let mut annotations = b.annotations.clone();
         if b.mirror {
             annotations.insert("kubernetes.io/config.mirror".to_owned(), "mirror".to_owned());
         }
@@ -899,6 +905,16 @@ impl Store {
 
     /// The kubelet confirms now that a terminating pod's containers ended: it goes, whatever
     /// its termination delay said. `None` if it is not there or not terminating.
+    /// The pod's containers ended by themselves: its phase becomes `phase` (`Succeeded` or
+    /// `Failed`), as its kubelet reports it.
+    pub fn complete_pod(&mut self, ns: &str, name: &str, phase: &str) -> Option<Pod> {
+        let key = (ns.to_owned(), name.to_owned());
+        self.update_pod(&key, |p| {
+            p.status.get_or_insert_with(PodStatus::default).phase = Some(phase.to_owned());
+            set_pod_ready_condition(p, false);
+        })
+    }
+
     pub fn finish_termination(&mut self, ns: &str, name: &str) -> Option<Pod> {
         let key = (ns.to_owned(), name.to_owned());
         self.pods.get(&key)?.metadata.deletion_timestamp.as_ref()?;
