@@ -118,6 +118,7 @@ fn spec(template: Template) -> PoolSpec {
         docker: None,
         rollout: Rollout::default(),
         health: poolctl::spec::HealthSpec::default(),
+        drain: poolctl::spec::DrainSpec::default(),
         paused: false,
     }
 }

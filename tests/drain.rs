@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 use poolctl::model::{DrainAction, Pdb, Pod};
+use poolctl::spec::DrainBehavior::{Drain, Skip};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
 
@@ -102,7 +103,7 @@ async fn a_pdb_that_selects_by_expressions_holds_the_drain_up() {
     assert_eq!(shown["default/web-1"], ["default/web"], "the preview sees the budget");
     assert!(shown["default/canary-1"].is_empty(), "NotIn leaves the canary out");
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/web-1") && what.contains("The disruption budget web"), "{what}");
     assert!(fake.pod("default", "web-1").is_some(), "no budget is bypassed");
@@ -131,7 +132,7 @@ async fn a_pod_under_two_pdbs_fails_the_drain_at_once_naming_both() {
 
     // The drain timeout is longer than the hang guard: only a drain that fails without waiting
     // for it gets an answer here.
-    let err = bounded(cluster.drain("n", 2 * LIMIT)).await.unwrap_err();
+    let err = bounded(cluster.drain("n", 2 * LIMIT, &[])).await.unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(
         message.contains("pod default/queue-0: not evicted: 2 PodDisruptionBudgets cover it (default/queue, default/shared)"),
@@ -159,7 +160,7 @@ async fn an_orphaned_daemonset_pod_is_evicted_and_a_managed_one_is_left() {
     assert_eq!(orphaned, [("logs-n", true), ("proxy-n", false)]);
     assert_eq!(preview(&cluster).await.into_keys().collect::<Vec<_>>(), ["kube-system/logs-n"]);
 
-    bounded(cluster.drain("n", Duration::from_secs(10))).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(10), &[])).await.unwrap();
     assert_eq!(evicted(&fake), ["kube-system/logs-n"]);
     assert!(fake.pod("kube-system", "proxy-n").is_some(), "its DaemonSet would recreate it at once");
 }
@@ -176,7 +177,7 @@ async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_cov
     assert_eq!(shown["team/unlabelled"], ["team/everything"]);
     assert!(shown["free/anything"].is_empty());
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
     assert_eq!(evicted(&fake), ["free/anything"]);
@@ -208,7 +209,7 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     assert_eq!(actions["batch"], DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt"));
 
     // While they run, the drain waits for them (and says which), and evicts neither.
-    let err = bounded(cluster.drain("n", Duration::from_secs(2))).await.unwrap_err();
+    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(
         what.contains("pod default/job-1 (labelled cluster.x-k8s.io/drain=wait-completed): not evicted (wait-completed), and still running"),
@@ -225,7 +226,7 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
         s.requests().iter().filter(watch).count()
     };
     let before = watches(&fake.store());
-    let draining = cluster.drain("n", LIMIT);
+    let draining = cluster.drain("n", LIMIT, &[]);
     let finish = async {
         fake.wait_until(|s| watches(s) > before).await;
         assert!(fake.complete_pod("default", "job-1", "Succeeded"));
@@ -237,4 +238,51 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     for left in ["logs", "job-1", "batch"] {
         assert!(fake.pod("default", left).is_some(), "{left} was left in place");
     }
+}
+
+#[tokio::test]
+async fn drain_rules_evict_group_by_group_each_gone_before_the_next_starts() {
+    const TERMINATION: Duration = Duration::from_millis(300);
+    let fake =
+        FakeKube::start(FakeKubeOptions { pod_termination_delay: TERMINATION, ..FakeKubeOptions::default() });
+    let cluster = KubeCluster::from_config(fake.config(), "workers").expect("a client");
+    fake.add_node("n", true);
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").label("app", "web"));
+    fake.add_pod(&PodSpecBuilder::new("ingress", "ingress-1", "n").label("app", "ingress"));
+    fake.add_pod(&PodSpecBuilder::new("default", "logs-1", "n").label("app", "logs"));
+    fake.add_pod(&PodSpecBuilder::new("default", "cache-1", "n").label("app", "cache"));
+    let rule = |app: &str, namespaces: &[&str], behavior, order| poolctl::spec::DrainRule {
+        pods: Some(poolctl::spec::PodSelector {
+            match_labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+            ..Default::default()
+        }),
+        namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+        behavior,
+        order,
+    };
+    let rules = [
+        rule("ingress", &["ingress"], Drain, 1),
+        rule("logs", &[], Drain, 2),
+        // The first matching rule wins: the second never applies to the cache.
+        rule("cache", &["default"], Skip, 0),
+        rule("cache", &[], Drain, 3),
+    ];
+
+    // While a budget holds the first group, no later group starts.
+    fake.put_pdb_object(strict_pdb("default", "web", Some(by_labels(&[("app", "web")]))));
+    let err = bounded(cluster.drain("n", Duration::from_secs(2), &rules)).await.unwrap_err();
+    assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
+    assert!(evicted(&fake).is_empty(), "{:?}", evicted(&fake));
+
+    assert!(fake.delete_pdb("default", "web"));
+    bounded(cluster.drain("n", LIMIT, &rules)).await.unwrap();
+    let done: Vec<_> = fake.evictions().into_iter().filter(|e| e.status == 201).collect();
+    let order: Vec<&str> = done.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(order, ["web-1", "ingress-1", "logs-1"], "group by group; the cache is skipped");
+    for pair in done.windows(2) {
+        // Each eviction waited for the group before it to be gone, which takes the pod's
+        // termination.
+        assert!(pair[1].at.duration_since(pair[0].at) >= TERMINATION, "{} came too soon", pair[1].pod);
+    }
+    assert!(fake.pod("default", "cache-1").is_some());
 }

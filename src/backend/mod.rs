@@ -232,8 +232,14 @@ pub trait Cluster: Sync {
     /// Mark the Node unschedulable, with poolctl's retirement annotation.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
-    /// until they are gone, within `timeout`.
-    fn drain(&self, node: &str, timeout: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// until they are gone, within `timeout`; the pods' labels and the pool's drain `rules` say
+    /// which to leave, which to wait for, and in which order ([`crate::model::Pod::drain_decision`]).
+    fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+        rules: &[crate::spec::DrainRule],
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

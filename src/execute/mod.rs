@@ -563,7 +563,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
-        self.cluster(pool)?.drain(node, timeout).await?;
+        let rules = self.pool(pool).map(|p| p.pool.spec.drain.rules.clone()).unwrap_or_default();
+        self.cluster(pool)?.drain(node, timeout, &rules).await?;
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
     }

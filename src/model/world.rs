@@ -275,6 +275,16 @@ pub struct Pod {
     pub do_not_disrupt: bool,
 }
 
+/// What a drain does with a pod, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainDecision {
+    pub action: DrainAction,
+    /// Its group: pods are evicted lowest order first, each group gone before the next.
+    pub order: i64,
+    /// The index of the `spec.drain.rules` entry that decided, if one did.
+    pub rule: Option<usize>,
+}
+
 /// What a drain does with a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrainAction {
@@ -315,22 +325,62 @@ impl Pod {
     /// Cluster API ignores them. Every other pod is evicted. The planner's preview and the drain
     /// itself share this one rule.
     pub fn drain_action(&self) -> DrainAction {
-        let daemon = self.owner_kind.as_deref() == Some("DaemonSet");
+        self.drain_decision(&[]).action
+    }
+
+    /// [`Self::drain_action`] with the pool's `spec.drain.rules`: after the pod's own labels, the
+    /// first rule that matches it decides, and puts it in the rule's `order` group.
+    pub fn drain_decision(&self, rules: &[crate::spec::DrainRule]) -> DrainDecision {
         let label = DRAIN_LABEL_ACTIONS
             .iter()
             .find(|(key, value, _)| self.labels.get(*key).is_some_and(|v| v == value))
-            .map(|(.., action)| *action);
+            .map(|(.., action)| *action)
+            .or_else(|| {
+                self.do_not_disrupt
+                    .then_some(DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt"))
+            });
+        let builtin = self.builtin_skip();
+        let rule = (builtin.is_none() && label.is_none())
+            .then(|| rules.iter().enumerate().find(|(_, r)| self.matches_rule(r)))
+            .flatten();
+        let action = match (builtin, label, rule) {
+            (Some(action), ..) | (None, Some(action), _) => action,
+            (None, None, Some((_, r))) if r.behavior == crate::spec::DrainBehavior::Skip => {
+                DrainAction::Skip("behavior: Skip")
+            }
+            (None, None, Some((_, r))) if r.behavior == crate::spec::DrainBehavior::WaitCompleted => {
+                DrainAction::WaitCompleted("behavior: WaitCompleted")
+            }
+            _ => self.default_action(),
+        };
+        DrainDecision { action, order: rule.map_or(0, |(_, r)| r.order), rule: rule.map(|(i, _)| i) }
+    }
+
+    fn matches_rule(&self, rule: &crate::spec::DrainRule) -> bool {
+        let namespace = rule.namespaces.is_empty() || rule.namespaces.contains(&self.namespace);
+        // A selector the API server would refuse is refused by validation; should one get here,
+        // it selects nothing, as the API server's own reading of such a selector does.
+        let labels =
+            rule.pods.as_ref().is_none_or(|p| p.to_selector().is_some_and(|s| s.matches(&self.labels)));
+        namespace && labels
+    }
+
+    fn builtin_skip(&self) -> Option<DrainAction> {
+        let daemon = self.owner_kind.as_deref() == Some("DaemonSet");
         if daemon && !self.orphaned {
-            DrainAction::Skip("DaemonSet")
+            Some(DrainAction::Skip("DaemonSet"))
         } else if self.mirror {
-            DrainAction::Skip("mirror pod")
+            Some(DrainAction::Skip("mirror pod"))
         } else if self.finished {
-            DrainAction::Skip("finished")
-        } else if let Some(action) = label {
-            action
-        } else if self.do_not_disrupt {
-            DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt")
-        } else if self.owner_kind.is_none() {
+            Some(DrainAction::Skip("finished"))
+        } else {
+            None
+        }
+    }
+
+    fn default_action(&self) -> DrainAction {
+        let daemon = self.owner_kind.as_deref() == Some("DaemonSet");
+        if self.owner_kind.is_none() {
             DrainAction::Evict(Some("no controller: will be lost"))
         } else if daemon {
             DrainAction::Evict(Some("its DaemonSet is gone: will be lost"))
@@ -563,6 +613,48 @@ mod tests {
         assert!(!id("https://127.0.0.1:1", Some("u")).same_cluster(&id("https://127.0.0.1:1", Some("v"))));
         assert!(id("https://a", None).same_cluster(&id("https://a", Some("u"))));
         assert!(!id("https://a", None).same_cluster(&id("https://b", Some("u"))));
+    }
+
+    #[test]
+    fn the_first_matching_drain_rule_decides_and_a_pods_own_label_beats_every_rule() {
+        use crate::spec::{DrainBehavior, DrainRule, PodSelector};
+        let rule = |app: &str, namespaces: &[&str], behavior, order| DrainRule {
+            pods: Some(PodSelector {
+                match_labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+                ..PodSelector::default()
+            }),
+            namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+            behavior,
+            order,
+        };
+        let rules = [
+            rule("web", &["prod"], DrainBehavior::Skip, 0),
+            rule("web", &[], DrainBehavior::WaitCompleted, 4),
+            DrainRule { order: 9, ..DrainRule::default() },
+        ];
+        let decide = |namespace: &str, f: &dyn Fn(&mut Pod)| {
+            let mut p = pod("web-1", "n", Some("ReplicaSet"));
+            p.namespace = namespace.to_owned();
+            f(&mut p);
+            let d = p.drain_decision(&rules);
+            (d.action, d.order, d.rule)
+        };
+        assert_eq!(decide("prod", &|_| {}), (DrainAction::Skip("behavior: Skip"), 0, Some(0)));
+        assert_eq!(
+            decide("dev", &|_| {}),
+            (DrainAction::WaitCompleted("behavior: WaitCompleted"), 4, Some(1))
+        );
+        // A rule without a selector or namespaces matches every pod.
+        let api = |p: &mut Pod| {
+            p.labels.insert("app".into(), "api".into());
+        };
+        assert_eq!(decide("dev", &api), (DrainAction::Evict(None), 9, Some(2)));
+        let labelled = |p: &mut Pod| {
+            p.labels.insert("poolctl.dev/drain".into(), "skip".into());
+        };
+        assert_eq!(decide("dev", &labelled), (DrainAction::Skip("labelled poolctl.dev/drain=skip"), 0, None));
+        let daemon = |p: &mut Pod| p.owner_kind = Some("DaemonSet".into());
+        assert_eq!(decide("prod", &daemon), (DrainAction::Skip("DaemonSet"), 0, None));
     }
 
     #[test]

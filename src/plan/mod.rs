@@ -484,4 +484,15 @@ pub struct PodRef {
     /// API server refuses the eviction.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pdbs: Vec<String>,
+    /// Its drain group: lower orders are evicted, and gone, first.
+    #[serde(skip_serializing_if = "is_first_group")]
+    pub order: i64,
+    /// The `spec.drain.rules` entry that decided what the drain does with it, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_first_group(n: &i64) -> bool {
+    *n == 0
 }

@@ -633,7 +633,8 @@ fn rollout(
             if instance.container.is_some() {
                 alive -= 1;
             }
-            retirement(instance, target.is_node(instance), world, &mut |action| {
+            let rules = target.pool.map_or(&[][..], |dp| dp.pool.spec.drain.rules.as_slice());
+            retirement(instance, target.is_node(instance), world, rules, &mut |action| {
                 push(&instance.shared, action);
             });
             pending.pop_front();
@@ -653,7 +654,13 @@ fn rollout(
 /// the container goes last so that an interrupted retirement can be found again from its labels.
 /// A Node instance always gets its `DeleteNode`, even when no Node was observed: its kubelet
 /// may register one after the observation, and deleting a missing Node succeeds.
-fn retirement(instance: &Instance<'_>, is_node: bool, world: &Indexed<'_>, push: &mut impl FnMut(Action)) {
+fn retirement(
+    instance: &Instance<'_>,
+    is_node: bool,
+    world: &Indexed<'_>,
+    rules: &[crate::spec::DrainRule],
+    push: &mut impl FnMut(Action),
+) {
     // An orphan Node's kubelet is gone with its container: its pods cannot be evicted, only
     // cleaned up once the Node object is deleted.
     if instance.container.is_none() {
@@ -668,7 +675,7 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Indexed<'_>, push:
     }
     // A Node its owner excluded from draining keeps its pods: the plan shows it.
     if let Some(node) = node.filter(|n| !n.retirement.exclude_draining) {
-        push(Action::Drain(drain_preview(&node.name, world)));
+        push(Action::Drain(drain_preview(&node.name, world, rules)));
     }
     if running {
         push(Action::Stop);
@@ -682,19 +689,22 @@ fn retirement(instance: &Instance<'_>, is_node: bool, world: &Indexed<'_>, push:
 /// What the drain will do to the node's pods ([`Pod::drain_action`]), and which PDBs would make
 /// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
 /// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
-fn drain_preview(node: &str, world: &Indexed<'_>) -> DrainPreview {
+fn drain_preview(node: &str, world: &Indexed<'_>, rules: &[crate::spec::DrainRule]) -> DrainPreview {
     let pods = world.pods_on(node);
 
     let mut preview = DrainPreview::default();
     let mut blocking: BTreeSet<&str> = BTreeSet::new();
     for &pod in pods {
+        let decision = pod.drain_decision(rules);
         let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
             pod: [pod.namespace.as_str(), "/", pod.name.as_str()].concat(),
             owner: pod.owner_kind.clone(),
             note,
             pdbs,
+            order: decision.order,
+            rule: decision.rule.map(|i| format!("spec.drain.rules[{i}]")),
         };
-        let rule_warning = match pod.drain_action() {
+        let rule_warning = match decision.action {
             DrainAction::Skip(reason) => {
                 preview.skip.push(pod_ref(Some(reason.to_owned()), Vec::new()));
                 continue;
@@ -720,6 +730,9 @@ fn drain_preview(node: &str, world: &Indexed<'_>) -> DrainPreview {
         preview.evict.push(pod_ref(warning, ids));
     }
     preview.blocking_pdbs = blocking.into_iter().map(str::to_owned).collect();
+    // In the order the drain goes: group by group.
+    preview.evict.sort_by_key(|p| p.order);
+    preview.wait.sort_by_key(|p| p.order);
     preview
 }
 

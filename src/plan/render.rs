@@ -391,7 +391,9 @@ fn step_text(marker: &str, step: &Step, style: Style, out: &mut dyn Write) -> io
 fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
     const INDENT: &str = "          ";
     let pod = |verb: &str, p: &PodRef| {
-        let mut about: Vec<&str> = p.owner.iter().chain(&p.note).map(String::as_str).collect();
+        let group = (p.order != 0).then(|| format!("group {}", p.order));
+        let mut about: Vec<&str> =
+            p.owner.iter().chain(&p.note).chain(&p.rule).chain(&group).map(String::as_str).collect();
         about.dedup(); // a DaemonSet pod is skipped because of its owner: say it once
         let about = if about.is_empty() { String::new() } else { format!("  ({})", about.join("; ")) };
         format!("{INDENT}{verb} {}{about}", p.pod)

@@ -970,6 +970,41 @@ fn the_drain_preview_shows_what_the_pods_owners_asked_for_and_why() {
 }
 
 #[test]
+fn the_drain_preview_shows_each_pods_group_and_the_rule_that_decided_in_drain_order() {
+    let (mut desired, mut world) = drain_world();
+    world.pods.retain(|p| matches!(p.name.as_str(), "web-7d9f" | "api-5c1b" | "cache-0"));
+    let rule = |app: &str, behavior, order| crate::spec::DrainRule {
+        pods: Some(crate::spec::PodSelector {
+            match_labels: std::collections::BTreeMap::from([("app".to_owned(), app.to_owned())]),
+            ..Default::default()
+        }),
+        behavior,
+        order,
+        ..Default::default()
+    };
+    desired.pools[0].pool.spec.drain.rules = vec![
+        rule("api", crate::spec::DrainBehavior::Drain, 2),
+        rule("cache", crate::spec::DrainBehavior::Skip, 0),
+    ];
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let drain = the_drain(&plan);
+    let order: Vec<(&str, i64, Option<&str>)> =
+        drain.evict.iter().map(|p| (p.pod.as_str(), p.order, p.rule.as_deref())).collect();
+    assert_eq!(order, [("default/web-7d9f", 0, None), ("default/api-5c1b", 2, Some("spec.drain.rules[0]"))]);
+    assert_eq!(drain.skip[0].rule.as_deref(), Some("spec.drain.rules[1]"));
+    let shown = text(&plan);
+    assert!(shown.contains("evict default/api-5c1b  (ReplicaSet; spec.drain.rules[0]; group 2)"), "{shown}");
+    assert!(
+        shown.contains("skip  default/cache-0  (StatefulSet; behavior: Skip; spec.drain.rules[1])"),
+        "{shown}"
+    );
+    let json = serde_json::to_value(drain).unwrap();
+    assert_eq!(json["evict"][1]["order"], 2);
+    assert_eq!(json["evict"][1]["rule"], "spec.drain.rules[0]");
+    assert!(json["evict"][0].get("order").is_none(), "group 0 is the default: {json}");
+}
+
+#[test]
 fn a_budget_under_which_a_pod_shares_another_does_not_count_as_blocking_for_it() {
     // The server refuses a pod under two budgets before it looks at either: the drain fails on
     // it rather than wait, so neither budget is reported as one the drain waits on.

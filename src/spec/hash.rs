@@ -70,6 +70,7 @@ mod tests {
             docker: None,
             rollout: Rollout::default(),
             health: crate::spec::HealthSpec::default(),
+            drain: crate::spec::DrainSpec::default(),
             paused: false,
         }
     }

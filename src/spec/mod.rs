@@ -98,11 +98,93 @@ pub struct PoolSpec {
     /// API's `MachineHealthCheck`). Not covered by the template hash.
     #[serde(default)]
     pub health: HealthSpec,
+    /// What the drain of a retiring instance's Node does with its pods, beyond the pod labels
+    /// `poolctl.dev/drain` and `cluster.x-k8s.io/drain` (as Cluster API's `MachineDrainRule`).
+    /// Not covered by the template hash.
+    #[serde(default, skip_serializing_if = "DrainSpec::is_empty")]
+    pub drain: DrainSpec,
     /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
     /// apply and watch change nothing in it, and a rollout in flight stops at the next step
     /// boundary (as a Deployment's `paused`, Flux's `suspend`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+}
+
+/// Drain rules, as Cluster API's `MachineDrainRule`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainSpec {
+    /// The first rule that matches a pod decides what the drain does with it; a pod's own
+    /// `poolctl.dev/drain` (or `cluster.x-k8s.io/drain`) label beats every rule. Pods are
+    /// evicted in groups by `order`, lowest first, each group gone before the next starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<DrainRule>,
+}
+
+impl DrainSpec {
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// One drain rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainRule {
+    /// The pods it applies to, by label (`matchLabels`, `matchExpressions`). Default: every
+    /// pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodSelector>,
+    /// The namespaces it applies to. Default: every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// `Drain` (evict), `Skip` (never evicted: the pod goes down with its node) or
+    /// `WaitCompleted` (not evicted: the drain waits until it has completed or is gone).
+    #[serde(default)]
+    pub behavior: DrainBehavior,
+    /// Its pods' group: lower orders are evicted, and gone, first. At least 0; default 0.
+    #[serde(default)]
+    pub order: i64,
+}
+
+/// What a drain does with a pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DrainBehavior {
+    #[default]
+    Drain,
+    Skip,
+    WaitCompleted,
+}
+
+/// A label selector, as `metav1.LabelSelector` spells it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SelectorRequirement {
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+impl PodSelector {
+    /// The selector the API server would make of it; `None` when it would refuse it.
+    pub fn to_selector(&self) -> Option<crate::model::LabelSelector> {
+        crate::model::LabelSelector::from_parts(
+            &self.match_labels,
+            self.match_expressions.iter().map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
+        )
+    }
 }
 
 /// The container template. Everything here is covered by the template hash.

@@ -75,6 +75,9 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     for (path, message) in health_problems(&spec.health) {
         fail(path, message);
     }
+    for (path, message) in drain_problems(&spec.drain) {
+        fail(path, message);
+    }
     if let Some(after) = &spec.rollout.after
         && spec.rollout.after_secs().is_none()
     {
@@ -226,6 +229,37 @@ fn health_problems(health: &super::HealthSpec) -> Vec<(FieldPath, String)> {
             errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
         }
         _ => {}
+    }
+    errors
+}
+
+/// The rules of `spec.drain`: selectors the API server would accept, orders of 0 or more.
+fn drain_problems(drain: &super::DrainSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    for (i, rule) in drain.rules.iter().enumerate() {
+        let path = FieldPath::of("spec.drain").key("rules").index(i);
+        if rule.order < 0 {
+            errors.push((path.key("order"), format!("must be 0 or more, got {}", rule.order)));
+        }
+        for (j, e) in rule.pods.iter().flat_map(|p| p.match_expressions.iter().enumerate()) {
+            let path = path.key("pods").key("matchExpressions").index(j);
+            let problem = match (e.operator.as_str(), e.values.is_empty()) {
+                ("In" | "NotIn", true) => Some(format!("{} needs values", e.operator)),
+                ("Exists" | "DoesNotExist", false) => Some(format!("{} takes no values", e.operator)),
+                ("In" | "NotIn" | "Exists" | "DoesNotExist", _) => None,
+                (other, _) => {
+                    Some(format!("operator must be In, NotIn, Exists or DoesNotExist, got {other:?}"))
+                }
+            };
+            if let Some(problem) = problem {
+                errors.push((path, problem));
+            }
+        }
+        for (j, ns) in rule.namespaces.iter().enumerate() {
+            if ns.trim().is_empty() {
+                errors.push((path.key("namespaces").index(j), "must name a namespace".to_owned()));
+            }
+        }
     }
     errors
 }
@@ -580,6 +614,27 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn drain_rules_are_checked_offline_where_they_are_written() {
+        let found = errors(
+            "  template: {image: i}\n  drain:\n    rules:\n      - {order: -1}\n      \
+             - pods: {matchExpressions: [{key: app, operator: Near, values: [a]}, {key: b, operator: In}]}\n        \
+             namespaces: ['']\n",
+        );
+        assert_eq!(
+            sorted(found),
+            [
+                "a.yaml:10:17: spec.drain.rules[0].order: must be 0 or more, got -1",
+                "a.yaml:11:35: spec.drain.rules[1].pods.matchExpressions[0]: operator must be In, NotIn, Exists or DoesNotExist, got \"Near\"",
+                "a.yaml:11:76: spec.drain.rules[1].pods.matchExpressions[1]: In needs values",
+                "a.yaml:12:22: spec.drain.rules[1].namespaces[0]: must name a namespace",
+            ]
+        );
+        let unknown = errors("  template: {image: i}\n  drain:\n    rules:\n      - {behavior: Later}\n");
+        assert!(unknown.len() == 1 && unknown[0].starts_with("a.yaml:10:"), "{unknown:?}");
+        assert!(unknown[0].contains("Later") && unknown[0].contains("WaitCompleted"), "{unknown:?}");
     }
 
     #[test]

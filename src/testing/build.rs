@@ -89,6 +89,7 @@ impl PoolArgs {
             docker: None,
             rollout,
             health: crate::spec::HealthSpec::default(),
+            drain: crate::spec::DrainSpec::default(),
             paused: false,
         };
         let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);

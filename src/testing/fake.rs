@@ -667,7 +667,7 @@ impl Cluster for FakeCluster {
             .await
     }
 
-    async fn drain(&self, node: &str, _: Duration) -> Result<(), BackendError> {
+    async fn drain(&self, node: &str, _: Duration, _: &[crate::spec::DrainRule]) -> Result<(), BackendError> {
         self.world
             .call(format!("drain {node}"), |sim| {
                 sim.drain(node);

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod as K8sPod;
@@ -23,6 +26,7 @@ use super::gone::{Contact, Departures};
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
+use crate::spec::DrainRule;
 
 /// The pods of a drain not gone yet, for the progress line: how many, and the last refusal.
 struct Left<'a> {
@@ -48,7 +52,12 @@ impl Left<'_> {
 impl KubeCluster {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`.
-    pub(super) async fn drain_node(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+    pub(super) async fn drain_node(
+        &self,
+        node: &str,
+        timeout: Duration,
+        rules: &[DrainRule],
+    ) -> Result<(), BackendError> {
         let deadline = Instant::now() + timeout;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -64,19 +73,20 @@ impl KubeCluster {
         let contact = Contact::of(found?.as_ref());
         let on_node: Vec<&K8sPod> = list.items.iter().collect();
         let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
-        let mut targets: Vec<(&K8sPod, Pod)> = Vec::new();
-        let mut completing: Vec<(&K8sPod, Pod, &'static str)> = Vec::new();
+        let mut targets: Vec<(&K8sPod, Pod, i64)> = Vec::new();
+        let mut completing: Vec<(&K8sPod, Pod, &'static str, i64)> = Vec::new();
         for (raw, pod) in on_node.into_iter().filter_map(|p| pod_from(p, &daemon_sets).map(|m| (p, m))) {
-            match pod.drain_action() {
+            let decision = pod.drain_decision(rules);
+            match decision.action {
                 DrainAction::Skip(why) => {
                     tracing::debug!("pod {}/{}: not evicted, {why}", pod.namespace, pod.name);
                 }
-                DrainAction::WaitCompleted(why) => completing.push((raw, pod, why)),
+                DrainAction::WaitCompleted(why) => completing.push((raw, pod, why, decision.order)),
                 DrainAction::Evict(warning) => {
                     if let Some(warning) = warning {
                         tracing::debug!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
                     }
-                    targets.push((raw, pod));
+                    targets.push((raw, pod, decision.order));
                 }
             }
         }
@@ -89,22 +99,40 @@ impl KubeCluster {
             completing: completing.len(),
         };
         left.note(None);
-        let awaited = targets.iter().map(|(raw, _)| *raw).chain(completing.iter().map(|(raw, ..)| *raw));
+        let awaited = targets.iter().map(|(raw, ..)| *raw).chain(completing.iter().map(|(raw, ..)| *raw));
         let departures = Departures::new(awaited, node, contact, &self.server)
             .completing(completing.iter().map(|(raw, ..)| *raw));
-        let evictions = targets
-            .iter()
-            .map(|(raw, pod)| self.evict_and_wait(raw, pod, deadline, &departures, &left).boxed())
-            .chain(completing.iter().map(|(_, pod, why)| {
-                let departures = &departures;
-                async move {
-                    departures
-                        .wait(&pod.namespace, &pod.name, deadline)
-                        .await
-                        .map_err(|e| format!("pod {}/{} ({why}): {e}", pod.namespace, pod.name))
+        // Groups by `order`, lowest first: a group starts once every pod of the one before is gone
+        // (as Cluster API's drain does), so an ingress or a log shipper can go last.
+        let mut groups: BTreeMap<i64, Vec<BoxFuture<'_, Result<(), String>>>> = BTreeMap::new();
+        for (raw, pod, order) in &targets {
+            let eviction = self.evict_and_wait(raw, pod, deadline, &departures, &left).boxed();
+            groups.entry(*order).or_default().push(eviction);
+        }
+        for (_, pod, why, order) in &completing {
+            let departures = &departures;
+            let wait = async move {
+                departures
+                    .wait(&pod.namespace, &pod.name, deadline)
+                    .await
+                    .map_err(|e| format!("pod {}/{} ({why}): {e}", pod.namespace, pod.name))
+            };
+            groups.entry(*order).or_default().push(wait.boxed());
+        }
+        let several = groups.len() > 1;
+        let evictions = async move {
+            let mut failures = Vec::new();
+            for (order, group) in groups {
+                if several {
+                    tracing::debug!(node, order, pods = group.len(), "draining a group");
                 }
-                .boxed()
-            }));
+                failures.extend(join_all(group).await.into_iter().filter_map(Result::err));
+                if !failures.is_empty() {
+                    break;
+                }
+            }
+            failures
+        };
         // The watch from the list above sees every eviction's outcome, whichever comes first.
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         let follow = async {
@@ -116,11 +144,10 @@ impl KubeCluster {
             }
             std::future::pending::<std::convert::Infallible>().await
         };
-        let results = tokio::select! {
-            results = join_all(evictions) => results,
+        let failures = tokio::select! {
+            failures = evictions => failures,
             never = follow => match never {},
         };
-        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         if failures.is_empty() {
             return Ok(());
         }

@@ -385,9 +385,14 @@ impl Cluster for KubeCluster {
         self.patch_node(node, "cordon node", patch).await
     }
 
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {
+    async fn drain(
+        &self,
+        node: &str,
+        timeout: Duration,
+        rules: &[crate::spec::DrainRule],
+    ) -> Result<(), BackendError> {
         self.wrote();
-        self.drain_node(node, timeout).await
+        self.drain_node(node, timeout, rules).await
     }
 
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
