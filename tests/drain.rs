@@ -286,3 +286,28 @@ async fn drain_rules_evict_group_by_group_each_gone_before_the_next_starts() {
     }
     assert!(fake.pod("default", "cache-1").is_some());
 }
+
+#[tokio::test]
+async fn attached_volumes_are_the_nodes_own_and_its_volume_attachments_and_a_403_says_what_to_do() {
+    let (fake, cluster) = setup();
+    fake.add_node("other", true);
+    assert!(bounded(cluster.attached_volumes("n")).await.unwrap().is_empty());
+    fake.store().update_node("n", |node| {
+        let status = node.status.get_or_insert_with(Default::default);
+        status.volumes_attached = Some(vec![k8s_openapi::api::core::v1::AttachedVolume {
+            name: "kubernetes.io/csi/fake^vol-1".into(),
+            device_path: String::new(),
+        }]);
+    });
+    fake.store().volume_attachments =
+        vec![("csi-n".to_owned(), "n".to_owned()), ("csi-other".to_owned(), "other".to_owned())];
+    let held = bounded(cluster.attached_volumes("n")).await.unwrap();
+    assert_eq!(held, ["kubernetes.io/csi/fake^vol-1", "VolumeAttachment csi-n"]);
+
+    fake.store().volume_attachments_forbidden = true;
+    let err = bounded(cluster.attached_volumes("n")).await.unwrap_err().to_string();
+    assert!(err.contains("refuses to list VolumeAttachments"), "{err}");
+    assert!(err.contains("poolctl.dev/exclude-wait-for-node-volume-detach"), "{err}");
+    let list = fake.requests_matching("GET", "/apis/storage.k8s.io/v1/volumeattachments");
+    assert_eq!(list.len(), 3, "a refusal is not asked again: {list:?}");
+}

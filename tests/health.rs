@@ -91,6 +91,13 @@ async fn a_node_past_its_timeout_is_replaced_its_replacement_ready_before_it_is_
     // lastTransitionTime, and replaces it.
     let gone = |st: &crate::support::fake_kube::Store| st.node(&held).is_none();
     tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the held Node is retired");
+    // The container goes last, after its Node: the retirement is done once it is removed.
+    let removed = async {
+        while rig.containers().await.contains_key(&held) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, removed).await.expect("the held container is removed");
     watch.signal("TERM");
     let events = rig.events_after(seq);
     let cordoned = events

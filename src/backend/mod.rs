@@ -240,6 +240,9 @@ pub trait Cluster: Sync {
         timeout: Duration,
         rules: &[crate::spec::DrainRule],
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// What still holds volumes on the Node: its `status.volumesAttached` and the
+    /// `storage.k8s.io/v1` `VolumeAttachments` that name it. Empty once every volume is detached.
+    fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

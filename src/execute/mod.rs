@@ -74,8 +74,14 @@ pub enum StepError {
         crate::spec::Duration::from(*after)
     )]
     Hooks { name: String, kind: String, hooks: String, after: Duration },
-    /// Interrupted while a Node's deletion hooks were set.
-    #[error("{name}: interrupted while waiting for its hooks: {hooks}")]
+    /// A Node's volumes were still attached after `volumeDetachTimeout`.
+    #[error(
+        "{name}: its volumes were still attached after volumeDetachTimeout ({}): {volumes}",
+        crate::spec::Duration::from(*after)
+    )]
+    VolumeDetach { name: String, volumes: String, after: Duration },
+    /// Interrupted while a Node's deletion hooks were set or its volumes attached.
+    #[error("{name}: interrupted while waiting for {hooks}")]
     HooksInterrupted { name: String, hooks: String },
     /// The Node was not Ready once `minReadySeconds` had passed since it turned Ready.
     #[error("the Node of {name} did not stay Ready for minReadySeconds ({seconds}s)")]
@@ -572,6 +578,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Stop a container after draining whatever Node it has now.
     async fn stop_after_drain(&self, pool: &str, name: &str) -> Result<(), StepError> {
         self.drain_before_stop(pool, name).await?;
+        self.wait_for_volume_detach(pool, name).await?;
         self.wait_for_hooks(pool, name, "pre-terminate").await?;
         let grace = self.rollout_of(pool).stop_grace_period.get();
         Ok(self.containers.stop(name, grace).await?)
@@ -619,6 +626,41 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
+    /// After the drain, wait until the Node's volumes are detached (as Cluster API does before
+    /// it deletes a Machine's infrastructure), so that no volume is cut off mid-write by the
+    /// container's stop. Skipped for a Node annotated
+    /// `poolctl.dev/exclude-wait-for-node-volume-detach`; bounded by `volumeDetachTimeout` when
+    /// it is set.
+    async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
+        let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
+        let started = tokio::time::Instant::now();
+        let mut said = String::new();
+        loop {
+            let Some(node) = cluster.node(name).await? else { return Ok(()) };
+            if node.retirement.exclude_volume_detach {
+                return Ok(());
+            }
+            let held = cluster.attached_volumes(name).await?;
+            if held.is_empty() {
+                return Ok(());
+            }
+            let now = held.join(", ");
+            if now != said {
+                self.say(&format!("{name}: waiting for its volumes to detach: {now}"));
+                said = now;
+            }
+            if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
+                return Err(StepError::VolumeDetach { name: name.to_owned(), volumes: said, after: limit });
+            }
+            if self.interrupt.is_set() {
+                let hooks = format!("its volumes to detach: {said}");
+                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks });
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
     /// another controller (a backup, a storage operator) set them and removes each when it is
     /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set; an
@@ -648,7 +690,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 });
             }
             if self.interrupt.is_set() {
-                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks: said });
+                let hooks = format!("its {kind} hooks: {said}");
+                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks });
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

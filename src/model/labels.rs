@@ -56,6 +56,8 @@ pub const UP_OF: &str = "poolctl.dev/up-of";
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
 /// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
+/// Annotation on a Node: its retirement does not wait for its volumes to detach.
+pub const EXCLUDE_VOLUME_DETACH: &str = "poolctl.dev/exclude-wait-for-node-volume-detach";
 /// The suffix of a deletion hook's annotation prefix: `pre-drain.delete.hook.poolctl.dev/` or
 /// `pre-terminate.delete.hook.poolctl.dev/`.
 pub const HOOK_SUFFIX: &str = ".delete.hook.poolctl.dev/";

@@ -207,6 +207,9 @@ pub struct RetirementMarks {
     pub hooks: Vec<(String, String)>,
     /// `poolctl.dev/exclude-node-draining`: its drain is skipped, the owner's explicit choice.
     pub exclude_draining: bool,
+    /// `poolctl.dev/exclude-wait-for-node-volume-detach`: its retirement does not wait for its
+    /// volumes to detach.
+    pub exclude_volume_detach: bool,
 }
 
 impl RetirementMarks {

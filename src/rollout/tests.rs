@@ -415,6 +415,7 @@ fn hook(kind: &str) -> crate::model::RetirementMarks {
     crate::model::RetirementMarks {
         hooks: vec![(format!("{kind}.delete.hook.poolctl.dev/backup"), "my-operator".to_owned())],
         exclude_draining: false,
+        exclude_volume_detach: false,
     }
 }
 
@@ -457,9 +458,50 @@ async fn a_pre_terminate_hook_past_the_hook_timeout_halts_with_the_container_run
     assert!(!calls.contains(&"stop k-old".to_owned()), "the container still serves: {calls:?}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_container_stops_only_once_the_nodes_volumes_are_detached() {
+    let (desired, plan, fake) = marked_old_node(crate::model::RetirementMarks::default(), None);
+    fake.sim().volumes.insert("k-old".to_owned(), vec!["VolumeAttachment csi-1".to_owned()]);
+    let csi = async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let calls = fake.calls();
+        assert!(calls.contains(&"drain k-old".to_owned()), "drained first: {calls:?}");
+        assert!(!calls.contains(&"stop k-old".to_owned()), "not stopped while attached: {calls:?}");
+        fake.sim().volumes.clear();
+    };
+    let ((report, text), ()) = tokio::join!(execute_all(&fake, &desired, &plan), csi);
+    assert!(report.unwrap().complete());
+    assert!(text.contains("k-old: waiting for its volumes to detach: VolumeAttachment csi-1"), "{text}");
+    assert!(fake.calls().contains(&"stop k-old".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn volumes_still_attached_after_the_timeout_halt_the_retirement_unless_the_node_is_excluded() {
+    let (mut desired, plan, fake) = marked_old_node(crate::model::RetirementMarks::default(), None);
+    desired.pools[0].pool.spec.rollout.volume_detach_timeout = Some(crate::spec::Duration::from_secs(60));
+    fake.sim().volumes.insert("k-old".to_owned(), vec!["pvc-1".to_owned()]);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let report = report.unwrap();
+    let failure = report.failure().expect("halted");
+    assert_eq!((failure.verb, failure.instance.as_str()), ("stop", "k-old"));
+    let message = failure.error.as_ref().unwrap().to_string();
+    assert!(
+        message.contains("volumes were still attached after volumeDetachTimeout (1m): pvc-1"),
+        "{message}"
+    );
+    assert!(!fake.calls().contains(&"stop k-old".to_owned()), "the container still serves");
+
+    let marks = crate::model::RetirementMarks { exclude_volume_detach: true, ..Default::default() };
+    let (desired, plan, fake) = marked_old_node(marks, None);
+    fake.sim().volumes.insert("k-old".to_owned(), vec!["pvc-1".to_owned()]);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    assert!(fake.calls().contains(&"stop k-old".to_owned()));
+}
+
 #[tokio::test]
 async fn a_node_excluded_from_draining_is_not_drained_and_the_plan_says_so() {
-    let marks = crate::model::RetirementMarks { hooks: Vec::new(), exclude_draining: true };
+    let marks = crate::model::RetirementMarks { exclude_draining: true, ..Default::default() };
     let (desired, plan, fake) = marked_old_node(marks, None);
     let k = plan.pools.iter().find(|p| p.name == "k").unwrap();
     assert!(!k.steps.iter().any(|s| s.instance == "k-old" && s.action.verb() == "drain"), "{:?}", k.steps);

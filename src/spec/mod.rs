@@ -510,6 +510,11 @@ pub struct Rollout {
     /// old instance still serving. Default: no limit, as Cluster API's hooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_timeout: Option<Duration>,
+    /// How long a retirement waits, after the drain, for the Node's volumes to detach (its
+    /// `status.volumesAttached` empty and no `VolumeAttachment` naming it) before it halts with
+    /// the old instance still serving. Default: no limit, as Cluster API's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_detach_timeout: Option<Duration>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -588,6 +593,7 @@ impl Default for Rollout {
             after: None,
             min_ready_seconds: 0,
             hook_timeout: None,
+            volume_detach_timeout: None,
         }
     }
 }

@@ -676,6 +676,10 @@ impl Cluster for FakeCluster {
             .await
     }
 
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, BackendError> {
+        Ok(self.world.sim().volumes.get(node).cloned().unwrap_or_default())
+    }
+
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
         self.world
             .call(format!("delete-node {node}"), |sim| {

@@ -21,12 +21,14 @@ pub(crate) struct SimWorld {
     /// Creation time of the next container: later than every container of the initial world, so
     /// that new instances are the newest.
     clock: i64,
+    /// The volumes still attached to each Node (see `Cluster::attached_volumes`).
+    pub(crate) volumes: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl SimWorld {
     pub(crate) fn new(world: World) -> Self {
         let clock = world.containers.iter().map(|c| c.created).max().unwrap_or(0) + 1;
-        Self { world, scope: None, clock }
+        Self { world, scope: None, clock, volumes: std::collections::BTreeMap::new() }
     }
 
     /// Carry out every step of the plan, in order, with the plan's source as the scope.

@@ -60,7 +60,11 @@ fn retirement_marks(annotations: Option<&std::collections::BTreeMap<String, Stri
         .filter(|(k, _)| k.contains(labels::HOOK_SUFFIX))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    RetirementMarks { hooks, exclude_draining: annotations.contains_key(labels::EXCLUDE_DRAINING) }
+    RetirementMarks {
+        hooks,
+        exclude_draining: annotations.contains_key(labels::EXCLUDE_DRAINING),
+        exclude_volume_detach: annotations.contains_key(labels::EXCLUDE_VOLUME_DETACH),
+    }
 }
 
 /// The namespace and name of the DaemonSet that controls the pod, if one does.

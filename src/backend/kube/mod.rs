@@ -395,6 +395,46 @@ impl Cluster for KubeCluster {
         self.drain_node(node, timeout, rules).await
     }
 
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, BackendError> {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let deadline = Instant::now() + API_RETRY_WINDOW;
+        let nodes = self.nodes_api();
+        let found = self.retrying("get node", deadline, || nodes.get_opt(node)).await?;
+        let mut held: Vec<String> = found
+            .and_then(|n| n.status)
+            .and_then(|s| s.volumes_attached)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        // VolumeAttachments have no field selector for their node: list them all, as Cluster
+        // API does. A 403 is not retried: it would only turn into a hang of the retirement.
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let params = ListParams::default();
+        let list = || async {
+            match api.list(&params).await {
+                Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
+                other => other.map(Some),
+            }
+        };
+        let Some(list) = self.retrying("list VolumeAttachments", deadline, list).await? else {
+            return Err(BackendError::Failed(format!(
+                "cannot tell whether the volumes of {node} are detached: {} refuses to list \
+                 VolumeAttachments (storage.k8s.io/v1) to these credentials; grant list on \
+                 volumeattachments, or annotate the Node {} to skip the wait",
+                self.server,
+                crate::model::labels::EXCLUDE_VOLUME_DETACH
+            )));
+        };
+        held.extend(
+            list.items
+                .into_iter()
+                .filter(|a| a.spec.node_name == node)
+                .map(|a| format!("VolumeAttachment {}", a.metadata.name.unwrap_or_default())),
+        );
+        Ok(held)
+    }
+
     async fn delete_node(&self, node: &str) -> Result<(), BackendError> {
         self.wrote();
         let api = self.nodes_api();

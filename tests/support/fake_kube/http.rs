@@ -291,6 +291,30 @@ fn route_apis(
                 None => json_status(404, &not_found("daemonsets.apps", name)),
             }
         }
+        (&Method::GET, ["storage.k8s.io", "v1", "volumeattachments"]) => {
+            let store = state.store.lock().expect("store lock");
+            if store.volume_attachments_forbidden {
+                let message = "volumeattachments.storage.k8s.io is forbidden: User \"poolctl\" cannot list \
+                               resource \"volumeattachments\" in API group \"storage.k8s.io\" at the cluster scope";
+                return Some(json_status(403, &status(403, "Forbidden", message.to_owned())));
+            }
+            let items: Vec<Value> = store
+                .volume_attachments
+                .iter()
+                .map(|(name, node)| {
+                    json!({
+                        "apiVersion": "storage.k8s.io/v1",
+                        "kind": "VolumeAttachment",
+                        "metadata": {"name": name, "resourceVersion": "1"},
+                        "spec": {"attacher": "csi.fake", "nodeName": node, "source": {"persistentVolumeName": name}},
+                    })
+                })
+                .collect();
+            Reply::Json(
+                200,
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachmentList", "metadata": {"resourceVersion": "1"}, "items": items}),
+            )
+        }
         (_, ["coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) if rest.len() <= 1 => {
             let mut store = state.store.lock().expect("store lock");
             let (code, v) = store.leases().serve(method, ns, rest.first().copied(), body);

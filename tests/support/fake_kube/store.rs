@@ -341,6 +341,11 @@ pub struct Store {
     version: watch::Sender<u64>,
     /// Kept apart: Leases are no part of the simulated cluster's events or watches.
     pub(super) leases: super::lease::Leases,
+    /// `storage.k8s.io/v1` `VolumeAttachments`: name and the Node they attach to.
+    pub volume_attachments: Vec<(String, String)>,
+    /// While `true`, listing `VolumeAttachments` is 403 Forbidden, as for credentials without
+    /// that right.
+    pub volume_attachments_forbidden: bool,
 }
 
 fn now_time() -> Time {
@@ -543,6 +548,8 @@ impl Store {
             tx,
             version,
             leases: super::lease::Leases::default(),
+            volume_attachments: Vec::new(),
+            volume_attachments_forbidden: false,
         }
     }
 
