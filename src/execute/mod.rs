@@ -40,6 +40,15 @@ pub use report::{Report, StepOutcome};
 /// section use their `readyTimeout` instead; bootstrap commands have their own timeouts.
 const CONTAINER_UP_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// What may hold a Node's retirement, waited for by `Executor::wait_while_held`.
+#[derive(Debug, Clone, Copy)]
+enum Hold<'a> {
+    /// Its deletion hooks of one kind (`pre-drain`, `pre-terminate`).
+    Hooks(&'a str),
+    /// Its attached volumes, unless the Node is excluded from that wait.
+    Volumes,
+}
+
 /// Why a step failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StepError {
@@ -634,64 +643,69 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
-        let started = tokio::time::Instant::now();
-        let mut said = String::new();
-        loop {
-            let Some(node) = cluster.node(name).await? else { return Ok(()) };
-            if node.retirement.exclude_volume_detach {
-                return Ok(());
-            }
-            let held = cluster.attached_volumes(name).await?;
-            if held.is_empty() {
-                return Ok(());
-            }
-            let now = held.join(", ");
-            if now != said {
-                self.say(&format!("{name}: waiting for its volumes to detach: {now}"));
-                said = now;
-            }
-            if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
-                return Err(StepError::VolumeDetach { name: name.to_owned(), volumes: said, after: limit });
-            }
-            if self.interrupt.is_set() {
-                let hooks = format!("its volumes to detach: {said}");
-                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks });
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        match self.wait_while_held(cluster, name, Hold::Volumes, limit).await? {
+            None => Ok(()),
+            Some((volumes, after)) => Err(StepError::VolumeDetach { name: name.to_owned(), volumes, after }),
         }
     }
 
     /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
     /// another controller (a backup, a storage operator) set them and removes each when it is
-    /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set; an
-    /// interrupt stops the wait, the retirement not carried further.
+    /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
     async fn wait_for_hooks(&self, pool: &str, name: &str, kind: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
+        match self.wait_while_held(cluster, name, Hold::Hooks(kind), limit).await? {
+            None => Ok(()),
+            Some((hooks, after)) => {
+                Err(StepError::Hooks { name: name.to_owned(), kind: kind.to_owned(), hooks, after })
+            }
+        }
+    }
+
+    /// Wait, looking once a second, while `hold` holds the Node's retirement, saying what
+    /// holds it whenever that changes. `None` once nothing does; what last did and `limit` once
+    /// the wait has lasted `limit`. An interrupt stops the wait, the retirement not carried
+    /// further.
+    async fn wait_while_held(
+        &self,
+        cluster: &K,
+        name: &str,
+        hold: Hold<'_>,
+        limit: Option<Duration>,
+    ) -> Result<Option<(String, Duration)>, StepError> {
+        let what = match hold {
+            Hold::Hooks(kind) => format!("its {kind} hooks"),
+            Hold::Volumes => "its volumes to detach".to_owned(),
+        };
         // tokio's clock, which the waits below advance (and a test can pause).
         let started = tokio::time::Instant::now();
         let mut said = String::new();
         loop {
-            let hooks = cluster.node(name).await?.map(|n| n.retirement.hooks_of(kind)).unwrap_or_default();
-            if hooks.is_empty() {
-                return Ok(());
+            let node = cluster.node(name).await?;
+            let now = match (hold, node) {
+                (Hold::Hooks(kind), Some(node)) => node.retirement.hooks_of(kind),
+                (Hold::Volumes, Some(node)) if !node.retirement.exclude_volume_detach => {
+                    cluster.attached_volumes(name).await?
+                }
+                _ => Vec::new(),
+            };
+            if now.is_empty() {
+                return Ok(None);
             }
-            let now = hooks.join(", ");
+            let now = now.join(", ");
             if now != said {
-                self.say(&format!("{name}: waiting for its {kind} hooks: {now}"));
+                self.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
             if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
-                return Err(StepError::Hooks {
-                    name: name.to_owned(),
-                    kind: kind.to_owned(),
-                    hooks: said,
-                    after: limit,
-                });
+                return Ok(Some((said, limit)));
             }
             if self.interrupt.is_set() {
-                let hooks = format!("its {kind} hooks: {said}");
-                return Err(StepError::HooksInterrupted { name: name.to_owned(), hooks });
+                return Err(StepError::HooksInterrupted {
+                    name: name.to_owned(),
+                    hooks: format!("{what}: {said}"),
+                });
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
