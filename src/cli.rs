@@ -238,6 +238,17 @@ pub struct WatchArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g.
+    /// 127.0.0.1:9464 (0.0.0.0:9464 in a Pod). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// POST a JSON document to this http(s) URL when a rollout starts, succeeds or fails, as
+    /// Flux's generic webhook does; retried a few times, never holding up the watch. The URL
+    /// is never printed whole, as it often holds a token.
+    #[arg(long, value_name = "URL", env = "POOLCTL_NOTIFY_URL", hide_env_values = true)]
+    pub notify: Option<String>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }

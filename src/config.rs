@@ -23,6 +23,19 @@ pub enum ConfigError {
     Source(#[from] SourceError),
     #[error("apply -o json asks no question: pass --yes (or apply a saved plan)")]
     JsonNeedsYes,
+    /// Not an http or https URL; the URL itself is not shown, as it may hold a token.
+    #[error("--notify: not an http:// or https:// URL with a host ({0})")]
+    NotifyUrl(&'static str),
+}
+
+/// Check `--notify`'s URL, without echoing it: webhook URLs carry their token in the path.
+fn notify_url(url: &str) -> Result<hyper::Uri, ConfigError> {
+    let uri: hyper::Uri = url.parse().map_err(|_| ConfigError::NotifyUrl("it does not parse"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => Ok(uri),
+        Some("http" | "https") => Err(ConfigError::NotifyUrl("no host")),
+        _ => Err(ConfigError::NotifyUrl("the scheme is neither http nor https")),
+    }
 }
 
 /// One run of poolctl, as the command line asks for it.
@@ -140,6 +153,10 @@ pub struct WatchConfig {
     pub resync: Duration,
     /// `--dry-run`: print each plan, apply nothing.
     pub dry_run: bool,
+    /// `--listen`: where to serve metrics and health.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `--notify`: where to post rollout notifications.
+    pub notify: Option<hyper::Uri>,
 }
 
 /// `poolctl status`.
@@ -200,6 +217,8 @@ impl Config {
                 interval: args.interval.get().max(MIN_PERIOD),
                 resync: args.resync.get().max(MIN_PERIOD),
                 dry_run: args.dry_run,
+                listen: args.listen,
+                notify: args.notify.as_deref().map(notify_url).transpose()?,
             }),
             Command::Status(args) => Task::Status(StatusConfig {
                 source: Source::from_args(&args.source)?,
@@ -271,5 +290,17 @@ mod tests {
         };
         assert_eq!(watch.interval, MIN_PERIOD);
         assert!(config(&["plan", "-s", ""]).unwrap_err().to_string().contains("--source is empty"));
+    }
+
+    #[test]
+    fn a_notify_url_is_checked_without_being_echoed() {
+        let ok = config(&["watch", "-s", "pools", "--notify", "https://hooks.example/T0/s3cret"]).unwrap();
+        let Task::Watch(watch) = ok.task else { panic!("not watch") };
+        assert_eq!(watch.notify.unwrap().host(), Some("hooks.example"));
+        for bad in ["ftp://hooks.example/s3cret", "s3cret", "http:///s3cret"] {
+            let err = config(&["watch", "-s", "pools", "--notify", bad]).unwrap_err().to_string();
+            assert!(err.starts_with("--notify: not an http:// or https:// URL"), "{err}");
+            assert!(!err.contains("s3cret"), "{err}");
+        }
     }
 }

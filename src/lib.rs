@@ -28,6 +28,7 @@ pub mod config;
 pub mod execute;
 pub mod home;
 pub mod lock;
+pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plan;

@@ -280,6 +280,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             pools.iter().filter(|p| !self.pools().contains(p.as_str())).cloned().collect();
         for pool in missing {
             let (record, renewed) = self.acquire_one(&pool, deadline, interrupt).await?;
+            crate::metrics::record(|m| m.lock_held(&pool, true));
             self.held.push(Held { pool, record, renewed, lost: false });
         }
         Ok(())
@@ -361,6 +362,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             async move {
                 let why = renew_until_lost(&place, held, settings).await;
                 held.lost = true;
+                crate::metrics::record(|m| m.lock_held(&held.pool, false));
                 interrupt.stop(StopReason::LockLost);
                 say(
                     progress,
@@ -377,6 +379,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
         for Held { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
+            crate::metrics::record(|m| m.lock_held(pool, false));
             if let Some(cluster) = self.clusters.get(pool)
                 && let Err(e) = self.settle_joining(cluster, record).await
             {

@@ -19,7 +19,7 @@ use crate::execute::{Executor, PreflightError, ProgressUi, Report};
 use crate::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
 use crate::model::{Desired, LockHolder, World};
 use crate::observe::{ObserveError, Observed, observe, observe_again};
-use crate::plan::{Plan, PlanOptions};
+use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
 
 /// How many times the locks are topped up when the plan made under them changes other pools.
 const MAX_LOCK_ROUNDS: usize = 3;
@@ -202,6 +202,45 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
     /// came up, or an instance someone removed, changes what the next batch may safely retire,
     /// and a plan made before the first batch cannot know that.
     pub async fn carry_out(&self, plan: &Plan) -> Result<Report, RolloutError> {
+        self.tell(plan, |pool| {
+            let created = pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
+            let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
+            let template = pool.template_hash.as_deref().unwrap_or("none (pruned)");
+            let note = format!(
+                "{created} to create, {retired} to retire; template {template}, from {}",
+                self.desired.origin
+            );
+            Some(("RolloutStarted", note))
+        })
+        .await;
+        let result = self.carry_out_batches(plan).await;
+        self.tell(plan, |pool| match &result {
+            Ok(report) => {
+                if let Some(f) = report.failure() {
+                    let why = f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"));
+                    let step = format!("step {} {} of pool {} failed{why}", f.verb, f.instance, f.pool);
+                    return Some(("RolloutFailed", step));
+                }
+                let done = report.attempted.iter().filter(|s| s.pool == pool.name).count();
+                report.complete().then(|| ("RolloutSucceeded", format!("{done} steps done")))
+            }
+            Err(e) => Some(("RolloutFailed", crate::backend::kube::cause_chain(e))),
+        })
+        .await;
+        result
+    }
+
+    /// Tell the cluster of each pool `plan` changes what `what` says, as an Event.
+    async fn tell(&self, plan: &Plan, what: impl Fn(&PoolPlan) -> Option<(&'static str, String)>) {
+        let tells = plan.pools.iter().filter(|p| !p.steps.is_empty()).filter_map(|pool| {
+            let cluster = self.clusters.get(&pool.name)?;
+            let (reason, note) = what(pool)?;
+            Some(cluster.tell_rollout(reason, note))
+        });
+        futures::future::join_all(tells).await;
+    }
+
+    async fn carry_out_batches(&self, plan: &Plan) -> Result<Report, RolloutError> {
         // A pool rolled back is created from its previous template.
         let desired = plan.desired_for(self.desired);
         let executor = Executor::new(&desired, self.containers, self.clusters, self.progress, self.interrupt)

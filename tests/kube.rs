@@ -267,7 +267,7 @@ async fn server_errors_and_an_api_outage_are_retried_within_the_window() {
         tokio::time::sleep(Duration::from_millis(700)).await;
         tokio::task::block_in_place(|| fake.set_api_down(false));
     };
-    let (deleted, ()) = bounded(async { tokio::join!(deleting, back) }).await;
+    let (deleted, ()) = Box::pin(bounded(async { tokio::join!(deleting, back) })).await;
     deleted.unwrap();
     assert!(fake.node("n").is_none());
 }

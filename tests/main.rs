@@ -30,6 +30,7 @@ mod lock;
 mod replace;
 mod safety;
 mod scope;
+mod service;
 mod source;
 mod spec;
 mod support;

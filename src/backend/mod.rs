@@ -245,6 +245,12 @@ pub trait Cluster: Sync {
     fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Tell the cluster's users how the pool's rollout goes (a Kubernetes Event): `reason` is
+    /// `RolloutStarted`, `RolloutSucceeded` or `RolloutFailed`. Best effort: it never fails.
+    fn tell_rollout(&self, reason: &'static str, note: String) -> impl Future<Output = ()> + Send {
+        let _ = (reason, note);
+        async {}
+    }
 }
 
 /// Connecting to the cluster a pool's Nodes live in, as a pool's `node:` section (or its

@@ -439,6 +439,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let number = self.number_of(&pool.name, step, n, total);
         let (result, elapsed) =
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
+        crate::metrics::record(|m| m.step_took(verb, elapsed));
         StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.to_string(),

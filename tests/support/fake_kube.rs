@@ -17,6 +17,7 @@
 //! different part of it, hence the lint allowances.
 #![allow(dead_code, unreachable_pub)]
 
+mod events;
 mod http;
 mod kubelet;
 mod lease;

@@ -241,17 +241,29 @@ impl KubeCluster {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
                 // some API server versions): that is not an eviction.
                 Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
+                    crate::metrics::record(|m| m.eviction("failed"));
                     let message = v.get("message").and_then(|m| m.as_str()).unwrap_or("no message");
                     return Err(format!("{id}: {}", self.refused(seen, message, deadline).await));
                 }
-                Ok(_) => break,
+                Ok(_) => {
+                    crate::metrics::record(|m| m.eviction("evicted"));
+                    break;
+                }
                 // 404: gone already. 409: the UID precondition failed, so the pod of that name
                 // is a replacement and the one we meant to evict is gone.
                 Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 429 => {
+                    crate::metrics::record(|m| m.eviction("refused"));
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
                     left.note(Some(&format!("{id} refused: {message}")));
+                    self.tell_node(
+                        left.node,
+                        "DrainBlocked",
+                        format!("eviction of {id} refused: {message}"),
+                        true,
+                    )
+                    .await;
                     last_refusal = Some(message);
                     backoff.wait_until(deadline).await;
                 }
@@ -263,6 +275,7 @@ impl KubeCluster {
                         || (status.code == 500
                             && status.message.contains("more than one PodDisruptionBudget")) =>
                 {
+                    crate::metrics::record(|m| m.eviction("failed"));
                     return Err(format!("{id}: {}", self.refused(seen, &status.message, deadline).await));
                 }
                 Err(e) if classify(&e) == Class::Transient => {
@@ -271,7 +284,10 @@ impl KubeCluster {
                     last_refusal = Some(why);
                     backoff.wait_until(deadline).await;
                 }
-                Err(e) => return Err(format!("{id}: eviction failed: {}", reason(&e))),
+                Err(e) => {
+                    crate::metrics::record(|m| m.eviction("failed"));
+                    return Err(format!("{id}: eviction failed: {}", reason(&e)));
+                }
             }
         }
         tracing::debug!("{id}: evicted");

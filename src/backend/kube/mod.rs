@@ -39,12 +39,14 @@ mod cache;
 mod convert;
 mod drain;
 mod errors;
+mod events;
 mod gone;
 mod kept;
 mod kubeconfig;
 mod lease;
 mod scope;
 
+pub(crate) use errors::cause_chain;
 pub use kept::KeptConnect;
 pub use lease::{LEASE_NAMESPACE, lease_name};
 
@@ -86,6 +88,8 @@ pub struct KubeCluster {
     identity: ClusterIdentity,
     /// The watch-backed lists of `watch`; `None` for a one-shot plan or apply.
     cache: Option<std::sync::Arc<cache::Cache>>,
+    /// What it tells the cluster through Events.
+    teller: events::Teller,
 }
 
 impl KubeCluster {
@@ -153,7 +157,8 @@ impl KubeCluster {
             ))
         })?;
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
-        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None })
+        let teller = events::Teller::new(client.clone());
+        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None, teller })
     }
 
     /// Keep the pool's lists in memory from now on, followed by watches, so that observing a
@@ -382,7 +387,9 @@ impl Cluster for KubeCluster {
             "metadata": { "annotations": { labels::RETIRING: "cordoned by poolctl to retire this instance" } },
             "spec": { "unschedulable": true }
         });
-        self.patch_node(node, "cordon node", patch).await
+        self.patch_node(node, "cordon node", patch).await?;
+        self.tell_node(node, "Cordoned", "cordoned by poolctl to retire this instance".into(), false).await;
+        Ok(())
     }
 
     async fn drain(
@@ -392,7 +399,15 @@ impl Cluster for KubeCluster {
         rules: &[crate::spec::DrainRule],
     ) -> Result<(), BackendError> {
         self.wrote();
-        self.drain_node(node, timeout, rules).await
+        let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
+        self.tell_node(node, "Draining", said.into(), false).await;
+        let drained = self.drain_node(node, timeout, rules).await;
+        let (reason, said, warning) = match &drained {
+            Ok(()) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
+            Err(e) => ("DrainFailed", format!("the drain did not finish: {e}"), true),
+        };
+        self.tell_node(node, reason, said, warning).await;
+        drained
     }
 
     async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, BackendError> {
@@ -446,6 +461,13 @@ impl Cluster for KubeCluster {
                 other => other.map(drop),
             }
         };
-        self.retrying("delete node", deadline, delete).await
+        self.retrying("delete node", deadline, delete).await?;
+        let said = "deleted by poolctl: its container was stopped after the drain".to_owned();
+        self.tell_node(node, "NodeDeleted", said, false).await;
+        Ok(())
+    }
+
+    async fn tell_rollout(&self, reason: &'static str, note: String) {
+        self.tell_pool(reason, note, reason == "RolloutFailed").await;
     }
 }

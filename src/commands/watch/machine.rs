@@ -25,6 +25,20 @@ pub(super) enum Trigger {
     Retry,
 }
 
+impl Trigger {
+    /// As metrics label it.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::SourceChanged => "source_changed",
+            Self::Drift => "drift",
+            Self::Resync => "resync",
+            Self::Deadline => "deadline",
+            Self::Retry => "retry",
+        }
+    }
+}
+
 /// How a reconcile ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ended {
@@ -36,6 +50,9 @@ pub(super) enum Ended {
     Stopped,
     /// Observing, a preflight or a step failed; the world is as far as it got.
     Failed,
+    /// Another run (the other replica, an apply) holds a pool's lock: nothing was changed, and
+    /// the pool is looked at again after this long (when that lock would expire).
+    Locked(Duration),
 }
 
 /// What one look at the source found.
@@ -78,6 +95,9 @@ pub(super) enum Decision {
     KeepLastGood,
     /// Schedule a [`Trigger::Retry`] after this long.
     RetryAfter(Duration),
+    /// Another run holds a lock: schedule a [`Trigger::Retry`] after this long, without
+    /// counting a failure (a standby replica is not failing).
+    StandBy(Duration),
     /// Look at the source again after this long (it could not be read).
     LookAgainAfter(Duration),
     /// Ask the running reconcile to stop at its next step boundary, then exit.
@@ -222,6 +242,13 @@ pub(super) fn next_action(mut state: WatchState, event: Event) -> (WatchState, D
                     state.backing_off = true;
                     Decision::RetryAfter(backoff(state.failures, MAX_BACKOFF))
                 }
+                // Whatever was pending, the holder of the lock acts on it; look again when
+                // its lock would lapse.
+                (Ended::Locked(after), _) => {
+                    state.failures = 0;
+                    state.backing_off = true;
+                    Decision::StandBy(after)
+                }
                 (_, Some(trigger)) => {
                     state.failures = 0;
                     state.running = true;
@@ -274,6 +301,22 @@ mod tests {
         let (s, a) = step(s, Event::Finished(Ended::Superseded));
         assert_eq!(a, Decision::Reconcile(Trigger::SourceChanged));
         assert!(s.running);
+    }
+
+    #[test]
+    fn a_standby_replica_looks_again_when_the_lock_would_lapse_without_backing_off() {
+        let (s, _) = step(WatchState::default(), Event::Trigger(Trigger::Start));
+        let (s, a) = step(s, Event::Finished(Ended::Failed));
+        assert_eq!(a, Decision::RetryAfter(Duration::from_secs(1)));
+        let (s, _) = step(s, Event::Trigger(Trigger::Retry));
+        let (s, _) = step(s, Event::Trigger(Trigger::SourceChanged));
+        let (s, a) = step(s, Event::Finished(Ended::Locked(Duration::from_secs(7))));
+        assert_eq!(a, Decision::StandBy(Duration::from_secs(7)), "the holder acts on the new spec");
+        assert_eq!(s.failures, 0, "standing by is not failing");
+        let (s, a) = step(s, Event::Trigger(Trigger::Drift));
+        assert_eq!(a, Decision::Wait, "the look at the lapse re-observes anyway");
+        let (_, a) = step(s, Event::Trigger(Trigger::Retry));
+        assert_eq!(a, Decision::Reconcile(Trigger::Retry));
     }
 
     #[test]

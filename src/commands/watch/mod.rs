@@ -16,13 +16,15 @@
 mod inputs;
 mod machine;
 mod reconcile;
+mod serve;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,10 +41,31 @@ use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
 use machine::{Decision, Ended, Event, SourceNews, Trigger, WatchState, fingerprint, next_action};
 use reconcile::{HealthLog, Reconcile};
+use serve::Probes;
+use webhook::Notifier;
 
 /// Run `poolctl watch` until a signal.
 pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
-    Loop::new(config).run().await
+    let probes = Arc::new(Probes::new(config.resync));
+    if let Some(addr) = config.listen {
+        crate::metrics::install();
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        info!("serving /metrics, /healthz and /readyz on http://{addr}");
+        tokio::spawn(serve::serve(listener, Arc::clone(&probes)));
+    }
+    let notifier = config.notify.clone().map(Notifier::start);
+    Loop::new(config, probes, notifier).run().await
+}
+
+/// A revision as metrics and notifications name it: a commit's first 12 hex digits, or
+/// `sha256:` and the first 12 of a directory's digest.
+fn revision_label(revision: &Revision) -> String {
+    match revision {
+        Revision::Commit(id) => id.chars().take(12).collect(),
+        Revision::Content(digest) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
+    }
 }
 
 /// What woke the loop up.
@@ -87,12 +110,17 @@ struct Loop {
     drift_tx: mpsc::Sender<String>,
     drift_rx: mpsc::Receiver<String>,
     changed_rx: mpsc::Receiver<()>,
+    /// What `/healthz` and `/readyz` answer (served with `--listen`).
+    probes: Arc<Probes>,
+    notifier: Option<Notifier>,
+    /// The revision of the last good desired state, as notifications name it.
+    revision: String,
     /// Keeps the notify watcher alive.
     _files: Option<notify::RecommendedWatcher>,
 }
 
 impl Loop {
-    fn new(config: WatchConfig) -> Self {
+    fn new(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Notifier>) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
         let spec = config.source.spec.clone();
@@ -119,6 +147,9 @@ impl Loop {
             drift_tx,
             drift_rx,
             changed_rx,
+            probes,
+            notifier,
+            revision: String::new(),
             _files: files,
         }
     }
@@ -159,6 +190,7 @@ impl Loop {
                     _ = sigint.recv() => Wake::Event(Event::Signal),
                 }
             };
+            self.probes.beat();
             let Some(event) = self.on_wake(wake) else { continue };
             let (state, decision) = next_action(self.state, event);
             self.state = state;
@@ -184,6 +216,8 @@ impl Loop {
                     warn!("backing off: retrying in {}s", after.as_secs());
                     self.retry = Some(Instant::now() + after);
                 }
+                // The reconcile said why and when.
+                Decision::StandBy(after) => self.retry = Some(Instant::now() + after),
                 Decision::LookAgainAfter(after) => {
                     let why = self
                         .problem
@@ -263,6 +297,7 @@ impl Loop {
             }
             Wake::Finished(ended) => {
                 self.run = None;
+                self.probes.ready();
                 self.deadline = self.next_deadline();
                 Some(Event::Finished(ended.unwrap_or_else(|e| {
                     error!("reconcile failed: {e}");
@@ -314,6 +349,11 @@ impl Loop {
         match checked {
             Checked::Unchanged => SourceNews::Unchanged,
             Checked::Loaded(revision, desired) => {
+                self.revision = revision_label(&revision);
+                crate::metrics::record(|m| m.source(&self.revision));
+                if !self.state.source_read {
+                    self.probes.not_ready("the source was read; the first reconcile has not ended");
+                }
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
                 let news = SourceNews::Loaded(fingerprint(&desired));
@@ -345,8 +385,16 @@ impl Loop {
         let connections = Arc::clone(&self.connections);
         let config = Arc::clone(&self.config);
         let health = Arc::clone(&self.health);
-        let task =
-            tokio::spawn(reconcile(desired, trigger, config, Arc::clone(&interrupt), connections, health));
+        let tell = Tell { notifier: self.notifier.clone(), revision: self.revision.clone() };
+        let task = tokio::spawn(reconcile(
+            desired,
+            trigger,
+            config,
+            Arc::clone(&interrupt),
+            connections,
+            health,
+            tell,
+        ));
         self.run = Some((task, interrupt));
     }
 
@@ -423,6 +471,12 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
+/// Who hears of a reconcile's rollouts besides stdout.
+struct Tell {
+    notifier: Option<Notifier>,
+    revision: String,
+}
+
 /// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
 /// over the kept connections, with stdout for output. A failed one drops them all, so that the
 /// next one connects afresh.
@@ -433,6 +487,7 @@ async fn reconcile(
     interrupt: Arc<Interrupt>,
     connections: Arc<Connections>,
     health: Arc<Mutex<HealthLog>>,
+    tell: Tell,
 ) -> Ended {
     let docker = match connections.docker(&desired).await {
         Ok(d) => d,
@@ -449,6 +504,8 @@ async fn reconcile(
         dry_run: config.dry_run,
         out: &out,
         health: &health,
+        notifier: tell.notifier.as_ref(),
+        revision: &tell.revision,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

@@ -11,13 +11,19 @@ use std::collections::BTreeMap;
 use tracing::{error, info, warn};
 
 use super::machine::{Ended, Trigger};
+use super::webhook::{Notice, Notifier};
 use crate::backend::{Connect, Containers, Locks};
 use crate::cancel::{Interrupt, StopReason};
 use crate::execute::{ProgressUi, Report};
-use crate::lock::LockSettings;
+use crate::lock::{LockFailure, LockSettings};
+use crate::metrics::InstanceCounts;
 use crate::model::Desired;
-use crate::plan::{Plan, PlanOptions, describe_health, render_text};
-use crate::rollout::{Outcome, Rollout, preview};
+use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
+use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
+
+/// The shortest and longest wait of a standby replica before it looks at a held lock again.
+const STANDBY_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+const STANDBY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a reconcile needs besides the desired state.
 pub(super) struct Reconcile<'a, C, N> {
@@ -29,7 +35,14 @@ pub(super) struct Reconcile<'a, C, N> {
     pub out: &'a Mutex<Box<dyn Write + Send>>,
     /// What the last reconciles saw of the instances' health.
     pub health: &'a Mutex<HealthLog>,
+    /// Where rollouts are announced (`--notify`).
+    pub notifier: Option<&'a Notifier>,
+    /// The source's revision, as notifications name it.
+    pub revision: &'a str,
 }
+
+/// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
+type Results = Vec<(String, &'static str)>;
 
 /// The instances that did not serve at the last look, and when the first one waited for turns
 /// unhealthy: what watch logs changes of, and when it plans again by itself.
@@ -68,14 +81,40 @@ impl HealthLog {
 impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Observe, plan and apply once; `interrupt` stops it between steps.
     pub(super) async fn run(&self, desired: &Desired, trigger: Trigger, interrupt: &Interrupt) -> Ended {
+        let started = std::time::Instant::now();
+        let mut results = Results::new();
+        let ended = self.reconcile(desired, trigger, interrupt, &mut results).await;
+        crate::metrics::record(|m| {
+            m.reconcile_took(started.elapsed());
+            for (pool, result) in &results {
+                m.reconciled(pool, trigger.label(), result);
+            }
+        });
+        ended
+    }
+
+    async fn reconcile(
+        &self,
+        desired: &Desired,
+        trigger: Trigger,
+        interrupt: &Interrupt,
+        results: &mut Results,
+    ) -> Ended {
         let preview = match preview(desired, self.containers, self.connect, self.options.clone()).await {
             Ok(preview) => preview,
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
+                results.extend(desired.pools.iter().map(|p| (p.name().to_owned(), "failed")));
                 return Ended::Failed;
             }
         };
         let plan = &preview.plan;
+        record_instances(plan);
+        let changed = plan.changed_pools();
+        let result_of = |pool: &str, changed_result: &'static str| {
+            if changed.contains(pool) { changed_result } else { "in_sync" }
+        };
+        results.extend(plan.pools.iter().map(|p| (p.name.clone(), result_of(&p.name, "failed"))));
         self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(plan);
         for pool in &plan.pools {
             if let Some(why) = &pool.degraded {
@@ -103,8 +142,32 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         );
         self.print(|out| render_text(plan, out));
         if self.dry_run {
+            set_results(results, |pool| result_of(pool, "dry_run"));
             return Ended::Converged;
         }
+        let ended = Box::pin(self.carry(desired, &preview, interrupt, results)).await;
+        // What the pools look like now, for the instance gauges, rather than at the next resync.
+        if crate::metrics::installed()
+            && ended == Ended::Converged
+            && let Ok(after) = preview_again(desired, self).await
+        {
+            record_instances(&after.plan);
+        }
+        ended
+    }
+
+    /// Carry the previewed plan out under the locks of the pools it changes.
+    async fn carry(
+        &self,
+        desired: &Desired,
+        preview: &Preview<N::Cluster>,
+        interrupt: &Interrupt,
+        results: &mut Results,
+    ) -> Ended {
+        let changed = preview.plan.changed_pools();
+        let result_of = |pool: &str, changed_result: &'static str| {
+            if changed.contains(pool) { changed_result } else { "in_sync" }
+        };
         let settings = match LockSettings::new("watch", std::time::Duration::ZERO) {
             Ok(s) => s,
             Err(e) => {
@@ -124,18 +187,76 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             lock_progress: self.out,
             ui: ProgressUi::default(),
         };
-        let carried = Box::pin(rollout.run(plan.changed_pools(), |_, _| Ok::<(), Infallible>(()))).await;
+        // Announced once the locks are held and the plan made under them changes something.
+        let announce = |locked: &Plan, _: &_| {
+            for pool in locked.changed_pools() {
+                self.notify(Notice::new(&pool, self.revision, "started"));
+            }
+            Ok::<(), Infallible>(())
+        };
+        let carried = Box::pin(rollout.run(changed.clone(), announce)).await;
         match carried {
             Ok(Ok(Outcome::NothingLeft)) => {
                 info!("in sync once the locks were taken: another run made the changes");
+                set_results(results, |_| "in_sync");
                 Ended::Converged
             }
-            Ok(Ok(Outcome::Done(report))) => self.ended(&report),
+            Ok(Ok(Outcome::Done(report))) => {
+                set_results(results, |pool| result_of(pool, pool_result(&report, pool)));
+                self.announce_end(&changed, &report);
+                self.ended(&report)
+            }
             Ok(Err(never)) => match never {},
+            Err(RolloutError::Lock(LockFailure::Held { pool, holder, .. })) => {
+                let now = std::time::SystemTime::now();
+                // Another replica of this watch, or an apply: it acts; this one stands by.
+                let lapse = holder.expires.duration_since(now).unwrap_or_default();
+                let again = lapse.clamp(STANDBY_MIN, STANDBY_MAX);
+                info!(
+                    "pool {pool} is locked by {}: standing by while the holder carries the changes out; \
+                     looking again in {}s",
+                    holder.describe(now),
+                    again.as_secs()
+                );
+                set_results(results, |p| if p == pool { "locked" } else { result_of(p, "not_started") });
+                Ended::Locked(again)
+            }
             Err(e) => {
-                error!("{:#}", anyhow::Error::from(e));
+                let e = anyhow::Error::from(e);
+                error!("{e:#}");
+                for pool in &changed {
+                    let mut notice = Notice::new(pool, self.revision, "failed");
+                    notice.error = Some(format!("{e:#}"));
+                    self.notify(notice);
+                }
                 Ended::Failed
             }
+        }
+    }
+
+    /// Say how the rollout ended for each pool it changed. A rollout stopped at a step boundary
+    /// (a signal, a newer spec) is not over: the next run goes on, and says how it ends.
+    fn announce_end(&self, changed: &std::collections::BTreeSet<String>, report: &Report) {
+        let failure = report.failure();
+        if failure.is_none() && !report.complete() {
+            return;
+        }
+        for pool in changed {
+            let done = report.attempted.iter().filter(|s| s.pool == *pool && s.error.is_none()).count();
+            let mut notice =
+                Notice::new(pool, self.revision, if failure.is_some() { "failed" } else { "succeeded" });
+            notice.steps_done = done;
+            notice.error = failure.map(|f| {
+                let why = f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"));
+                format!("step {} {} of pool {} failed{why}", f.verb, f.instance, f.pool)
+            });
+            self.notify(notice);
+        }
+    }
+
+    fn notify(&self, notice: Notice) {
+        if let Some(notifier) = self.notifier {
+            notifier.send(notice);
         }
     }
 
@@ -167,6 +288,56 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     }
 }
 
+/// Observe and plan again, for the gauges only.
+async fn preview_again<C: Containers + Locks, N: Connect>(
+    desired: &Desired,
+    r: &Reconcile<'_, C, N>,
+) -> Result<Preview<N::Cluster>, crate::observe::ObserveError> {
+    preview(desired, r.containers, r.connect, r.options.clone()).await
+}
+
+/// How a rollout ended for `pool`, as `poolctl_reconcile_total` counts it.
+fn pool_result(report: &Report, pool: &str) -> &'static str {
+    if report.failure().is_some_and(|f| f.pool == pool) {
+        return "failed";
+    }
+    if report.complete() || !report.not_started.iter().any(|(p, ..)| p == pool) {
+        return "applied";
+    }
+    match report.stop_reason {
+        Some(StopReason::Superseded) => "superseded",
+        Some(StopReason::Signal) => "stopped",
+        _ => "not_started",
+    }
+}
+
+fn set_results(results: &mut Results, result: impl Fn(&str) -> &'static str) {
+    for (pool, r) in results.iter_mut() {
+        *r = result(pool);
+    }
+}
+
+/// The instance gauges of every pool of `plan`.
+fn record_instances(plan: &Plan) {
+    crate::metrics::record(|m| {
+        for pool in &plan.pools {
+            m.instances(&pool.name, instance_counts(pool));
+        }
+    });
+}
+
+fn instance_counts(pool: &PoolPlan) -> InstanceCounts {
+    let mut counts = InstanceCounts { desired: pool.replicas, ..InstanceCounts::default() };
+    for i in &pool.instances {
+        let serving = i.health.is_none() && i.container == "running" && i.node != Some("not-ready");
+        counts.up += usize::from(serving);
+        counts.unavailable += usize::from(i.health.is_some());
+        counts.outdated += usize::from(pool.template_hash.as_deref() != Some(i.template_hash.as_str()));
+        counts.retiring += usize::from(i.fate == Fate::Retire || i.retiring);
+    }
+    counts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +366,8 @@ mod tests {
             dry_run: false,
             out,
             health: health(),
+            notifier: None,
+            revision: "r1",
         }
     }
 
@@ -249,7 +422,10 @@ mod tests {
         // Another run holds w: nothing of w changes, and the reconcile is retried later.
         let until = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", until);
-        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
+        let Ended::Locked(lapse) = reconcile.run(&v1, Trigger::Start, &interrupt).await else {
+            panic!("a held lock is standing by, not failing")
+        };
+        assert!(lapse <= STANDBY_MAX && lapse >= std::time::Duration::from_secs(30), "{lapse:?}");
         assert!(fake.world().containers.is_empty(), "{:?}", fake.world().containers);
         assert_eq!(fake.locks().into_keys().collect::<Vec<_>>(), ["docker/w"], "k's lock was given up");
 
@@ -278,6 +454,8 @@ mod tests {
             dry_run: true,
             out: &out,
             health: health(),
+            notifier: None,
+            revision: "r1",
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -290,6 +468,8 @@ mod tests {
             dry_run: false,
             out: &out,
             health: health(),
+            notifier: None,
+            revision: "r1",
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
@@ -306,6 +486,8 @@ mod tests {
             dry_run: false,
             out: &out,
             health: health(),
+            notifier: None,
+            revision: "r1",
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.

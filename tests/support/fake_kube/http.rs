@@ -315,6 +315,12 @@ fn route_apis(
                 json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachmentList", "metadata": {"resourceVersion": "1"}, "items": items}),
             )
         }
+        (_, ["events.k8s.io", "v1", "namespaces", ns, "events", rest @ ..]) if rest.len() <= 1 => {
+            let mut store = state.store.lock().expect("store lock");
+            let (code, v) = store.events_api().serve(method, ns, rest.first().copied(), body);
+            store.wake();
+            Reply::Json(code, v)
+        }
         (_, ["coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) if rest.len() <= 1 => {
             let mut store = state.store.lock().expect("store lock");
             let (code, v) = store.leases().serve(method, ns, rest.first().copied(), body);

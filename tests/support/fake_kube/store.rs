@@ -346,6 +346,8 @@ pub struct Store {
     /// While `true`, listing `VolumeAttachments` is 403 Forbidden, as for credentials without
     /// that right.
     pub volume_attachments_forbidden: bool,
+    /// `events.k8s.io/v1` Events.
+    pub(super) k8s_events: super::events::Events,
 }
 
 fn now_time() -> Time {
@@ -550,7 +552,13 @@ impl Store {
             leases: super::lease::Leases::default(),
             volume_attachments: Vec::new(),
             volume_attachments_forbidden: false,
+            k8s_events: super::events::Events::default(),
         }
+    }
+
+    /// Wake `wait_until` callers after a change outside the watched resources (an Event).
+    pub fn wake(&self) {
+        self.version.send_modify(|_| {});
     }
 
     pub fn version_rx(&self) -> watch::Receiver<u64> {

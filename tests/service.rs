@@ -1,0 +1,255 @@
+//! `watch` as a service: its endpoints (`--listen`: `/metrics`, `/healthz`, `/readyz`), the
+//! Kubernetes Events it leaves on the Nodes it retires and on the pool's Lease, and its
+//! notifications (`--notify`), all from the real binary against the fake API server.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::cli::Stream;
+use crate::support::fake_kube::{PdbBound, Store};
+use crate::support::rig::{LIMIT, Rig};
+
+/// `GET path` from `addr`: the status code and the body.
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to --listen");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    let code = answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status line");
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// The samples of a scrape by metric name and labels, as a Prometheus text parser reads them.
+fn scrape(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format");
+    scrape
+        .samples
+        .into_iter()
+        .filter_map(|s| {
+            let (prometheus_parse::Value::Counter(value)
+            | prometheus_parse::Value::Gauge(value)
+            | prometheus_parse::Value::Untyped(value)) = s.value
+            else {
+                return None;
+            };
+            let labels = s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            Some(((s.metric, labels), value))
+        })
+        .collect()
+}
+
+fn sample(
+    samples: &BTreeMap<(String, BTreeMap<String, String>), f64>,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    let labels: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    *samples.get(&(name.to_owned(), labels.clone())).unwrap_or_else(|| {
+        panic!("no {name}{labels:?} in {:#?}", samples.keys().filter(|(n, _)| n == name).collect::<Vec<_>>())
+    })
+}
+
+/// A sample that counts something: a whole number.
+fn whole(
+    samples: &BTreeMap<(String, BTreeMap<String, String>), f64>,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> u64 {
+    let v = sample(samples, name, labels);
+    v.to_string().parse().unwrap_or_else(|_| panic!("{name}{labels:?} = {v}: not a count"))
+}
+
+/// A webhook receiver that refuses its first request (so that poolctl must retry) and keeps
+/// the documents of the others; its URL carries a token, as a real webhook's does.
+async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    type Seen = (Arc<Mutex<Vec<Value>>>, Arc<Mutex<u32>>);
+    async fn hook(State((docs, calls)): State<Seen>, Json(doc): Json<Value>) -> StatusCode {
+        let mut calls = calls.lock().unwrap();
+        *calls += 1;
+        if *calls == 1 {
+            return StatusCode::SERVICE_UNAVAILABLE;
+        }
+        docs.lock().unwrap().push(doc);
+        StatusCode::OK
+    }
+    let docs = Arc::new(Mutex::new(Vec::new()));
+    let app = axum::Router::new()
+        .route("/hooks/s3cret-token", axum::routing::post(hook))
+        .with_state((Arc::clone(&docs), Arc::new(Mutex::new(0))));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hooks/s3cret-token", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, docs)
+}
+
+fn reasons(events: &[k8s_openapi::api::events::v1::Event]) -> Vec<&str> {
+    events.iter().map(|e| e.reason.as_deref().unwrap_or_default()).collect()
+}
+
+/// After one rollout of a one-instance pool that a budget held up: every metric is there, as
+/// Prometheus parses it. Returns the revision the source info names.
+async fn check_metrics(addr: &str, pool: &str) -> String {
+    // The metrics, as Prometheus parses them, scraped until the reconcile that rolled out has
+    // recorded its end (it prints its summary first).
+    let recorded = async {
+        loop {
+            let (code, text) = get(addr, "/metrics").await;
+            assert_eq!(code, 200, "{text}");
+            if text.contains(r#"trigger="source_changed",result="applied""#) {
+                return scrape(&text);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let m = tokio::time::timeout(LIMIT, recorded).await.expect("the rollout's reconcile is recorded");
+    let p = pool;
+    assert!(
+        sample(
+            &m,
+            "poolctl_reconcile_total",
+            &[("pool", p), ("trigger", "source_changed"), ("result", "applied")]
+        ) >= 1.0
+    );
+    assert!(
+        sample(&m, "poolctl_reconcile_total", &[("pool", p), ("trigger", "start"), ("result", "in_sync")])
+            >= 1.0
+    );
+    for action in ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"] {
+        assert_eq!(whole(&m, "poolctl_step_duration_seconds_count", &[("action", action)]), 1, "{action}");
+    }
+    assert!(sample(&m, "poolctl_reconcile_duration_seconds_count", &[]) >= 2.0);
+    assert_eq!(whole(&m, "poolctl_pool_instances", &[("pool", p), ("state", "desired")]), 1);
+    assert_eq!(whole(&m, "poolctl_pool_instances", &[("pool", p), ("state", "up")]), 1);
+    assert_eq!(whole(&m, "poolctl_pool_instances", &[("pool", p), ("state", "outdated")]), 0);
+    assert_eq!(whole(&m, "poolctl_pool_instances", &[("pool", p), ("state", "retiring")]), 0);
+    assert_eq!(whole(&m, "poolctl_lock_held", &[("pool", p)]), 0, "released after the rollout");
+    assert!(sample(&m, "poolctl_evictions_total", &[("result", "refused")]) >= 2.0);
+    assert_eq!(whole(&m, "poolctl_evictions_total", &[("result", "evicted")]), 1);
+    assert!(sample(&m, "poolctl_last_successful_reconcile_timestamp_seconds", &[("pool", p)]) > 1.7e9);
+    let revisions: Vec<_> = m.keys().filter(|(n, _)| n == "poolctl_source_info").collect();
+    assert_eq!(revisions.len(), 1, "only the current revision: {revisions:?}");
+    assert!(revisions[0].1["revision"].starts_with("sha256:"), "{revisions:?}");
+
+    revisions[0].1["revision"].clone()
+}
+
+#[tokio::test]
+async fn watch_serves_metrics_and_health_leaves_events_on_each_retired_node_and_notifies() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
+    let pool = rig.pool().to_owned();
+    // A budget at its minimum: the drain is refused until it is relaxed.
+    rig.fake.add_app("default", "web", 1);
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
+    let (url, docs) = receiver().await;
+
+    let mut watch = rig.s.spawn("watch", &["--listen", "127.0.0.1:0", "--notify", &url]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    // Ready once the first reconcile has ended: asked as a kubelet's probe asks, again and
+    // again, since nothing else says when the loop has taken note of it.
+    let ready = async {
+        loop {
+            let (code, body) = get(&addr, "/readyz").await;
+            if code == 200 {
+                return body;
+            }
+            assert_eq!(code, 503, "{body}");
+            assert!(body.contains("source") || body.contains("reconcile"), "a reason: {body}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    assert_eq!(tokio::time::timeout(LIMIT, ready).await.expect("ready"), "ok\n");
+    assert_eq!(get(&addr, "/healthz").await, (200, "ok\n".to_owned()));
+    assert_eq!(get(&addr, "/nothing").await.0, 404);
+
+    // A new template: the old Node is cordoned, its drain refused by the budget (twice: the
+    // second refusal counts in the same Event), then let through.
+    rig.write(&v1.clone().env("VERSION", "2"));
+    let refused_twice = |s: &Store| {
+        let blocked = s.k8s_events().about("Node", &old);
+        blocked.iter().any(|e| {
+            e.reason.as_deref() == Some("DrainBlocked") && e.series.as_ref().is_some_and(|x| x.count >= 2)
+        })
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(refused_twice))
+        .await
+        .expect("the drain is refused twice");
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
+    watch.applied();
+    let gone = |s: &Store| s.node(&old).is_none();
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the old Node is deleted");
+
+    // `kubectl describe node` tells the retirement, step by step; a repeated refusal is one
+    // Event counted as a series, naming the budget.
+    let events = rig.fake.events_about("Node", &old);
+    assert_eq!(
+        reasons(&events),
+        ["Cordoned", "Draining", "DrainBlocked", "Drained", "NodeDeleted"],
+        "{events:#?}"
+    );
+    let blocked = &events[2];
+    assert!(blocked.note.as_deref().is_some_and(|n| n.contains("web-pdb")), "{blocked:?}");
+    assert_eq!(blocked.type_.as_deref(), Some("Warning"));
+    assert!(
+        events.iter().all(|e| e.reporting_controller.as_deref() == Some("poolctl.dev/poolctl")),
+        "{events:#?}"
+    );
+    let rollout = rig.fake.events_about("Lease", &format!("poolctl-{pool}"));
+    // The apply that created the pool told its rollout too.
+    let told = ["RolloutStarted", "RolloutSucceeded", "RolloutStarted", "RolloutSucceeded"];
+    assert_eq!(reasons(&rollout), told, "{rollout:#?}");
+
+    let revision = check_metrics(&addr, &pool).await;
+
+    // The receiver heard the rollout start (once its first refusal was retried) and succeed.
+    let delivered = |want: usize| {
+        let docs = Arc::clone(&docs);
+        async move {
+            while docs.lock().unwrap().len() < want {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, delivered(2)).await.expect("two notifications");
+    let docs = docs.lock().unwrap().clone();
+    let results: Vec<&str> = docs.iter().map(|d| d["result"].as_str().unwrap_or_default()).collect();
+    assert_eq!(results, ["started", "succeeded"], "{docs:#?}");
+    assert!(
+        docs.iter().all(|d| d["pool"] == pool.as_str() && d["revision"] == revision.as_str()),
+        "{docs:#?}"
+    );
+    assert_eq!(docs[1]["stepsDone"], 7, "{docs:#?}");
+
+    assert!(watch.signal("TERM").success());
+    let said = watch.output(Stream::Stderr) + &watch.output(Stream::Stdout);
+    assert!(!said.contains("s3cret-token"), "the webhook's token is never printed:\n{said}");
+}
+
+#[tokio::test]
+async fn a_cluster_that_refuses_events_costs_one_warning_and_no_step() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
+    let before = rig.fake.store().k8s_events().all().len();
+    rig.fake.store().events_api().forbidden = true;
+    rig.write(&v1.clone().env("VERSION", "2"));
+    let run = rig.apply().expect_code(0);
+    assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
+    assert!(rig.fake.node(&old).is_none());
+    let warnings = run.stderr.matches("cannot record Kubernetes Events").count();
+    assert_eq!(warnings, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("forbidden"), "{}", run.stderr);
+    assert_eq!(rig.fake.store().k8s_events().all().len(), before, "none recorded since");
+}
