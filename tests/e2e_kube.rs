@@ -11,7 +11,7 @@ use crate::support::rig::Rig;
 
 use crate::support::rig::LIMIT;
 
-fn node_event(e: &Event) -> Option<(&'static str, &str)> {
+pub(crate) fn node_event(e: &Event) -> Option<(&'static str, &str)> {
     match &e.kind {
         EventKind::NodeReady { node } => Some(("ready", node)),
         EventKind::NodeCordoned { node } => Some(("cordon", node)),
@@ -22,12 +22,12 @@ fn node_event(e: &Event) -> Option<(&'static str, &str)> {
 }
 
 /// When the fake first (or last) saw `what` happen to `node`.
-fn when(events: &[Event], what: &str, node: &str, last: bool) -> Option<SystemTime> {
+pub(crate) fn when(events: &[Event], what: &str, node: &str, last: bool) -> Option<SystemTime> {
     let mut hits = events.iter().filter(|e| node_event(e) == Some((what, node))).map(|e| e.wall);
     if last { hits.next_back() } else { hits.next() }
 }
 
-fn docker_when(events: &[DockerEvent], actions: &[&str], name: &str) -> Option<SystemTime> {
+pub(crate) fn docker_when(events: &[DockerEvent], actions: &[&str], name: &str) -> Option<SystemTime> {
     events.iter().filter(|e| e.name == name && actions.contains(&e.action.as_str())).map(|e| e.at).min()
 }
 

@@ -11,7 +11,8 @@ use axum::http::StatusCode;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::cli::Stream;
+use crate::e2e_kube::{docker_when, node_event, when};
+use crate::support::cli::{Process, Stream};
 use crate::support::fake_kube::{PdbBound, Store};
 use crate::support::rig::{LIMIT, Rig};
 
@@ -252,4 +253,85 @@ async fn a_cluster_that_refuses_events_costs_one_warning_and_no_step() {
     assert_eq!(warnings, 1, "{}", run.stderr);
     assert!(run.stderr.contains("forbidden"), "{}", run.stderr);
     assert_eq!(rig.fake.store().k8s_events().all().len(), before, "none recorded since");
+}
+
+#[tokio::test]
+async fn two_watches_one_killed_mid_rollout_the_other_takes_over_and_finishes_it_safely() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec();
+    let old = rig.start(&v1).await;
+    // Three app pods under a budget of two: a drain may evict one at a time only.
+    rig.fake.add_app("default", "web", 3);
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(2));
+    let healthy = |s: &Store| s.events().last().is_some_and(|e| e.app_healthy.get("default/web") == Some(&3));
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(healthy)).await.expect("the app runs");
+
+    // Two replicas of the same watch, with short leases so that a dead one's lapses soon.
+    let replica = || {
+        let mut command = rig.s.command("watch", &[]);
+        command.env("POOLCTL_LOCK_LEASE", "3s");
+        let mut watch = Process::spawn(command);
+        watch.wait_for(Stream::Stderr, "in sync");
+        watch
+    };
+    let (mut first, mut second) = (replica(), replica());
+    let (from, since) = (rig.last_seq(), std::time::SystemTime::now());
+    rig.write(&v1.clone().env("VERSION", "2"));
+
+    // Whoever took the pool's lock is killed outright in the middle of its first drain.
+    let draining = |s: &Store| s.evictions().iter().any(|e| e.status == 201);
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(draining)).await.expect("a drain starts");
+    let lease = format!("poolctl-{}", rig.pool());
+    let holder =
+        rig.fake.lease("kube-system", &lease).and_then(|l| l.spec?.holder_identity).expect("a holder");
+    let (killed, survivor) = if holder.contains(&format!("pid {} ", first.pid())) {
+        (&mut first, &mut second)
+    } else {
+        (&mut second, &mut first)
+    };
+    assert!(holder.contains(&format!("pid {} ", killed.pid())), "{holder}");
+    killed.kill();
+    survivor.wait_for(Stream::Stderr, "standing by");
+    survivor.applied();
+
+    // The survivor took the lock only once the dead one's had lapsed: never two at once.
+    let writes = rig.fake.lease_writes();
+    let lease = lease.as_str();
+    let by = |pid: u32| {
+        move |w: &&crate::support::fake_kube::LeaseWrite| {
+            w.name == lease && w.holder.as_deref().is_some_and(|h| h.contains(&format!("pid {pid} ")))
+        }
+    };
+    let last_of_killed = writes.iter().rev().find(by(killed.pid())).expect("the killed one held it").at;
+    let first_of_survivor = writes.iter().find(by(survivor.pid())).expect("the survivor took it").at;
+    assert!(
+        first_of_survivor.duration_since(last_of_killed) >= std::time::Duration::from_millis(2500),
+        "taken {:?} after the last renewal of a 3s lease",
+        first_of_survivor.duration_since(last_of_killed)
+    );
+
+    // Finished: every old Node cordoned once, drained before its container stopped, deleted
+    // once; three new instances created, no more; the budget held at every moment.
+    let events = rig.events_after(from);
+    let docker_events = rig.docker_events(since);
+    for name in &old {
+        let cordons = events.iter().filter(|e| node_event(e) == Some(("cordon", name.as_str()))).count();
+        assert_eq!(cordons, 1, "{name} cordoned once");
+        let deletes = events.iter().filter(|e| node_event(e) == Some(("delete", name.as_str()))).count();
+        assert_eq!(deletes, 1, "{name}'s Node deleted once");
+        let last_eviction = when(&events, "evict", name, true).expect("evicted");
+        let stop = docker_when(&docker_events, &["kill", "die", "stop"], name).expect("stopped");
+        assert!(last_eviction < stop, "{name}: drained before its container stopped");
+    }
+    for e in &events {
+        let up = e.app_healthy.get("default/web").copied().unwrap_or_default();
+        assert!(up >= 2, "the budget was violated: {up} web pods after {:?}", e.kind);
+    }
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3);
+    assert!(containers.keys().all(|n| !old.contains(n)) && containers.values().all(|(running, _)| *running));
+    let mut started = docker_events.iter().filter(|e| e.action == "start").map(|e| &e.name);
+    assert!(started.all(|n| containers.contains_key(n)), "no instance created twice: {docker_events:#?}");
+    assert_eq!(rig.poolctl("plan", &["--detailed-exitcode"]).code, 0, "nothing left to do");
+    assert!(survivor.signal("TERM").success());
 }

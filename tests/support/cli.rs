@@ -161,6 +161,11 @@ impl Process {
         self.wait()
     }
 
+    /// The process id, as lock holders name it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no chance to clean up.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL");
