@@ -253,31 +253,38 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         let mut report = Report::default();
         let mut current = plan.clone();
         executor.number_plan(plan);
+        // Pools with a failed step: they stop there, the others go on to the end.
+        let mut failed: BTreeSet<String> = BTreeSet::new();
         for round in 1.. {
-            let (batch, rest) = current.split_first_batch();
+            let (batch, mut rest) = current.split_first_batch();
             executor.announce_batch(&batch);
             let done = executor.run_batch(&batch).await;
-            let complete = done.complete();
+            failed.extend(done.attempted.iter().filter(|o| o.error.is_some()).map(|o| o.pool.clone()));
+            let interrupted = done.stop_reason.is_some();
             report.attempted.extend(done.attempted);
             report.not_started.extend(done.not_started);
             report.stop_reason = done.stop_reason;
-            if !complete {
-                report.not_started.extend(
-                    rest.steps().map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
-                );
-                break;
-            }
+            let stopped = |p: &PoolPlan| interrupted || failed.contains(&p.name);
+            report.not_started.extend(
+                rest.steps()
+                    .filter(|(p, _)| stopped(p))
+                    .map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
+            );
+            rest.pools.retain(|p| !stopped(p));
             // Done, unless instances the plan waited for may have come back since: then the
             // world is looked at once more, and what they held up is planned.
-            if !rest.has_changes() && current.summary.unavailable == 0 {
+            if interrupted || (!rest.has_changes() && current.summary.unavailable == 0) {
                 break;
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(RolloutError::Observe)?;
             // The steps left keep the names the plan showed for them.
             current = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
-            // Only the pools this rollout set out to change: it holds their locks; work the
-            // world now shows elsewhere is left to the next run.
-            current.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
+            // Only the pools this rollout set out to change and that have not failed: it holds
+            // their locks; work the world now shows elsewhere is left to the next run.
+            current.pools.retain(|p| {
+                !failed.contains(&p.name)
+                    && plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty())
+            });
             if !current.has_changes() {
                 break;
             }

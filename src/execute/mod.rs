@@ -19,10 +19,10 @@ mod progress;
 mod ready;
 mod report;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -132,10 +132,11 @@ pub struct Executor<'a, C, K> {
     ui: ProgressUi,
     /// The number each step carries, as the plan text shows it.
     numbering: Mutex<progress::Numbering>,
-    /// Held from a Node's cordon to the end of its drain: drains run one Node at a time, since
-    /// concurrent drains are how PodDisruptionBudgets get violated (cluster-api#3300). tokio's
-    /// mutex is fair, so Nodes take their turns in the order they asked, which is plan order.
-    drain_turn: tokio::sync::Mutex<()>,
+    /// Held from a Node's cordon to the end of its drain, one per cluster, whichever pools share
+    /// it: drains run one Node at a time per cluster, since concurrent drains are how
+    /// PodDisruptionBudgets get violated (cluster-api#3300). tokio's mutex is fair, so Nodes take
+    /// their turns in the order they asked.
+    drain_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl<'a, C, K> Executor<'a, C, K> {
@@ -155,7 +156,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             drained: Mutex::default(),
             ui: ProgressUi::default(),
             numbering: Mutex::default(),
-            drain_turn: tokio::sync::Mutex::new(()),
+            drain_turns: Mutex::default(),
         }
     }
 
@@ -307,41 +308,58 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// Carry one batch out. Stops at the first failed step or at an interrupt: no step starts
-    /// once one has failed or the interrupt is set; steps already under way finish.
+    /// Carry one batch out: each pool's part side by side with the others', as pools are
+    /// independent (what must stay serial, a cluster's drains, waits for its turn). A pool stops
+    /// at its first failed step (no step of it starts once one has failed; steps already under
+    /// way finish) and the other pools go on; an interrupt stops them all.
     pub async fn run_batch(&self, plan: &Plan) -> Report {
         let total = plan.steps().count();
+        let offsets = plan.pools.iter().scan(0, |offset, pool| {
+            let at = *offset;
+            *offset += pool.steps.len();
+            Some(at)
+        });
+        let runs =
+            plan.pools.iter().zip(offsets).map(|(pool, offset)| self.run_pool_batch(pool, offset, total));
+        let mut report = Report::default();
+        let mut failed = false;
+        for part in join_all(runs).await {
+            failed |= part.failure().is_some();
+            report.attempted.extend(part.attempted);
+            report.not_started.extend(part.not_started);
+        }
+        if !failed && !report.not_started.is_empty() {
+            report.stop_reason = self.interrupt.reason();
+        }
+        report
+    }
+
+    /// Carry one pool's part of a batch out; `offset` is the number of steps of the pools
+    /// before it.
+    async fn run_pool_batch(&self, pool: &PoolPlan, offset: usize, total: usize) -> Report {
         let mut report = Report::default();
         let failed = AtomicBool::new(false);
-        let mut offset = 0;
-        for pool in &plan.pools {
-            let groups = batches(pool, offset);
-            offset += pool.steps.len();
-            let not_started = |s: &Step| (pool.name.clone(), s.instance.to_string(), s.action.verb());
-            for group in groups {
-                if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
-                    report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
-                    continue;
-                }
-                // The creation chains of a batch run side by side; each chain is sequential.
-                let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
-                for (outcomes, skipped) in join_all(chains).await {
-                    if outcomes.iter().any(|o| o.error.is_some()) {
-                        failed.store(true, Ordering::SeqCst);
-                    }
-                    report.attempted.extend(outcomes);
-                    report.not_started.extend(skipped.into_iter().map(not_started));
-                }
-                // Then the retirements, one chain per instance, side by side.
-                let chains = group.retirements.iter().map(|chain| self.retire(pool, chain, total, &failed));
-                for (outcomes, skipped) in join_all(chains).await {
-                    report.attempted.extend(outcomes);
-                    report.not_started.extend(skipped.into_iter().map(not_started));
-                }
+        let not_started = |s: &Step| (pool.name.clone(), s.instance.to_string(), s.action.verb());
+        for group in batches(pool, offset) {
+            if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
+                report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
+                continue;
             }
-        }
-        if !failed.load(Ordering::SeqCst) && !report.not_started.is_empty() {
-            report.stop_reason = self.interrupt.reason();
+            // The creation chains of a batch run side by side; each chain is sequential.
+            let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
+            for (outcomes, skipped) in join_all(chains).await {
+                if outcomes.iter().any(|o| o.error.is_some()) {
+                    failed.store(true, Ordering::SeqCst);
+                }
+                report.attempted.extend(outcomes);
+                report.not_started.extend(skipped.into_iter().map(not_started));
+            }
+            // Then the retirements, one chain per instance, side by side.
+            let chains = group.retirements.iter().map(|chain| self.retire(pool, chain, total, &failed));
+            for (outcomes, skipped) in join_all(chains).await {
+                report.attempted.extend(outcomes);
+                report.not_started.extend(skipped.into_iter().map(not_started));
+            }
         }
         report
     }
@@ -362,7 +380,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         for (i, &(n, step)) in chain.iter().enumerate() {
             if matches!(step.action, Action::Cordon | Action::Drain(_)) {
                 if turn.is_none() {
-                    turn = Some(self.drain_turn.lock().await);
+                    turn = Some(self.drain_turn(&pool.name).lock_owned().await);
                 }
             } else {
                 turn = None;
@@ -607,7 +625,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
         let Some(node) = cluster.node(name).await? else { return Ok(()) };
         // The caller never holds the turn here: a retirement gives it up after its drain.
-        let _turn = self.drain_turn.lock().await;
+        let _turn = self.drain_turn(pool).lock_owned().await;
         self.say(&format!(
             "{name}: its Node is there now; cordoning and draining it before the container stops"
         ));
@@ -724,6 +742,17 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// the defaults.
     fn rollout_of(&self, pool: &str) -> crate::spec::Rollout {
         self.pool(pool).map(|p| p.pool.spec.rollout.clone()).unwrap_or_default()
+    }
+
+    /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
+    /// cluster, told by its identity (the UID of its `kube-system`, else its server).
+    fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let key = self.clusters.get(pool).map(|c| {
+            let id = c.identity();
+            id.uid.clone().unwrap_or_else(|| id.server.clone())
+        });
+        let mut turns = self.drain_turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
 
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {

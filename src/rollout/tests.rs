@@ -518,3 +518,99 @@ async fn a_node_excluded_from_draining_is_not_drained_and_the_plan_says_so() {
     assert!(!calls.iter().any(|c| c == "drain k-old"), "{calls:?}");
     assert!(calls.contains(&"stop k-old".to_owned()), "{calls:?}");
 }
+
+/// Two pools `a` and `b` of two instances each on the old template, both to be replaced; with
+/// `nodes`, their instances are Nodes of the one default cluster.
+fn two_outdated_pools(nodes: bool) -> (Desired, World) {
+    let pools = ["a", "b"].map(|p| PoolArgs { nodes, hash: Some("new"), ..PoolArgs::new(p, 2) }.build());
+    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: pools.into() };
+    let mut containers = Vec::new();
+    let mut node_list = Vec::new();
+    for (i, name) in ["a-1", "a-2", "b-1", "b-2"].into_iter().enumerate() {
+        let pool = &name[..1];
+        let cluster = nodes.then_some(ClusterRef { kubeconfig: None, context: None });
+        containers.push(Container {
+            scope: Some("path:/pools".into()),
+            cluster,
+            ..container(name, pool, "old", i64::try_from(i).unwrap() + 1)
+        });
+        if nodes {
+            node_list.push(node(name, pool));
+        }
+    }
+    let mut world = world_of(containers);
+    world.nodes = node_list;
+    (desired, world)
+}
+
+/// The calls that start (`+verb name`) in `timeline` between `from` and `to` (exclusive).
+fn started_between<'t>(timeline: &'t [String], from: &str, to: &str) -> Vec<&'t str> {
+    let (from, to) = (position(timeline, from), position(timeline, to));
+    timeline[from + 1..to].iter().filter(|e| e.starts_with('+')).map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn the_pools_of_a_rollout_are_carried_out_side_by_side() {
+    let (desired, world) = two_outdated_pools(false);
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let fake = FakeWorld::new(world);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    // One surge instance per pool at a time: two creations at once means the pools overlap.
+    assert_eq!(fake.max_in_flight_of("create"), 2, "{:?}", fake.timeline());
+    assert!(
+        fake.world().containers.iter().all(|c| c.template_hash == "new"),
+        "{:?}",
+        fake.world().containers
+    );
+}
+
+#[tokio::test]
+async fn drains_in_one_cluster_never_overlap_across_pools() {
+    let (desired, world) = two_outdated_pools(true);
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let fake = FakeWorld::new(world);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    let timeline = fake.timeline();
+    // The pools did overlap (their creations), so the drains' order is the turn's doing.
+    assert_eq!(fake.max_in_flight_of("create"), 2, "{timeline:?}");
+    for name in ["a-1", "a-2", "b-1", "b-2"] {
+        let during = started_between(&timeline, &format!("+cordon {name}"), &format!("-drain {name}"));
+        let others: Vec<_> = during
+            .iter()
+            .filter(|c| (c.starts_with("+cordon") || c.starts_with("+drain")) && !c.ends_with(name))
+            .collect();
+        assert!(others.is_empty(), "{name}'s cordon and drain overlap {others:?}: {timeline:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_pool_stops_alone_and_the_others_finish() {
+    let (desired, world) = two_outdated_pools(false);
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let fake = FakeWorld::new(world).failing("stop a-1");
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let report = report.unwrap();
+    assert_eq!(
+        report.failure().map(|f| (f.pool.as_str(), f.verb, f.instance.as_str())),
+        Some(("a", "stop", "a-1"))
+    );
+    let after = fake.world();
+    let of = |pool: &str| {
+        after
+            .containers
+            .iter()
+            .filter(|c| c.pool == pool)
+            .map(|c| (c.name.clone(), c.template_hash.clone()))
+            .collect::<Vec<_>>()
+    };
+    // b was replaced to the end, a stopped at its failed step with its old instances running.
+    assert!(of("b").iter().all(|(_, hash)| hash == "new") && of("b").len() == 2, "{:?}", of("b"));
+    assert!(
+        after.containers.iter().any(|c| c.name == "a-1" && c.state == crate::model::ContainerState::Running)
+    );
+    assert!(after.containers.iter().any(|c| c.name == "a-2" && c.template_hash == "old"), "{:?}", of("a"));
+    assert!(report.not_started.iter().all(|(pool, ..)| pool == "a"), "{:?}", report.not_started);
+    assert!(!report.not_started.is_empty());
+}
