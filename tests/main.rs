@@ -20,6 +20,7 @@ mod fake_kube;
 mod fake_kube_faults;
 mod faults;
 mod health;
+mod in_cluster;
 mod join;
 mod joining;
 mod kube;

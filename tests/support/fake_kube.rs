@@ -85,6 +85,10 @@ pub struct FakeKubeOptions {
     pub pod_termination_delay: Duration,
     /// How long an app's replacement pod stays Pending before it runs on a schedulable Node.
     pub reschedule_delay: Duration,
+    /// A service account's token: the server also takes clients without a certificate, as an
+    /// API server does, and answers 401 to every request that does not carry
+    /// `Authorization: Bearer <token>`.
+    pub bearer_token: Option<String>,
 }
 
 impl Default for FakeKubeOptions {
@@ -93,6 +97,7 @@ impl Default for FakeKubeOptions {
             kubelet: None,
             pod_termination_delay: Duration::ZERO,
             reschedule_delay: Duration::from_millis(200),
+            bearer_token: None,
         }
     }
 }
@@ -122,10 +127,12 @@ impl FakeKube {
                 .map_or(ReadyPolicy::After(Duration::ZERO), |k| k.ready_policy),
         });
         let pki = Arc::new(Pki::generate());
+        let tokens = options.bearer_token.is_some();
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             switches: Switches::default(),
-            tls: Mutex::new(pki.server_config(ServerCert::Valid)),
+            tls: Mutex::new(pki.server_config(ServerCert::Valid, tokens)),
+            bearer_token: options.bearer_token.clone(),
             shutdown: shutdown_rx,
             down: watch::channel(false).0,
             listening: (Mutex::new(true), std::sync::Condvar::new()),
@@ -150,6 +157,11 @@ impl FakeKube {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The cluster CA's certificate, PEM: what a Pod finds in its service account's `ca.crt`.
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_pem
     }
 
     /// A kube config for this server, trusting its CA and presenting its client certificate.
@@ -452,7 +464,8 @@ users:
 
     /// Presents another certificate to new connections.
     pub fn set_server_cert(&self, cert: ServerCert) {
-        *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert);
+        let tokens = self.shared.bearer_token.is_some();
+        *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert, tokens);
     }
 
     /// How many TCP connections the server has accepted.
