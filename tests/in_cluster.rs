@@ -4,7 +4,7 @@
 //! `/var/run/secrets/kubernetes.io/serviceaccount`, and `KUBERNETES_SERVICE_HOST` and
 //! `KUBERNETES_SERVICE_PORT` naming the API server, here the fake one over TLS (its certificate
 //! valid for 127.0.0.1, reached through the host's network), which takes only that token. The
-//! Docker socket is mounted, as deploy/deployment.yaml mounts it.
+//! Docker socket is mounted, as deploy/04-deployment.yaml mounts it.
 
 use std::path::Path;
 use std::process::Command;

@@ -7,6 +7,7 @@
 mod bench_rollout;
 mod cli;
 mod container_stop;
+mod deploy;
 mod docker;
 mod docker_bounds;
 mod docs;

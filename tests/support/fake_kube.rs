@@ -9,14 +9,17 @@
 //! `client-key-data`, so kube's real rustls path runs in every test. Tests steer it through
 //! Rust methods (add nodes, pods, apps, PDBs, inject faults: failing answers, silence, hidden
 //! Nodes, broken certificates) and read back the request log and the event log to check what
-//! happened in which order. A simulated kubelet registers Nodes for the test's pool containers
-//! in Docker; a simulated ReplicaSet controller re-creates evicted pods on schedulable Nodes, so
-//! PDB budgets refill.
+//! happened in which order; each logged request also gives its RBAC attributes (verb, group,
+//! resource), as kube-apiserver's authorizer sees them. It can also take a service account's
+//! bearer token instead of a client certificate. A simulated kubelet registers Nodes for the
+//! test's pool containers in Docker; a simulated ReplicaSet controller re-creates evicted pods on
+//! schedulable Nodes, so PDB budgets refill.
 //!
 //! Everything in the fixture is crate-internal to the test binary, and each test uses a
 //! different part of it, hence the lint allowances.
 #![allow(dead_code, unreachable_pub)]
 
+mod authz;
 mod http;
 mod kubelet;
 mod lease;
@@ -38,6 +41,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::sync::watch;
 
+pub use authz::Attributes;
 pub use lease::LeaseWrite;
 pub use store::{
     App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
