@@ -11,7 +11,7 @@ use std::process::Command;
 
 use poolctl::model::ClusterIdentity;
 
-use crate::support::cli::Run;
+use crate::support::cli::{Process, Run, Stream};
 use crate::support::fake_kube::FakeKubeOptions;
 use crate::support::image::poolctl_image;
 use crate::support::rig::Rig;
@@ -41,11 +41,19 @@ async fn rig_with_token(token: &str) -> Option<Rig> {
 }
 
 /// `poolctl args...` in poolctl's image, in the container `pod` describes, with the source
-/// mounted at `/source` and the test's labels (so that the cleanup guard finds it).
+/// mounted at `/source` and the test's labels (so that the cleanup guard finds it), run to
+/// completion.
 fn in_pod(rig: &Rig, pod: &Pod<'_>, args: &[&str]) -> Run {
+    let mut cmd = pod_command(rig, pod, args);
+    tokio::task::block_in_place(|| Run::of(&mut cmd))
+}
+
+/// The `docker run` of [`in_pod`], not started. The docker CLI passes the signals it gets on
+/// to poolctl.
+fn pod_command(rig: &Rig, pod: &Pod<'_>, args: &[&str]) -> Command {
     let image = poolctl_image().expect("poolctl's test image builds");
     let mut cmd = Command::new("docker");
-    cmd.args(["run", "--rm", "--network", "host"]);
+    cmd.args(["run", "--rm", "--network", "host", "--sig-proxy=true"]);
     for (key, value) in rig.s.docker().labels() {
         cmd.args(["--label", &format!("{key}={value}")]);
     }
@@ -63,7 +71,18 @@ fn in_pod(rig: &Rig, pod: &Pod<'_>, args: &[&str]) -> Run {
         cmd.args(["-e", &format!("KUBERNETES_SERVICE_PORT={}", rig.fake.port())]);
     }
     cmd.arg(image).args(args);
-    tokio::task::block_in_place(|| Run::of(&mut cmd))
+    cmd
+}
+
+/// Every request `fake` logged carried `token`, and none was refused.
+fn all_with_token(rig: &Rig, token: &str) {
+    let requests = rig.fake.requests();
+    assert!(requests.iter().any(|r| r.path == "/api/v1/namespaces/kube-system"), "{requests:#?}");
+    let bearer = format!("Bearer {token}");
+    for r in &requests {
+        assert_eq!(r.authorization.as_deref(), Some(bearer.as_str()), "{} {}", r.method, r.uri());
+        assert_ne!(r.status, 401, "{} {}", r.method, r.uri());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,13 +96,7 @@ async fn in_a_pod_a_pool_without_a_kubeconfig_reaches_its_cluster_with_the_servi
     assert!(run.stdout.contains("Apply complete"), "{}", run.stdout);
 
     // Every request carried the token read from the file, and none was refused.
-    let requests = rig.fake.requests();
-    assert!(requests.iter().any(|r| r.path == "/api/v1/namespaces/kube-system"), "{requests:#?}");
-    let bearer = format!("Bearer {token}");
-    for r in &requests {
-        assert_eq!(r.authorization.as_deref(), Some(bearer.as_str()), "{} {}", r.method, r.uri());
-        assert_ne!(r.status, 401, "{} {}", r.method, r.uri());
-    }
+    all_with_token(&rig, &token);
     // The instance joined as a Node of that cluster, labelled once Ready.
     let nodes = rig.nodes();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
@@ -100,6 +113,30 @@ async fn in_a_pod_a_pool_without_a_kubeconfig_reaches_its_cluster_with_the_servi
     };
     assert_eq!(containers[0].cluster_id.as_ref(), Some(&expected));
     assert_eq!(containers[0].cluster.as_ref().and_then(|c| c.kubeconfig.as_deref()), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_in_a_pod_reconciles_again_and_again_with_the_service_account() {
+    let token = format!("sa-token-{}", std::process::id());
+    let Some(rig) = rig_with_token(&token).await else { return };
+    rig.write(&rig.s.pool().replicas(1).node_default());
+    let pod = Pod { service_account: &rig.s.path("serviceaccount"), service_env: true };
+
+    // As deploy/04-deployment.yaml runs it; a second reconcile comes from a change of the source.
+    let cmd = pod_command(&rig, &pod, &["watch", "--source", "/source", "--resync", "1h"]);
+    let mut watch = Process::spawn(cmd);
+    tokio::task::block_in_place(|| {
+        watch.applied();
+        rig.write(&rig.s.pool().replicas(2).node_default());
+        watch.wait_for(Stream::Stderr, "source changed");
+        watch.applied();
+    });
+    assert!(watch.signal("TERM").success(), "{}", watch.output(Stream::Stderr));
+
+    all_with_token(&rig, &token);
+    let nodes = rig.nodes();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    assert!(nodes.values().all(|&(ready, unschedulable, _)| ready && !unschedulable), "{nodes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
