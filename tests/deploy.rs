@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::support::cli::Stream;
 use crate::support::docker::docker;
-use crate::support::fake_kube::{Attributes, PdbBound, PodSpecBuilder, Store};
+use crate::support::fake_kube::{Attributes, PdbBound, PodSpecBuilder, RequestRecord, Store};
 use crate::support::image::poolctl_image;
 use crate::support::rig::{LIMIT, Rig};
 
@@ -75,6 +75,68 @@ fn allows(rule: &PolicyRule, request: &Attributes) -> bool {
         && listed(&rule.resources, &request.resource)
         && rule.verbs.contains(&request.verb)
         && named
+}
+
+#[test]
+fn requests_are_authorized_by_the_attributes_kube_apiserver_gives_them() {
+    let attributes = |method: &str, uri: &str| {
+        let (path, query) = uri.split_once('?').map_or((uri, None), |(p, q)| (p, Some(q.to_owned())));
+        let record = RequestRecord {
+            seq: 0,
+            at: std::time::Instant::now(),
+            wall: std::time::SystemTime::now(),
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query,
+            content_type: None,
+            authorization: None,
+            body: None,
+            status: 200,
+            response_bytes: 0,
+        };
+        record.attributes().map(|a| (a.verb, a.group, a.resource, a.namespace, a.name))
+    };
+    let some = |verb: &str, group: &str, resource: &str, ns: Option<&str>, name: Option<&str>| {
+        Some((
+            verb.to_owned(),
+            group.to_owned(),
+            resource.to_owned(),
+            ns.map(str::to_owned),
+            name.map(str::to_owned),
+        ))
+    };
+    assert_eq!(attributes("GET", "/api/v1/nodes?labelSelector=a"), some("list", "", "nodes", None, None));
+    assert_eq!(
+        attributes("GET", "/api/v1/nodes?watch=true&resourceVersion=1"),
+        some("watch", "", "nodes", None, None)
+    );
+    assert_eq!(attributes("GET", "/api/v1/nodes/n"), some("get", "", "nodes", None, Some("n")));
+    assert_eq!(attributes("PATCH", "/api/v1/nodes/n"), some("patch", "", "nodes", None, Some("n")));
+    assert_eq!(
+        attributes("PATCH", "/api/v1/nodes/n/status"),
+        some("patch", "", "nodes/status", None, Some("n"))
+    );
+    assert_eq!(
+        attributes("GET", "/api/v1/namespaces/kube-system"),
+        some("get", "", "namespaces", Some("kube-system"), Some("kube-system"))
+    );
+    assert_eq!(
+        attributes("POST", "/api/v1/namespaces/default/pods/web-1/eviction"),
+        some("create", "", "pods/eviction", Some("default"), Some("web-1"))
+    );
+    assert_eq!(
+        attributes("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/poolctl-w"),
+        some("update", "coordination.k8s.io", "leases", Some("kube-system"), Some("poolctl-w"))
+    );
+    assert_eq!(
+        attributes("POST", "/apis/events.k8s.io/v1/namespaces/default/events"),
+        some("create", "events.k8s.io", "events", Some("default"), None)
+    );
+    assert_eq!(
+        attributes("DELETE", "/api/v1/namespaces/default/pods"),
+        some("deletecollection", "", "pods", Some("default"), None)
+    );
+    assert_eq!(attributes("GET", "/version"), None, "a non-resource URL");
 }
 
 #[test]
