@@ -325,7 +325,8 @@ fn kubeconfig_problem(node: &super::NodeSpec) -> Option<(&'static str, String)> 
     }
     let squashed: String =
         kubeconfig.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
-    if kubeconfig != IN_CLUSTER && squashed == "incluster" {
+    // A path (`./incluster`) is a file, whatever its name.
+    if kubeconfig != IN_CLUSTER && !kubeconfig.contains('/') && squashed == "incluster" {
         return Some((
             "kubeconfig",
             format!(
@@ -756,6 +757,7 @@ mod tests {
         let node = |fields: &str| errors(&format!("  template: {{image: i}}\n  node: {{{fields}}}\n"));
         assert_eq!(node("kubeconfig: in-cluster"), Vec::<String>::new());
         assert_eq!(node("kubeconfig: ./in_cluster.yaml"), Vec::<String>::new());
+        assert_eq!(node("kubeconfig: ./In_Cluster"), Vec::<String>::new(), "a path is a file");
         assert_eq!(
             node("kubeconfig: In_Cluster"),
             ["a.yaml:8:22: spec.node.kubeconfig: \"In_Cluster\" is not a keyword: write `in-cluster` for \
