@@ -231,10 +231,37 @@ fn the_manifests_parse_and_agree_with_each_other() {
         assert_eq!(get.port, IntOrString::String("metrics".to_owned()));
     }
 
-    // The role names what it grants: no wildcard, no URL.
-    for rule in &role.rules.expect("the role has rules") {
-        granted(rule);
+    // The role names what it grants: no wildcard, no URL; and it grants the Events already.
+    let grants: Vec<_> = role.rules.expect("the role has rules").iter().flat_map(granted).collect();
+    for (group, resource, verb) in NOT_YET_EXERCISED {
+        let triple = ((*group).to_owned(), (*resource).to_owned(), (*verb).to_owned());
+        assert!(grants.contains(&triple), "{triple:?} is not granted");
     }
+}
+
+#[test]
+fn every_manifest_is_checked_and_the_namespace_is_applied_first() {
+    // `kubectl apply -f deploy/` reads .yaml, .yml and .json files in file name order.
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir())
+        .expect("deploy/ exists")
+        .map(|e| e.expect("a deploy/ entry").path())
+        .filter(|path| {
+            path.extension().and_then(|e| e.to_str()).is_some_and(|e| ["yaml", "yml", "json"].contains(&e))
+        })
+        .map(|path| path.file_name().expect("a file name").to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "00-namespace.yaml",
+            "01-serviceaccount.yaml",
+            "02-clusterrole.yaml",
+            "03-clusterrolebinding.yaml",
+            "04-deployment.yaml",
+            "05-service.yaml"
+        ]
+    );
 }
 
 /// The lines of a Dockerfile's last stage that make what runs: the environment, the port and
