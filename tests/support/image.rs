@@ -2,7 +2,9 @@
 //! profile's, `CARGO_BIN_EXE_poolctl`) with deploy/Dockerfile.binary: the binary and the shared
 //! libraries `ldd` lists, at their paths, in an image FROM scratch. Built at most once per test
 //! process, and tagged by the binary's content, so that concurrent test processes of other
-//! builds never run each other's.
+//! builds never run each other's. No test removes one (another process may be about to run
+//! it); they carry a label to prune them by:
+//! `docker image prune -a --filter label=poolctl-test.image`.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,6 +14,9 @@ use sha2::{Digest, Sha256};
 
 /// The image repository; the tag is a digest of the binary.
 pub const REPOSITORY: &str = "poolctl-test-poolctl";
+
+/// The label every such image carries.
+pub const LABEL: &str = "poolctl-test.image=poolctl";
 
 /// The image's tag (`poolctl-test-poolctl:<digest>`), built on first use.
 pub fn poolctl_image() -> Result<String, String> {
@@ -39,7 +44,7 @@ fn build() -> Result<String, String> {
     }
     let dockerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/Dockerfile.binary");
     let out = Command::new("docker")
-        .args(["build", "-q", "-t", &tag, "-f"])
+        .args(["build", "-q", "--label", LABEL, "-t", &tag, "-f"])
         .arg(&dockerfile)
         .arg(ctx.path())
         .output()
