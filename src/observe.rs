@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers};
 use crate::model::{ClusterIdentity, ClusterRef, Container, Desired, World};
+use crate::spec::IN_CLUSTER;
 
 /// Why the world could not be observed.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +31,27 @@ pub enum ObserveError {
     /// "Node not found" there must never read as "nothing to drain".
     #[error(
         "pool {pool}: its instances are Nodes of the cluster {recorded}, but its kubeconfig now resolves to \
-         {current}; nothing of this pool was changed. Set `node.context: {}` in the pool file, or switch \
-         back (`kubectl config use-context {}`)",
-        .recorded.context,
-        .recorded.context
+         {current}; nothing of this pool was changed. {}",
+        switch_back(recorded)
     )]
     WrongCluster { pool: String, recorded: Box<ClusterIdentity>, current: Box<ClusterIdentity> },
+}
+
+/// How to point a pool back at the cluster its Nodes live in, as its containers recorded it.
+fn switch_back(recorded: &ClusterIdentity) -> String {
+    if recorded.context == IN_CLUSTER {
+        // Reached from a Pod, with its service account: no kubeconfig context names that.
+        format!(
+            "Run poolctl in a Pod of that cluster (its service account), or set `node.kubeconfig` to a \
+             kubeconfig for it ({})",
+            recorded.server
+        )
+    } else {
+        format!(
+            "Set `node.context: {0}` in the pool file, or switch back (`kubectl config use-context {0}`)",
+            recorded.context
+        )
+    }
 }
 
 /// The world as one reconcile sees it, and the clusters it was read from (for the executor).
@@ -322,5 +338,37 @@ mod tests {
         );
         let cause = std::error::Error::source(&err).expect("the cause").to_string();
         assert!(cause.contains("connection refused"), "{cause}");
+    }
+
+    #[test]
+    fn a_pool_reached_from_a_pod_is_pointed_back_at_its_cluster_not_at_a_context() {
+        let identity = |context: &str, server: &str| ClusterIdentity {
+            context: context.to_owned(),
+            server: server.to_owned(),
+            uid: Some(format!("uid-{server}")),
+        };
+        let wrong = |recorded: ClusterIdentity| {
+            ObserveError::WrongCluster {
+                pool: "k".to_owned(),
+                recorded: Box::new(recorded),
+                current: Box::new(identity("kind-b", "https://b")),
+            }
+            .to_string()
+        };
+        let from_pod = wrong(identity(IN_CLUSTER, "https://10.96.0.1/"));
+        assert!(
+            from_pod.ends_with(
+                "Run poolctl in a Pod of that cluster (its service account), or set `node.kubeconfig` to a \
+                 kubeconfig for it (https://10.96.0.1/)"
+            ),
+            "{from_pod}"
+        );
+        let from_context = wrong(identity("kind-a", "https://a"));
+        assert!(
+            from_context.ends_with(
+                "Set `node.context: kind-a` in the pool file, or switch back (`kubectl config use-context kind-a`)"
+            ),
+            "{from_context}"
+        );
     }
 }

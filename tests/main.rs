@@ -7,6 +7,7 @@
 mod bench_rollout;
 mod cli;
 mod container_stop;
+mod deploy;
 mod docker;
 mod docker_bounds;
 mod docs;
@@ -20,6 +21,7 @@ mod fake_kube;
 mod fake_kube_faults;
 mod faults;
 mod health;
+mod in_cluster;
 mod join;
 mod joining;
 mod kube;

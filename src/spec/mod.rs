@@ -37,6 +37,9 @@ pub use validate::{
 pub const API_VERSION: &str = "poolctl.dev/v1alpha1";
 /// The kind of a pool document.
 pub const KIND_POOL: &str = "Pool";
+/// `node.kubeconfig: in-cluster`: the credentials of the Pod poolctl runs in (its service
+/// account), as a controller's.
+pub const IN_CLUSTER: &str = "in-cluster";
 
 /// One `Pool` document: a named set of identical containers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -377,10 +380,11 @@ impl K3sJoin {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSpec {
-    /// The kubeconfig file. Default: `$KUBECONFIG`, then `~/.kube/config`.
+    /// The kubeconfig file, or `in-cluster` for the service account of the Pod poolctl runs in.
+    /// Default: `$KUBECONFIG`; else, in a Pod, its service account; else `~/.kube/config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<String>,
-    /// The kubeconfig context. Default: the current one.
+    /// The kubeconfig context. Default: the current one. Not with `kubeconfig: in-cluster`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
     /// How long a new instance's Node may take to register and turn Ready (default 5m).

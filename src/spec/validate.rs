@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::locate::FieldPath;
 use super::names;
-use super::{Document, EnvValue, IntOrPercent, Pool, SpecError, ValueFrom};
+use super::{Document, EnvValue, IN_CLUSTER, IntOrPercent, Pool, SpecError, ValueFrom};
 
 /// Pool names are DNS-1123 labels short enough that `<pool>-<10 hex>-<5 chars>`, the instance
 /// name and hostname, fits the 63 characters of a label.
@@ -269,6 +269,7 @@ fn drain_problems(drain: &super::DrainSpec) -> Vec<(FieldPath, String)> {
 fn node_problems(node: &super::NodeSpec) -> Vec<(FieldPath, String)> {
     let mut errors = Vec::new();
     let at = FieldPath::of("spec.node");
+    errors.extend(kubeconfig_problem(node).map(|(key, problem)| (at.key(key), problem)));
     for (key, value) in &node.labels {
         let path = at.key("labels").key(key);
         if key.starts_with(RESERVED_PREFIX) {
@@ -312,6 +313,35 @@ fn node_problems(node: &super::NodeSpec) -> Vec<(FieldPath, String)> {
         }
     }
     errors
+}
+
+/// What is wrong with where a pool's Nodes are reached: `in-cluster` is a keyword, spelt one
+/// way (a near miss would be read as a file name and fail only when connecting), and the Pod's
+/// credentials have no contexts to choose from.
+fn kubeconfig_problem(node: &super::NodeSpec) -> Option<(&'static str, String)> {
+    let kubeconfig = node.kubeconfig.as_deref()?;
+    if kubeconfig.trim().is_empty() {
+        return Some(("kubeconfig", "must not be empty: leave it out for the default".to_owned()));
+    }
+    let squashed: String =
+        kubeconfig.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
+    // A path (`./incluster`) is a file, whatever its name.
+    if kubeconfig != IN_CLUSTER && !kubeconfig.contains('/') && squashed == "incluster" {
+        return Some((
+            "kubeconfig",
+            format!(
+                "{kubeconfig:?} is not a keyword: write `{IN_CLUSTER}` for the Pod's service account, \
+                 or ./{kubeconfig} for a file of that name"
+            ),
+        ));
+    }
+    if kubeconfig == IN_CLUSTER && node.context.is_some() {
+        return Some((
+            "context",
+            format!("the Pod's credentials (kubeconfig: {IN_CLUSTER}) have no contexts; remove `context`"),
+        ));
+    }
+    None
 }
 
 /// What is wrong with a pool's `docker:` section: it names one endpoint, of a kind poolctl
@@ -719,6 +749,28 @@ mod tests {
         assert!(
             errors("  template: {image: i}\n  join: {kubeadm: {controlPlane: kind-control-plane}}\n")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn in_cluster_is_a_keyword_without_contexts() {
+        let node = |fields: &str| errors(&format!("  template: {{image: i}}\n  node: {{{fields}}}\n"));
+        assert_eq!(node("kubeconfig: in-cluster"), Vec::<String>::new());
+        assert_eq!(node("kubeconfig: ./in_cluster.yaml"), Vec::<String>::new());
+        assert_eq!(node("kubeconfig: ./In_Cluster"), Vec::<String>::new(), "a path is a file");
+        assert_eq!(
+            node("kubeconfig: In_Cluster"),
+            ["a.yaml:8:22: spec.node.kubeconfig: \"In_Cluster\" is not a keyword: write `in-cluster` for \
+                 the Pod's service account, or ./In_Cluster for a file of that name"]
+        );
+        assert_eq!(
+            node("kubeconfig: in-cluster, context: kind-a"),
+            ["a.yaml:8:43: spec.node.context: the Pod's credentials (kubeconfig: in-cluster) have no \
+                 contexts; remove `context`"]
+        );
+        assert_eq!(
+            node("kubeconfig: ' '"),
+            ["a.yaml:8:22: spec.node.kubeconfig: must not be empty: leave it out for the default"]
         );
     }
 

@@ -9,14 +9,17 @@
 //! `client-key-data`, so kube's real rustls path runs in every test. Tests steer it through
 //! Rust methods (add nodes, pods, apps, PDBs, inject faults: failing answers, silence, hidden
 //! Nodes, broken certificates) and read back the request log and the event log to check what
-//! happened in which order. A simulated kubelet registers Nodes for the test's pool containers
-//! in Docker; a simulated ReplicaSet controller re-creates evicted pods on schedulable Nodes, so
-//! PDB budgets refill.
+//! happened in which order; each logged request also gives its RBAC attributes (verb, group,
+//! resource), as kube-apiserver's authorizer sees them. It can also take a service account's
+//! bearer token instead of a client certificate. A simulated kubelet registers Nodes for the
+//! test's pool containers in Docker; a simulated ReplicaSet controller re-creates evicted pods on
+//! schedulable Nodes, so PDB budgets refill.
 //!
 //! Everything in the fixture is crate-internal to the test binary, and each test uses a
 //! different part of it, hence the lint allowances.
 #![allow(dead_code, unreachable_pub)]
 
+mod authz;
 mod events;
 mod http;
 mod kubelet;
@@ -39,6 +42,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::sync::watch;
 
+pub use authz::Attributes;
 pub use lease::LeaseWrite;
 pub use store::{
     App, Budget, Event, EventKind, EvictionRecord, PodSpecBuilder, ReadyPolicy, RequestRecord, Store,
@@ -86,6 +90,10 @@ pub struct FakeKubeOptions {
     pub pod_termination_delay: Duration,
     /// How long an app's replacement pod stays Pending before it runs on a schedulable Node.
     pub reschedule_delay: Duration,
+    /// A service account's token: the server also takes clients without a certificate, as an
+    /// API server does, and answers 401 to every request that does not carry
+    /// `Authorization: Bearer <token>`.
+    pub bearer_token: Option<String>,
 }
 
 impl Default for FakeKubeOptions {
@@ -94,6 +102,7 @@ impl Default for FakeKubeOptions {
             kubelet: None,
             pod_termination_delay: Duration::ZERO,
             reschedule_delay: Duration::from_millis(200),
+            bearer_token: None,
         }
     }
 }
@@ -123,10 +132,12 @@ impl FakeKube {
                 .map_or(ReadyPolicy::After(Duration::ZERO), |k| k.ready_policy),
         });
         let pki = Arc::new(Pki::generate());
+        let tokens = options.bearer_token.is_some();
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             switches: Switches::default(),
-            tls: Mutex::new(pki.server_config(ServerCert::Valid)),
+            tls: Mutex::new(pki.server_config(ServerCert::Valid, tokens)),
+            bearer_token: options.bearer_token.clone(),
             shutdown: shutdown_rx,
             down: watch::channel(false).0,
             listening: (Mutex::new(true), std::sync::Condvar::new()),
@@ -151,6 +162,11 @@ impl FakeKube {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The cluster CA's certificate, PEM: what a Pod finds in its service account's `ca.crt`.
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_pem
     }
 
     /// A kube config for this server, trusting its CA and presenting its client certificate.
@@ -453,7 +469,8 @@ users:
 
     /// Presents another certificate to new connections.
     pub fn set_server_cert(&self, cert: ServerCert) {
-        *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert);
+        let tokens = self.shared.bearer_token.is_some();
+        *self.shared.tls.lock().expect("tls lock") = self.pki.server_config(cert, tokens);
     }
 
     /// How many TCP connections the server has accepted.

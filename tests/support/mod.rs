@@ -5,5 +5,6 @@ pub mod cli;
 pub mod docker;
 pub mod fake_kube;
 pub mod git;
+pub mod image;
 pub mod rig;
 pub mod scenario;

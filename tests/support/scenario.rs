@@ -171,7 +171,9 @@ pub struct PoolYaml {
     volumes: Vec<String>,
     labels: BTreeMap<String, String>,
     bootstrap: Vec<(Vec<String>, Option<String>)>,
-    node: Option<PathBuf>,
+    /// `node.kubeconfig` as written, `None` for a pool without `node:`; an empty one is left out
+    /// (the default: in a Pod, the Pod's service account).
+    node: Option<String>,
     node_labels: BTreeMap<String, String>,
     /// `(key, value, effect)`.
     node_taints: Vec<(String, String, String)>,
@@ -288,7 +290,15 @@ impl PoolYaml {
     /// Makes each instance a Node of the cluster `kubeconfig` names.
     #[must_use]
     pub fn node(mut self, kubeconfig: &Path) -> Self {
-        self.node = Some(kubeconfig.to_owned());
+        self.node = Some(kubeconfig.display().to_string());
+        self
+    }
+
+    /// Makes each instance a Node of the cluster poolctl finds without a `node.kubeconfig`: in a
+    /// Pod, the Pod's own.
+    #[must_use]
+    pub fn node_default(mut self) -> Self {
+        self.node = Some(String::new());
         self
     }
 
@@ -365,11 +375,11 @@ impl fmt::Display for PoolYaml {
         }
         if let Some(kubeconfig) = &self.node {
             let ready_timeout = &self.ready_timeout;
-            writeln!(
-                f,
-                "  node:\n    kubeconfig: {}\n    readyTimeout: {ready_timeout}",
-                kubeconfig.display()
-            )?;
+            writeln!(f, "  node:")?;
+            if !kubeconfig.is_empty() {
+                writeln!(f, "    kubeconfig: {kubeconfig}")?;
+            }
+            writeln!(f, "    readyTimeout: {ready_timeout}")?;
             if !self.node_labels.is_empty() {
                 writeln!(f, "    labels:")?;
                 for (key, value) in &self.node_labels {

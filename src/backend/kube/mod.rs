@@ -33,7 +33,7 @@ use tokio::time::{Instant, sleep, timeout_at};
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Connect, LockRecord};
 use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
-use crate::spec::Taint;
+use crate::spec::{IN_CLUSTER, Taint};
 
 mod cache;
 mod convert;
@@ -41,6 +41,7 @@ mod drain;
 mod errors;
 mod events;
 mod gone;
+mod incluster;
 mod kept;
 mod kubeconfig;
 mod lease;
@@ -93,13 +94,20 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    /// Connect as the pool's `node:` section says: its kubeconfig (else `$KUBECONFIG`, else
-    /// `~/.kube/config`) and context (else the current one).
+    /// Connect as the pool's `node:` section says: its kubeconfig (else `$KUBECONFIG`, else,
+    /// in a Pod, the Pod's service account, else `~/.kube/config`) and context (else the current
+    /// one); `in-cluster` names the Pod's service account ([`incluster`]).
     pub async fn connect(
         kubeconfig: Option<&str>,
         context: Option<&str>,
         pool: &str,
     ) -> Result<Self, BackendError> {
+        let cluster =
+            ClusterRef { kubeconfig: kubeconfig.map(str::to_owned), context: context.map(str::to_owned) };
+        let around = incluster::Surroundings::of_process();
+        if incluster::chosen(&cluster, around) {
+            return Self::from_config(incluster::config(around)?, pool)?.identified(IN_CLUSTER).await;
+        }
         let mut kc = kubeconfig::load(kubeconfig)?;
         // The context the connection uses, named: "the current one" is what changes under a
         // `kubectl config use-context`, and the name is what the user recognises.

@@ -27,6 +27,8 @@ pub struct Shared {
     pub switches: Switches,
     /// What a new connection's TLS handshake uses: tests swap the server certificate.
     pub tls: Mutex<Arc<rustls::ServerConfig>>,
+    /// The only bearer token the server takes, when it takes tokens (see `FakeKubeOptions`).
+    pub bearer_token: Option<String>,
     pub shutdown: watch::Receiver<bool>,
     /// True while a test has taken the API down (the listener is closed).
     pub down: watch::Sender<bool>,
@@ -119,8 +121,13 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
     }
 
     let fault = state.store.lock().expect("store lock").take_fault(parts.method.as_str(), &path);
+    let unauthorized = state.bearer_token.as_ref().is_some_and(|token| {
+        parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
+            != Some(format!("Bearer {token}").as_str())
+    });
     let reply = match fault.or_else(|| state.switches.failing()) {
         Some(code) => json_status(code, &status(code, "ServiceUnavailable", "injected fault")),
+        None if unauthorized => json_status(401, &status(401, "Unauthorized", "Unauthorized")),
         None if state.switches.watches_refused()
             && query.get("watch").is_some_and(|w| w == "true" || w == "1") =>
         {

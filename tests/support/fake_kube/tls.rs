@@ -128,14 +128,15 @@ impl Pki {
     }
 
     /// The rustls server configuration presenting `cert`, requiring a client certificate signed
-    /// by the cluster CA.
-    pub fn server_config(&self, cert: ServerCert) -> Arc<ServerConfig> {
+    /// by the cluster CA, or, with `tokens`, taking a client without one (who then authenticates
+    /// with a bearer token) as an API server does.
+    pub fn server_config(&self, cert: ServerCert, tokens: bool) -> Arc<ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca_der.clone()).expect("the cluster CA is a valid root");
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .expect("a client verifier");
+        let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+        let builder = if tokens { builder.allow_unauthenticated() } else { builder };
+        let verifier = builder.build().expect("a client verifier");
         let pair = match cert {
             ServerCert::Valid => &self.server,
             ServerCert::Expired => &self.expired,
