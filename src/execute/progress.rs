@@ -64,6 +64,8 @@ fn key(pool: &str, step: &Step) -> Key {
 pub(super) struct Numbering {
     numbers: HashMap<Key, usize>,
     total: usize,
+    /// More than one pool has steps: they run side by side, so each line names its pool.
+    several_pools: bool,
     /// The steps under way, by number: what the live line shows (label, instance, what it
     /// waits for unless its backend says better, since when).
     running: std::collections::BTreeMap<usize, Running>,
@@ -74,7 +76,13 @@ impl Numbering {
     fn of(plan: &Plan, done: usize) -> Self {
         let numbers: HashMap<Key, usize> =
             plan.steps().enumerate().map(|(i, (pool, step))| (key(&pool.name, step), done + i + 1)).collect();
-        Self { total: done + numbers.len(), numbers, running: std::collections::BTreeMap::new() }
+        let several_pools = plan.pools.iter().filter(|p| !p.steps.is_empty()).count() > 1;
+        Self {
+            total: done + numbers.len(),
+            numbers,
+            several_pools,
+            running: std::collections::BTreeMap::new(),
+        }
     }
 }
 
@@ -165,7 +173,11 @@ impl<C, K> Executor<'_, C, K> {
         work: impl Future<Output = Result<T, StepError>>,
     ) -> (Result<T, StepError>, Duration) {
         let verb = step.action.verb();
-        let label = format!("[{n}/{total}] {verb} {}", step.instance);
+        let label = if self.numbering().several_pools {
+            format!("[{n}/{total}] {}: {verb} {}", pool.name, step.instance)
+        } else {
+            format!("[{n}/{total}] {verb} {}", step.instance)
+        };
         let started = Instant::now();
         match self.ui.format {
             ProgressFormat::Json => self.emit(&json!({"event": "start", "step": n, "total": total,

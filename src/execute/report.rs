@@ -65,6 +65,25 @@ impl Report {
         } else {
             writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
         }
+        // Pools run side by side and a failure stops only its own: say how each ended.
+        let pools: std::collections::BTreeSet<&str> = self
+            .attempted
+            .iter()
+            .map(|o| o.pool.as_str())
+            .chain(self.not_started.iter().map(|(p, ..)| p.as_str()))
+            .collect();
+        if pools.len() > 1 {
+            for pool in pools {
+                let state = if self.attempted.iter().any(|o| o.pool == pool && o.error.is_some()) {
+                    "failed"
+                } else if self.not_started.iter().any(|(p, ..)| p == pool) {
+                    "not finished"
+                } else {
+                    "done"
+                };
+                writeln!(out, "  pool {pool}: {state}")?;
+            }
+        }
         // What was done, by instance, in order: the progress lines above have the details.
         let mut done_by_instance: Vec<(&str, Vec<&str>)> = Vec::new();
         for o in self.attempted.iter().filter(|o| o.error.is_none()) {

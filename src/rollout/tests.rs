@@ -554,8 +554,13 @@ async fn the_pools_of_a_rollout_are_carried_out_side_by_side() {
     let (desired, world) = two_outdated_pools(false);
     let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
     let fake = FakeWorld::new(world);
-    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
     assert!(report.unwrap().complete());
+    // Their lines interleave, so each names its pool.
+    for pool in ["a", "b"] {
+        assert!(text.lines().any(|l| l.contains(&format!("] {pool}: create {pool}-"))), "{text}");
+        assert!(text.lines().any(|l| l.contains(&format!("] {pool}: remove {pool}-"))), "{text}");
+    }
     // One surge instance per pool at a time: two creations at once means the pools overlap.
     assert_eq!(fake.max_in_flight_of("create"), 2, "{:?}", fake.timeline());
     assert!(
@@ -613,4 +618,8 @@ async fn a_failed_pool_stops_alone_and_the_others_finish() {
     assert!(after.containers.iter().any(|c| c.name == "a-2" && c.template_hash == "old"), "{:?}", of("a"));
     assert!(report.not_started.iter().all(|(pool, ..)| pool == "a"), "{:?}", report.not_started);
     assert!(!report.not_started.is_empty());
+    let mut summary = Vec::new();
+    report.write_summary(&mut summary).unwrap();
+    let summary = String::from_utf8(summary).unwrap();
+    assert!(summary.contains("  pool a: failed\n  pool b: done\n"), "{summary}");
 }
