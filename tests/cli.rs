@@ -546,3 +546,19 @@ fn every_unreadable_or_empty_source_is_one_clear_error() {
         }
     }
 }
+
+#[test]
+fn log_lines_say_what_happened_and_only_verbose_ones_say_where() {
+    let s = Scenario::new();
+    s.write(
+        "p.yaml",
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  replicas: x\n",
+    );
+    // watch logs that it starts before it finds the spec invalid and gives up.
+    let plain = s.run("watch", &[]).expect_code(1).stderr;
+    let line = plain.lines().find(|l| l.contains("INFO")).unwrap_or_else(|| panic!("{plain}"));
+    assert!(line.contains(" INFO watching "), "{line}");
+    assert!(!plain.contains("poolctl::"), "no module path without -v:\n{plain}");
+    let verbose = s.run("watch", &["-v"]).expect_code(1).stderr;
+    assert!(verbose.contains("INFO poolctl::commands::watch: watching "), "{verbose}");
+}

@@ -50,14 +50,20 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             let mut json = Vec::new();
             render_json_saved(plan, &locks, Some(&provenance), &mut json)?;
             let json: serde_json::Value = serde_json::from_slice(&json)?;
-            write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": json})))?;
+            let event = serde_json::json!({"event": "plan", "dry_run": config.dry_run, "plan": json});
+            write_stdout(|out| writeln!(out, "{event}"))?;
         }
+    }
+    if config.dry_run {
+        // The plan alone reads like the prompt of a real apply: say that none follows.
+        tell(progress_ui, "\nDry run: nothing was changed.")?;
+        return Ok(Exit::Success);
     }
     // A pool another run is changing shows instances in the making, waited for: its lock is
     // waited for too (`--lock-timeout`), and the plan made under it carried out.
     let busy: BTreeSet<String> =
         plan.waiting_pools().into_iter().filter(|p| planned.preview.world.locked.contains(p)).collect();
-    if (!plan.has_changes() && busy.is_empty()) || config.dry_run {
+    if !plan.has_changes() && busy.is_empty() {
         return Ok(Exit::Success);
     }
     if plan.has_changes() && !config.yes && !confirm("Do you want to perform these actions?", "apply")? {
