@@ -434,6 +434,21 @@ async fn plan_shows_a_lock_a_killed_run_left_without_taking_it_and_unlock_breaks
     let pid = holder.pid();
     holder.kill();
     let held = s.lock().expect("a killed run leaves its lock");
+    // The usual clean-up by the pool's label finds it; nothing counts it as an instance.
+    let lock_name = format!("poolctl-lock-{}", s.pool());
+    let filter = format!("label=poolctl.dev/pool={}", s.pool());
+    let listed = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output().unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&held.0[..12]), "{lock_name} by its label");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let instances: Vec<&str> = status["pools"][0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(instances.len(), s.containers().len(), "{instances:?}");
+    assert!(!instances.contains(&lock_name.as_str()), "{instances:?}");
 
     let plan = s.run("plan", &[]).expect_code(0);
     let line = format!("  Locked by poolctl apply (pid {pid} on ");

@@ -169,7 +169,8 @@ impl Loop {
                 Decision::KeepLastGood => {
                     let e = self.problem.take().map(|e| format!("{:#}", anyhow::Error::from(e)));
                     error!(
-                        "the source has errors; the world is left as it is (keeping the last good state):\n{}",
+                        "{} has errors; the world is left as it is (keeping the last good state):\n{}",
+                        self.seen_label(),
                         e.unwrap_or_default()
                     );
                 }
@@ -210,7 +211,7 @@ impl Loop {
                 Decision::Fail => {
                     let e = self.problem.take().map_or_else(
                         || anyhow::anyhow!("the source could not be read"),
-                        |e| source_failure(&source_label(&self.spec), e),
+                        |e| source_failure(&self.seen_label(), e),
                     );
                     return Err(e.context("watch cannot start: no good desired state was read"));
                 }
@@ -281,6 +282,17 @@ impl Loop {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
         let wait = u64::try_from(at).unwrap_or(0).saturating_sub(now) + 1;
         Some(Instant::now() + Duration::from_secs(wait))
+    }
+
+    /// The source as last looked at, for an error about it: a Git source names the commit (its
+    /// short id), which is what the user fixes or reverts.
+    fn seen_label(&self) -> String {
+        match &self.seen {
+            Some(Revision::Commit(commit)) => {
+                format!("{} (commit {})", source_label(&self.spec), commit.get(..7).unwrap_or(commit))
+            }
+            _ => source_label(&self.spec),
+        }
     }
 
     /// Look at the source (in a blocking task: git2 and the file system block), unless a look
