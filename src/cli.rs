@@ -8,7 +8,7 @@ pub use crate::style::ColorChoice;
 /// The exit statuses, shown under every command's `--help`.
 const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no changes), 1 error, \
                            2 changes pending (plan --detailed-exitcode), 130 stopped at once by a \
-                           second Ctrl-C or SIGTERM.";
+                           second Ctrl-C or SIGTERM (two within 0.5s count as one).";
 
 /// Reconcile pools of Docker containers that serve as Kubernetes nodes.
 ///

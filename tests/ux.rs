@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::support::cli::Stream;
+use crate::support::cli::{Process, Stream};
 use crate::support::scenario::Scenario;
 
 #[tokio::test]
@@ -376,4 +376,33 @@ async fn a_paused_pool_is_planned_and_shown_but_apply_changes_nothing_in_it() {
         (status["pools"][0]["paused"].clone(), status["pools"][0]["in_sync"].clone()),
         (Value::Bool(true), Value::Bool(false))
     );
+}
+
+#[tokio::test]
+async fn two_sigints_at_once_stop_watch_gracefully_as_one() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    // The instance's bootstrap waits for a gate the test opens: the signals arrive mid-step.
+    let gate = s.path("gate");
+    std::fs::create_dir(&gate).unwrap();
+    let wait = "until test -f /gate/open; do sleep 0.1; done";
+    let pool =
+        s.pool().volume(&format!("{}:/gate:ro", gate.display())).bootstrap(&["sh", "-c", wait], Some("2m"));
+    s.write_pool(&pool);
+    // A window of an hour: the second signal, sent once the first was seen, is within it
+    // however slow the machine (the kernel merges two sent before the first is seen).
+    let mut cmd = s.command("watch", &["--interval", "1h", "--resync", "1h"]);
+    cmd.env("POOLCTL_SIGNAL_BURST", "1h");
+    let mut watch = Process::spawn(cmd);
+    watch.wait_until(Stream::Stdout, "the bootstrap under way", |l| {
+        l.contains("] bootstrap ") && l.ends_with("...")
+    });
+    // What `timeout -s INT` to a process group delivers: two SIGINTs, one right after the other.
+    watch.send("INT");
+    watch.wait_for(Stream::Stderr, "stopping at the next step boundary");
+    watch.send("INT");
+    watch.wait_for(Stream::Stderr, "taken as the same one");
+    std::fs::write(gate.join("open"), "").unwrap();
+    let status = watch.wait();
+    assert_eq!(status.code(), Some(0), "one graceful stop, not an exit at once:\n{}", watch.seen.join("\n"));
+    assert!(watch.output(Stream::Stdout).contains("Stopped. Pool state"), "{}", watch.seen.join("\n"));
 }

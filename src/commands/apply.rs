@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::common::{Planned, check_replace, compute, confirm, held_locks, load_source, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
-use crate::cancel::{Interrupt, StopReason};
+use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::{ApplyConfig, Format, Source, Ui};
 use crate::execute::{ProgressFormat, ProgressUi, Report};
 use crate::lock::{LockFailure, LockSettings};
@@ -354,17 +354,17 @@ fn rollout_failure(e: RolloutError) -> anyhow::Error {
 /// on their own).
 fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let mut next = async || {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        let mut signals = match Signals::listen() {
+            Ok(signals) => signals,
+            Err(e) => {
+                tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}");
+                return;
             }
         };
-        next().await;
+        signals.recv().await;
         eprintln!("interrupt: stopping at the next step boundary (interrupt again to exit at once)");
         interrupt.trigger();
-        next().await;
+        signals.recv().await;
         eprintln!("interrupt: exiting now; run apply again to continue");
         std::process::exit(EXIT_INTERRUPTED);
     });

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
@@ -32,7 +31,7 @@ use tracing::{debug, error, info, warn};
 use super::common::{source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
-use crate::cancel::{Interrupt, StopReason};
+use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
 use crate::source::{Location, Revision, SourceError, SourceSpec};
@@ -124,8 +123,7 @@ impl Loop {
     }
 
     async fn run(mut self) -> Result<Exit> {
-        let mut sigterm = signal(SignalKind::terminate())?;
-        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut signals = Signals::listen()?;
         let mut fetch = interval(self.config.interval);
         let mut resync = interval(self.config.resync);
         for tick in [&mut fetch, &mut resync] {
@@ -155,8 +153,7 @@ impl Loop {
                     () = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => Wake::Retry,
                     () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Wake::Deadline,
                     ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => Wake::Finished(ended),
-                    _ = sigterm.recv() => Wake::Event(Event::Signal),
-                    _ = sigint.recv() => Wake::Event(Event::Signal),
+                    () = signals.recv() => Wake::Event(Event::Signal),
                 }
             };
             let Some(event) = self.on_wake(wake) else { continue };
