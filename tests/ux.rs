@@ -406,3 +406,32 @@ async fn two_sigints_at_once_stop_watch_gracefully_as_one() {
     assert_eq!(status.code(), Some(0), "one graceful stop, not an exit at once:\n{}", watch.seen.join("\n"));
     assert!(watch.output(Stream::Stdout).contains("Stopped. Pool state"), "{}", watch.seen.join("\n"));
 }
+
+#[tokio::test]
+async fn status_w_in_a_pipe_prints_again_only_when_a_fact_changes_not_the_uptime() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let name = s.running().await.remove(0).name;
+
+    let mut watch = s.spawn("status", &["-w", "-o", "json", "--interval", "100ms", "-v"]);
+    let first: Value = serde_json::from_str(&watch.wait_for(Stream::Stdout, "format_version")).unwrap();
+    let shown = first["pools"][0]["instances"][0]["docker_status"].as_str().unwrap().to_owned();
+    // Observed again until Docker's text has moved on (`Up 1 second` -> `Up 2 seconds`), and once
+    // more after that: no new document for it.
+    loop {
+        watch.wait_for(Stream::Stderr, "observed again: nothing changed");
+        if s.running().await[0].status != shown {
+            break;
+        }
+    }
+    watch.wait_for(Stream::Stderr, "observed again: nothing changed");
+    assert_eq!(watch.output(Stream::Stdout).lines().count(), 1, "{}", watch.seen.join("\n"));
+
+    // A fact changes: the next document says it.
+    s.docker().kill(&name).await;
+    let next = watch.wait_for(Stream::Stdout, "format_version");
+    let next: Value = serde_json::from_str(&next).unwrap();
+    assert_ne!(next["pools"][0]["instances"][0]["container"], "running", "{next}");
+    watch.assert_alive();
+}

@@ -30,8 +30,9 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
         return write_stdout(|out| show(&first, config, ui, false, out)).map(|()| Exit::Success);
     }
 
-    // `-w`: a terminal is redrawn in place, as `watch` would; a pipe gets each status that
-    // differs from the last one (JSON: one document per line).
+    // `-w`: a terminal is redrawn in place, as `watch` would; a pipe gets each status whose
+    // facts differ from the last one's (JSON: one document per line): an uptime that grew is
+    // no news.
     let terminal = std::io::stdout().is_terminal();
     let (tx, mut events) = mpsc::channel(1);
     // Every endpoint the pools live on: a change on any of them redraws.
@@ -45,10 +46,13 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     let (mut shown, mut current): (Option<Status>, Option<Status>) = (None, Some(first));
     loop {
         if let Some(now) = current.take() {
-            if terminal || shown.as_ref() != Some(&now) {
+            let facts = now.facts();
+            if terminal || shown.as_ref() != Some(&facts) {
                 write_stdout(|out| show(&now, config, ui, terminal, out))?;
+            } else {
+                tracing::debug!("observed again: nothing changed");
             }
-            shown = Some(now);
+            shown = Some(facts);
         }
         tokio::select! {
             _ = tick.tick() => {}
