@@ -488,3 +488,41 @@ async fn plan_shows_a_lock_a_killed_run_left_without_taking_it_and_unlock_breaks
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
     assert!(!plan.stdout.contains("Locked by"), "{}", plan.stdout);
 }
+
+/// A second apply while the first one bootstraps a brand-new pool: the pool is locked although
+/// none of its instances has come up yet; the second run names the lock, or waits for it.
+async fn a_second_apply_on_a_new_pool(nodes: bool) {
+    let Some(s) = Scene::new(nodes).await else { return };
+    s.write(1, true);
+    // One replica: once it is created, no step is left for a second run to plan.
+    let file = s.dir.path().join("pools/pool.yaml");
+    std::fs::write(&file, std::fs::read_to_string(&file).unwrap().replace("replicas: 3", "replicas: 1"))
+        .unwrap();
+    let mut first = s.spawn("apply", &["--yes"]);
+    first.wait_until_gated();
+    let refused = s.run("apply", &["--yes"]).expect_code(1);
+    assert!(
+        refused.stderr.contains(&format!("is locked by poolctl apply (pid {} on ", first.pid())),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    assert!(!refused.stdout.contains("The world matches the source"), "{}", refused.stdout);
+    let mut second = s.spawn("apply", &["--yes", "--lock-timeout", "2m"]);
+    second.wait_for("waiting for the lock", |l| l.starts_with("waiting up to "));
+    s.open_gate();
+    first.finish().expect_code(0);
+    let second = second.finish().expect_code(0);
+    assert!(!second.stdout.contains("] create "), "{}", second.stdout);
+    assert_eq!(s.running(), 1);
+}
+
+#[tokio::test]
+async fn a_second_apply_while_the_first_bootstraps_a_new_pool_names_its_lock_or_waits() {
+    a_second_apply_on_a_new_pool(false).await;
+}
+
+#[tokio::test]
+async fn a_second_apply_while_the_first_bootstraps_a_new_pool_of_nodes_names_its_lease_or_waits() {
+    a_second_apply_on_a_new_pool(true).await;
+}
