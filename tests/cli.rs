@@ -562,3 +562,14 @@ fn log_lines_say_what_happened_and_only_verbose_ones_say_where() {
     let verbose = s.run("watch", &["-v"]).expect_code(1).stderr;
     assert!(verbose.contains("INFO poolctl::commands::watch: watching "), "{verbose}");
 }
+
+#[test]
+fn version_prints_the_version_as_text_or_json() {
+    let s = Scenario::new();
+    let version = env!("CARGO_PKG_VERSION");
+    let text = s.run_bare(&["version"]).expect_code(0).stdout;
+    assert!(text.starts_with(&format!("poolctl {version}")) && text.lines().count() == 1, "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&s.run_bare(&["version", "-o", "json"]).expect_code(0).stdout).unwrap();
+    assert_eq!((json["name"].as_str(), json["version"].as_str()), (Some("poolctl"), Some(version)), "{json}");
+}

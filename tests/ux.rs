@@ -435,3 +435,60 @@ async fn status_w_in_a_pipe_prints_again_only_when_a_fact_changes_not_the_uptime
     assert_ne!(next["pools"][0]["instances"][0]["container"], "running", "{next}");
     watch.assert_alive();
 }
+
+/// The names of the pools a plan or status document covers.
+fn pool_names(doc: &Value) -> Vec<String> {
+    doc["pools"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn pool_limits_plan_apply_and_status_to_the_pools_named() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let (a, b) = (s.pool_name().to_owned(), format!("{}-b", s.pool_name()));
+    s.write_pool(&s.pool());
+    s.write("other.yaml", &s.pool().named(&b).to_string());
+
+    let plan: Value =
+        serde_json::from_str(&s.run("plan", &["-o", "json", "--pool", &a]).expect_code(0).stdout).unwrap();
+    assert_eq!(pool_names(&plan), [a.as_str()]);
+    s.run("apply", &["--yes", "--pool", &a]).expect_code(0);
+    let pools: Vec<String> = s.running().await.into_iter().map(|c| c.pool).collect();
+    assert_eq!(pools, [a.as_str()], "only a was created");
+    s.run("apply", &["--yes"]).expect_code(0);
+    // The scenario's own helpers see pool a only: b's containers are asked of Docker by label.
+    let of_b = || {
+        let filter = format!("label=poolctl.dev/pool={b}");
+        let out =
+            std::process::Command::new("docker").args(["ps", "-q", "--filter", &filter]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let b_before = of_b();
+    assert_eq!(b_before.lines().count(), 1, "{b_before}");
+
+    // Both change; only a is rolled out. b, declared but not named, is never taken for a pool
+    // no longer declared, not even with --prune.
+    s.write_pool(&s.pool().env("V", "2"));
+    s.write("other.yaml", &s.pool().named(&b).env("V", "2").to_string());
+    s.run("apply", &["--yes", "--prune", "--pool", &a]).expect_code(0);
+    assert_eq!(of_b(), b_before, "b left as it was");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json", "--pool", &a]).expect_code(0).stdout).unwrap();
+    assert_eq!(pool_names(&status), [a.as_str()]);
+    assert_eq!(status["pools"][0]["in_sync"], true, "{status}");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json", "--pool", &b]).expect_code(0).stdout).unwrap();
+    assert_eq!((pool_names(&status), &status["pools"][0]["in_sync"]), (vec![b.clone()], &Value::Bool(false)));
+
+    // A name the source does not declare is an error that lists those it does.
+    for (command, args) in [
+        ("plan", &["--pool", "nope"][..]),
+        ("apply", &["--pool", "nope", "--yes"]),
+        ("status", &["--pool", "nope"]),
+    ] {
+        let err = s.run(command, args).expect_code(1).stderr;
+        assert!(
+            err.contains("--pool nope: the source") && err.contains(&format!("declares: {a}, {b}")),
+            "{command}: {err}"
+        );
+    }
+}

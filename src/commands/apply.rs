@@ -15,7 +15,9 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::common::{Planned, check_replace, compute, confirm, held_locks, load_source, write_stdout};
+use super::common::{
+    Planned, check_pools, check_replace, compute, confirm, held_locks, load_source, write_stdout,
+};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
 use crate::cancel::{Interrupt, Signals, StopReason};
@@ -35,6 +37,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     }
     let source = config.source.as_ref().expect("clap requires --source without a plan file");
     let desired = load_source(source)?;
+    check_pools(&desired, &config.options.pools)?;
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
