@@ -251,3 +251,19 @@ fn a_cluster_that_refuses_connections_fails_at_the_first_contact_naming_it() {
     assert_eq!(err.lines().count(), 1, "{err}");
     short_lines(&err);
 }
+
+#[test]
+fn a_relative_kubeconfig_is_read_beside_the_pool_file_whatever_the_working_directory() {
+    let s = Scenario::new();
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    s.write(
+        "pools/pool.yaml",
+        &POOL.replace("    readyTimeout", "    kubeconfig: dev.kubeconfig\n    readyTimeout"),
+    );
+    fake.write_kubeconfig(&s.dir().join("pools/dev.kubeconfig")).unwrap();
+    let mut cmd = plan_command(&s, &[]);
+    cmd.env_remove("KUBECONFIG").current_dir(s.path(""));
+    let out = Run::of(&mut cmd).expect_code(0);
+    assert!(out.stdout.contains("Plan: 1 to create"), "{}", out.stdout);
+    assert!(!fake.requests().is_empty(), "the kubeconfig beside the pool file was used");
+}

@@ -16,8 +16,8 @@ use crate::home::{expand_home, home_dir};
 const STDERR_LINES: usize = 5;
 
 /// The kubeconfig a pool names, else `$KUBECONFIG` (a list, whose missing files are skipped),
-/// else `~/.kube/config`. A relative path is relative to the current directory, as kubectl's
-/// `--kubeconfig` is.
+/// else `~/.kube/config`. A pool's relative path was made absolute, relative to its pool file,
+/// when the source was read; one from `$KUBECONFIG` is relative to the current directory.
 pub(super) fn load(path: Option<&str>) -> Result<Kubeconfig, BackendError> {
     let failed = |what: String| BackendError::Failed(what);
     if let Some(path) = path {
