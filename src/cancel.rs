@@ -114,9 +114,13 @@ impl Signals {
     /// The next signal that is not part of the last one's burst. Cancel-safe.
     pub async fn recv(&mut self) {
         loop {
-            tokio::select! {
-                _ = self.int.recv() => {}
-                _ = self.term.recv() => {}
+            let got = tokio::select! {
+                got = self.int.recv() => got,
+                got = self.term.recv() => got,
+            };
+            if got.is_none() {
+                // The runtime is shutting down: no signal will come.
+                std::future::pending::<()>().await;
             }
             if self.burst.is_new() {
                 return;
