@@ -8,7 +8,7 @@ pub use crate::style::ColorChoice;
 /// The exit statuses, shown under every command's `--help`.
 const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no changes), 1 error, \
                            2 changes pending (plan --detailed-exitcode), 130 stopped at once by a \
-                           second Ctrl-C or SIGTERM.";
+                           second Ctrl-C or SIGTERM (two within 0.5s count as one).";
 
 /// Reconcile pools of Docker containers that serve as Kubernetes nodes.
 ///
@@ -93,6 +93,13 @@ pub enum Command {
     /// Print the JSON Schema of the pool file.
     #[command(after_help = EXIT_STATUS)]
     Schema,
+    /// Print poolctl's version.
+    #[command(after_help = EXIT_STATUS)]
+    Version {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+        output: OutputFormat,
+    },
     /// Print a shell completion script, e.g. `poolctl completions bash > /etc/bash_completion.d/poolctl`.
     #[command(after_help = EXIT_STATUS)]
     Completions {
@@ -150,6 +157,11 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
 
+    /// Plan only this pool of the source (repeatable), as Terraform's -target: the others are
+    /// left out, neither shown nor changed.
+    #[arg(long = "pool", value_name = "NAME")]
+    pub pools: Vec<String>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -171,6 +183,10 @@ pub struct StatusArgs {
     /// With -w: how often to observe again.
     #[arg(long, value_name = "DURATION", default_value = "2s")]
     pub interval: Duration,
+
+    /// Show only this pool of the source (repeatable).
+    #[arg(long = "pool", value_name = "NAME")]
+    pub pools: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -201,6 +217,11 @@ pub struct ApplyArgs {
     /// (default: fail at once, naming the holder).
     #[arg(long, value_name = "DURATION", default_value = "0s")]
     pub lock_timeout: Duration,
+
+    /// Act only on this pool of the source (repeatable), as Terraform's -target: the others are
+    /// left out, neither shown nor changed.
+    #[arg(long = "pool", value_name = "NAME", conflicts_with = "plan_file")]
+    pub pools: Vec<String>,
 
     #[command(flatten)]
     pub planning: PlanningArgs,

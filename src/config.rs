@@ -68,6 +68,8 @@ pub enum Task {
     Schema,
     /// Print a completion script for this shell.
     Completions(clap_complete::Shell),
+    /// Print poolctl's version.
+    Version(Format),
 }
 
 /// The output format of plans, status and progress (`-o`).
@@ -168,6 +170,8 @@ pub struct StatusConfig {
     pub watch: bool,
     /// With `-w`: how often to observe again.
     pub interval: Duration,
+    /// `--pool`: only these pools of the source (all when empty).
+    pub pools: std::collections::BTreeSet<String>,
 }
 
 /// `poolctl unlock`.
@@ -185,7 +189,7 @@ impl Config {
         let task = match cli.command {
             Command::Plan(args) => Task::Plan(PlanConfig {
                 source: Source::from_args(&args.source)?,
-                options: options(&args.planning),
+                options: PlanOptions { pools: args.pools.into_iter().collect(), ..options(&args.planning) },
                 format: format(args.output),
                 detailed_exitcode: args.detailed_exitcode,
                 out: args.out,
@@ -204,7 +208,11 @@ impl Config {
                     plan_file: args.plan_file,
                     // An explicit apply tries a stalled rollout again; plan shows it, and watch
                     // waits for the source to change.
-                    options: PlanOptions { retry_stalled: true, ..options(&args.planning) },
+                    options: PlanOptions {
+                        retry_stalled: true,
+                        pools: args.pools.into_iter().collect(),
+                        ..options(&args.planning)
+                    },
                     yes: args.yes,
                     dry_run: args.dry_run,
                     format,
@@ -225,6 +233,7 @@ impl Config {
                 format: format(args.output),
                 watch: args.watch,
                 interval: args.interval.get().max(MIN_PERIOD),
+                pools: args.pools.into_iter().collect(),
             }),
             Command::Validate(args) => Task::Validate(Source::from_args(&args)?),
             Command::Unlock(args) => Task::Unlock(UnlockConfig {
@@ -234,6 +243,7 @@ impl Config {
             }),
             Command::Schema => Task::Schema,
             Command::Completions { shell } => Task::Completions(shell),
+            Command::Version { output } => Task::Version(format(output)),
         };
         Ok(Self { ui, task })
     }
@@ -241,7 +251,7 @@ impl Config {
 
 fn options(args: &PlanningArgs) -> PlanOptions {
     let replace = args.replace.iter().cloned().collect();
-    PlanOptions { prune: args.prune, adopt: args.adopt, retry_stalled: false, replace }
+    PlanOptions { prune: args.prune, adopt: args.adopt, replace, ..PlanOptions::default() }
 }
 
 fn format(output: OutputFormat) -> Format {

@@ -85,8 +85,13 @@ fn init_tracing(verbose: u8, format: LogFormat, ansi: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // Colour codes only for a terminal (`--color`, NO_COLOR): logs that go to a file or a pipe
     // stay greppable.
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // A user's log says what happened; where in the code it happened (the module path) is for a
+    // developer's -v.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(verbose > 0);
     // bollard's debug and trace output quotes request bodies: a container's environment (its
     // sensitive values too) and the files poolctl writes into containers (join tokens). No
     // RUST_LOG may bring it out.

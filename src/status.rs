@@ -83,6 +83,42 @@ pub struct InstanceView {
     pub health: Option<crate::plan::HealthNote>,
 }
 
+impl Status {
+    /// This status without what changes by itself as time passes: the uptime in Docker's status
+    /// text (`Up 5 seconds`), how long a health state has held, a lock's renewed expiry. Two
+    /// statuses with the same facts say the same thing (`status -w` in a pipe prints only a new
+    /// one).
+    #[must_use]
+    pub fn facts(&self) -> Self {
+        let mut facts = self.clone();
+        for pool in &mut facts.pools {
+            if let Some(lock) = &mut pool.lock {
+                lock.expires = SystemTime::UNIX_EPOCH;
+            }
+            for instance in &mut pool.instances {
+                instance.docker_status = steady(&instance.docker_status);
+                if let Some(health) = &mut instance.health {
+                    health.seconds = None;
+                }
+            }
+        }
+        facts
+    }
+}
+
+/// Docker's status text without its times: the state word and what it says in parentheses
+/// (`Up 5 minutes (healthy)` -> `Up (healthy)`, `Exited (137) 2 minutes ago` -> `Exited (137)`).
+fn steady(text: &str) -> String {
+    let mut kept: Vec<&str> = text.split_whitespace().take(1).collect();
+    let mut rest = text;
+    while let Some(open) = rest.find('(') {
+        let Some(close) = rest[open..].find(')') else { break };
+        kept.push(&rest[open..=open + close]);
+        rest = &rest[open + close + 1..];
+    }
+    kept.join(" ")
+}
+
 /// The status of every pool `plan` covers, with the details the plan leaves out read from
 /// `world`, and the locks held on them.
 pub fn status(plan: &Plan, world: &World, locks: &BTreeMap<String, LockHolder>) -> Status {

@@ -546,3 +546,30 @@ fn every_unreadable_or_empty_source_is_one_clear_error() {
         }
     }
 }
+
+#[test]
+fn log_lines_say_what_happened_and_only_verbose_ones_say_where() {
+    let s = Scenario::new();
+    s.write(
+        "p.yaml",
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  replicas: x\n",
+    );
+    // watch logs that it starts before it finds the spec invalid and gives up.
+    let plain = s.run("watch", &[]).expect_code(1).stderr;
+    let line = plain.lines().find(|l| l.contains("INFO")).unwrap_or_else(|| panic!("{plain}"));
+    assert!(line.contains(" INFO watching "), "{line}");
+    assert!(!plain.contains("poolctl::"), "no module path without -v:\n{plain}");
+    let verbose = s.run("watch", &["-v"]).expect_code(1).stderr;
+    assert!(verbose.contains("INFO poolctl::commands::watch: watching "), "{verbose}");
+}
+
+#[test]
+fn version_prints_the_version_as_text_or_json() {
+    let s = Scenario::new();
+    let version = env!("CARGO_PKG_VERSION");
+    let text = s.run_bare(&["version"]).expect_code(0).stdout;
+    assert!(text.starts_with(&format!("poolctl {version}")) && text.lines().count() == 1, "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&s.run_bare(&["version", "-o", "json"]).expect_code(0).stdout).unwrap();
+    assert_eq!((json["name"].as_str(), json["version"].as_str()), (Some("poolctl"), Some(version)), "{json}");
+}

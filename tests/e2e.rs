@@ -208,6 +208,12 @@ async fn apply_dry_run_prints_the_plan_and_changes_nothing() {
     let dry = s.run("apply", &["--dry-run"]).expect_code(0);
     assert!(dry.stdout.contains("Plan: 2 to create, 0 to retire, 0 unchanged."), "{}", dry.stdout);
     assert!(!dry.stdout.contains("Do you want to perform these actions?"), "{}", dry.stdout);
+    assert_eq!(dry.stdout.lines().last(), Some("Dry run: nothing was changed."), "{}", dry.stdout);
+    // JSON says it twice: on the plan event, and as the last message.
+    let json = s.run("apply", &["--dry-run", "-o", "json"]).expect_code(0).stdout;
+    let events: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((events[0]["event"].as_str(), events[0]["dry_run"].as_bool()), (Some("plan"), Some(true)));
+    assert_eq!(events.last().unwrap()["message"], "Dry run: nothing was changed.", "{json}");
     assert!(s.containers().await.is_empty());
 }
 

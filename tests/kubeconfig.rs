@@ -163,3 +163,107 @@ async fn https_proxy_is_honoured_and_no_proxy_bypasses_it() {
     assert_eq!(run(env).await.unwrap(), 0);
     assert_eq!(tunnels.load(Ordering::SeqCst), through, "NO_PROXY matched the API server's host");
 }
+
+/// Every line of `err` is short: it names the one thing to fix, not a dump.
+#[track_caller]
+fn short_lines(err: &str) {
+    assert!(err.lines().all(|l| l.chars().count() < 300), "a line of 300 characters or more:\n{err}");
+}
+
+#[test]
+fn a_missing_kubeconfig_is_named_once() {
+    let s = Scenario::new();
+    let missing = s.path("no-such-kubeconfig").display().to_string();
+    s.write(
+        "pool.yaml",
+        &POOL.replace("    readyTimeout", &format!("    kubeconfig: {missing}\n    readyTimeout")),
+    );
+    let err = plan(&s, &[]).expect_code(1).stderr;
+    assert_eq!(err.matches(&missing).count(), 1, "{err}");
+    assert!(err.contains("no such file") && !err.contains("'\""), "{err}");
+    short_lines(&err);
+}
+
+#[test]
+fn a_credential_plugin_that_needs_the_cluster_gets_it_and_its_failure_is_short() {
+    let (s, fake, kubeconfig) = setup();
+    let plugin = s.path("plugin.sh");
+    let seen = s.path("exec-info.json");
+    script(
+        &plugin,
+        &format!(
+            "printf '%s' \"$KUBERNETES_EXEC_INFO\" > {}\necho '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"from-exec\"}}}}'\n",
+            seen.display()
+        ),
+    );
+    add_to_user(
+        &kubeconfig,
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      provideClusterInfo: true\n      interactiveMode: Never\n",
+            plugin.display()
+        ),
+    );
+    plan(&s, &[("KUBECONFIG", &kubeconfig)]).expect_code(0);
+    let info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(info["spec"]["cluster"]["server"].as_str(), Some(fake.url().trim_end_matches('/')), "{info}");
+    assert!(info["spec"]["cluster"]["certificate-authority-data"].is_string(), "{info}");
+
+    script(&plugin, "echo 'error: the refresh token expired' >&2\nexit 3\n");
+    let err = plan(&s, &[("KUBECONFIG", &kubeconfig)]).expect_code(1).stderr;
+    assert!(err.contains(&format!("credential plugin {} failed (exit status 3)", plugin.display())), "{err}");
+    assert!(err.contains("error: the refresh token expired"), "{err}");
+    assert!(!err.contains("KUBERNETES_EXEC_INFO") && !err.contains("certificate-authority"), "{err}");
+    short_lines(&err);
+}
+
+#[test]
+fn a_credential_plugin_that_is_not_installed_is_named_with_its_install_hint() {
+    let (s, _fake, kubeconfig) = setup();
+    add_to_user(
+        &kubeconfig,
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: poolctl-test-no-such-login\n      provideClusterInfo: true\n      installHint: \"install it with: apt-get install fake-login\"\n",
+    );
+    let err = plan(&s, &[("KUBECONFIG", &kubeconfig)]).expect_code(1).stderr;
+    assert!(err.contains("credential plugin poolctl-test-no-such-login is not installed"), "{err}");
+    assert!(err.contains("\n  install it with: apt-get install fake-login"), "{err}");
+    short_lines(&err);
+}
+
+#[test]
+fn a_cluster_that_refuses_connections_fails_at_the_first_contact_naming_it() {
+    let s = Scenario::new();
+    s.write("pool.yaml", POOL);
+    // A port nothing listens on any more: every connection is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let kubeconfig = s.path("kubeconfig");
+    let server = format!("https://127.0.0.1:{port}");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: t}}\n"
+        ),
+    )
+    .unwrap();
+    let err = plan(&s, &[("KUBECONFIG", &kubeconfig.display().to_string())]).expect_code(1).stderr;
+    assert!(err.contains(&server) && err.to_lowercase().contains("connection refused"), "{err}");
+    // Not retried: no "retrying" warning came before the error.
+    assert!(!err.contains("retrying"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    short_lines(&err);
+}
+
+#[test]
+fn a_relative_kubeconfig_is_read_beside_the_pool_file_whatever_the_working_directory() {
+    let s = Scenario::new();
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    s.write(
+        "pools/pool.yaml",
+        &POOL.replace("    readyTimeout", "    kubeconfig: dev.kubeconfig\n    readyTimeout"),
+    );
+    fake.write_kubeconfig(&s.dir().join("pools/dev.kubeconfig")).unwrap();
+    let mut cmd = plan_command(&s, &[]);
+    cmd.env_remove("KUBECONFIG").current_dir(s.path(""));
+    let out = Run::of(&mut cmd).expect_code(0);
+    assert!(out.stdout.contains("Plan: 1 to create"), "{}", out.stdout);
+    assert!(!fake.requests().is_empty(), "the kubeconfig beside the pool file was used");
+}

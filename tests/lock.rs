@@ -434,6 +434,21 @@ async fn plan_shows_a_lock_a_killed_run_left_without_taking_it_and_unlock_breaks
     let pid = holder.pid();
     holder.kill();
     let held = s.lock().expect("a killed run leaves its lock");
+    // The usual clean-up by the pool's label finds it; nothing counts it as an instance.
+    let lock_name = format!("poolctl-lock-{}", s.pool());
+    let filter = format!("label=poolctl.dev/pool={}", s.pool());
+    let listed = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output().unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&held.0[..12]), "{lock_name} by its label");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let instances: Vec<&str> = status["pools"][0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(instances.len(), s.containers().len(), "{instances:?}");
+    assert!(!instances.contains(&lock_name.as_str()), "{instances:?}");
 
     let plan = s.run("plan", &[]).expect_code(0);
     let line = format!("  Locked by poolctl apply (pid {pid} on ");
@@ -472,4 +487,42 @@ async fn plan_shows_a_lock_a_killed_run_left_without_taking_it_and_unlock_breaks
     s.run("apply", &["--yes"]).expect_code(0);
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(0);
     assert!(!plan.stdout.contains("Locked by"), "{}", plan.stdout);
+}
+
+/// A second apply while the first one bootstraps a brand-new pool: the pool is locked although
+/// none of its instances has come up yet; the second run names the lock, or waits for it.
+async fn a_second_apply_on_a_new_pool(nodes: bool) {
+    let Some(s) = Scene::new(nodes).await else { return };
+    s.write(1, true);
+    // One replica: once it is created, no step is left for a second run to plan.
+    let file = s.dir.path().join("pools/pool.yaml");
+    std::fs::write(&file, std::fs::read_to_string(&file).unwrap().replace("replicas: 3", "replicas: 1"))
+        .unwrap();
+    let mut first = s.spawn("apply", &["--yes"]);
+    first.wait_until_gated();
+    let refused = s.run("apply", &["--yes"]).expect_code(1);
+    assert!(
+        refused.stderr.contains(&format!("is locked by poolctl apply (pid {} on ", first.pid())),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    assert!(!refused.stdout.contains("The world matches the source"), "{}", refused.stdout);
+    let mut second = s.spawn("apply", &["--yes", "--lock-timeout", "2m"]);
+    second.wait_for("waiting for the lock", |l| l.starts_with("waiting up to "));
+    s.open_gate();
+    first.finish().expect_code(0);
+    let second = second.finish().expect_code(0);
+    assert!(!second.stdout.contains("] create "), "{}", second.stdout);
+    assert_eq!(s.running(), 1);
+}
+
+#[tokio::test]
+async fn a_second_apply_while_the_first_bootstraps_a_new_pool_names_its_lock_or_waits() {
+    a_second_apply_on_a_new_pool(false).await;
+}
+
+#[tokio::test]
+async fn a_second_apply_while_the_first_bootstraps_a_new_pool_of_nodes_names_its_lease_or_waits() {
+    a_second_apply_on_a_new_pool(true).await;
 }

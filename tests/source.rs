@@ -444,3 +444,61 @@ fn a_repository_without_commits_has_no_head_to_read() {
         )
     );
 }
+
+// --- relative kubeconfigs ---
+
+/// A pool of Nodes whose `node.kubeconfig` is `kubeconfig`, as written.
+fn node_pool(kubeconfig: &str) -> String {
+    format!(
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  replicas: 1\n  template:\n    image: x\n  node:\n    kubeconfig: {kubeconfig}\n"
+    )
+}
+
+fn kubeconfig_of(desired: &poolctl::model::Desired) -> String {
+    desired.pools[0].pool.spec.node.as_ref().unwrap().kubeconfig.clone().unwrap()
+}
+
+#[test]
+fn a_relative_kubeconfig_is_read_beside_the_pool_file_of_a_directory() {
+    let s = Scenario::new();
+    s.write("pools/a.yaml", &node_pool("../clusters/dev.kubeconfig"));
+    s.write("clusters/dev.kubeconfig", "apiVersion: v1\nkind: Config\n");
+    let spec = SourceSpec::new(s.dir().to_str().unwrap(), None, None).unwrap();
+    assert_eq!(Path::new(&kubeconfig_of(&load(&spec).unwrap())), s.dir().join("clusters/dev.kubeconfig"));
+
+    // Missing: the error says where it looked, and why there.
+    s.write("pools/a.yaml", &node_pool("./dev.kubeconfig"));
+    let err = chain(&load(&spec).unwrap_err());
+    let looked = s.dir().join("pools/dev.kubeconfig");
+    assert!(err.contains("pools/a.yaml:10:17: spec.node.kubeconfig: "), "{err}");
+    assert!(err.contains(&format!("{} does not exist", looked.display())), "{err}");
+    assert!(err.contains("relative kubeconfig is read from the pool file's directory"), "{err}");
+    // validate, offline, does not look.
+    assert!(poolctl::source::load_offline(&spec).is_ok());
+}
+
+#[test]
+fn a_relative_kubeconfig_of_a_git_source_is_read_from_the_same_commit() {
+    let s = repo();
+    s.write("pools/a.yaml", &node_pool("dev.kubeconfig"));
+    s.write("pools/dev.kubeconfig", "apiVersion: v1\nkind: Config\n# committed\n");
+    let commit = s.commit("a pool and its kubeconfig");
+    // The working tree is not the commit: only the committed file counts.
+    s.write("pools/dev.kubeconfig", "# edited, not committed\n");
+    let desired = load(&git_source(&s, Some("main"), None)).unwrap();
+    let path = kubeconfig_of(&desired);
+    assert!(Path::new(&path).starts_with(s.cache()), "{path}");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "apiVersion: v1\nkind: Config\n# committed\n");
+
+    s.write("pools/a.yaml", &node_pool("../../outside"));
+    s.commit("out of the repository");
+    let err = chain(&load(&git_source(&s, Some("main"), None)).unwrap_err());
+    assert!(err.contains("spec.node.kubeconfig: ../../outside points outside the repository"), "{err}");
+
+    s.write("pools/a.yaml", &node_pool("missing.kubeconfig"));
+    let missing = s.commit("a kubeconfig never committed");
+    let err = chain(&load(&git_source(&s, Some("main"), None)).unwrap_err());
+    let short = &missing[..7];
+    assert!(err.contains(&format!("pools/missing.kubeconfig does not exist in commit {short}")), "{err}");
+    assert_ne!(commit, missing);
+}

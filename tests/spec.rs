@@ -535,3 +535,30 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_top_level_list_of_pools_is_told_to_use_separate_documents() {
+    let item = pool("a", "").replace('\n', "\n  ");
+    let error = error_of(&format!("- {item}\n- {}", pool("b", "").replace('\n', "\n  ")));
+    assert_eq!(
+        error,
+        "pools/a.yaml:1:1: a top-level list is not a Pool document: write each Pool as a document of its \
+         own, separated by `---` lines"
+    );
+}
+
+#[test]
+fn a_spec_given_as_a_list_is_told_it_must_be_a_mapping() {
+    let text = "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  - replicas: 1\n    template: {image: x}\n";
+    assert_eq!(error_of(text), "pools/a.yaml:6:3: spec: expected a mapping, found a sequence");
+}
+
+#[test]
+fn a_relative_bind_source_is_refused_by_validation() {
+    let error = error_of(&pool("a", "    volumes: [\"./relative:/x\", \"data:/data\", \"/abs:/abs\"]\n"));
+    assert!(
+        error.starts_with("pools/a.yaml:9:15: spec.template.volumes[0]: volume \"./relative:/x\": "),
+        "{error}"
+    );
+    assert!(error.contains("must be absolute"), "{error}");
+}

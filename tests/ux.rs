@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::support::cli::Stream;
+use crate::support::cli::{Process, Stream};
 use crate::support::scenario::Scenario;
 
 #[tokio::test]
@@ -376,4 +376,119 @@ async fn a_paused_pool_is_planned_and_shown_but_apply_changes_nothing_in_it() {
         (status["pools"][0]["paused"].clone(), status["pools"][0]["in_sync"].clone()),
         (Value::Bool(true), Value::Bool(false))
     );
+}
+
+#[tokio::test]
+async fn two_sigints_at_once_stop_watch_gracefully_as_one() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    // The instance's bootstrap waits for a gate the test opens: the signals arrive mid-step.
+    let gate = s.path("gate");
+    std::fs::create_dir(&gate).unwrap();
+    let wait = "until test -f /gate/open; do sleep 0.1; done";
+    let pool =
+        s.pool().volume(&format!("{}:/gate:ro", gate.display())).bootstrap(&["sh", "-c", wait], Some("2m"));
+    s.write_pool(&pool);
+    // A window of an hour: the second signal, sent once the first was seen, is within it
+    // however slow the machine (the kernel merges two sent before the first is seen).
+    let mut cmd = s.command("watch", &["--interval", "1h", "--resync", "1h"]);
+    cmd.env("POOLCTL_SIGNAL_BURST", "1h");
+    let mut watch = Process::spawn(cmd);
+    watch.wait_until(Stream::Stdout, "the bootstrap under way", |l| {
+        l.contains("] bootstrap ") && l.ends_with("...")
+    });
+    // What `timeout -s INT` to a process group delivers: two SIGINTs, one right after the other.
+    watch.send("INT");
+    watch.wait_for(Stream::Stderr, "stopping at the next step boundary");
+    watch.send("INT");
+    watch.wait_for(Stream::Stderr, "taken as the same one");
+    std::fs::write(gate.join("open"), "").unwrap();
+    let status = watch.wait();
+    assert_eq!(status.code(), Some(0), "one graceful stop, not an exit at once:\n{}", watch.seen.join("\n"));
+    assert!(watch.output(Stream::Stdout).contains("Stopped. Pool state"), "{}", watch.seen.join("\n"));
+}
+
+#[tokio::test]
+async fn status_w_in_a_pipe_prints_again_only_when_a_fact_changes_not_the_uptime() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let name = s.running().await.remove(0).name;
+
+    let mut watch = s.spawn("status", &["-w", "-o", "json", "--interval", "100ms", "-v"]);
+    let first: Value = serde_json::from_str(&watch.wait_for(Stream::Stdout, "format_version")).unwrap();
+    let shown = first["pools"][0]["instances"][0]["docker_status"].as_str().unwrap().to_owned();
+    // Observed again until Docker's text has moved on (`Up 1 second` -> `Up 2 seconds`), and once
+    // more after that: no new document for it.
+    loop {
+        watch.wait_for(Stream::Stderr, "observed again: nothing changed");
+        if s.running().await[0].status != shown {
+            break;
+        }
+    }
+    watch.wait_for(Stream::Stderr, "observed again: nothing changed");
+    assert_eq!(watch.output(Stream::Stdout).lines().count(), 1, "{}", watch.seen.join("\n"));
+
+    // A fact changes: the next document says it.
+    s.docker().kill(&name).await;
+    let next = watch.wait_for(Stream::Stdout, "format_version");
+    let next: Value = serde_json::from_str(&next).unwrap();
+    assert_ne!(next["pools"][0]["instances"][0]["container"], "running", "{next}");
+    watch.assert_alive();
+}
+
+/// The names of the pools a plan or status document covers.
+fn pool_names(doc: &Value) -> Vec<String> {
+    doc["pools"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn pool_limits_plan_apply_and_status_to_the_pools_named() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let (a, b) = (s.pool_name().to_owned(), format!("{}-b", s.pool_name()));
+    s.write_pool(&s.pool());
+    s.write("other.yaml", &s.pool().named(&b).to_string());
+
+    let plan: Value =
+        serde_json::from_str(&s.run("plan", &["-o", "json", "--pool", &a]).expect_code(0).stdout).unwrap();
+    assert_eq!(pool_names(&plan), [a.as_str()]);
+    s.run("apply", &["--yes", "--pool", &a]).expect_code(0);
+    let pools: Vec<String> = s.running().await.into_iter().map(|c| c.pool).collect();
+    assert_eq!(pools, [a.as_str()], "only a was created");
+    s.run("apply", &["--yes"]).expect_code(0);
+    // The scenario's own helpers see pool a only: b's containers are asked of Docker by label.
+    let of_b = || {
+        let filter = format!("label=poolctl.dev/pool={b}");
+        let out =
+            std::process::Command::new("docker").args(["ps", "-q", "--filter", &filter]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let b_before = of_b();
+    assert_eq!(b_before.lines().count(), 1, "{b_before}");
+
+    // Both change; only a is rolled out. b, declared but not named, is never taken for a pool
+    // no longer declared, not even with --prune.
+    s.write_pool(&s.pool().env("V", "2"));
+    s.write("other.yaml", &s.pool().named(&b).env("V", "2").to_string());
+    s.run("apply", &["--yes", "--prune", "--pool", &a]).expect_code(0);
+    assert_eq!(of_b(), b_before, "b left as it was");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json", "--pool", &a]).expect_code(0).stdout).unwrap();
+    assert_eq!(pool_names(&status), [a.as_str()]);
+    assert_eq!(status["pools"][0]["in_sync"], true, "{status}");
+    let status: Value =
+        serde_json::from_str(&s.run("status", &["-o", "json", "--pool", &b]).expect_code(0).stdout).unwrap();
+    assert_eq!((pool_names(&status), &status["pools"][0]["in_sync"]), (vec![b.clone()], &Value::Bool(false)));
+
+    // A name the source does not declare is an error that lists those it does.
+    for (command, args) in [
+        ("plan", &["--pool", "nope"][..]),
+        ("apply", &["--pool", "nope", "--yes"]),
+        ("status", &["--pool", "nope"]),
+    ] {
+        let err = s.run(command, args).expect_code(1).stderr;
+        assert!(
+            err.contains("--pool nope: the source") && err.contains(&format!("declares: {a}, {b}")),
+            "{command}: {err}"
+        );
+    }
 }

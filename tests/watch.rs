@@ -78,9 +78,12 @@ async fn commits_are_rolled_out_and_a_bad_commit_is_reported_and_skipped() {
     // A bad commit: its errors name file and line, the world stays, watch keeps running.
     let before = s.containers().await;
     let bad = spec(&s, 2, "3").to_string().replace("replicas:", "replicaz:");
-    commit(&s, &bad, "typo");
+    let typo = commit(&s, &bad, "typo");
     let error = watch.wait_for(Stream::Stderr, "unknown field `replicaz`");
     assert!(error.contains("pool.yaml:6:"), "{error}");
+    // The commit to fix or revert is named.
+    let said = watch.output(Stream::Stderr);
+    assert!(said.contains(&format!("(commit {typo}) has errors")), "{said}");
     watch.assert_alive();
     let after = s.containers().await;
     let ids = |cs: &[Container]| cs.iter().map(|c| c.id.clone()).collect::<Vec<_>>();

@@ -15,10 +15,12 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::common::{Planned, check_replace, compute, confirm, held_locks, load_source, write_stdout};
+use super::common::{
+    Planned, check_pools, check_replace, compute, confirm, held_locks, load_source, write_stdout,
+};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
-use crate::cancel::{Interrupt, StopReason};
+use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::{ApplyConfig, Format, Source, Ui};
 use crate::execute::{ProgressFormat, ProgressUi, Report};
 use crate::lock::{LockFailure, LockSettings};
@@ -35,6 +37,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     }
     let source = config.source.as_ref().expect("clap requires --source without a plan file");
     let desired = load_source(source)?;
+    check_pools(&desired, &config.options.pools)?;
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
@@ -50,14 +53,20 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             let mut json = Vec::new();
             render_json_saved(plan, &locks, Some(&provenance), &mut json)?;
             let json: serde_json::Value = serde_json::from_slice(&json)?;
-            write_stdout(|out| writeln!(out, "{}", serde_json::json!({"event": "plan", "plan": json})))?;
+            let event = serde_json::json!({"event": "plan", "dry_run": config.dry_run, "plan": json});
+            write_stdout(|out| writeln!(out, "{event}"))?;
         }
+    }
+    if config.dry_run {
+        // The plan alone reads like the prompt of a real apply: say that none follows.
+        tell(progress_ui, "\nDry run: nothing was changed.")?;
+        return Ok(Exit::Success);
     }
     // A pool another run is changing shows instances in the making, waited for: its lock is
     // waited for too (`--lock-timeout`), and the plan made under it carried out.
     let busy: BTreeSet<String> =
         plan.waiting_pools().into_iter().filter(|p| planned.preview.world.locked.contains(p)).collect();
-    if (!plan.has_changes() && busy.is_empty()) || config.dry_run {
+    if !plan.has_changes() && busy.is_empty() {
         return Ok(Exit::Success);
     }
     if plan.has_changes() && !config.yes && !confirm("Do you want to perform these actions?", "apply")? {
@@ -348,17 +357,17 @@ fn rollout_failure(e: RolloutError) -> anyhow::Error {
 /// on their own).
 fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let mut next = async || {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        let mut signals = match Signals::listen() {
+            Ok(signals) => signals,
+            Err(e) => {
+                tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}");
+                return;
             }
         };
-        next().await;
+        signals.recv().await;
         eprintln!("interrupt: stopping at the next step boundary (interrupt again to exit at once)");
         interrupt.trigger();
-        next().await;
+        signals.recv().await;
         eprintln!("interrupt: exiting now; run apply again to continue");
         std::process::exit(EXIT_INTERRUPTED);
     });

@@ -1,7 +1,7 @@
 //! What the commands share: reading the source, connecting to its Docker endpoints and making a
 //! plan, reading the pools' locks, asking for confirmation, writing to stdout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use crate::backend::{ClusterClient, Connections, Docker, Locks};
 use crate::config::Source;
 use crate::lock::inspect_locks;
-use crate::model::{Desired, LockHolder};
+use crate::model::{Desired, DesiredPool, LockHolder};
 use crate::plan::{Plan, PlanOptions};
 use crate::rollout::{Preview, preview};
 use crate::source;
@@ -67,6 +67,23 @@ pub(super) async fn compute(
     let docker = connections.docker(&desired).await?;
     let preview = preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     Ok(Planned { desired, docker, preview, options })
+}
+
+/// Refuse a `--pool` that names no pool of the source, listing those it has: a typo must not
+/// read as "nothing to do".
+pub(super) fn check_pools(desired: &Desired, pools: &BTreeSet<String>) -> Result<()> {
+    let mut declared: Vec<&str> = desired.pools.iter().map(DesiredPool::name).collect();
+    declared.sort_unstable();
+    for name in pools {
+        if !declared.contains(&name.as_str()) {
+            bail!(
+                "--pool {name}: the source {} declares no pool of that name; it declares: {}",
+                desired.origin,
+                declared.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Refuse a `--replace` that names no instance of the plan's pools: a typo must not read as

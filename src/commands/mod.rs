@@ -15,7 +15,7 @@ mod watch;
 
 use anyhow::Result;
 
-use crate::config::{Config, Task};
+use crate::config::{Config, Format, Task};
 
 pub use exit::{EXIT_ERROR, EXIT_INTERRUPTED, Exit};
 
@@ -36,6 +36,25 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Task::Unlock(unlock) => unlock::unlock_command(&unlock).await,
+        Task::Version(format) => {
+            let version = env!("CARGO_PKG_VERSION");
+            // A build may record its commit (`POOLCTL_GIT_COMMIT=$(git rev-parse HEAD) cargo build`).
+            let commit = option_env!("POOLCTL_GIT_COMMIT").filter(|c| !c.is_empty());
+            common::write_stdout(|out| match format {
+                Format::Text => match commit {
+                    Some(commit) => writeln!(out, "poolctl {version} (commit {commit})"),
+                    None => writeln!(out, "poolctl {version}"),
+                },
+                Format::Json => {
+                    let mut json = serde_json::json!({"name": "poolctl", "version": version});
+                    if let Some(commit) = commit {
+                        json["commit"] = commit.into();
+                    }
+                    writeln!(out, "{json}")
+                }
+            })?;
+            Ok(Exit::Success)
+        }
         Task::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
             common::write_stdout(|out| writeln!(out, "{schema}"))?;

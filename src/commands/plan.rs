@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use super::common::{check_replace, compute, held_locks, load_source, write_stdout};
+use super::common::{check_pools, check_replace, compute, held_locks, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::Connections;
 use crate::config::{Format, PlanConfig, Ui};
@@ -14,6 +14,7 @@ use crate::plan::{HeldLocks, render_json_saved, render_text_styled};
 
 pub(super) async fn plan_command(config: &PlanConfig, ui: Ui) -> Result<Exit> {
     let desired = load_source(&config.source)?;
+    check_pools(&desired, &config.options.pools)?;
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let (plan, clusters) = (&planned.preview.plan, &planned.preview.clusters);
     check_replace(plan, &config.options)?;

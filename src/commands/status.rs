@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::common::{load_source, write_stdout};
+use super::common::{check_pools, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::{Connections, Docker, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
@@ -21,17 +21,20 @@ use crate::status::{Status, render_json, render_text, status};
 
 pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit> {
     let desired = load_source(&config.source)?;
+    check_pools(&desired, &config.pools)?;
+    let options = PlanOptions { pools: config.pools.clone(), ..PlanOptions::default() };
     let connections = Connections::once();
     let docker = connections.docker(&desired).await?;
     let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
-    let first = snapshot(&desired, &docker, &clusters, observed.world).await;
+    let first = snapshot(&desired, &options, &docker, &clusters, observed.world).await;
     if !config.watch {
         return write_stdout(|out| show(&first, config, ui, false, out)).map(|()| Exit::Success);
     }
 
-    // `-w`: a terminal is redrawn in place, as `watch` would; a pipe gets each status that
-    // differs from the last one (JSON: one document per line).
+    // `-w`: a terminal is redrawn in place, as `watch` would; a pipe gets each status whose
+    // facts differ from the last one's (JSON: one document per line): an uptime that grew is
+    // no news.
     let terminal = std::io::stdout().is_terminal();
     let (tx, mut events) = mpsc::channel(1);
     // Every endpoint the pools live on: a change on any of them redraws.
@@ -45,10 +48,13 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     let (mut shown, mut current): (Option<Status>, Option<Status>) = (None, Some(first));
     loop {
         if let Some(now) = current.take() {
-            if terminal || shown.as_ref() != Some(&now) {
+            let facts = now.facts();
+            if terminal || shown.as_ref() != Some(&facts) {
                 write_stdout(|out| show(&now, config, ui, terminal, out))?;
+            } else {
+                tracing::debug!("observed again: nothing changed");
             }
-            shown = Some(now);
+            shown = Some(facts);
         }
         tokio::select! {
             _ = tick.tick() => {}
@@ -56,7 +62,7 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
             _ = tokio::signal::ctrl_c() => break,
         }
         match observe_again(&*docker, &clusters).await {
-            Ok(world) => current = Some(snapshot(&desired, &docker, &clusters, world).await),
+            Ok(world) => current = Some(snapshot(&desired, &options, &docker, &clusters, world).await),
             Err(e) => tracing::warn!("cannot observe the pools: {e}; trying again"),
         }
     }
@@ -68,13 +74,14 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
 /// not finished coming up is in the making).
 async fn snapshot<K: Locks>(
     desired: &Desired,
+    options: &PlanOptions,
     docker: &Docker,
     clusters: &BTreeMap<String, K>,
     mut world: World,
 ) -> Status {
     let locks = read_locks(desired, &world, docker, clusters).await;
     mark_locked(&mut world, &locks);
-    let plan = crate::plan::plan(desired, &world, PlanOptions::default());
+    let plan = crate::plan::plan(desired, &world, options.clone());
     status(&plan, &world, &locks)
 }
 

@@ -30,8 +30,9 @@ pub const CLUSTER_UID: &str = "poolctl.dev/cluster-uid";
 /// Annotation on a Node: the label keys and taints (`key:effect`) poolctl set on it, comma
 /// separated, so that those the spec drops can be removed and nobody else's are.
 pub const MANAGED: &str = "poolctl.dev/managed";
-/// On a pool's lock container (see `backend::docker`): the pool it locks. The lock carries no
-/// [`POOL`] label, so it is never taken for an instance.
+/// On a pool's lock container (see `backend::docker`): the pool it locks. The lock carries the
+/// [`POOL`] label too (for a clean-up by label); this one keeps it from being taken for an
+/// instance.
 pub const LOCK: &str = "poolctl.dev/lock";
 /// On a lock container: who holds it.
 pub const LOCK_HOLDER: &str = "poolctl.dev/lock-holder";

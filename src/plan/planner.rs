@@ -34,6 +34,16 @@ pub struct PlanOptions {
     /// Instances to replace although they are current (`--replace NAME`), as Terraform's
     /// `-replace`: surge first, through the whole safe retirement.
     pub replace: BTreeSet<String>,
+    /// Plan only these declared pools of the source (`--pool NAME`, as Terraform's `-target`);
+    /// every pool when empty. The others are neither planned nor taken for undeclared ones.
+    pub pools: BTreeSet<String>,
+}
+
+impl PlanOptions {
+    /// Whether the plan covers `pool`.
+    pub fn covers(&self, pool: &str) -> bool {
+        self.pools.is_empty() || self.pools.contains(pool)
+    }
 }
 
 /// Where the seed of new instance names comes from.
@@ -57,6 +67,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
     let mut pools: Vec<PoolPlan> = desired
         .pools
         .iter()
+        .filter(|dp| options.covers(dp.name()))
         .map(|dp| {
             // A rollback plans towards the template the pool ran before.
             let dp = progress.rollbacks.iter().find(|r| r.name() == dp.name()).unwrap_or(dp);
@@ -86,6 +97,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
         .containers
         .iter()
         .filter(|c| c.scope.as_deref() == Some(scope.as_str()) && !declared.contains(c.pool.as_str()))
+        .filter(|c| options.covers(&c.pool))
         .map(|c| c.pool.as_str())
         .collect();
     for name in undeclared {

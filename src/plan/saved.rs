@@ -47,18 +47,23 @@ pub struct SavedOptions {
     /// `--replace`: the instances replaced although they are current.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replace: Vec<String>,
+    /// `--pool`: the only pools the plan covers (all when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
 }
 
 impl SavedOptions {
     pub fn new(options: PlanOptions, seed: u64) -> Self {
         let replace = options.replace.into_iter().collect();
-        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}"), replace }
+        let pools = options.pools.into_iter().collect();
+        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}"), replace, pools }
     }
 
     /// The choices the plan was made with.
     pub fn options(&self) -> PlanOptions {
         let replace = self.replace.iter().cloned().collect();
-        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false, replace }
+        let pools = self.pools.iter().cloned().collect();
+        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false, replace, pools }
     }
 }
 

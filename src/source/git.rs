@@ -153,6 +153,38 @@ pub(super) fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
     cache_dir.join("git").join(name)
 }
 
+/// The file at `path` in `commit` of the cached clone of `url`, written into the cache (beside
+/// the clone, by content, readable by its owner only: it may be a kubeconfig) for a reader that
+/// needs a file on disk. The error says what is wrong with it (`is not in the repository`).
+pub(super) fn file_at(cache_dir: &Path, url: &str, commit: &str, path: &str) -> Result<PathBuf, String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let repo = open_cache(cache_dir, url).map_err(|e| format!("cannot be read: {e}"))?;
+    let tree = Oid::from_str(commit)
+        .and_then(|oid| repo.find_commit(oid))
+        .and_then(|c| c.tree())
+        .map_err(|e| format!("cannot be read: {}", e.message()))?;
+    let entry = tree.get_path(Path::new(path)).map_err(|_| "does not exist".to_owned())?;
+    let blob =
+        entry.to_object(&repo).and_then(|o| o.peel_to_blob()).map_err(|_| "is not a file".to_owned())?;
+    let name = Path::new(path).file_name().unwrap_or_default();
+    let dir = cache_path(cache_dir, url).with_extension("files").join(blob.id().to_string());
+    let file = dir.join(name);
+    if !file.exists() {
+        let cannot = |e: std::io::Error| format!("cannot be written to the cache at {}: {e}", file.display());
+        std::fs::create_dir_all(&dir).map_err(cannot)?;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .map_err(cannot)?;
+        out.write_all(blob.content()).map_err(cannot)?;
+    }
+    Ok(file)
+}
+
 fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, SourceError> {
     let path = cache_path(cache_dir, url);
     if let Ok(repo) = Repository::open_bare(&path) {

@@ -14,7 +14,7 @@ mod git;
 mod secret;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -317,7 +317,7 @@ pub fn read_files(spec: &SourceSpec) -> Result<(Origin, Vec<SourceFile>), Source
 /// is refused unless [`SourceSpec::allow_empty`].
 pub fn load(spec: &SourceSpec) -> Result<Desired, SourceError> {
     let (origin, files) = read_files(spec)?;
-    not_empty(spec, desired_from_files(origin, &files)?, files.len())
+    not_empty(spec, desired_from_files(spec, origin, &files)?, files.len())
 }
 
 /// Refuse a source without any pool (the wrong folder, a typo in `--path`), unless allowed.
@@ -333,18 +333,32 @@ pub fn not_empty(spec: &SourceSpec, desired: Desired, files: usize) -> Result<De
 /// computes ([`DesiredPool::reads_secrets`] says which).
 pub fn load_offline(spec: &SourceSpec) -> Result<Desired, SourceError> {
     let (origin, files) = read_files(spec)?;
-    not_empty(spec, desired(origin, &files, false)?, files.len())
+    not_empty(spec, desired(spec, origin, &files, false)?, files.len())
 }
 
-/// Parse and validate files that were already read (see [`read_files`]), and read their
-/// sensitive values.
-pub fn desired_from_files(origin: Origin, files: &[SourceFile]) -> Result<Desired, SourceError> {
-    desired(origin, files, true)
+/// Parse and validate files of `spec` that were already read (see [`read_files`]), read their
+/// sensitive values, and find their relative kubeconfigs.
+pub fn desired_from_files(
+    spec: &SourceSpec,
+    origin: Origin,
+    files: &[SourceFile],
+) -> Result<Desired, SourceError> {
+    desired(spec, origin, files, true)
 }
 
-fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<Desired, SourceError> {
+/// `online`: read what lives outside the pool files (sensitive values, kubeconfigs in a Git
+/// source); [`load_offline`] does not.
+fn desired(
+    spec: &SourceSpec,
+    origin: Origin,
+    files: &[SourceFile],
+    online: bool,
+) -> Result<Desired, SourceError> {
     let mut documents = spec::load_files(files.iter().map(|f| (f.path_relative.as_str(), f.text.as_str())))?;
-    if with_secrets {
+    spec::resolve_kubeconfigs(&mut documents, |file, written| {
+        kubeconfig_path(spec, &origin, file, written, online)
+    })?;
+    if online {
         spec::read_secrets(&mut documents, secret::read)?;
     }
     let pools = documents
@@ -356,6 +370,79 @@ fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<D
         })
         .collect();
     Ok(Desired { origin, pools })
+}
+
+/// Where the relative `node.kubeconfig` `written` of the pool file `file` (relative to the source
+/// root) is: beside the pool file, as kustomize resolves paths, never the working directory (in
+/// a GitOps repository the pool file's directory is the one stable place). In a Git source it is
+/// read from the same commit and kept in the cache, by content. Offline, a Git source's is left
+/// as written, and a directory's is not checked.
+fn kubeconfig_path(
+    spec: &SourceSpec,
+    origin: &Origin,
+    file: &str,
+    written: &str,
+    online: bool,
+) -> Result<String, String> {
+    const RELATIVE: &str = "a relative kubeconfig is read from the pool file's directory";
+    match &spec.location {
+        Location::Path { root, .. } => {
+            let root = std::path::absolute(root).map_err(|e| format!("cannot resolve {written}: {e}"))?;
+            // A single-file source is its own root; a directory's files are named from it.
+            let pool_file = if root.is_file() { root } else { root.join(file) };
+            let path = lexical(&pool_file.parent().unwrap_or(Path::new("/")).join(written));
+            if online && !path.exists() {
+                return Err(format!("{} does not exist ({RELATIVE})", path.display()));
+            }
+            Ok(path.display().to_string())
+        }
+        Location::Git { .. } if !online => Ok(written.to_owned()),
+        Location::Git { url, .. } => {
+            let commit = origin.commit().unwrap_or_default();
+            let short = commit.get(..7).unwrap_or(commit);
+            // Named from the repository root, as the pool file is.
+            let joined = Path::new(file).parent().unwrap_or(Path::new("")).join(written);
+            if escapes(&joined) {
+                return Err(format!("{written} points outside the repository ({RELATIVE})"));
+            }
+            let in_repo = lexical(&joined).to_string_lossy().into_owned();
+            git::file_at(&spec.cache_dir, url, commit, &in_repo)
+                .map(|path| path.display().to_string())
+                .map_err(|why| format!("{in_repo} {why} in commit {short} ({RELATIVE}, in the repository)"))
+        }
+    }
+}
+
+/// `path` with its `.` and `..` components resolved by name, as kustomize does: no symlink is
+/// followed, and nothing goes above the root.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether a relative `path` climbs above where it starts.
+fn escapes(path: &Path) -> bool {
+    let mut depth = 0i32;
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
 }
 
 /// One look at a source, fetching (or reading) it once: `None` when it is still `seen`, else

@@ -212,6 +212,12 @@ impl<'de> de::Deserializer<'de> for De<'_, '_> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         let YamlNode::Map(entries) = &self.node.node else {
+            // serde would read a sequence as the struct's fields in order, and complain about
+            // the first one's type: say what is wrong with the value itself.
+            if matches!(self.node.node, YamlNode::Seq(_)) {
+                let e = <Error as de::Error>::custom("expected a mapping, found a sequence");
+                return Err(e.placed(&self.path, self.node, false));
+            }
             return self.deserialize_any(visitor);
         };
         // Unknown fields are recorded here and hidden from the derived code, which would stop

@@ -82,10 +82,23 @@ pub fn parse_volume(volume: &str) -> Result<Volume<'_>, String> {
     if let Some(problem) = container_path_problem(dst) {
         return Err(format!("volume {volume:?}: {problem}"));
     }
+    if !src.starts_with('/') && !is_volume_name(src) {
+        // Docker would refuse it only when the container is created, at apply.
+        return Err(format!(
+            "volume {volume:?}: the host path {src:?} must be absolute (Docker bind sources are; \
+             a source without / is a named volume)"
+        ));
+    }
     match options.and_then(|o| o.split(',').find(|o| !VOLUME_OPTIONS.contains(o))) {
         Some(bad) => Err(format!("volume {volume:?} has an unknown option {bad:?}: {expected}")),
         None => Ok(Volume::Mount(volume)),
     }
+}
+
+/// Whether `name` can name a Docker volume: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as the daemon checks.
+fn is_volume_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// Why `path` cannot be where something is mounted in the container, if it cannot.
@@ -560,9 +573,13 @@ mod tests {
             assert_eq!(parse_volume(good), Ok(Volume::Mount(good)), "{good}");
         }
         assert_eq!(parse_volume("/var"), Ok(Volume::Anonymous("/var")));
-        for bad in ["/", "var", "/a:", ":/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", ""] {
+        for bad in
+            ["/", "var", "/a:", ":/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", "", "./rel:/x", "a/b:/x", "~/x:/x"]
+        {
             assert!(parse_volume(bad).is_err(), "{bad:?} accepted");
         }
+        let relative = parse_volume("./relative:/x").unwrap_err();
+        assert!(relative.contains("the host path \"./relative\" must be absolute"), "{relative}");
     }
 
     #[test]

@@ -138,10 +138,24 @@ impl From<Vec<SpecError>> for SpecErrors {
 enum Verdict {
     Skip,
     Pool,
-    Invalid { field: &'static str, message: String },
+    /// About `field` of the document, or about the document as a whole.
+    Invalid {
+        field: Option<&'static str>,
+        message: String,
+    },
 }
 
 fn judge(root: &Located) -> Verdict {
+    if let YamlNode::Seq(items) = &root.node
+        && items.iter().any(|item| !matches!(judge(item), Verdict::Skip))
+    {
+        return Verdict::Invalid {
+            field: None,
+            message: "a top-level list is not a Pool document: write each Pool as a document of its own, \
+                      separated by `---` lines"
+                .to_owned(),
+        };
+    }
     if !matches!(root.node, YamlNode::Map(_)) {
         return Verdict::Skip;
     }
@@ -153,7 +167,7 @@ fn judge(root: &Located) -> Verdict {
     let Some(api_version) = string("apiVersion") else {
         return if kind == Some(KIND_POOL) {
             Verdict::Invalid {
-                field: "apiVersion",
+                field: Some("apiVersion"),
                 message: format!("is missing: a Pool needs `apiVersion: {API_VERSION}`"),
             }
         } else {
@@ -166,17 +180,19 @@ fn judge(root: &Located) -> Verdict {
     }
     if api_version != API_VERSION {
         return Verdict::Invalid {
-            field: "apiVersion",
+            field: Some("apiVersion"),
             message: format!("unsupported version {api_version:?}: this poolctl reads {API_VERSION}"),
         };
     }
     match kind {
         Some(KIND_POOL) => Verdict::Pool,
         Some(other) => Verdict::Invalid {
-            field: "kind",
+            field: Some("kind"),
             message: format!("unknown kind {other:?} in {API_VERSION}: expected {KIND_POOL}"),
         },
-        None => Verdict::Invalid { field: "kind", message: format!("is missing: expected {KIND_POOL}") },
+        None => {
+            Verdict::Invalid { field: Some("kind"), message: format!("is missing: expected {KIND_POOL}") }
+        }
     }
 }
 
@@ -250,8 +266,8 @@ fn parse_file(file: &str, text: &str) -> Parsed {
         match judge(&tree.root) {
             Verdict::Skip => {}
             Verdict::Invalid { field, message } => {
-                let at = tree.root.get(field).unwrap_or(&tree.root).place();
-                parsed.errors.push(SpecError::at(file, Some(at), Some(field.to_owned()), message));
+                let at = field.and_then(|f| tree.root.get(f)).unwrap_or(&tree.root).place();
+                parsed.errors.push(SpecError::at(file, Some(at), field.map(str::to_owned), message));
             }
             Verdict::Pool => {
                 let (pool, problems) = decode::<Pool>(&tree.root, tree.nodes);

@@ -154,6 +154,39 @@ pub fn read_secrets(
     if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
 }
 
+/// Give every relative `node.kubeconfig` of `docs` the path `resolve` finds for it, from the
+/// pool file's name (relative to the source root) and the path as written; `resolve` does the
+/// I/O (the spec does none). A `~/`, `$HOME/` or absolute path is left as it is, and so is the
+/// keyword `in-cluster`. Every failure
+/// is reported with its place in the pool file.
+pub fn resolve_kubeconfigs(
+    docs: &mut [Document],
+    resolve: impl Fn(&str, &str) -> Result<String, String>,
+) -> Result<(), SpecErrors> {
+    let mut errors = Vec::new();
+    for doc in docs.iter_mut() {
+        let Some(node) = doc.pool.spec.node.as_mut() else { continue };
+        // `in-cluster` is the keyword for the Pod's service account, not a file.
+        let Some(written) = node.kubeconfig.as_deref().filter(|k| is_relative(k) && *k != super::IN_CLUSTER)
+        else {
+            continue;
+        };
+        match resolve(&doc.file, written) {
+            Ok(path) => node.kubeconfig = Some(path),
+            Err(why) => {
+                let error = doc.error_at(&FieldPath::of("spec.node.kubeconfig"), why);
+                errors.push(error);
+            }
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }
+}
+
+/// Whether a path in a pool file is relative to the pool file: not absolute, not from home.
+fn is_relative(path: &str) -> bool {
+    !["/", "~", "$HOME", "${HOME}"].iter().any(|p| path.starts_with(p)) && !path.is_empty()
+}
+
 impl<'de> Deserialize<'de> for EnvValue {
     /// Read as a string first, so that a scalar keeps the text it was written with (`1.10`
     /// stays `1.10`); a mapping is a `valueFrom`.

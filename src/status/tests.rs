@@ -76,3 +76,24 @@ fn colour_never_shifts_a_column() {
     let stripped = ["\x1b[31m", "\x1b[32m", "\x1b[33m"].iter().fold(stripped, |s, code| s.replace(code, ""));
     assert_eq!(stripped, text(&status, Style::PLAIN));
 }
+
+#[test]
+fn the_facts_of_a_status_leave_out_what_time_alone_changes() {
+    let (plan, mut world, mut locks) = rolling();
+    let before = status(&plan, &world, &locks);
+    world.containers[1].status = "Up 7 minutes".to_owned();
+    world.containers[2].status = "Exited (137) 3 minutes ago".to_owned();
+    for lock in locks.values_mut() {
+        lock.expires += Duration::from_secs(5);
+    }
+    let later = status(&plan, &world, &locks);
+    assert_ne!(before, later);
+    assert_eq!(before.facts(), later.facts(), "only times changed");
+    let view = |s: &Status| s.pools[0].instances.iter().map(|i| i.docker_status.clone()).collect::<Vec<_>>();
+    assert!(view(&later.facts()).contains(&"Exited (137)".to_owned()), "{:?}", view(&later.facts()));
+
+    world.containers[1].status = "Up 7 minutes (unhealthy)".to_owned();
+    assert_ne!(status(&plan, &world, &locks).facts(), before.facts(), "a health check is a fact");
+    world.containers[2].status = "Exited (1) 3 minutes ago".to_owned();
+    assert_ne!(status(&plan, &world, &locks).facts(), before.facts(), "so is an exit code");
+}

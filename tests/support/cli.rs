@@ -166,6 +166,12 @@ impl Process {
         self.child.id()
     }
 
+    /// Sends `signal` and returns at once, without waiting for anything.
+    pub fn send(&self, signal: &str) {
+        let sent = Command::new("kill").args([format!("-{signal}"), self.child.id().to_string()]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} failed");
+    }
+
     /// SIGKILL: no chance to clean up.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL");

@@ -255,9 +255,10 @@ impl TestDocker {
 }
 
 /// Whether a container is one of poolctl's records rather than an instance: an up record
-/// (`poolctl-up-<instance>`) or a pool's rollout record (`poolctl-rollout-<pool>`).
+/// (`poolctl-up-<instance>`), a pool's rollout record (`poolctl-rollout-<pool>`) or its lock
+/// (`poolctl-lock-<pool>`).
 pub(crate) fn is_record(name: &str) -> bool {
-    name.starts_with("poolctl-up-") || name.starts_with("poolctl-rollout-")
+    ["poolctl-up-", "poolctl-rollout-", "poolctl-lock-"].iter().any(|p| name.starts_with(p))
 }
 
 /// `docker args...`, which must succeed; returns its stdout.

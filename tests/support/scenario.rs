@@ -217,6 +217,13 @@ impl PoolYaml {
         }
     }
 
+    /// The same pool document under another pool name.
+    #[must_use]
+    pub fn named(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.name);
+        self
+    }
+
     /// `spec.rollout.deletePolicy`.
     #[must_use]
     pub fn delete_policy(mut self, policy: &str) -> Self {

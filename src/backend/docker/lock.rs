@@ -43,7 +43,11 @@ impl DockerBackend {
         let now = SystemTime::now();
         let expires = lock_expiry(now, lease);
         let holder = LockHolder { who: who.to_owned(), since: now, expires };
+        // The pool's label too, so that a clean-up by it (`docker ps -a --filter
+        // label=poolctl.dev/pool=X`) finds a lock a killed run left; the list of instances
+        // leaves lock containers out.
         let labels = HashMap::from([
+            (labels::POOL.to_owned(), pool.to_owned()),
             (labels::LOCK.to_owned(), pool.to_owned()),
             (labels::LOCK_HOLDER.to_owned(), who.to_owned()),
             (labels::LOCK_SINCE.to_owned(), timestamp(now)),

@@ -403,7 +403,9 @@ impl Containers for DockerBackend {
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
             let (names, labels, created) = (summary.names.as_ref(), summary.labels.as_ref(), summary.created);
-            if let Some((instance, record)) = up::up_record_from(names, labels, created) {
+            if labels.is_some_and(|l| l.contains_key(labels::LOCK)) {
+                // A pool's lock, read by name where it matters (see `lock`).
+            } else if let Some((instance, record)) = up::up_record_from(names, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(names, labels, created) {
                 rollouts.insert(pool, record);

@@ -41,6 +41,21 @@ pub(super) fn classify(e: &kube::Error) -> Class {
     }
 }
 
+/// Whether the server's host refused the connection: nothing listens at its address (a kind
+/// cluster that is stopped). Worth retrying in the middle of a rollout (an API server
+/// restarting), not at the first contact, where it is the answer the user needs at once.
+pub(super) fn refused(e: &kube::Error) -> bool {
+    chain(e).into_iter().any(|c| {
+        c.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::ConnectionRefused)
+    })
+}
+
+/// Whether a failed first contact with a cluster is worth another try: a transient failure,
+/// unless the connection was refused (see [`refused`]).
+pub(super) fn retry_first_contact(e: &kube::Error) -> bool {
+    classify(e) == Class::Transient && !refused(e)
+}
+
 /// Why the call failed, on one line: the server's own message for an API answer, the TLS
 /// problem in words for a failed handshake, else the cause chain without its repetitions.
 pub(super) fn reason(e: &kube::Error) -> String {
@@ -66,8 +81,20 @@ pub(super) fn reason(e: &kube::Error) -> String {
     }
 }
 
+/// `text` without the value of a `KUBERNETES_EXEC_INFO` it quotes: kube-rs quotes the command of
+/// a failed credential plugin with its environment, which holds the cluster's whole CA, a line
+/// of thousands of characters that hides the plugin's own words.
+pub(crate) fn without_exec_info(text: &str) -> String {
+    const VAR: &str = "KUBERNETES_EXEC_INFO=";
+    let Some(start) = text.find(VAR).map(|i| i + VAR.len()) else { return text.to_owned() };
+    // The value is a quoted JSON object, its own quotes escaped: it ends at the first `}"`.
+    let end = text[start..].find("}\"").map_or(text.len(), |i| start + i + 2);
+    format!("{}...{}", &text[..start], without_exec_info(&text[end..]))
+}
+
 /// Every message of the chain, joined with ": ", skipping one that an earlier message already
-/// contains (an `io::Error` prints the error it wraps, for one).
+/// contains (an `io::Error` prints the error it wraps, for one), and without the value of a
+/// `KUBERNETES_EXEC_INFO` (see [`without_exec_info`]).
 pub(crate) fn cause_chain(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in chain(e) {
@@ -76,7 +103,7 @@ pub(crate) fn cause_chain(e: &(dyn StdError + 'static)) -> String {
             parts.push(text);
         }
     }
-    parts.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
+    without_exec_info(&parts.join(": ").split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// The error and its causes, including the error inside an `io::Error`.
@@ -183,6 +210,28 @@ mod tests {
         let e = service(io::Error::new(io::ErrorKind::InvalidData, alert));
         assert_eq!(classify(&e), Class::Rejected);
         assert!(reason(&e).contains("refused the client certificate"), "{}", reason(&e));
+    }
+
+    #[test]
+    fn the_exec_info_a_failed_plugin_is_quoted_with_is_cut() {
+        let ca = "Q".repeat(2000);
+        let text = format!(
+            "auth exec command 'KUBERNETES_EXEC_INFO=\"{{\\\"kind\\\":\\\"ExecCredential\\\",\\\"ca\\\":\\\"{ca}\\\"}}\" \"/bin/login\"' failed: token expired"
+        );
+        let cut = without_exec_info(&text);
+        assert_eq!(cut, "auth exec command 'KUBERNETES_EXEC_INFO=... \"/bin/login\"' failed: token expired");
+        assert_eq!(without_exec_info("no plugin here"), "no plugin here");
+    }
+
+    #[test]
+    fn a_refused_connection_is_not_retried_at_first_contact_only() {
+        let refused = service(io::Error::other(Outer(io::Error::from(io::ErrorKind::ConnectionRefused))));
+        assert_eq!(classify(&refused), Class::Transient, "retried in the middle of a rollout");
+        assert!(!retry_first_contact(&refused), "not at the first contact");
+        let reset = service(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(retry_first_contact(&reset), "a connection that went away is worth another try");
+        assert!(retry_first_contact(&api(503, "ServiceUnavailable")));
+        assert!(!retry_first_contact(&api(403, "Forbidden")));
     }
 
     #[derive(Debug, thiserror::Error)]

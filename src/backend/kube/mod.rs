@@ -142,7 +142,9 @@ impl KubeCluster {
                 other => other,
             }
         };
-        let namespace = self.retrying("read the kube-system Namespace", deadline, read).await?;
+        // The first contact: a cluster that refuses connections (stopped) is told at once.
+        let what = "read the kube-system Namespace";
+        let namespace = self.retrying_if(what, deadline, errors::retry_first_contact, read).await?;
         self.identity.context = context.to_owned();
         self.identity.uid = namespace.and_then(|n| n.metadata.uid);
         Ok(self)
@@ -218,7 +220,22 @@ impl KubeCluster {
     /// Run `op` until it succeeds, fails for good, or `deadline` passes; transient failures
     /// (no answer, connection refused or reset, timeouts, 5xx, 429) are retried with backoff.
     /// An attempt still waiting at the deadline is given up.
-    async fn retrying<T, F, Fut>(&self, what: &str, deadline: Instant, mut op: F) -> Result<T, BackendError>
+    async fn retrying<T, F, Fut>(&self, what: &str, deadline: Instant, op: F) -> Result<T, BackendError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.retrying_if(what, deadline, |e| classify(e) == Class::Transient, op).await
+    }
+
+    /// [`Self::retrying`], with `worth` deciding which failures are retried.
+    async fn retrying_if<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        worth: fn(&kube::Error) -> bool,
+        mut op: F,
+    ) -> Result<T, BackendError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
@@ -246,7 +263,7 @@ impl KubeCluster {
                 tracing::debug!("{what} at {}: {}; asking again at once", self.server, reason(&e));
                 continue;
             }
-            if classify(&e) == Class::Transient && Instant::now() + backoff.peek() < deadline {
+            if worth(&e) && Instant::now() + backoff.peek() < deadline {
                 let why = reason(&e);
                 tracing::warn!("{what} at {}: {why}; retrying", self.server);
                 last = Some(why);

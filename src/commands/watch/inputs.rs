@@ -48,7 +48,7 @@ pub(super) fn check_source(spec: &SourceSpec, seen: Option<&Revision>) -> Checke
         Err(e) => Checked::Unreachable(e),
         Ok(None) => Checked::Unchanged,
         Ok(Some((revision, origin, files))) => {
-            let read = source::desired_from_files(origin, &files);
+            let read = source::desired_from_files(spec, origin, &files);
             match read.and_then(|d| source::not_empty(spec, d, files.len())) {
                 Ok(d) => Checked::Loaded(revision, d),
                 // What this revision says is wrong: looking again finds the same until it changes.

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
@@ -34,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use super::common::{source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
-use crate::cancel::{Interrupt, StopReason};
+use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
 use crate::source::{Location, Revision, SourceError, SourceSpec};
@@ -155,8 +154,7 @@ impl Loop {
     }
 
     async fn run(mut self) -> Result<Exit> {
-        let mut sigterm = signal(SignalKind::terminate())?;
-        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut signals = Signals::listen()?;
         let mut fetch = interval(self.config.interval);
         let mut resync = interval(self.config.resync);
         for tick in [&mut fetch, &mut resync] {
@@ -186,8 +184,7 @@ impl Loop {
                     () = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => Wake::Retry,
                     () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Wake::Deadline,
                     ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => Wake::Finished(ended),
-                    _ = sigterm.recv() => Wake::Event(Event::Signal),
-                    _ = sigint.recv() => Wake::Event(Event::Signal),
+                    () = signals.recv() => Wake::Event(Event::Signal),
                 }
             };
             self.probes.beat();
@@ -201,7 +198,8 @@ impl Loop {
                 Decision::KeepLastGood => {
                     let e = self.problem.take().map(|e| format!("{:#}", anyhow::Error::from(e)));
                     error!(
-                        "the source has errors; the world is left as it is (keeping the last good state):\n{}",
+                        "{} has errors; the world is left as it is (keeping the last good state):\n{}",
+                        self.seen_label(),
                         e.unwrap_or_default()
                     );
                 }
@@ -244,7 +242,7 @@ impl Loop {
                 Decision::Fail => {
                     let e = self.problem.take().map_or_else(
                         || anyhow::anyhow!("the source could not be read"),
-                        |e| source_failure(&source_label(&self.spec), e),
+                        |e| source_failure(&self.seen_label(), e),
                     );
                     return Err(e.context("watch cannot start: no good desired state was read"));
                 }
@@ -316,6 +314,17 @@ impl Loop {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
         let wait = u64::try_from(at).unwrap_or(0).saturating_sub(now) + 1;
         Some(Instant::now() + Duration::from_secs(wait))
+    }
+
+    /// The source as last looked at, for an error about it: a Git source names the commit (its
+    /// short id), which is what the user fixes or reverts.
+    fn seen_label(&self) -> String {
+        match &self.seen {
+            Some(Revision::Commit(commit)) => {
+                format!("{} (commit {})", source_label(&self.spec), commit.get(..7).unwrap_or(commit))
+            }
+            _ => source_label(&self.spec),
+        }
     }
 
     /// Look at the source (in a blocking task: git2 and the file system block), unless a look
