@@ -199,15 +199,18 @@ async fn apply_numbers_each_step_as_the_plan_did_across_batches_and_pools() {
     let planned = plan_steps(&s.run("plan", &[]).expect_code(0).stdout);
     assert_eq!(planned.len(), 16, "{planned:?}");
     let apply = s.run("apply", &["--yes"]).expect_code(0).stdout;
-    // Pool a's second batch runs after pool b's first, yet keeps the numbers the plan gave it.
+    // The pools run side by side, yet each step keeps the number the plan gave it.
     let mut seen = Vec::new();
     for line in apply.lines().filter(|l| l.ends_with(" ...")) {
         let (number, rest) = line.trim_start_matches('[').split_once("] ").unwrap();
         let (n, total) = number.split_once('/').unwrap();
         assert_eq!(total, "16", "{line}");
+        // Two pools run side by side: each line names its pool first.
+        let (pool, rest) = rest.split_once(": ").unwrap_or_else(|| panic!("{line} names no pool"));
         let mut words = rest.split_whitespace();
         let step =
             (n.parse::<usize>().unwrap(), words.next().unwrap().to_owned(), words.next().unwrap().to_owned());
+        assert!(step.2.starts_with(&format!("{pool}-")), "{line}: {} is not of pool {pool}", step.2);
         assert!(planned.contains(&step), "{line} is not step {n} of the plan {planned:?}");
         seen.push(step.0);
     }
