@@ -45,7 +45,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     match progress_ui.format {
         ProgressFormat::Text => {
             let held = HeldLocks { locks: &locks, now: SystemTime::now() };
-            write_stdout(|out| render_text_styled(plan, held, ui.color.stdout(), out))?;
+            write_stdout(|out| render_text_styled(plan, held, ui.color.stdout(), ui.verbose > 0, out))?;
         }
         ProgressFormat::Json => {
             let provenance =

@@ -25,7 +25,7 @@ pub(super) async fn plan_command(config: &PlanConfig, ui: Ui) -> Result<Exit> {
     write_stdout(|out| match config.format {
         Format::Text => {
             let held = HeldLocks { locks: &locks, now: SystemTime::now() };
-            render_text_styled(plan, held, ui.color.stdout(), out)
+            render_text_styled(plan, held, ui.color.stdout(), ui.verbose > 0, out)
         }
         Format::Json => render_json_saved(plan, &locks, provenance, out),
     })?;

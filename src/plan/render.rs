@@ -30,15 +30,23 @@ pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
 
 /// Write the plan as text, with a line under the header of each pool that is locked.
 pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
-    render_text_styled(plan, held, Style::PLAIN, out)
+    render_text_styled(plan, held, Style::PLAIN, false, out)
 }
 
+/// A pool with more steps (or instances) than this shows the first [`SHOWN`] and sums up the
+/// rest, unless the whole list is asked for: a plan of a thousand instances must not flood a
+/// terminal, and `-o json` has every step anyway.
+const LONG_LIST: usize = 40;
+const SHOWN: usize = 12;
+
 /// Write the plan as text, painted with `style`: what is created green, what is retired red,
-/// as `terraform plan` does.
+/// as `terraform plan` does. Without `full` (`-v`), long lists of steps and instances are
+/// summed up after their first lines.
 pub fn render_text_styled(
     plan: &Plan,
     held: HeldLocks<'_>,
     style: Style,
+    full: bool,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     writeln!(out, "Source: {}", plan.origin)?;
@@ -53,7 +61,7 @@ pub fn render_text_styled(
         if let Some(holder) = held.locks.get(&pool.name) {
             writeln!(out, "  Locked by {}", holder.describe(held.now))?;
         }
-        pool_text(pool, &mut number, style, out)?;
+        pool_text(pool, &mut number, style, full, out)?;
     }
     writeln!(out)?;
     writeln!(out, "{}", summary_line(plan, style))
@@ -168,7 +176,13 @@ pub fn render_json_saved(
 pub const JSON_FORMAT_VERSION: u32 = 1;
 
 /// The pool's body, under its header.
-fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Write) -> io::Result<()> {
+fn pool_text(
+    pool: &PoolPlan,
+    number: &mut usize,
+    style: Style,
+    full: bool,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
     let troubled: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.health.is_some()).collect();
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running,
@@ -197,24 +211,7 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
             writeln!(out, "  {painted}")?;
         }
     }
-    if !pool.instances.is_empty() {
-        writeln!(out, "  Instances:")?;
-        let with_nodes = pool.instances.iter().any(|i| i.node.is_some());
-        let mut header = vec!["NAME", "CONTAINER"];
-        if with_nodes {
-            header.push("NODE");
-        }
-        header.extend(["TEMPLATE", "FATE"]);
-        let fate = header.len() - 1;
-        let mut rows = vec![header.into_iter().map(str::to_owned).collect()];
-        rows.extend(pool.instances.iter().map(|i| instance_row(i, with_nodes)));
-        let paint = |row: usize, column: usize, cell: &str| match (row, column) {
-            (0, _) => style.bold(cell),
-            (_, c) if c == fate && cell == "retire" => style.red(cell),
-            _ => cell.to_owned(),
-        };
-        table(&rows, "    ", &paint, out)?;
-    }
+    instances_text(pool, style, full, out)?;
     for instance in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
         if instance.drain_excluded {
             let why =
@@ -248,9 +245,20 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
     }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
-        for step in &pool.steps {
+        let shown = if full || pool.steps.len() <= LONG_LIST { pool.steps.len() } else { SHOWN };
+        for step in &pool.steps[..shown] {
             *number += 1;
             step_text(&format!("{:>2}.", *number), step, style, out)?;
+        }
+        if let Some(rest) = pool.steps.get(shown..).filter(|r| !r.is_empty()) {
+            writeln!(
+                out,
+                "    {}-{}. {} (plan -v lists every step; -o json has them all)",
+                *number + 1,
+                *number + rest.len(),
+                count_verbs(rest)
+            )?;
+            *number += rest.len();
         }
     }
     if !held.is_empty() {
@@ -261,6 +269,54 @@ fn pool_text(pool: &PoolPlan, number: &mut usize, style: Style, out: &mut dyn Wr
         }
     }
     Ok(())
+}
+
+/// The pool's instances as a table, summed up after the first [`SHOWN`] unless `full`.
+fn instances_text(pool: &PoolPlan, style: Style, full: bool, out: &mut dyn Write) -> io::Result<()> {
+    if pool.instances.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "  Instances:")?;
+    let with_nodes = pool.instances.iter().any(|i| i.node.is_some());
+    let mut header = vec!["NAME", "CONTAINER"];
+    if with_nodes {
+        header.push("NODE");
+    }
+    header.extend(["TEMPLATE", "FATE"]);
+    let fate = header.len() - 1;
+    let mut rows = vec![header.into_iter().map(str::to_owned).collect()];
+    let shown = if full || pool.instances.len() <= LONG_LIST { pool.instances.len() } else { SHOWN };
+    rows.extend(pool.instances[..shown].iter().map(|i| instance_row(i, with_nodes)));
+    let paint = |row: usize, column: usize, cell: &str| match (row, column) {
+        (0, _) => style.bold(cell),
+        (_, c) if c == fate && cell == "retire" => style.red(cell),
+        _ => cell.to_owned(),
+    };
+    table(&rows, "    ", &paint, out)?;
+    if let Some(rest) = pool.instances.get(shown..).filter(|r| !r.is_empty()) {
+        let retired = rest.iter().filter(|i| i.fate == Fate::Retire).count();
+        let fates = match (rest.len() - retired, retired) {
+            (kept, 0) => format!("{kept} kept"),
+            (0, retired) => format!("{retired} retired"),
+            (kept, retired) => format!("{kept} kept, {retired} retired"),
+        };
+        writeln!(out, "    ... and {} more instances: {fates} (plan -v lists them all)", rest.len())?;
+    }
+    Ok(())
+}
+
+/// `996 steps like these: 249 create, 249 await-ready, ...`, verbs in the order they first come.
+fn count_verbs(steps: &[Step]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for step in steps {
+        let verb = step.action.verb();
+        match counts.iter_mut().find(|(v, _)| *v == verb) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((verb, 1)),
+        }
+    }
+    let counts: Vec<String> = counts.iter().map(|(verb, n)| format!("{n} {verb}")).collect();
+    format!("{} more steps like these: {}", steps.len(), counts.join(", "))
 }
 
 fn pool_header(pool: &PoolPlan) -> String {

@@ -1583,3 +1583,43 @@ fn an_unlabelled_node_named_like_an_instance_whose_container_is_gone_is_an_orpha
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     assert_eq!(verbs(pool_plan(&plan, "k")), [("delete-node", "k-0123456789-abcde")]);
 }
+
+#[test]
+fn a_long_plan_sums_up_its_steps_and_instances_unless_asked_for_all() {
+    // 100 outdated instances, replaced with a surge of 100%: hundreds of steps.
+    let old: Vec<_> = (0..100).map(|i| container(&format!("w-{i:03}"), "w", "old", i)).collect();
+    let world = world_of(old);
+    let d = desired(vec![PoolArgs { surge: 100, ..PoolArgs::new("w", 100) }.build()]);
+    let plan = plan(&d, &world, PlanOptions::default());
+    let steps = plan.steps().count();
+    assert!(steps > 300, "{steps}");
+    let render = |full| {
+        let mut out = Vec::new();
+        let held = crate::plan::HeldLocks { locks: &BTreeMap::new(), now: std::time::SystemTime::UNIX_EPOCH };
+        crate::plan::render_text_styled(&plan, held, crate::style::Style::PLAIN, full, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let short = render(false);
+    assert!(short.lines().count() < 50, "{short}");
+    let numbered: Vec<&str> =
+        short.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    assert_eq!(numbered.len(), 13, "12 steps and the line that sums up the rest: {short}");
+    let rest = numbered[12].trim();
+    assert!(rest.starts_with(&format!("13-{steps}. {} more steps like these: ", steps - 12)), "{rest}");
+    let counted: usize = rest
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(", ")
+        .map(|c| c.split(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(counted, steps - 12, "{rest}");
+    assert!(short.contains("    ... and 88 more instances: 88 retired (plan -v lists them all)"), "{short}");
+    // The summary line still counts everything.
+    assert!(short.contains("Plan: 100 to create, 100 to retire, 0 unchanged."), "{short}");
+
+    let full = render(true);
+    let numbered = full.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count();
+    assert_eq!(numbered, steps, "every step, numbered");
+    assert!(!full.contains("more steps like these") && !full.contains("more instances"));
+}
