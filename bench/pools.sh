@@ -92,7 +92,8 @@ write_pools "$replicas" 2
 pc_replace=$(apply replace)
 write_pools 0 2
 pc_remove=$(apply remove)
-left=$(docker ps -aq --filter "label=$run_label=$run_id" | wc -l)
+# Instances only: a pool's rollout record (poolctl-rollout-POOL) stays, as it does after any apply.
+left=$(docker ps -a --filter "label=$run_label=$run_id" --format '{{.Names}}' | grep -cv '^poolctl-rollout-' || true)
 ((left == 0)) || { echo "poolctl left $left containers" >&2; exit 1; }
 
 ref_create=$(run_ref 1)
