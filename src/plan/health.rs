@@ -140,7 +140,12 @@ pub(super) fn assess(
     // Coming up with nobody making it: the run that created it was killed (every run holds the
     // pool's lock while it creates). It never served, and nothing will finish it.
     let trouble = if trouble.state == "starting" && !locked {
-        Trouble { state: "unhealthy", reason: "coming up, abandoned".to_owned(), timeout: None, ..trouble }
+        let reason = if c.state == ContainerState::Created {
+            "created, never started"
+        } else {
+            "coming up, abandoned"
+        };
+        Trouble { state: "unhealthy", reason: reason.to_owned(), timeout: None, ..trouble }
     } else {
         trouble
     };
@@ -205,15 +210,9 @@ fn trouble(spec: &PoolSpec, c: &Container, node: Option<&Node>) -> Option<Troubl
         ContainerState::Exited | ContainerState::Dead | ContainerState::Removing => {
             return Some(Trouble { state: "unhealthy", reason: exit_reason(c), since: None, timeout: None });
         }
-        // Only a run that was killed between creating and starting it leaves one: nobody starts it.
-        ContainerState::Created => {
-            return Some(Trouble {
-                state: "unhealthy",
-                reason: "created, never started".to_owned(),
-                since: None,
-                timeout: None,
-            });
-        }
+        // The run that holds the pool's lock starts it next; one killed between creating and
+        // starting it left it, and nobody starts it (see `assess`).
+        ContainerState::Created => return starting("created, not started yet"),
         ContainerState::Paused => return unavailable("paused", None, container_timeout),
         ContainerState::Restarting => return unavailable("restarting", c.since, container_timeout),
         ContainerState::Running => {}

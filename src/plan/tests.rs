@@ -1188,6 +1188,26 @@ fn a_starting_instance_never_counts_as_serving_and_an_abandoned_or_stale_one_is_
     assert_eq!(retiring(&plan).first().map(String::as_str), Some("w-new"), "{plan:#?}");
     assert!(text_of(&plan).contains("w-new: unhealthy: coming up, abandoned: replace"), "{}", text_of(&plan));
 
+    // Created, not started yet: the run that holds the lock is about to start it (a second
+    // apply looking at that moment must not call it unhealthy); once that run is gone, nobody
+    // will.
+    let mut created = world.clone();
+    created.containers[2].state = ContainerState::Created;
+    let plan = plan_of(&desired, &created);
+    assert!(retiring(&plan).is_empty(), "{plan:#?}");
+    assert!(
+        text_of(&plan).contains("w-new: starting: created, not started yet for 10s of "),
+        "{}",
+        text_of(&plan)
+    );
+    let plan = plan_of(&desired, &World { locked: BTreeSet::new(), ..created });
+    assert_eq!(retiring(&plan).first().map(String::as_str), Some("w-new"), "{plan:#?}");
+    assert!(
+        text_of(&plan).contains("w-new: unhealthy: created, never started: replace"),
+        "{}",
+        text_of(&plan)
+    );
+
     // Still locked, past its bootstrap's timeout and containerTimeout: replaced all the same.
     let stale = World { now: NOON + 3600, ..world };
     assert_eq!(retiring(&plan_of(&desired, &stale)).first().map(String::as_str), Some("w-new"));
