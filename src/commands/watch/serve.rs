@@ -19,6 +19,10 @@ use tracing::debug;
 /// How long a client may take over one request: a scraper that never finishes holds nothing.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections served at once; more wait to be accepted, so that a flood of them costs a queue
+/// in the kernel, not memory here.
+const MAX_CONNECTIONS: usize = 32;
+
 /// What `/healthz` and `/readyz` answer from: the loop's heartbeat and its progress.
 #[derive(Debug)]
 pub(super) struct Probes {
@@ -75,7 +79,9 @@ impl Probes {
 
 /// Serve the endpoints on `listener` until the process ends.
 pub(super) async fn serve(listener: TcpListener, probes: Arc<Probes>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -87,6 +93,7 @@ pub(super) async fn serve(listener: TcpListener, probes: Arc<Probes>) {
         };
         let probes = Arc::clone(&probes);
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |request| {
                 let probes = Arc::clone(&probes);
                 async move { Ok::<_, Infallible>(answer(&request, &probes)) }
