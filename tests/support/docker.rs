@@ -278,8 +278,23 @@ impl Drop for TestDocker {
             eprintln!("test cleanup: cannot run `docker ps`; containers labelled {filter} may remain");
             return;
         };
-        let ids: Vec<String> =
+        let mut ids: Vec<String> =
             String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+        // A lock container carries its pool's label, not the test's: one that a killed run left
+        // is this test's when its pool is (`pt<case>`, or `pt<case>-...` for a second pool).
+        let pool = format!("pt{}", self.case);
+        let locks = Command::new("docker")
+            .args(["ps", "-a", "--filter", "label=poolctl.dev/lock", "--format"])
+            .arg("{{.ID}} {{.Label \"poolctl.dev/pool\"}}")
+            .output();
+        if let Ok(locks) = locks {
+            let text = String::from_utf8_lossy(&locks.stdout).into_owned();
+            ids.extend(text.lines().filter_map(|line| {
+                let (id, of) = line.split_once(' ')?;
+                (of == pool || of.strip_prefix(&pool).is_some_and(|rest| rest.starts_with('-')))
+                    .then(|| id.to_owned())
+            }));
+        }
         if ids.is_empty() {
             return;
         }
