@@ -86,7 +86,7 @@ fn inspect(name: &str) -> Value {
 /// backend), labelled for the test's cleanup, and returns its name.
 async fn create(d: &TestDocker, pool: Pool) -> String {
     let template_hash = template_hash(&pool.spec);
-    let desired = DesiredPool { pool, file: "pool.yaml".to_owned(), template_hash };
+    let desired = DesiredPool { pool, file: "pool.yaml".to_owned(), template_hash, copied_from: None };
     let origin = Origin::Path { path: "examples".to_owned() };
     let name = d.name("0");
     let mut spec = new_container(&desired, &origin, &name, None);

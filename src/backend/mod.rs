@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod, RolloutRecord};
-use crate::spec::{CgroupnsMode, Secret, Taint, UsernsMode};
+use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
 pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
 
@@ -55,6 +55,8 @@ pub struct NewContainer {
     pub secret_env: BTreeMap<String, Secret>,
     /// Files written into the container once it is created, before it starts (a join token).
     pub files: Vec<NewFile>,
+    /// The template's `files`, written after the secret ones, before the start.
+    pub template_files: Vec<TemplateFile>,
     /// The template's labels plus poolctl's own.
     pub labels: BTreeMap<String, String>,
     pub network: Option<String>,

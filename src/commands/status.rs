@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::common::{load_source, write_stdout};
+use super::common::{connect_docker, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::{Connections, Docker, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
@@ -22,7 +22,7 @@ use crate::status::{Status, render_json, render_text, status};
 pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit> {
     let desired = load_source(&config.source)?;
     let connections = Connections::once();
-    let docker = connections.docker(&desired).await?;
+    let (desired, docker) = connect_docker(&connections, desired).await?;
     let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
     let first = snapshot(&desired, &docker, &clusters, observed.world).await;

@@ -225,6 +225,7 @@ pub fn new_container(
         secret_env,
         // The executor adds a join's token, which it reads only when it creates the container.
         files: Vec::new(),
+        template_files: t.files.clone(),
         labels: all_labels,
         network: t.network.clone(),
         privileged: t.privileged,

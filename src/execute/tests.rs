@@ -60,6 +60,7 @@ fn rolling_plan() -> Plan {
             replicas: 3,
             template_change: None,
             docker: None,
+            copy_from: None,
             instances: Vec::new(),
             unhealthy_held: None,
             degraded: None,

@@ -353,6 +353,7 @@ fn desired(origin: Origin, files: &[SourceFile], with_secrets: bool) -> Result<D
             template_hash: spec::template_hash(&doc.pool.spec),
             file: doc.file,
             pool: doc.pool,
+            copied_from: None,
         })
         .collect();
     Ok(Desired { origin, pools })

@@ -23,7 +23,7 @@ pub const MAX_ITEMS: usize = 1000;
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Label and annotation keys under this prefix are poolctl's own bookkeeping.
-const RESERVED_PREFIX: &str = "poolctl.dev/";
+pub(super) const RESERVED_PREFIX: &str = "poolctl.dev/";
 
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
@@ -94,7 +94,12 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     let template = FieldPath::of("spec.template");
     let t = &spec.template;
     if t.image.is_empty() {
-        fail(template.key("image"), "must not be empty".to_owned());
+        if t.copy_from.is_none() {
+            fail(
+                template.key("image"),
+                "must name an image (unless copyFrom names a container to copy)".to_owned(),
+            );
+        }
     } else if let Some(problem) = names::image_problem(&t.image) {
         fail(template.key("image"), problem);
     }
@@ -122,6 +127,9 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
         }
     }
     for (path, message) in container_setting_problems(spec) {
+        fail(path, message);
+    }
+    for (path, message) in file_and_copy_problems(t) {
         fail(path, message);
     }
 
@@ -471,6 +479,37 @@ fn mount_paths(t: &super::Template) -> Vec<(&str, FieldPath)> {
     volume_paths.chain(tmpfs_paths).collect()
 }
 
+/// The problems of `files` (absolute paths without `..`, each once, octal modes) and of
+/// `copyFrom` (a container name; whether it runs is a plan's to find out).
+fn file_and_copy_problems(t: &super::Template) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    if let Some(problem) = t.copy_from.as_ref().and_then(|c| container_name_problem(&c.container)) {
+        errors.push((FieldPath::of("spec.template.copyFrom.container"), problem));
+    }
+    let at = FieldPath::of("spec.template.files");
+    for (i, file) in t.files.iter().enumerate() {
+        let path = &file.path;
+        if !path.starts_with('/') || path.ends_with('/') || path.split('/').any(|p| p == "..") {
+            errors.push((
+                at.index(i).key("path"),
+                format!("{path:?} must be an absolute path to a file, without .."),
+            ));
+        } else if t.files[..i].iter().any(|f| f.path == *path) {
+            errors.push((at.index(i).key("path"), format!("{path} is written by an earlier entry")));
+        }
+        if file.mode_bits().is_none() {
+            errors.push((
+                at.index(i).key("mode"),
+                format!("mode {:?}: expected permission bits in octal, such as \"0755\"", file.mode),
+            ));
+        }
+    }
+    if t.files.len() > MAX_ITEMS {
+        errors.push((at, format!("has {} entries; at most {MAX_ITEMS} are allowed", t.files.len())));
+    }
+    errors
+}
+
 /// Why Docker would refuse `name` as a container name, if it would.
 fn container_name_problem(name: &str) -> Option<String> {
     let valid = name.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -614,6 +653,25 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn files_and_copy_from_are_checked_offline() {
+        let found = errors(
+            "  template:\n    copyFrom: {container: 'dev worker'}\n    files:\n      \
+             - {path: bin/x.sh, content: ''}\n      - {path: /bin/x.sh, content: '', mode: '0755'}\n      \
+             - {path: /bin/x.sh, content: '', mode: '755'}\n      - {path: /a/../b, content: '', mode: rwx}\n",
+        );
+        let expected = [
+            "a.yaml:8:27: spec.template.copyFrom.container: \"dev worker\" is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)",
+            "a.yaml:10:16: spec.template.files[0].path: \"bin/x.sh\" must be an absolute path to a file, without ..",
+            "a.yaml:12:16: spec.template.files[2].path: /bin/x.sh is written by an earlier entry",
+            "a.yaml:13:16: spec.template.files[3].path: \"/a/../b\" must be an absolute path to a file, without ..",
+            "a.yaml:13:44: spec.template.files[3].mode: mode \"rwx\": expected permission bits in octal, such as \"0755\"",
+        ];
+        assert_eq!(found, expected);
+        // With copyFrom, the image may be left out: the source's is the default.
+        assert_eq!(errors("  template:\n    copyFrom: {container: dev-worker}\n"), Vec::<String>::new());
     }
 
     #[test]

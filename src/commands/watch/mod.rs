@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use super::common::{source_failure, write_stdout};
+use super::common::{connect_docker, source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
 use crate::cancel::{Interrupt, StopReason};
@@ -434,10 +434,10 @@ async fn reconcile(
     connections: Arc<Connections>,
     health: Arc<Mutex<HealthLog>>,
 ) -> Ended {
-    let docker = match connections.docker(&desired).await {
-        Ok(d) => d,
+    let (desired, docker) = match connect_docker(&connections, Desired::clone(&desired)).await {
+        Ok(connected) => connected,
         Err(e) => {
-            error!("{:#}", anyhow::Error::from(e));
+            error!("{e:#}");
             return Ended::Failed;
         }
     };
