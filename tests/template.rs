@@ -377,3 +377,238 @@ spec:
     }
     assert!(unmatched.is_empty(), "unexpected errors: {unmatched:#?}");
 }
+
+/// The entrypoint a k3d node starts through (k3d v5.6+ writes it before the start): it runs
+/// every `/bin/k3d-entrypoint-*.sh`, then, here, records its arguments and idles.
+const K3D_STYLE_ENTRYPOINT: &str = "#!/bin/sh\n\
+    set -e\n\
+    for fix in /bin/k3d-entrypoint-*.sh; do \"$fix\"; done\n\
+    echo \"$@\" > /tmp/args\n\
+    exec sh -c \"trap 'exit 0' TERM; while :; do sleep 3600 & wait \\$!; done\"\n";
+
+/// A fix the entrypoint runs, as k3d's DNS and mounts fixes are run.
+const K3D_STYLE_FIX: &str = "#!/bin/sh\ntouch /tmp/fixed\n";
+
+/// `docker create` + `docker cp` + `docker start`: a container of the test's with unusual
+/// settings and entrypoint files written before its start, as k3d makes its nodes.
+fn source_container(
+    s: &crate::support::scenario::Scenario,
+    network: &str,
+    volume: &str,
+    bound: &Path,
+) -> String {
+    let d = s.docker();
+    let name = d.name("source");
+    let scripts = tempfile::tempdir().expect("a temp dir");
+    let mut args: Vec<String> = [
+        "create",
+        "--name",
+        &name,
+        "--label",
+        &format!("{RUN_LABEL}={}", run_id()),
+        "--label",
+        &format!("{CASE_LABEL}={}", d.case),
+        "--label",
+        "io.x-k8s.kind.cluster=dev",
+        "--label",
+        &format!("node.example/name={name}"),
+        "--env",
+        "HTTP_PROXY=http://proxy.example:3128",
+        "--env",
+        "NO_PROXY=localhost,10.0.0.0/8,.svc",
+        "--env",
+        "K3S_TOKEN=s3cret",
+        "--sysctl",
+        "net.ipv4.ip_forward=1",
+        "--sysctl",
+        "net.core.somaxconn=1024",
+        "--tmpfs",
+        "/scratch:size=64m,mode=1777",
+        "--tmpfs",
+        "/run",
+        "--cap-add",
+        "NET_ADMIN",
+        "--cap-drop",
+        "MKNOD",
+        "--security-opt",
+        "no-new-privileges",
+        "--init",
+        "--tty",
+        "--restart",
+        "on-failure:2",
+        "--stop-signal",
+        "SIGUSR1",
+        "--cgroupns",
+        "private",
+        "--userns",
+        "host",
+        "--network",
+        network,
+        "--volume",
+        "/data",
+        "--volume",
+        &format!("{volume}:/shared"),
+        "--volume",
+        &format!("{}:/bound:ro", bound.display()),
+        "--entrypoint",
+        "/bin/k3d-entrypoint.sh",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    // A device only where the host has one to give.
+    if Path::new("/dev/fuse").exists() {
+        args.extend(["--device".to_owned(), "/dev/fuse".to_owned()]);
+    }
+    args.extend([IMAGE.to_owned(), "agent".to_owned()]);
+    docker_cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for (file, text) in
+        [("k3d-entrypoint.sh", K3D_STYLE_ENTRYPOINT), ("k3d-entrypoint-test.sh", K3D_STYLE_FIX)]
+    {
+        let path = scripts.path().join(file);
+        std::fs::write(&path, text).expect("write the script");
+        let chmod = Command::new("chmod").arg("0755").arg(&path).status().expect("chmod runs");
+        assert!(chmod.success());
+        docker_cli(&["cp", &path.display().to_string(), &format!("{name}:/bin/{file}")]);
+    }
+    docker_cli(&["start", &name]);
+    name
+}
+
+/// The issue's "done when": a pool that copies a container created with proxy variables,
+/// sysctls, tmpfs options, a device and an entrypoint written by `docker cp` creates instances
+/// whose inspected configuration matches the source's in every copied field, with the scripts
+/// present, executable and run.
+#[tokio::test]
+async fn copy_from_creates_instances_configured_as_the_source() {
+    let mut scratch = Scratch::default();
+    let bound = tempfile::tempdir().expect("a temp dir");
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let network = scratch.network(d);
+    let volume = scratch.volume(d);
+    let source = source_container(&s, &network, &volume, bound.path());
+    let labels: Vec<String> = d.labels().iter().map(|(k, v)| format!("      {k}: '{v}'")).collect();
+    s.write(
+        "pool.yaml",
+        &format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
+             template:\n    copyFrom:\n      container: {source}\n    env:\n      NO_PROXY: localhost\n    \
+             labels:\n{}\n  rollout:\n    stopGracePeriod: 2s\n",
+            d.pool,
+            labels.join("\n")
+        ),
+    );
+    let id = inspect(&source)["Id"].as_str().expect("an id").to_owned();
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&format!("  copyFrom {source} ({})\n", &id[..12])), "{}", plan.stdout);
+    assert!(!plan.stdout.contains("s3cret"), "a credential is never copied: {}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let instances = s.running().await;
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    let (src, new) = (inspect(&source), inspect(&instances[0].name));
+
+    // Every copied field, as the source has it.
+    let copied = [
+        "/Config/Image",
+        "/Config/Entrypoint",
+        "/Config/Cmd",
+        "/Config/Tty",
+        "/Config/StopSignal",
+        "/Config/Labels/io.x-k8s.kind.cluster",
+        "/HostConfig/Privileged",
+        "/HostConfig/Sysctls",
+        "/HostConfig/Tmpfs",
+        "/HostConfig/Devices",
+        "/HostConfig/CapAdd",
+        "/HostConfig/CapDrop",
+        "/HostConfig/SecurityOpt",
+        "/HostConfig/Init",
+        "/HostConfig/RestartPolicy",
+        "/HostConfig/CgroupnsMode",
+        "/HostConfig/UsernsMode",
+        "/HostConfig/NetworkMode",
+        "/HostConfig/Binds",
+        "/Config/Volumes",
+    ];
+    let expected: Vec<(&str, Value, &str)> =
+        copied.iter().map(|p| (*p, src.pointer(p).cloned().unwrap_or(Value::Null), "copied")).collect();
+    compare(&new, &expected);
+    // Nothing of that was left to the daemon's defaults: the source's settings are unusual.
+    assert_eq!(
+        src["HostConfig"]["Sysctls"],
+        json!({"net.ipv4.ip_forward": "1", "net.core.somaxconn": "1024"})
+    );
+    assert_eq!(src["HostConfig"]["Tmpfs"]["/scratch"], "size=64m,mode=1777");
+
+    let env = |c: &Value| -> Vec<String> {
+        c["Config"]["Env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let new_env = env(&new);
+    assert!(new_env.contains(&"HTTP_PROXY=http://proxy.example:3128".to_owned()), "{new_env:?}");
+    assert!(new_env.contains(&"NO_PROXY=localhost".to_owned()), "the template's own wins: {new_env:?}");
+    assert!(!new_env.iter().any(|e| e.starts_with("K3S_TOKEN=")), "{new_env:?}");
+    let new_labels = &new["Config"]["Labels"];
+    assert!(new_labels.get("node.example/name").is_none(), "names the source alone: {new_labels}");
+
+    // Named volumes and binds are shared; the anonymous one is the instance's own.
+    let mount = |c: &Value, at: &str| {
+        c["Mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["Destination"] == at)
+            .cloned()
+            .expect("a mount")
+    };
+    assert_eq!(mount(&new, "/shared")["Name"], json!(volume));
+    assert_eq!(mount(&new, "/bound")["Source"], mount(&src, "/bound")["Source"]);
+    assert_eq!(mount(&new, "/data")["Type"], "volume");
+    assert_ne!(mount(&new, "/data")["Name"], mount(&src, "/data")["Name"]);
+
+    // The entrypoint files were written before the start: present, executable, and run.
+    let name = &instances[0].name;
+    sh(d, name, "test -x /bin/k3d-entrypoint.sh && test -x /bin/k3d-entrypoint-test.sh").await;
+    for file in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-test.sh"] {
+        let stat = format!("stat -c %a {file}; cat {file}");
+        assert_eq!(sh(d, name, &stat).await, sh(d, &source, &stat).await, "{file}");
+    }
+    assert_eq!(sh(d, name, "cat /tmp/args; test -f /tmp/fixed && echo fixed").await, "agent\nfixed\n");
+    assert_eq!(sh(d, name, "cat /proc/sys/net/core/somaxconn").await, "1024\n");
+}
+
+/// A source that is missing, or not running, fails the plan with what to do; `validate` stays
+/// offline and passes. The stopped source is privileged, which this host refuses to start:
+/// its settings are read from its config alone.
+#[tokio::test]
+async fn copy_from_a_missing_or_stopped_container_fails_the_plan() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let stopped = d.name("stopped");
+    let case = format!("{CASE_LABEL}={}", d.case);
+    docker_cli(&["create", "--name", &stopped, "--label", &case, "--privileged", IMAGE]);
+    assert_eq!(inspect(&stopped)["HostConfig"]["Privileged"], true);
+    let pool = |source: &str| {
+        format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
+             template:\n    copyFrom: {{container: {source}}}\n",
+            d.pool
+        )
+    };
+    let missing = d.name("missing");
+    s.write("pool.yaml", &pool(&missing));
+    s.run("validate", &[]).expect_code(0);
+    let plan = s.run("plan", &[]).expect_code(1);
+    let expected = format!("pool {}: spec.template.copyFrom: container {missing} not found", d.pool);
+    assert!(plan.stderr.contains(&expected), "{}", plan.stderr);
+    s.write("pool.yaml", &pool(&stopped));
+    let plan = s.run("plan", &[]).expect_code(1);
+    let expected = format!("container {stopped} is created, not running: start it (docker start {stopped})");
+    assert!(plan.stderr.contains(&expected), "{}", plan.stderr);
+    assert!(s.containers().await.is_empty(), "nothing was created");
+}
