@@ -10,8 +10,19 @@ use super::{EnvValue, Template, TemplateFile};
 const IDENTITY_ENV: [&str; 3] = ["HOSTNAME", "NODE_NAME", "K3S_NODE_NAME"];
 
 /// Labels that describe one node, not its kind: never copied. k3d's static IP is the source's
-/// own address.
+/// own address; `k3d.server.*` says where a server serves the API.
 const IDENTITY_LABELS: [&str; 1] = ["k3d.node.staticIP"];
+const IDENTITY_LABEL_PREFIXES: [&str; 1] = ["k3d.server."];
+
+/// Roles that one node (or a few special ones) of a cluster holds: a copy of the control plane
+/// is a worker, not a second control plane, to kind and k3d (`kind get nodes`, `k3d node list`).
+const ROLES_OF_ONE: [(&str, &str); 5] = [
+    ("io.x-k8s.kind.role", "control-plane"),
+    ("io.x-k8s.kind.role", "external-load-balancer"),
+    ("k3d.role", "server"),
+    ("k3d.role", "loadbalancer"),
+    ("k3d.role", "registry"),
+];
 
 /// Words in a variable's or label's name that mark a credential (k3d passes the cluster token
 /// as `K3S_TOKEN` and labels its nodes `k3d.cluster.token`): a copy would put it in the plan
@@ -49,6 +60,8 @@ pub fn copies_env(key: &str) -> bool {
 pub fn copies_label(key: &str, value: &str, own_names: &[&str]) -> bool {
     !key.starts_with(super::validate::RESERVED_PREFIX)
         && !IDENTITY_LABELS.contains(&key)
+        && !IDENTITY_LABEL_PREFIXES.iter().any(|p| key.starts_with(p))
+        && !ROLES_OF_ONE.contains(&(key, value))
         && !is_credential(key)
         && !own_names.iter().any(|n| !n.is_empty() && *n == value)
 }
@@ -226,6 +239,10 @@ copyFrom: {container: dev-worker}
         assert!(!copies_label("k3d.node.staticIP", "172.18.0.5", &own));
         assert!(!copies_label("poolctl.dev/pool", "w", &own));
         assert!(!copies_label("com.example.node", "k3d-dev-agent-0", &own), "names the one node");
+        assert!(copies_label("io.x-k8s.kind.role", "worker", &own));
+        assert!(!copies_label("io.x-k8s.kind.role", "control-plane", &own), "a role of one");
+        assert!(!copies_label("k3d.role", "server", &own));
+        assert!(!copies_label("k3d.server.api.port", "6443", &own));
     }
 
     #[test]

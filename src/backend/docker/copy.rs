@@ -20,12 +20,17 @@ use crate::backend::endpoints::Endpoints;
 use crate::model::Desired;
 use crate::spec::{self, CgroupnsMode, CopiedFrom, Template, TemplateFile, UsernsMode};
 
-/// Files a container was given before its start that its entrypoint runs: k3d's (v5.6 and
-/// later) `/bin/k3d-entrypoint.sh` and the `/bin/k3d-entrypoint-*.sh` fixes it runs.
-fn is_entrypoint_file(path: &str, entrypoint: Option<&str>) -> bool {
+/// Where k3s reads the cluster's registry mirrors, which k3d writes into every node it makes
+/// (and copies from a node when it adds one).
+const K3S_REGISTRIES: &str = "/etc/rancher/k3s/registries.yaml";
+
+/// Whether a file written into the container (not its image) is copied: the entrypoint itself
+/// when it was written in, k3d's (v5.6 and later) `/bin/k3d-entrypoint.sh` and the
+/// `/bin/k3d-entrypoint-*.sh` fixes it runs, and k3s's `registries.yaml`.
+fn is_copied_file(path: &str, entrypoint: Option<&str>) -> bool {
     let k3d = path.starts_with("/bin/k3d-entrypoint")
         && std::path::Path::new(path).extension().is_some_and(|e| e == "sh");
-    k3d || entrypoint == Some(path)
+    k3d || path == K3S_REGISTRIES || entrypoint == Some(path)
 }
 
 /// Why a pool's `copyFrom` could not be resolved.
@@ -96,12 +101,13 @@ impl DockerBackend {
             .map_err(|e| Copied::Docker(self.error(&format!("inspect image {image_id} of {name}"), e)))?;
         let mut template = template_of(&inspect, &image.config.unwrap_or_default());
         template.files =
-            self.entrypoint_files(&id, template.entrypoint.as_ref()).await.map_err(Copied::Docker)?;
+            self.copied_files(&id, template.entrypoint.as_ref()).await.map_err(Copied::Docker)?;
         Ok((template, id))
     }
 
-    /// The files the container was given that its entrypoint runs, with their modes.
-    async fn entrypoint_files(
+    /// The files written into the container that are copied (see [`is_copied_file`]), with
+    /// their modes.
+    async fn copied_files(
         &self,
         id: &str,
         entrypoint: Option<&Vec<String>>,
@@ -114,7 +120,7 @@ impl DockerBackend {
         let first = entrypoint.and_then(|e| e.first()).map(String::as_str);
         let mut paths: Vec<&str> = changes
             .iter()
-            .filter(|c| c.kind != ChangeType::_2 && is_entrypoint_file(&c.path, first))
+            .filter(|c| c.kind != ChangeType::_2 && is_copied_file(&c.path, first))
             .map(|c| c.path.as_str())
             .collect();
         paths.sort_unstable();
@@ -382,11 +388,11 @@ mod tests {
         };
         let t = template_of(&inspect, &image);
         assert_eq!((t.entrypoint, t.command), (strings(&["/bin/k3d-entrypoint.sh"]), strings(&["agent"])));
-        for path in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-dns.sh", "/start.sh"] {
-            assert!(is_entrypoint_file(path, Some("/start.sh")), "{path}");
+        for path in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-dns.sh", "/start.sh", K3S_REGISTRIES] {
+            assert!(is_copied_file(path, Some("/start.sh")), "{path}");
         }
         for path in ["/bin/k3s", "/etc/hosts", "/bin/k3d-entrypoint.sh.bak"] {
-            assert!(!is_entrypoint_file(path, Some("/start.sh")), "{path}");
+            assert!(!is_copied_file(path, Some("/start.sh")), "{path}");
         }
     }
 }
