@@ -10,10 +10,12 @@ use std::time::Duration;
 use poolctl::backend::Containers;
 use poolctl::execute::new_container;
 use poolctl::model::{DesiredPool, Origin, labels};
-use poolctl::spec::{Pool, SpecError, Template, load_documents, load_files, template_hash, validate_pools};
+use poolctl::spec::{
+    Pool, SpecError, Template, TemplateFile, load_documents, load_files, template_hash, validate_pools,
+};
 use serde_json::{Value, json};
 
-use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::docker::{CASE_LABEL, HEALTHY_IMAGE, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
 
 /// Only keeps a broken test from hanging; nothing is timed.
 const UP: Duration = Duration::from_secs(60);
@@ -188,6 +190,31 @@ async fn the_kind_example_creates_what_kind_creates() {
     assert!(!gone.status.success(), "the anonymous volume {volume} outlived its container");
 }
 
+/// What the test image lacks for the k3d example's scripts, standing in and recording what it
+/// was asked: k3s (it idles once it has run, and the image's HEALTHCHECK then passes), and
+/// iptables with Docker's rules for its DNS server.
+fn k3d_stand_ins() -> Vec<TemplateFile> {
+    let file = |path: &str, content: &str| TemplateFile {
+        path: path.to_owned(),
+        content: content.to_owned(),
+        mode: "0755".to_owned(),
+    };
+    vec![
+        file(
+            "/bin/k3s",
+            &format!("#!/bin/sh\necho \"$@\" >/tmp/k3s-args\ntouch /tmp/ready\nexec sh -c \"{IDLE}\"\n"),
+        ),
+        file(
+            "/usr/local/bin/iptables-save",
+            "#!/bin/sh\ncat <<'EOF'\n*nat\n:OUTPUT ACCEPT [0:0]\n:DOCKER_OUTPUT - [0:0]\n\
+             -A OUTPUT -d 127.0.0.11/32 -j DOCKER_OUTPUT\n\
+             -A DOCKER_OUTPUT -d 127.0.0.11/32 -p udp -m udp --dport 53 -j DNAT --to-destination 127.0.0.11:41234\n\
+             -A DOCKER_POSTROUTING -s 127.0.0.11/32 -p udp -m udp --sport 41234 -j SNAT --to-source :53\nCOMMIT\nEOF\n",
+        ),
+        file("/usr/local/bin/iptables-restore", "#!/bin/sh\ncat >/tmp/iptables-restored\n"),
+    ]
+}
+
 #[tokio::test]
 async fn the_k3d_example_creates_what_k3d_creates() {
     let mut scratch = Scratch::default();
@@ -196,14 +223,30 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     let t = &mut pool.spec.template;
     assert!(t.image.starts_with("rancher/k3s:"), "{}", t.image);
     assert!(t.privileged, "k3d runs its nodes privileged");
+    // k3d v5.6+ starts its nodes through its entrypoint and the fixes it writes before the
+    // start, k3s's own /bin/k3s last (pkg/types/fixes, NodeStart in pkg/client/node.go).
+    assert_eq!(t.entrypoint, Some(vec!["/bin/k3d-entrypoint.sh".to_owned()]));
+    let k3d_files: Vec<TemplateFile> = t.files.clone();
+    let paths: Vec<&str> = k3d_files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/bin/k3d-entrypoint.sh",
+            "/bin/k3d-entrypoint-dns.sh",
+            "/bin/k3d-entrypoint-mounts.sh",
+            "/bin/k3d-entrypoint-cgroupv2.sh"
+        ]
+    );
+    assert!(k3d_files[0].content.contains("exec /bin/k3s \"$@\""), "{}", k3d_files[0].content);
     // The test variant. This host refuses --privileged containers, so that one flag is left out
-    // (and checked in the template above); the test image stands in for rancher/k3s, with a
-    // shell in place of its /bin/k3s entrypoint that takes the same `agent` command and idles;
-    // a network and an image volume of the test's own stand in for the cluster's.
+    // (and checked in the template above), and SYS_ADMIN, which it grants, given alone for the
+    // mounts fix; the test image stands in for rancher/k3s, with stand-ins for what its
+    // scripts call (see `k3d_stand_ins`); a network and an image volume of the test's own stand
+    // in for the cluster's.
     t.privileged = false;
-    t.image = IMAGE.to_owned();
-    assert_eq!(t.entrypoint, None);
-    t.entrypoint = Some(["sh", "-c", IDLE, "k3s"].map(str::to_owned).to_vec());
+    t.cap_add = vec!["SYS_ADMIN".to_owned()];
+    t.image = HEALTHY_IMAGE.to_owned();
+    t.files.extend(k3d_stand_ins());
     let network = scratch.network(&d);
     t.network = Some(network.clone());
     assert_eq!(t.volumes, ["k3d-dev-images:/k3d/images"]);
@@ -211,6 +254,8 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     t.volumes = vec![images.clone()];
 
     let name = create(&d, pool).await;
+    // Healthy once the entrypoint has run every fix and started "k3s".
+    d.backend.wait_up(&name, UP).await.expect("the agent comes up through the k3d entrypoint");
     let inspect = inspect(&name);
     // k3d's TranslateNodeToContainer (pkg/runtimes/docker/translate.go), with the agent's
     // command, env, labels and image volume from pkg/client (ClusterCreate, NodeCreate).
@@ -218,6 +263,7 @@ async fn the_k3d_example_creates_what_k3d_creates() {
         &inspect,
         &[
             ("/Config/Hostname", json!(name), "Hostname: the node's name"),
+            ("/Config/Entrypoint", json!(["/bin/k3d-entrypoint.sh"]), "Entrypoint: k3d's"),
             ("/Config/Cmd", json!(["agent"]), "Cmd: agent"),
             ("/HostConfig/Init", json!(true), "Init: true"),
             ("/HostConfig/RestartPolicy/Name", json!("unless-stopped"), "RestartPolicy: unless-stopped"),
@@ -247,6 +293,39 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     // k3d writes host.k3d.internal into /etc/hosts after the start; the example has Docker do it.
     let hosts = sh(&d, &name, "cat /etc/hosts").await;
     assert!(hosts.lines().any(|l| l.split_whitespace().nth(1) == Some("host.k3d.internal")), "{hosts}");
+
+    // k3d's files, as k3d writes them: executable, in place before the start.
+    for file in &k3d_files {
+        let written = sh(&d, &name, &format!("stat -c %a {0}; cat {0}", file.path)).await;
+        assert_eq!(written, format!("755\n{}", file.content), "{}", file.path);
+    }
+    // The entrypoint ran each fix, in k3d's order, then k3s with the agent's command.
+    let log = sh(&d, &name, "cat /var/log/k3d-entrypoints_*.log").await;
+    let ran: Vec<&str> = log.lines().filter_map(|l| l.split("running ").nth(1)).collect();
+    assert_eq!(
+        ran,
+        ["/bin/k3d-entrypoint-cgroupv2.sh", "/bin/k3d-entrypoint-dns.sh", "/bin/k3d-entrypoint-mounts.sh"],
+        "{log}"
+    );
+    assert_eq!(sh(&d, &name, "cat /tmp/k3s-args").await, "agent\n");
+    // The DNS fix: Docker's rules for its DNS server now answer at the gateway, pods' traffic
+    // (PREROUTING) included, and resolv.conf names the gateway.
+    let gateway = sh(&d, &name, "ip -4 route show default | cut -d' ' -f3").await.trim().to_owned();
+    assert!(!gateway.is_empty(), "a default route on the cluster network");
+    let rules = sh(&d, &name, "cat /tmp/iptables-restored").await;
+    for rule in [
+        format!("-A OUTPUT -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("-A PREROUTING -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("--to-source {gateway}:53"),
+    ] {
+        assert!(rules.contains(&rule), "{rule} missing from\n{rules}");
+    }
+    assert!(!rules.contains("-d 127.0.0.11"), "{rules}");
+    let resolv = sh(&d, &name, "cat /etc/resolv.conf").await;
+    assert!(resolv.contains(&format!("nameserver {gateway}")) && !resolv.contains("127.0.0.11"), "{resolv}");
+    // The mounts fix: Docker mounts a container's root private; the fix made it shared.
+    let root = sh(&d, &name, "grep ' / / ' /proc/self/mountinfo").await;
+    assert!(root.contains(" shared:"), "{root}");
 }
 
 #[tokio::test]
