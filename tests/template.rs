@@ -8,8 +8,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use poolctl::backend::Containers;
+use poolctl::backend::docker::{DockerBackend, DockerEnv, Timeouts, endpoint, resolve_copies};
+use poolctl::backend::endpoints::Endpoints;
 use poolctl::execute::new_container;
-use poolctl::model::{DesiredPool, Origin, labels};
+use poolctl::model::{Desired, DesiredPool, Origin, labels};
 use poolctl::spec::{
     Pool, SpecError, Template, TemplateFile, load_documents, load_files, template_hash, validate_pools,
 };
@@ -25,7 +27,12 @@ const IDLE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
 
 /// The pool of `examples/<dir>/pool.yaml`, read and validated as `poolctl validate` does.
 fn example(dir: &str) -> Pool {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir).join("pool.yaml");
+    example_file(dir, "pool.yaml")
+}
+
+/// The pool of `examples/<dir>/<file>`, read and validated as `poolctl validate` does.
+fn example_file(dir: &str, file: &str) -> Pool {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir).join(file);
     let text = std::fs::read_to_string(&path).expect("the example");
     let docs = load_documents("pool.yaml", &text).expect("the example loads");
     validate_pools(&docs).expect("the example is valid");
@@ -112,6 +119,29 @@ fn compare(inspect: &Value, expected: &[(&str, Value, &str)]) {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
 
+/// The effective template of `pool` (a `copyFrom` variant) copying `source`, as a plan
+/// resolves it.
+async fn copied_template(mut pool: Pool, source: &str) -> Template {
+    let copy = pool.spec.template.copy_from.as_mut().expect("a copyFrom variant");
+    source.clone_into(&mut copy.container);
+    let template_hash = template_hash(&pool.spec);
+    let desired = Desired {
+        origin: Origin::Path { path: "examples".to_owned() },
+        pools: vec![DesiredPool {
+            pool,
+            file: "copy-from.yaml".to_owned(),
+            template_hash,
+            copied_from: None,
+        }],
+    };
+    let endpoint = endpoint::current(&DockerEnv::from_process()).expect("the current endpoint");
+    let backend = DockerBackend::connect(&endpoint, Timeouts::default()).await.expect("connect");
+    let resolved = resolve_copies(desired, &Endpoints::single("test", backend)).await.expect("resolved");
+    let pool = resolved.pools.into_iter().next().expect("the pool");
+    assert_eq!(pool.copied_from.map(|c| c.container), Some(source.to_owned()));
+    pool.pool.spec.template
+}
+
 /// Runs a shell command in the container and returns its output.
 async fn sh(d: &TestDocker, name: &str, command: &str) -> String {
     let argv = ["sh", "-c", command].map(str::to_owned);
@@ -146,6 +176,7 @@ async fn the_kind_example_creates_what_kind_creates() {
         .map(|v| if *v == kernel_modules { modules_bind.clone() } else { v.clone() })
         .collect();
 
+    let explicit = pool.spec.template.clone();
     let name = create(&d, pool).await;
     let inspect = inspect(&name);
     // kind's commonArgs and runArgsForNode (pkg/cluster/internal/providers/docker/provision.go).
@@ -177,6 +208,33 @@ async fn the_kind_example_creates_what_kind_creates() {
             ("/State/Running", json!(true), "a node that runs"),
         ],
     );
+
+    // The copyFrom variant, copying this node, gets the template written out above.
+    let copied = copied_template(example_file("kind-workers", "copy-from.yaml"), &name).await;
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        (&copied.image, &copied.network, copied.tty, &copied.restart, copied.init, copied.cgroupns),
+        (
+            &explicit.image,
+            &explicit.network,
+            explicit.tty,
+            &explicit.restart,
+            explicit.init,
+            explicit.cgroupns
+        )
+    );
+    assert_eq!((&copied.security_opt, &copied.stop_signal), (&explicit.security_opt, &explicit.stop_signal));
+    assert_eq!(
+        (&copied.volumes, sorted(copied.tmpfs.clone())),
+        (&explicit.volumes, sorted(explicit.tmpfs.clone()))
+    );
+    assert_eq!((&copied.entrypoint, &copied.command, copied.env.len()), (&None, &None, 0), "the image's own");
+    for key in ["io.x-k8s.kind.cluster", "io.x-k8s.kind.role"] {
+        assert_eq!(copied.labels.get(key), explicit.labels.get(key), "{key}");
+    }
 
     // --volume /var is an anonymous volume, and removing the container removes it.
     let mounts = inspect["Mounts"].as_array().expect("mounts");
@@ -213,6 +271,43 @@ fn k3d_stand_ins() -> Vec<TemplateFile> {
         ),
         file("/usr/local/bin/iptables-restore", "#!/bin/sh\ncat >/tmp/iptables-restored\n"),
     ]
+}
+
+/// Checks, inside the agent `name`, that k3d's files are there as k3d writes them (executable,
+/// before the start) and did what k3d's do.
+async fn k3d_entrypoint_ran(d: &TestDocker, name: &str, k3d_files: &[TemplateFile]) {
+    // k3d's files, as k3d writes them: executable, in place before the start.
+    for file in k3d_files {
+        let written = sh(d, name, &format!("stat -c %a {0}; cat {0}", file.path)).await;
+        assert_eq!(written, format!("755\n{}", file.content), "{}", file.path);
+    }
+    // The entrypoint ran each fix, in k3d's order, then k3s with the agent's command.
+    let log = sh(d, name, "cat /var/log/k3d-entrypoints_*.log").await;
+    let ran: Vec<&str> = log.lines().filter_map(|l| l.split("running ").nth(1)).collect();
+    assert_eq!(
+        ran,
+        ["/bin/k3d-entrypoint-cgroupv2.sh", "/bin/k3d-entrypoint-dns.sh", "/bin/k3d-entrypoint-mounts.sh"],
+        "{log}"
+    );
+    assert_eq!(sh(d, name, "cat /tmp/k3s-args").await, "agent\n");
+    // The DNS fix: Docker's rules for its DNS server now answer at the gateway, pods' traffic
+    // (PREROUTING) included, and resolv.conf names the gateway.
+    let gateway = sh(d, name, "ip -4 route show default | cut -d' ' -f3").await.trim().to_owned();
+    assert!(!gateway.is_empty(), "a default route on the cluster network");
+    let rules = sh(d, name, "cat /tmp/iptables-restored").await;
+    for rule in [
+        format!("-A OUTPUT -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("-A PREROUTING -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("--to-source {gateway}:53"),
+    ] {
+        assert!(rules.contains(&rule), "{rule} missing from\n{rules}");
+    }
+    assert!(!rules.contains("-d 127.0.0.11"), "{rules}");
+    let resolv = sh(d, name, "cat /etc/resolv.conf").await;
+    assert!(resolv.contains(&format!("nameserver {gateway}")) && !resolv.contains("127.0.0.11"), "{resolv}");
+    // The mounts fix: Docker mounts a container's root private; the fix made it shared.
+    let root = sh(d, name, "grep ' / / ' /proc/self/mountinfo").await;
+    assert!(root.contains(" shared:"), "{root}");
 }
 
 #[tokio::test]
@@ -253,6 +348,7 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     let images = format!("{}:/k3d/images", scratch.volume(&d));
     t.volumes = vec![images.clone()];
 
+    let explicit = pool.spec.template.clone();
     let name = create(&d, pool).await;
     // Healthy once the entrypoint has run every fix and started "k3s".
     d.backend.wait_up(&name, UP).await.expect("the agent comes up through the k3d entrypoint");
@@ -294,38 +390,30 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     let hosts = sh(&d, &name, "cat /etc/hosts").await;
     assert!(hosts.lines().any(|l| l.split_whitespace().nth(1) == Some("host.k3d.internal")), "{hosts}");
 
-    // k3d's files, as k3d writes them: executable, in place before the start.
-    for file in &k3d_files {
-        let written = sh(&d, &name, &format!("stat -c %a {0}; cat {0}", file.path)).await;
-        assert_eq!(written, format!("755\n{}", file.content), "{}", file.path);
-    }
-    // The entrypoint ran each fix, in k3d's order, then k3s with the agent's command.
-    let log = sh(&d, &name, "cat /var/log/k3d-entrypoints_*.log").await;
-    let ran: Vec<&str> = log.lines().filter_map(|l| l.split("running ").nth(1)).collect();
+    k3d_entrypoint_ran(&d, &name, &k3d_files).await;
+
+    // The copyFrom variant, copying this agent, gets the template written out above: k3d's
+    // files included, not the test's stand-ins.
+    let copied = copied_template(example_file("k3d-agents", "copy-from.yaml"), &name).await;
+    let mut k3d_sorted = k3d_files.clone();
+    k3d_sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(copied.files, k3d_sorted, "in the order the diff lists them");
     assert_eq!(
-        ran,
-        ["/bin/k3d-entrypoint-cgroupv2.sh", "/bin/k3d-entrypoint-dns.sh", "/bin/k3d-entrypoint-mounts.sh"],
-        "{log}"
+        (&copied.entrypoint, &copied.command),
+        (&Some(vec!["/bin/k3d-entrypoint.sh".to_owned()]), &Some(vec!["agent".to_owned()]))
     );
-    assert_eq!(sh(&d, &name, "cat /tmp/k3s-args").await, "agent\n");
-    // The DNS fix: Docker's rules for its DNS server now answer at the gateway, pods' traffic
-    // (PREROUTING) included, and resolv.conf names the gateway.
-    let gateway = sh(&d, &name, "ip -4 route show default | cut -d' ' -f3").await.trim().to_owned();
-    assert!(!gateway.is_empty(), "a default route on the cluster network");
-    let rules = sh(&d, &name, "cat /tmp/iptables-restored").await;
-    for rule in [
-        format!("-A OUTPUT -d {gateway}/32 -j DOCKER_OUTPUT"),
-        format!("-A PREROUTING -d {gateway}/32 -j DOCKER_OUTPUT"),
-        format!("--to-source {gateway}:53"),
-    ] {
-        assert!(rules.contains(&rule), "{rule} missing from\n{rules}");
+    assert_eq!(
+        (&copied.image, &copied.network, copied.init, &copied.restart, copied.userns),
+        (&explicit.image, &explicit.network, explicit.init, &explicit.restart, explicit.userns)
+    );
+    assert_eq!(
+        (&copied.tmpfs, &copied.volumes, &copied.extra_hosts),
+        (&explicit.tmpfs, &explicit.volumes, &explicit.extra_hosts)
+    );
+    for key in ["app", "k3d.cluster", "k3d.role"] {
+        assert_eq!(copied.labels.get(key), explicit.labels.get(key), "{key}");
     }
-    assert!(!rules.contains("-d 127.0.0.11"), "{rules}");
-    let resolv = sh(&d, &name, "cat /etc/resolv.conf").await;
-    assert!(resolv.contains(&format!("nameserver {gateway}")) && !resolv.contains("127.0.0.11"), "{resolv}");
-    // The mounts fix: Docker mounts a container's root private; the fix made it shared.
-    let root = sh(&d, &name, "grep ' / / ' /proc/self/mountinfo").await;
-    assert!(root.contains(" shared:"), "{root}");
+    assert_eq!(copied.env.get("K3S_KUBECONFIG_OUTPUT"), explicit.env.get("K3S_KUBECONFIG_OUTPUT"));
 }
 
 #[tokio::test]
@@ -681,7 +769,12 @@ async fn copy_from_a_missing_or_stopped_container_fails_the_plan() {
     };
     let missing = d.name("missing");
     s.write("pool.yaml", &pool(&missing));
-    s.run("validate", &[]).expect_code(0);
+    let validate = s.run("validate", &[]).expect_code(0);
+    assert!(
+        validate.stdout.contains(&format!("it covers the settings copied from {missing}")),
+        "{}",
+        validate.stdout
+    );
     let plan = s.run("plan", &[]).expect_code(1);
     let expected = format!("pool {}: spec.template.copyFrom: container {missing} not found", d.pool);
     assert!(plan.stderr.contains(&expected), "{}", plan.stderr);

@@ -24,6 +24,9 @@ use crate::spec::{self, CgroupnsMode, CopiedFrom, Template, TemplateFile, Userns
 /// (and copies from a node when it adds one).
 const K3S_REGISTRIES: &str = "/etc/rancher/k3s/registries.yaml";
 
+/// The `PATH` Docker sets in a container whose image has none.
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Whether a file written into the container (not its image) is copied: the entrypoint itself
 /// when it was written in, k3d's (v5.6 and later) `/bin/k3d-entrypoint.sh` and the
 /// `/bin/k3d-entrypoint-*.sh` fixes it runs, and k3s's `registries.yaml`.
@@ -149,13 +152,15 @@ fn template_of(inspect: &ContainerInspectResponse, image: &ImageConfig) -> Templ
     let own_names =
         [name, config.hostname.as_deref().unwrap_or_default(), inspect.id.as_deref().unwrap_or_default()];
 
-    let image_env: HashSet<&String> = image.env.iter().flatten().collect();
+    let mut image_env: HashSet<&str> = image.env.iter().flatten().map(String::as_str).collect();
+    // What the daemon gives a container whose image sets no PATH.
+    image_env.insert(DEFAULT_PATH);
     let env = spec::env_of(
         config
             .env
             .iter()
             .flatten()
-            .filter(|e| !image_env.contains(e))
+            .filter(|e| !image_env.contains(e.as_str()))
             .filter_map(|e| e.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned())),
     );
@@ -208,6 +213,7 @@ fn template_of(inspect: &ContainerInspectResponse, image: &ImageConfig) -> Templ
         cap_add: host.cap_add.clone().unwrap_or_default(),
         cap_drop: host.cap_drop.clone().unwrap_or_default(),
         sysctls: host.sysctls.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        extra_hosts: host.extra_hosts.clone().unwrap_or_default(),
         stop_signal: config.stop_signal.clone().filter(|s| Some(s) != image.stop_signal.as_ref()),
         ..Template::default()
     }
