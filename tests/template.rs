@@ -563,6 +563,7 @@ fn source_container(
     network: &str,
     volume: &str,
     bound: &Path,
+    proxy: &str,
 ) -> String {
     let d = s.docker();
     let name = d.name("source");
@@ -580,7 +581,7 @@ fn source_container(
         "--label",
         &format!("node.example/name={name}"),
         "--env",
-        "HTTP_PROXY=http://proxy.example:3128",
+        &format!("HTTP_PROXY={proxy}"),
         "--env",
         "NO_PROXY=localhost,10.0.0.0/8,.svc",
         "--env",
@@ -641,6 +642,18 @@ fn source_container(
     name
 }
 
+/// A pool of one that copies `source`, with a setting of its own over a copied one.
+fn copying_pool(d: &TestDocker, source: &str) -> String {
+    let labels: Vec<String> = d.labels().iter().map(|(k, v)| format!("      {k}: '{v}'")).collect();
+    format!(
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
+         template:\n    copyFrom:\n      container: {source}\n    env:\n      NO_PROXY: localhost\n    \
+         labels:\n{}\n  rollout:\n    stopGracePeriod: 2s\n",
+        d.pool,
+        labels.join("\n")
+    )
+}
+
 /// The issue's "done when": a pool that copies a container created with proxy variables,
 /// sysctls, tmpfs options, a device and an entrypoint written by `docker cp` creates instances
 /// whose inspected configuration matches the source's in every copied field, with the scripts
@@ -653,18 +666,8 @@ async fn copy_from_creates_instances_configured_as_the_source() {
     let d = s.docker();
     let network = scratch.network(d);
     let volume = scratch.volume(d);
-    let source = source_container(&s, &network, &volume, bound.path());
-    let labels: Vec<String> = d.labels().iter().map(|(k, v)| format!("      {k}: '{v}'")).collect();
-    s.write(
-        "pool.yaml",
-        &format!(
-            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
-             template:\n    copyFrom:\n      container: {source}\n    env:\n      NO_PROXY: localhost\n    \
-             labels:\n{}\n  rollout:\n    stopGracePeriod: 2s\n",
-            d.pool,
-            labels.join("\n")
-        ),
-    );
+    let source = source_container(&s, &network, &volume, bound.path(), "http://proxy.example:3128");
+    s.write("pool.yaml", &copying_pool(d, &source));
     let id = inspect(&source)["Id"].as_str().expect("an id").to_owned();
     let plan = s.run("plan", &[]).expect_code(0);
     assert!(plan.stdout.contains(&format!("  copyFrom {source} ({})\n", &id[..12])), "{}", plan.stdout);
@@ -747,6 +750,20 @@ async fn copy_from_creates_instances_configured_as_the_source() {
     }
     assert_eq!(sh(d, name, "cat /tmp/args; test -f /tmp/fixed && echo fixed").await, "agent\nfixed\n");
     assert_eq!(sh(d, name, "cat /proc/sys/net/core/somaxconn").await, "1024\n");
+
+    // Copied again by the next plan, the same settings give the same template: in sync.
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    // The source recreated with another setting (as a kind upgrade recreates its nodes) is a
+    // template change, shown in the diff like a written one.
+    docker_cli(&["rm", "-f", "-v", &source]);
+    source_container(&s, &network, &volume, bound.path(), "http://proxy.example:8080");
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
+    let was = format!("(was {})", instances[0].template_hash);
+    assert!(
+        plan.stdout.contains(&was) && plan.stdout.contains("http://proxy.example:8080"),
+        "{}",
+        plan.stdout
+    );
 }
 
 /// A source that is missing, or not running, fails the plan with what to do; `validate` stays

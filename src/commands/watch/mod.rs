@@ -380,19 +380,20 @@ impl Loop {
             let _ = write_stdout(|out| writeln!(out, "Stopped: no good desired state was ever read."));
             return;
         };
-        // Docker alone: the summary counts containers, and a cluster may be what went away.
-        let world = match self.connections.docker(desired).await {
-            Ok(docker) => docker.list().await.map_err(anyhow::Error::from),
-            Err(e) => Err(anyhow::Error::from(e)),
+        // Docker alone: the summary counts containers, and a cluster may be what went away. The
+        // copies resolved, so that a pool's template hash is the one its instances carry.
+        let world = match connect_docker(&self.connections, Desired::clone(desired)).await {
+            Ok((desired, docker)) => docker.list().await.map(|c| (desired, c)).map_err(anyhow::Error::from),
+            Err(e) => Err(e),
         };
-        let world = match world {
-            Ok(containers) => World { containers, ..World::default() },
+        let (desired, world) = match world {
+            Ok((desired, containers)) => (desired, World { containers, ..World::default() }),
             Err(e) => {
                 warn!("cannot observe the pools: {e:#}");
                 return;
             }
         };
-        let _ = write_stdout(|out| write_pool_state(desired, &world, out));
+        let _ = write_stdout(|out| write_pool_state(&desired, &world, out));
     }
 }
 
