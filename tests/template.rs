@@ -801,3 +801,30 @@ async fn copy_from_a_missing_or_stopped_container_fails_the_plan() {
     assert!(plan.stderr.contains(&expected), "{}", plan.stderr);
     assert!(s.containers().await.is_empty(), "nothing was created");
 }
+
+/// `plan --out` then `apply FILE` carries out the plan of a copy exactly; once the source
+/// changed, the saved plan is stale, as after a change of the pool file.
+#[tokio::test]
+async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_changed() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let source = d.name("source");
+    let case = format!("{CASE_LABEL}={}", d.case);
+    let run = |proxy: &str| {
+        let env = format!("HTTP_PROXY={proxy}");
+        docker_cli(&["run", "-d", "--name", &source, "--label", &case, "--env", &env, IMAGE]);
+    };
+    run("http://proxy.example:3128");
+    s.write("pool.yaml", &copying_pool(d, &source));
+    let saved = tempfile::tempdir().expect("a temp dir");
+    let file = saved.path().join("plan.json").display().to_string();
+    s.run("plan", &["--out", &file]).expect_code(0);
+    s.run_bare(&["apply", &file]).expect_code(0);
+    assert_eq!(s.running().await.len(), 1);
+
+    s.run("plan", &["--out", &file]).expect_code(0);
+    docker_cli(&["rm", "-f", "-v", &source]);
+    run("http://proxy.example:8080");
+    let stale = s.run_bare(&["apply", &file]).expect_code(1);
+    assert!(stale.stderr.contains("is stale, nothing was changed"), "{}", stale.stderr);
+}
