@@ -553,6 +553,10 @@ const K3D_STYLE_ENTRYPOINT: &str = "#!/bin/sh\n\
     echo \"$@\" > /tmp/args\n\
     exec sh -c \"trap 'exit 0' TERM; while :; do sleep 3600 & wait \\$!; done\"\n";
 
+/// A k3s registries.yaml, as k3d writes one for a cluster with a registry.
+const K3S_REGISTRIES: &str =
+    "mirrors:\n  \"registry.localhost:5000\":\n    endpoint:\n      - http://registry.localhost:5000\n";
+
 /// A fix the entrypoint runs, as k3d's DNS and mounts fixes are run.
 const K3D_STYLE_FIX: &str = "#!/bin/sh\ntouch /tmp/fixed\n";
 
@@ -638,6 +642,11 @@ fn source_container(
         assert!(chmod.success());
         docker_cli(&["cp", &path.display().to_string(), &format!("{name}:/bin/{file}")]);
     }
+    // k3s's registry mirrors, which k3d writes into its nodes, in directories the image lacks.
+    let registries = scripts.path().join("tree/etc/rancher/k3s/registries.yaml");
+    std::fs::create_dir_all(registries.parent().expect("a parent")).expect("the directories");
+    std::fs::write(&registries, K3S_REGISTRIES).expect("write registries.yaml");
+    docker_cli(&["cp", &format!("{}/.", scripts.path().join("tree").display()), &format!("{name}:/")]);
     docker_cli(&["start", &name]);
     name
 }
@@ -740,11 +749,13 @@ async fn copy_from_creates_instances_configured_as_the_source() {
     assert_eq!(mount(&new, "/bound")["Source"], mount(&src, "/bound")["Source"]);
     assert_eq!(mount(&new, "/data")["Type"], "volume");
     assert_ne!(mount(&new, "/data")["Name"], mount(&src, "/data")["Name"]);
-
+    // The entrypoint files were written before the start: present, executable, and run; and
+    // the registries with them.
     // The entrypoint files were written before the start: present, executable, and run.
     let name = &instances[0].name;
     sh(d, name, "test -x /bin/k3d-entrypoint.sh && test -x /bin/k3d-entrypoint-test.sh").await;
-    for file in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-test.sh"] {
+    for file in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-test.sh", "/etc/rancher/k3s/registries.yaml"]
+    {
         let stat = format!("stat -c %a {file}; cat {file}");
         assert_eq!(sh(d, name, &stat).await, sh(d, &source, &stat).await, "{file}");
     }
