@@ -749,9 +749,9 @@ async fn copy_from_creates_instances_configured_as_the_source() {
     assert_eq!(mount(&new, "/bound")["Source"], mount(&src, "/bound")["Source"]);
     assert_eq!(mount(&new, "/data")["Type"], "volume");
     assert_ne!(mount(&new, "/data")["Name"], mount(&src, "/data")["Name"]);
+
     // The entrypoint files were written before the start: present, executable, and run; and
     // the registries with them.
-    // The entrypoint files were written before the start: present, executable, and run.
     let name = &instances[0].name;
     sh(d, name, "test -x /bin/k3d-entrypoint.sh && test -x /bin/k3d-entrypoint-test.sh").await;
     for file in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-test.sh", "/etc/rancher/k3s/registries.yaml"]
