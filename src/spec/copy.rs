@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use super::{EnvValue, Template, TemplateFile};
 
-/// Environment variables that name one node, not the cluster: never copied.
-const IDENTITY_ENV: [&str; 3] = ["HOSTNAME", "NODE_NAME", "K3S_NODE_NAME"];
+/// Environment variables that name one node, not the cluster: never copied. kind gives its
+/// control plane alone `KUBECONFIG=/etc/kubernetes/admin.conf`, which a worker does not have.
+const IDENTITY_ENV: [&str; 4] = ["HOSTNAME", "NODE_NAME", "K3S_NODE_NAME", "KUBECONFIG"];
 
 /// Labels that describe one node, not its kind: never copied. k3d's static IP is the source's
 /// own address; `k3d.server.*` says where a server serves the API.
@@ -229,6 +230,7 @@ copyFrom: {container: dev-worker}
             ("HOSTNAME".to_owned(), "dev-worker".to_owned()),
             ("K3S_TOKEN".to_owned(), "s3cret".to_owned()),
             ("K3S_NODE_NAME".to_owned(), "k3d-dev-agent-0".to_owned()),
+            ("KUBECONFIG".to_owned(), "/etc/kubernetes/admin.conf".to_owned()),
             ("HTTP_PROXY".to_owned(), "http://proxy:3128".to_owned()),
         ]);
         assert_eq!(env.keys().collect::<Vec<_>>(), ["HTTP_PROXY"]);
