@@ -50,7 +50,12 @@ struct Scratch {
 impl Scratch {
     /// A new bridge network, in place of kind's or k3d's own.
     fn network(&mut self, d: &TestDocker) -> String {
-        let name = format!("{}-net", d.pool);
+        self.network_named(d, "net")
+    }
+
+    /// A new bridge network, `suffix` telling it from the test's others.
+    fn network_named(&mut self, d: &TestDocker, suffix: &str) -> String {
+        let name = format!("{}-{suffix}", d.pool);
         let label = format!("{RUN_LABEL}={}", run_id());
         docker_cli(&["network", "create", "--label", &label, &name]);
         self.networks.push(name.clone());
@@ -817,6 +822,7 @@ async fn copy_from_a_missing_or_stopped_container_fails_the_plan() {
 /// changed, the saved plan is stale, as after a change of the pool file.
 #[tokio::test]
 async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_changed() {
+    let mut scratch = Scratch::default();
     let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
     let d = s.docker();
     let source = d.name("source");
@@ -826,10 +832,15 @@ async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_change
         docker_cli(&["run", "-d", "--name", &source, "--label", &case, "--env", &env, IMAGE]);
     };
     run("http://proxy.example:3128");
+    // A second network, which a template cannot hold: said, not copied.
+    let second = scratch.network_named(d, "second");
+    docker_cli(&["network", "connect", &second, &source]);
     s.write("pool.yaml", &copying_pool(d, &source));
     let saved = tempfile::tempdir().expect("a temp dir");
     let file = saved.path().join("plan.json").display().to_string();
-    s.run("plan", &["--out", &file]).expect_code(0);
+    let plan = s.run("plan", &["--out", &file]).expect_code(0);
+    let warning = format!("copyFrom {source}: its other networks are not copied: {second}");
+    assert!(plan.stderr.contains(&warning), "{}", plan.stderr);
     s.run_bare(&["apply", &file]).expect_code(0);
     assert_eq!(s.running().await.len(), 1);
 
