@@ -60,6 +60,8 @@ pub struct NewContainer {
     /// The template's labels plus poolctl's own.
     pub labels: BTreeMap<String, String>,
     pub network: Option<String>,
+    /// Networks the container is connected to after its creation, before its start.
+    pub extra_networks: Vec<String>,
     pub privileged: bool,
     /// `src:dst[:options]` mounts and bare paths (anonymous volumes).
     pub volumes: Vec<String>,

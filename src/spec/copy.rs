@@ -103,6 +103,7 @@ pub fn merge(explicit: &Template, copied: &Template) -> Template {
         stop_signal: or(&explicit.stop_signal, &copied.stop_signal),
         cpus: or(&explicit.cpus, &copied.cpus),
         memory: or(&explicit.memory, &copied.memory),
+        extra_networks: keyed(&copied.extra_networks, &explicit.extra_networks, |n| n),
         files: keyed_files(&copied.files, &explicit.files),
         copy_from: explicit.copy_from.clone(),
     }

@@ -288,6 +288,10 @@ pub struct Template {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("type" = ["string", "integer", "null"]))]
     pub memory: Option<String>,
+    /// More networks (that exist) to connect each new container to, after `network` and before
+    /// it starts, as `docker network connect` does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_networks: Vec<String>,
     /// Files written into each new container after it is created and before it starts, such
     /// as the entrypoint scripts k3d writes into its nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -510,6 +510,24 @@ fn file_and_copy_problems(t: &super::Template) -> Vec<(FieldPath, String)> {
     errors
 }
 
+/// Why `extraNetworks[i]` cannot be connected besides `network`, if it cannot.
+fn extra_network_problem(t: &super::Template, i: usize, network: &str) -> Option<String> {
+    if network.trim().is_empty() {
+        Some("must name a network".to_owned())
+    } else if ["host", "none"].contains(&network) || network.starts_with("container:") {
+        Some(format!("{network:?} is a network mode, not a network a container can join besides another"))
+    } else if matches!(t.network.as_deref(), Some("host" | "none")) {
+        Some(format!(
+            "a container with network {:?} joins no other network",
+            t.network.as_deref().unwrap_or_default()
+        ))
+    } else if t.network.as_deref() == Some(network) || t.extra_networks[..i].iter().any(|n| n == network) {
+        Some(format!("{network} is named twice"))
+    } else {
+        None
+    }
+}
+
 /// Why Docker would refuse `name` as a container name, if it would.
 fn container_name_problem(name: &str) -> Option<String> {
     let valid = name.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -579,6 +597,12 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
         }
     }
 
+    for (i, network) in t.extra_networks.iter().enumerate() {
+        if let Some(problem) = extra_network_problem(t, i, network) {
+            errors.push((at.key("extraNetworks").index(i), problem));
+        }
+    }
+
     let host_network = t.network.as_deref() == Some("host");
     for (key, value) in &t.sysctls {
         if let Some(problem) = docker::sysctl_problem(key, value, host_network) {
@@ -631,6 +655,7 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
         ("ports", t.ports.len()),
         ("extraHosts", t.extra_hosts.len()),
         ("dns", t.dns.len()),
+        ("extraNetworks", t.extra_networks.len()),
     ];
     for (field, count) in counts {
         if count > MAX_ITEMS {
@@ -670,6 +695,16 @@ mod tests {
             "a.yaml:13:44: spec.template.files[3].mode: mode \"rwx\": expected permission bits in octal, such as \"0755\"",
         ];
         assert_eq!(found, expected);
+        let networks = errors(
+            "  template:\n    image: i\n    network: kind\n    extraNetworks: [kind, host, '', extra, extra]\n",
+        );
+        let expected = [
+            "a.yaml:10:21: spec.template.extraNetworks[0]: kind is named twice",
+            "a.yaml:10:27: spec.template.extraNetworks[1]: \"host\" is a network mode, not a network a container can join besides another",
+            "a.yaml:10:33: spec.template.extraNetworks[2]: must name a network",
+            "a.yaml:10:44: spec.template.extraNetworks[4]: extra is named twice",
+        ];
+        assert_eq!(networks, expected);
         // With copyFrom, the image may be left out: the source's is the default.
         assert_eq!(errors("  template:\n    copyFrom: {container: dev-worker}\n"), Vec::<String>::new());
     }

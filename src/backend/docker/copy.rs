@@ -68,16 +68,7 @@ pub async fn resolve_copies(
                 CopyError::Docker { pool: pool.name().to_owned(), container: copy.container.clone(), source }
             }
         })?;
-        let (template, id, others) = copied;
-        // A template has one network; Docker connects a container to more after its creation.
-        if !others.is_empty() {
-            tracing::warn!(
-                "pool {}: copyFrom {}: its other networks are not copied: {}",
-                pool.name(),
-                copy.container,
-                others.join(", ")
-            );
-        }
+        let (template, id) = copied;
         pool.pool.spec.template = spec::merge(&pool.pool.spec.template, &template);
         pool.template_hash = spec::template_hash(&pool.pool.spec);
         pool.copied_from = Some(CopiedFrom { container: copy.container, id });
@@ -92,9 +83,8 @@ enum Copied {
 }
 
 impl DockerBackend {
-    /// The template that would create a container like `name`, its ID, and the networks it is
-    /// on besides the template's.
-    async fn copied_template(&self, name: &str) -> Result<(Template, String, Vec<String>), Copied> {
+    /// The template that would create a container like `name`, and its ID.
+    async fn copied_template(&self, name: &str) -> Result<(Template, String), Copied> {
         let at = &self.host;
         let inspect = self.inspect(name).await.map_err(Copied::Docker)?.ok_or_else(|| {
             Copied::Source(format!("container {name} not found on the Docker endpoint {at}"))
@@ -115,6 +105,7 @@ impl DockerBackend {
         let mut template = template_of(&inspect, &image.config.unwrap_or_default());
         template.files =
             self.copied_files(&id, template.entrypoint.as_ref()).await.map_err(Copied::Docker)?;
+        // The networks it was connected to besides the first, which a template names apart.
         let mut others: Vec<String> = inspect
             .network_settings
             .as_ref()
@@ -126,7 +117,8 @@ impl DockerBackend {
             })
             .unwrap_or_default();
         others.sort();
-        Ok((template, id, others))
+        template.extra_networks = others;
+        Ok((template, id))
     }
 
     /// The files written into the container that are copied (see [`is_copied_file`]), with

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum};
+use bollard::models::{
+    ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum, NetworkConnectRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, EventsOptions,
     InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, LogsOptions,
@@ -500,6 +502,13 @@ impl Containers for DockerBackend {
         self.call(self.docker.create_container(Some(options), body))
             .await
             .map_err(|e| self.error(&format!("create container {name}"), e))?;
+        // Before the start, as `docker run --network a --network b` connects them.
+        for network in &spec.extra_networks {
+            let connect = NetworkConnectRequest { container: name.clone(), endpoint_config: None };
+            self.call(self.docker.connect_network(network, connect))
+                .await
+                .map_err(|e| self.error(&format!("connect container {name} to network {network}"), e))?;
+        }
         // Before the start, so that what the entrypoint reads at once is there.
         for file in &spec.files {
             self.write_file(name, file).await?;
