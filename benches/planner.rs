@@ -142,7 +142,12 @@ fn desired(replicas: usize, nodes: bool) -> Desired {
     };
     Desired {
         origin: origin(),
-        pools: vec![DesiredPool { pool, file: "workers.yaml".to_owned(), template_hash: hash }],
+        pools: vec![DesiredPool {
+            pool,
+            file: "workers.yaml".to_owned(),
+            template_hash: hash,
+            copied_from: None,
+        }],
     }
 }
 

@@ -120,8 +120,14 @@ fn a_bad_duration_names_line_column_and_field() {
 
 #[test]
 fn a_missing_field_names_its_parent() {
+    let text = pool("workers", "").replace("    image: busybox\n", "    copyFrom: {}\n");
+    assert_eq!(error_of(&text), "pools/a.yaml:8:15: spec.template.copyFrom: missing field `container`");
+    // The image may be left out only for copyFrom to give it.
     let text = pool("workers", "").replace("    image: busybox\n", "    network: kind\n");
-    assert_eq!(error_of(&text), "pools/a.yaml:8:5: spec.template: missing field `image`");
+    assert_eq!(
+        error_of(&text),
+        "pools/a.yaml:8:5: spec.template.image: must name an image (unless copyFrom names a container to copy)"
+    );
 }
 
 #[test]
@@ -160,7 +166,10 @@ fn a_bad_document_does_not_hide_the_ones_after_it() {
     assert!(errors[0].starts_with("a.yaml:9:5: spec.template.bogus: unknown field"));
     assert!(errors[1].starts_with("a.yaml:21:7: kind: unknown kind \"Pond\""), "{errors:#?}");
     // Semantic checks come after parsing, and still cover the good document of a bad file.
-    assert_eq!(errors[2], "a.yaml:18:12: spec.template.image: must not be empty");
+    assert_eq!(
+        errors[2],
+        "a.yaml:18:12: spec.template.image: must name an image (unless copyFrom names a container to copy)"
+    );
 }
 
 #[test]
@@ -177,7 +186,11 @@ fn documents_before_a_syntax_error_are_still_checked() {
 #[test]
 fn every_semantic_rule_reports_file_line_and_field() {
     let cases: [(&str, &str, &str); 17] = [
-        ("empty image", "", "a.yaml:8:12: spec.template.image: must not be empty"),
+        (
+            "empty image",
+            "",
+            "a.yaml:8:12: spec.template.image: must name an image (unless copyFrom names a container to copy)",
+        ),
         ("negative replicas", "", "a.yaml:6:13: spec.replicas: must be 0 or more, got -2"),
         (
             "negative maxSurge",
@@ -319,7 +332,7 @@ fn spec_errors_display_one_per_line() {
     assert_eq!(
         SpecErrors(errors).to_string(),
         "a.yaml:4:9: metadata.name: \"Bad\" is not a DNS-1123 label: use lowercase letters, digits and '-', starting and ending with a letter or digit\n\
-         a.yaml:8:12: spec.template.image: must not be empty"
+         a.yaml:8:12: spec.template.image: must name an image (unless copyFrom names a container to copy)"
     );
 }
 

@@ -8,12 +8,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use poolctl::backend::Containers;
+use poolctl::backend::docker::{DockerBackend, DockerEnv, Timeouts, endpoint, resolve_copies};
+use poolctl::backend::endpoints::Endpoints;
 use poolctl::execute::new_container;
-use poolctl::model::{DesiredPool, Origin, labels};
-use poolctl::spec::{Pool, SpecError, Template, load_documents, load_files, template_hash, validate_pools};
+use poolctl::model::{Desired, DesiredPool, Origin, labels};
+use poolctl::spec::{
+    Pool, SpecError, Template, TemplateFile, load_documents, load_files, template_hash, validate_pools,
+};
 use serde_json::{Value, json};
 
-use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::docker::{CASE_LABEL, HEALTHY_IMAGE, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
 
 /// Only keeps a broken test from hanging; nothing is timed.
 const UP: Duration = Duration::from_secs(60);
@@ -23,7 +27,12 @@ const IDLE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
 
 /// The pool of `examples/<dir>/pool.yaml`, read and validated as `poolctl validate` does.
 fn example(dir: &str) -> Pool {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir).join("pool.yaml");
+    example_file(dir, "pool.yaml")
+}
+
+/// The pool of `examples/<dir>/<file>`, read and validated as `poolctl validate` does.
+fn example_file(dir: &str, file: &str) -> Pool {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir).join(file);
     let text = std::fs::read_to_string(&path).expect("the example");
     let docs = load_documents("pool.yaml", &text).expect("the example loads");
     validate_pools(&docs).expect("the example is valid");
@@ -41,7 +50,12 @@ struct Scratch {
 impl Scratch {
     /// A new bridge network, in place of kind's or k3d's own.
     fn network(&mut self, d: &TestDocker) -> String {
-        let name = format!("{}-net", d.pool);
+        self.network_named(d, "net")
+    }
+
+    /// A new bridge network, `suffix` telling it from the test's others.
+    fn network_named(&mut self, d: &TestDocker, suffix: &str) -> String {
+        let name = format!("{}-{suffix}", d.pool);
         let label = format!("{RUN_LABEL}={}", run_id());
         docker_cli(&["network", "create", "--label", &label, &name]);
         self.networks.push(name.clone());
@@ -86,7 +100,7 @@ fn inspect(name: &str) -> Value {
 /// backend), labelled for the test's cleanup, and returns its name.
 async fn create(d: &TestDocker, pool: Pool) -> String {
     let template_hash = template_hash(&pool.spec);
-    let desired = DesiredPool { pool, file: "pool.yaml".to_owned(), template_hash };
+    let desired = DesiredPool { pool, file: "pool.yaml".to_owned(), template_hash, copied_from: None };
     let origin = Origin::Path { path: "examples".to_owned() };
     let name = d.name("0");
     let mut spec = new_container(&desired, &origin, &name, None);
@@ -108,6 +122,29 @@ fn compare(inspect: &Value, expected: &[(&str, Value, &str)]) {
         })
         .collect();
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+/// The effective template of `pool` (a `copyFrom` variant) copying `source`, as a plan
+/// resolves it.
+async fn copied_template(mut pool: Pool, source: &str) -> Template {
+    let copy = pool.spec.template.copy_from.as_mut().expect("a copyFrom variant");
+    source.clone_into(&mut copy.container);
+    let template_hash = template_hash(&pool.spec);
+    let desired = Desired {
+        origin: Origin::Path { path: "examples".to_owned() },
+        pools: vec![DesiredPool {
+            pool,
+            file: "copy-from.yaml".to_owned(),
+            template_hash,
+            copied_from: None,
+        }],
+    };
+    let endpoint = endpoint::current(&DockerEnv::from_process()).expect("the current endpoint");
+    let backend = DockerBackend::connect(&endpoint, Timeouts::default()).await.expect("connect");
+    let resolved = resolve_copies(desired, &Endpoints::single("test", backend)).await.expect("resolved");
+    let pool = resolved.pools.into_iter().next().expect("the pool");
+    assert_eq!(pool.copied_from.map(|c| c.container), Some(source.to_owned()));
+    pool.pool.spec.template
 }
 
 /// Runs a shell command in the container and returns its output.
@@ -144,6 +181,7 @@ async fn the_kind_example_creates_what_kind_creates() {
         .map(|v| if *v == kernel_modules { modules_bind.clone() } else { v.clone() })
         .collect();
 
+    let explicit = pool.spec.template.clone();
     let name = create(&d, pool).await;
     let inspect = inspect(&name);
     // kind's commonArgs and runArgsForNode (pkg/cluster/internal/providers/docker/provision.go).
@@ -176,6 +214,33 @@ async fn the_kind_example_creates_what_kind_creates() {
         ],
     );
 
+    // The copyFrom variant, copying this node, gets the template written out above.
+    let copied = copied_template(example_file("kind-workers", "copy-from.yaml"), &name).await;
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        (&copied.image, &copied.network, copied.tty, &copied.restart, copied.init, copied.cgroupns),
+        (
+            &explicit.image,
+            &explicit.network,
+            explicit.tty,
+            &explicit.restart,
+            explicit.init,
+            explicit.cgroupns
+        )
+    );
+    assert_eq!((&copied.security_opt, &copied.stop_signal), (&explicit.security_opt, &explicit.stop_signal));
+    assert_eq!(
+        (&copied.volumes, sorted(copied.tmpfs.clone())),
+        (&explicit.volumes, sorted(explicit.tmpfs.clone()))
+    );
+    assert_eq!((&copied.entrypoint, &copied.command, copied.env.len()), (&None, &None, 0), "the image's own");
+    for key in ["io.x-k8s.kind.cluster", "io.x-k8s.kind.role"] {
+        assert_eq!(copied.labels.get(key), explicit.labels.get(key), "{key}");
+    }
+
     // --volume /var is an anonymous volume, and removing the container removes it.
     let mounts = inspect["Mounts"].as_array().expect("mounts");
     let var = mounts.iter().find(|m| m["Destination"] == "/var").expect("a mount at /var");
@@ -188,6 +253,68 @@ async fn the_kind_example_creates_what_kind_creates() {
     assert!(!gone.status.success(), "the anonymous volume {volume} outlived its container");
 }
 
+/// What the test image lacks for the k3d example's scripts, standing in and recording what it
+/// was asked: k3s (it idles once it has run, and the image's HEALTHCHECK then passes), and
+/// iptables with Docker's rules for its DNS server.
+fn k3d_stand_ins() -> Vec<TemplateFile> {
+    let file = |path: &str, content: &str| TemplateFile {
+        path: path.to_owned(),
+        content: content.to_owned(),
+        mode: "0755".to_owned(),
+    };
+    vec![
+        file(
+            "/bin/k3s",
+            &format!("#!/bin/sh\necho \"$@\" >/tmp/k3s-args\ntouch /tmp/ready\nexec sh -c \"{IDLE}\"\n"),
+        ),
+        file(
+            "/usr/local/bin/iptables-save",
+            "#!/bin/sh\ncat <<'EOF'\n*nat\n:OUTPUT ACCEPT [0:0]\n:DOCKER_OUTPUT - [0:0]\n\
+             -A OUTPUT -d 127.0.0.11/32 -j DOCKER_OUTPUT\n\
+             -A DOCKER_OUTPUT -d 127.0.0.11/32 -p udp -m udp --dport 53 -j DNAT --to-destination 127.0.0.11:41234\n\
+             -A DOCKER_POSTROUTING -s 127.0.0.11/32 -p udp -m udp --sport 41234 -j SNAT --to-source :53\nCOMMIT\nEOF\n",
+        ),
+        file("/usr/local/bin/iptables-restore", "#!/bin/sh\ncat >/tmp/iptables-restored\n"),
+    ]
+}
+
+/// Checks, inside the agent `name`, that k3d's files are there as k3d writes them (executable,
+/// before the start) and did what k3d's do.
+async fn k3d_entrypoint_ran(d: &TestDocker, name: &str, k3d_files: &[TemplateFile]) {
+    // k3d's files, as k3d writes them: executable, in place before the start.
+    for file in k3d_files {
+        let written = sh(d, name, &format!("stat -c %a {0}; cat {0}", file.path)).await;
+        assert_eq!(written, format!("755\n{}", file.content), "{}", file.path);
+    }
+    // The entrypoint ran each fix, in k3d's order, then k3s with the agent's command.
+    let log = sh(d, name, "cat /var/log/k3d-entrypoints_*.log").await;
+    let ran: Vec<&str> = log.lines().filter_map(|l| l.split("running ").nth(1)).collect();
+    assert_eq!(
+        ran,
+        ["/bin/k3d-entrypoint-cgroupv2.sh", "/bin/k3d-entrypoint-dns.sh", "/bin/k3d-entrypoint-mounts.sh"],
+        "{log}"
+    );
+    assert_eq!(sh(d, name, "cat /tmp/k3s-args").await, "agent\n");
+    // The DNS fix: Docker's rules for its DNS server now answer at the gateway, pods' traffic
+    // (PREROUTING) included, and resolv.conf names the gateway.
+    let gateway = sh(d, name, "ip -4 route show default | cut -d' ' -f3").await.trim().to_owned();
+    assert!(!gateway.is_empty(), "a default route on the cluster network");
+    let rules = sh(d, name, "cat /tmp/iptables-restored").await;
+    for rule in [
+        format!("-A OUTPUT -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("-A PREROUTING -d {gateway}/32 -j DOCKER_OUTPUT"),
+        format!("--to-source {gateway}:53"),
+    ] {
+        assert!(rules.contains(&rule), "{rule} missing from\n{rules}");
+    }
+    assert!(!rules.contains("-d 127.0.0.11"), "{rules}");
+    let resolv = sh(d, name, "cat /etc/resolv.conf").await;
+    assert!(resolv.contains(&format!("nameserver {gateway}")) && !resolv.contains("127.0.0.11"), "{resolv}");
+    // The mounts fix: Docker mounts a container's root private; the fix made it shared.
+    let root = sh(d, name, "grep ' / / ' /proc/self/mountinfo").await;
+    assert!(root.contains(" shared:"), "{root}");
+}
+
 #[tokio::test]
 async fn the_k3d_example_creates_what_k3d_creates() {
     let mut scratch = Scratch::default();
@@ -196,21 +323,40 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     let t = &mut pool.spec.template;
     assert!(t.image.starts_with("rancher/k3s:"), "{}", t.image);
     assert!(t.privileged, "k3d runs its nodes privileged");
+    // k3d v5.6+ starts its nodes through its entrypoint and the fixes it writes before the
+    // start, k3s's own /bin/k3s last (pkg/types/fixes, NodeStart in pkg/client/node.go).
+    assert_eq!(t.entrypoint, Some(vec!["/bin/k3d-entrypoint.sh".to_owned()]));
+    let k3d_files: Vec<TemplateFile> = t.files.clone();
+    let paths: Vec<&str> = k3d_files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/bin/k3d-entrypoint.sh",
+            "/bin/k3d-entrypoint-dns.sh",
+            "/bin/k3d-entrypoint-mounts.sh",
+            "/bin/k3d-entrypoint-cgroupv2.sh"
+        ]
+    );
+    assert!(k3d_files[0].content.contains("exec /bin/k3s \"$@\""), "{}", k3d_files[0].content);
     // The test variant. This host refuses --privileged containers, so that one flag is left out
-    // (and checked in the template above); the test image stands in for rancher/k3s, with a
-    // shell in place of its /bin/k3s entrypoint that takes the same `agent` command and idles;
-    // a network and an image volume of the test's own stand in for the cluster's.
+    // (and checked in the template above), and SYS_ADMIN, which it grants, given alone for the
+    // mounts fix; the test image stands in for rancher/k3s, with stand-ins for what its
+    // scripts call (see `k3d_stand_ins`); a network and an image volume of the test's own stand
+    // in for the cluster's.
     t.privileged = false;
-    t.image = IMAGE.to_owned();
-    assert_eq!(t.entrypoint, None);
-    t.entrypoint = Some(["sh", "-c", IDLE, "k3s"].map(str::to_owned).to_vec());
+    t.cap_add = vec!["SYS_ADMIN".to_owned()];
+    t.image = HEALTHY_IMAGE.to_owned();
+    t.files.extend(k3d_stand_ins());
     let network = scratch.network(&d);
     t.network = Some(network.clone());
     assert_eq!(t.volumes, ["k3d-dev-images:/k3d/images"]);
     let images = format!("{}:/k3d/images", scratch.volume(&d));
     t.volumes = vec![images.clone()];
 
+    let explicit = pool.spec.template.clone();
     let name = create(&d, pool).await;
+    // Healthy once the entrypoint has run every fix and started "k3s".
+    d.backend.wait_up(&name, UP).await.expect("the agent comes up through the k3d entrypoint");
     let inspect = inspect(&name);
     // k3d's TranslateNodeToContainer (pkg/runtimes/docker/translate.go), with the agent's
     // command, env, labels and image volume from pkg/client (ClusterCreate, NodeCreate).
@@ -218,6 +364,7 @@ async fn the_k3d_example_creates_what_k3d_creates() {
         &inspect,
         &[
             ("/Config/Hostname", json!(name), "Hostname: the node's name"),
+            ("/Config/Entrypoint", json!(["/bin/k3d-entrypoint.sh"]), "Entrypoint: k3d's"),
             ("/Config/Cmd", json!(["agent"]), "Cmd: agent"),
             ("/HostConfig/Init", json!(true), "Init: true"),
             ("/HostConfig/RestartPolicy/Name", json!("unless-stopped"), "RestartPolicy: unless-stopped"),
@@ -247,6 +394,31 @@ async fn the_k3d_example_creates_what_k3d_creates() {
     // k3d writes host.k3d.internal into /etc/hosts after the start; the example has Docker do it.
     let hosts = sh(&d, &name, "cat /etc/hosts").await;
     assert!(hosts.lines().any(|l| l.split_whitespace().nth(1) == Some("host.k3d.internal")), "{hosts}");
+
+    k3d_entrypoint_ran(&d, &name, &k3d_files).await;
+
+    // The copyFrom variant, copying this agent, gets the template written out above: k3d's
+    // files included, not the test's stand-ins.
+    let copied = copied_template(example_file("k3d-agents", "copy-from.yaml"), &name).await;
+    let mut k3d_sorted = k3d_files.clone();
+    k3d_sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(copied.files, k3d_sorted, "in the order the diff lists them");
+    assert_eq!(
+        (&copied.entrypoint, &copied.command),
+        (&Some(vec!["/bin/k3d-entrypoint.sh".to_owned()]), &Some(vec!["agent".to_owned()]))
+    );
+    assert_eq!(
+        (&copied.image, &copied.network, copied.init, &copied.restart, copied.userns),
+        (&explicit.image, &explicit.network, explicit.init, &explicit.restart, explicit.userns)
+    );
+    assert_eq!(
+        (&copied.tmpfs, &copied.volumes, &copied.extra_hosts),
+        (&explicit.tmpfs, &explicit.volumes, &explicit.extra_hosts)
+    );
+    for key in ["app", "k3d.cluster", "k3d.role"] {
+        assert_eq!(copied.labels.get(key), explicit.labels.get(key), "{key}");
+    }
+    assert_eq!(copied.env.get("K3S_KUBECONFIG_OUTPUT"), explicit.env.get("K3S_KUBECONFIG_OUTPUT"));
 }
 
 #[tokio::test]
@@ -376,4 +548,313 @@ spec:
         unmatched.remove(found.unwrap_or_default());
     }
     assert!(unmatched.is_empty(), "unexpected errors: {unmatched:#?}");
+}
+
+/// The entrypoint a k3d node starts through (k3d v5.6+ writes it before the start): it runs
+/// every `/bin/k3d-entrypoint-*.sh`, then, here, records its arguments and idles.
+const K3D_STYLE_ENTRYPOINT: &str = "#!/bin/sh\n\
+    set -e\n\
+    for fix in /bin/k3d-entrypoint-*.sh; do \"$fix\"; done\n\
+    echo \"$@\" > /tmp/args\n\
+    exec sh -c \"trap 'exit 0' TERM; while :; do sleep 3600 & wait \\$!; done\"\n";
+
+/// A k3s registries.yaml, as k3d writes one for a cluster with a registry.
+const K3S_REGISTRIES: &str =
+    "mirrors:\n  \"registry.localhost:5000\":\n    endpoint:\n      - http://registry.localhost:5000\n";
+
+/// A fix the entrypoint runs, as k3d's DNS and mounts fixes are run.
+const K3D_STYLE_FIX: &str = "#!/bin/sh\ntouch /tmp/fixed\n";
+
+/// `docker create` + `docker cp` + `docker start`: a container of the test's with unusual
+/// settings and entrypoint files written before its start, as k3d makes its nodes.
+fn source_container(
+    s: &crate::support::scenario::Scenario,
+    networks: [&str; 2],
+    volume: &str,
+    bound: &Path,
+    proxy: &str,
+) -> String {
+    let [network, second] = networks;
+    let d = s.docker();
+    let name = d.name("source");
+    let scripts = tempfile::tempdir().expect("a temp dir");
+    let mut args: Vec<String> = [
+        "create",
+        "--name",
+        &name,
+        "--label",
+        &format!("{RUN_LABEL}={}", run_id()),
+        "--label",
+        &format!("{CASE_LABEL}={}", d.case),
+        "--label",
+        "io.x-k8s.kind.cluster=dev",
+        "--label",
+        &format!("node.example/name={name}"),
+        "--env",
+        &format!("HTTP_PROXY={proxy}"),
+        "--env",
+        "NO_PROXY=localhost,10.0.0.0/8,.svc",
+        "--env",
+        "K3S_TOKEN=s3cret",
+        "--sysctl",
+        "net.ipv4.ip_forward=1",
+        "--sysctl",
+        "net.core.somaxconn=1024",
+        "--tmpfs",
+        "/scratch:size=64m,mode=1777",
+        "--tmpfs",
+        "/run",
+        "--cap-add",
+        "NET_ADMIN",
+        "--cap-drop",
+        "MKNOD",
+        "--security-opt",
+        "no-new-privileges",
+        "--init",
+        "--tty",
+        "--restart",
+        "on-failure:2",
+        "--stop-signal",
+        "SIGUSR1",
+        "--cgroupns",
+        "private",
+        "--userns",
+        "host",
+        "--network",
+        network,
+        "--volume",
+        "/data",
+        "--volume",
+        &format!("{volume}:/shared"),
+        "--volume",
+        &format!("{}:/bound:ro", bound.display()),
+        "--entrypoint",
+        "/bin/k3d-entrypoint.sh",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    // A device only where the host has one to give.
+    if Path::new("/dev/fuse").exists() {
+        args.extend(["--device".to_owned(), "/dev/fuse".to_owned()]);
+    }
+    args.extend([IMAGE.to_owned(), "agent".to_owned()]);
+    docker_cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for (file, text) in
+        [("k3d-entrypoint.sh", K3D_STYLE_ENTRYPOINT), ("k3d-entrypoint-test.sh", K3D_STYLE_FIX)]
+    {
+        let path = scripts.path().join(file);
+        std::fs::write(&path, text).expect("write the script");
+        let chmod = Command::new("chmod").arg("0755").arg(&path).status().expect("chmod runs");
+        assert!(chmod.success());
+        docker_cli(&["cp", &path.display().to_string(), &format!("{name}:/bin/{file}")]);
+    }
+    // k3s's registry mirrors, which k3d writes into its nodes, in directories the image lacks.
+    let registries = scripts.path().join("tree/etc/rancher/k3s/registries.yaml");
+    std::fs::create_dir_all(registries.parent().expect("a parent")).expect("the directories");
+    std::fs::write(&registries, K3S_REGISTRIES).expect("write registries.yaml");
+    docker_cli(&["cp", &format!("{}/.", scripts.path().join("tree").display()), &format!("{name}:/")]);
+    // A second network, connected before the start as `docker run --network a --network b` does.
+    docker_cli(&["network", "connect", second, &name]);
+    docker_cli(&["start", &name]);
+    name
+}
+
+/// The names of the networks a container is on, from its inspect, sorted.
+fn networks_of(inspect: &Value) -> Vec<String> {
+    let networks = inspect["NetworkSettings"]["Networks"].as_object().expect("networks");
+    let mut names: Vec<String> = networks.keys().cloned().collect();
+    names.sort();
+    names
+}
+
+/// The mount at `at` of a container, from its inspect.
+fn mount(inspect: &Value, at: &str) -> Value {
+    let mounts = inspect["Mounts"].as_array().expect("mounts");
+    mounts.iter().find(|m| m["Destination"] == at).cloned().expect("a mount")
+}
+
+/// A pool of one that copies `source`, with a setting of its own over a copied one.
+fn copying_pool(d: &TestDocker, source: &str) -> String {
+    let labels: Vec<String> = d.labels().iter().map(|(k, v)| format!("      {k}: '{v}'")).collect();
+    format!(
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
+         template:\n    copyFrom:\n      container: {source}\n    env:\n      NO_PROXY: localhost\n    \
+         labels:\n{}\n  rollout:\n    stopGracePeriod: 2s\n",
+        d.pool,
+        labels.join("\n")
+    )
+}
+
+/// The issue's "done when": a pool that copies a container created with proxy variables,
+/// sysctls, tmpfs options, a device and an entrypoint written by `docker cp` creates instances
+/// whose inspected configuration matches the source's in every copied field, with the scripts
+/// present, executable and run.
+#[tokio::test]
+async fn copy_from_creates_instances_configured_as_the_source() {
+    let mut scratch = Scratch::default();
+    let bound = tempfile::tempdir().expect("a temp dir");
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let network = scratch.network(d);
+    let volume = scratch.volume(d);
+    let second = scratch.network_named(d, "second");
+    let networks = [network.as_str(), second.as_str()];
+    let source = source_container(&s, networks, &volume, bound.path(), "http://proxy.example:3128");
+    s.write("pool.yaml", &copying_pool(d, &source));
+    let id = inspect(&source)["Id"].as_str().expect("an id").to_owned();
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&format!("  copyFrom {source} ({})\n", &id[..12])), "{}", plan.stdout);
+    assert!(!plan.stdout.contains("s3cret"), "a credential is never copied: {}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let instances = s.running().await;
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    let (src, new) = (inspect(&source), inspect(&instances[0].name));
+
+    // Every copied field, as the source has it.
+    let copied = [
+        "/Config/Image",
+        "/Config/Entrypoint",
+        "/Config/Cmd",
+        "/Config/Tty",
+        "/Config/StopSignal",
+        "/Config/Labels/io.x-k8s.kind.cluster",
+        "/HostConfig/Privileged",
+        "/HostConfig/Sysctls",
+        "/HostConfig/Tmpfs",
+        "/HostConfig/Devices",
+        "/HostConfig/CapAdd",
+        "/HostConfig/CapDrop",
+        "/HostConfig/SecurityOpt",
+        "/HostConfig/Init",
+        "/HostConfig/RestartPolicy",
+        "/HostConfig/CgroupnsMode",
+        "/HostConfig/UsernsMode",
+        "/HostConfig/NetworkMode",
+        "/HostConfig/Binds",
+        "/Config/Volumes",
+    ];
+    let expected: Vec<(&str, Value, &str)> =
+        copied.iter().map(|p| (*p, src.pointer(p).cloned().unwrap_or(Value::Null), "copied")).collect();
+    compare(&new, &expected);
+    // Nothing of that was left to the daemon's defaults: the source's settings are unusual.
+    assert_eq!(
+        src["HostConfig"]["Sysctls"],
+        json!({"net.ipv4.ip_forward": "1", "net.core.somaxconn": "1024"})
+    );
+    assert_eq!(src["HostConfig"]["Tmpfs"]["/scratch"], "size=64m,mode=1777");
+
+    let env = |c: &Value| -> Vec<String> {
+        c["Config"]["Env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let new_env = env(&new);
+    assert!(new_env.contains(&"HTTP_PROXY=http://proxy.example:3128".to_owned()), "{new_env:?}");
+    assert!(new_env.contains(&"NO_PROXY=localhost".to_owned()), "the template's own wins: {new_env:?}");
+    assert!(!new_env.iter().any(|e| e.starts_with("K3S_TOKEN=")), "{new_env:?}");
+    let new_labels = &new["Config"]["Labels"];
+    assert!(new_labels.get("node.example/name").is_none(), "names the source alone: {new_labels}");
+
+    // On both networks, as the source.
+    assert_eq!(networks_of(&new), networks_of(&src));
+    assert_eq!(networks_of(&src).len(), 2, "{}", src["NetworkSettings"]);
+
+    // Named volumes and binds are shared; the anonymous one is the instance's own.
+    assert_eq!(mount(&new, "/shared")["Name"], json!(volume));
+    assert_eq!(mount(&new, "/bound")["Source"], mount(&src, "/bound")["Source"]);
+    assert_eq!(mount(&new, "/data")["Type"], "volume");
+    assert_ne!(mount(&new, "/data")["Name"], mount(&src, "/data")["Name"]);
+
+    // The entrypoint files were written before the start: present, executable, and run; and
+    // the registries with them.
+    let name = &instances[0].name;
+    sh(d, name, "test -x /bin/k3d-entrypoint.sh && test -x /bin/k3d-entrypoint-test.sh").await;
+    for file in ["/bin/k3d-entrypoint.sh", "/bin/k3d-entrypoint-test.sh", "/etc/rancher/k3s/registries.yaml"]
+    {
+        let stat = format!("stat -c %a {file}; cat {file}");
+        assert_eq!(sh(d, name, &stat).await, sh(d, &source, &stat).await, "{file}");
+    }
+    assert_eq!(sh(d, name, "cat /tmp/args; test -f /tmp/fixed && echo fixed").await, "agent\nfixed\n");
+    assert_eq!(sh(d, name, "cat /proc/sys/net/core/somaxconn").await, "1024\n");
+
+    // Copied again by the next plan, the same settings give the same template: in sync.
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+    // The source recreated with another setting (as a kind upgrade recreates its nodes) is a
+    // template change, shown in the diff like a written one.
+    docker_cli(&["rm", "-f", "-v", &source]);
+    source_container(&s, networks, &volume, bound.path(), "http://proxy.example:8080");
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
+    let was = format!("(was {})", instances[0].template_hash);
+    assert!(
+        plan.stdout.contains(&was) && plan.stdout.contains("http://proxy.example:8080"),
+        "{}",
+        plan.stdout
+    );
+}
+
+/// A source that is missing, or not running, fails the plan with what to do; `validate` stays
+/// offline and passes. The stopped source is privileged, which this host refuses to start:
+/// its settings are read from its config alone.
+#[tokio::test]
+async fn copy_from_a_missing_or_stopped_container_fails_the_plan() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let stopped = d.name("stopped");
+    let case = format!("{CASE_LABEL}={}", d.case);
+    docker_cli(&["create", "--name", &stopped, "--label", &case, "--privileged", IMAGE]);
+    assert_eq!(inspect(&stopped)["HostConfig"]["Privileged"], true);
+    let pool = |source: &str| {
+        format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  \
+             template:\n    copyFrom: {{container: {source}}}\n",
+            d.pool
+        )
+    };
+    let missing = d.name("missing");
+    s.write("pool.yaml", &pool(&missing));
+    let validate = s.run("validate", &[]).expect_code(0);
+    assert!(
+        validate.stdout.contains(&format!("it covers the settings copied from {missing}")),
+        "{}",
+        validate.stdout
+    );
+    let plan = s.run("plan", &[]).expect_code(1);
+    let expected = format!("pool {}: spec.template.copyFrom: container {missing} not found", d.pool);
+    assert!(plan.stderr.contains(&expected), "{}", plan.stderr);
+    s.write("pool.yaml", &pool(&stopped));
+    let plan = s.run("plan", &[]).expect_code(1);
+    let expected = format!("container {stopped} is created, not running: start it (docker start {stopped})");
+    assert!(plan.stderr.contains(&expected), "{}", plan.stderr);
+    assert!(s.containers().await.is_empty(), "nothing was created");
+}
+
+/// `plan --out` then `apply FILE` carries out the plan of a copy exactly; once the source
+/// changed, the saved plan is stale, as after a change of the pool file.
+#[tokio::test]
+async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_changed() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let source = d.name("source");
+    let case = format!("{CASE_LABEL}={}", d.case);
+    let run = |proxy: &str| {
+        let env = format!("HTTP_PROXY={proxy}");
+        docker_cli(&["run", "-d", "--name", &source, "--label", &case, "--env", &env, IMAGE]);
+    };
+    run("http://proxy.example:3128");
+    s.write("pool.yaml", &copying_pool(d, &source));
+    let saved = tempfile::tempdir().expect("a temp dir");
+    let file = saved.path().join("plan.json").display().to_string();
+    s.run("plan", &["--out", &file]).expect_code(0);
+    s.run_bare(&["apply", &file]).expect_code(0);
+    assert_eq!(s.running().await.len(), 1);
+
+    s.run("plan", &["--out", &file]).expect_code(0);
+    docker_cli(&["rm", "-f", "-v", &source]);
+    run("http://proxy.example:8080");
+    let stale = s.run_bare(&["apply", &file]).expect_code(1);
+    assert!(stale.stderr.contains("is stale, nothing was changed"), "{}", stale.stderr);
 }

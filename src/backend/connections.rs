@@ -115,9 +115,13 @@ impl Connections {
             Events::Changes => CHANGES,
         };
         let scope = desired.origin.scope();
+        // What happens from now on is followed, however long a subscription takes to reach its
+        // daemon (by the daemon's clock: a remote one running behind ours would hold back what
+        // happens in between, as an unsubscribed stream did).
+        let since = std::time::SystemTime::now();
         Ok(endpoints
             .into_iter()
-            .map(|e| (e.host.clone(), container_events(e, scope.clone(), actions, tx.clone())))
+            .map(|e| (e.host.clone(), container_events(e, scope.clone(), actions, tx.clone(), since)))
             .collect())
     }
 }

@@ -56,6 +56,11 @@ impl<C> Endpoints<C> {
         self.places.iter().map(|(name, backend)| (name.as_str(), backend))
     }
 
+    /// The backend of the endpoint `pool` lives on.
+    pub fn of_pool_backend(&self, pool: &str) -> &C {
+        &self.places[self.of_pool(pool)].1
+    }
+
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod, RolloutRecord};
-use crate::spec::{CgroupnsMode, Secret, Taint, UsernsMode};
+use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
 pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
 
@@ -55,9 +55,13 @@ pub struct NewContainer {
     pub secret_env: BTreeMap<String, Secret>,
     /// Files written into the container once it is created, before it starts (a join token).
     pub files: Vec<NewFile>,
+    /// The template's `files`, written after the secret ones, before the start.
+    pub template_files: Vec<TemplateFile>,
     /// The template's labels plus poolctl's own.
     pub labels: BTreeMap<String, String>,
     pub network: Option<String>,
+    /// Networks the container is connected to after its creation, before its start.
+    pub extra_networks: Vec<String>,
     pub privileged: bool,
     /// `src:dst[:options]` mounts and bare paths (anonymous volumes).
     pub volumes: Vec<String>,

@@ -16,7 +16,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::common::{
-    Planned, check_pools, check_replace, compute, confirm, held_locks, load_source, write_stdout,
+    Planned, check_pools, check_replace, compute, confirm, connect_docker, held_locks, load_source,
+    write_stdout,
 };
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
@@ -116,6 +117,9 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
         None => Source::of_origin(&saved.origin)?,
     };
     let desired = load_source(&source)?;
+    let connections = Connections::once();
+    // Before the revision: the settings a pool copies are part of its template.
+    let (desired, docker) = connect_docker(&connections, desired).await?;
     let name = file.display();
     if desired.origin.scope() != saved.origin.scope() {
         bail!(
@@ -140,8 +144,6 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
         return Ok(Exit::Success);
     }
     let options = saved.provenance.options.options();
-    let connections = Connections::once();
-    let docker = connections.docker(&desired).await?;
     let preview =
         crate::rollout::preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     let planned = Planned { desired, docker, preview, options };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
+use crate::backend::docker::resolve_copies;
 use crate::backend::{ClusterClient, Connections, Docker, Locks};
 use crate::config::Source;
 use crate::lock::inspect_locks;
@@ -64,7 +65,7 @@ pub(super) async fn compute(
     desired: Desired,
     options: PlanOptions,
 ) -> Result<Planned> {
-    let docker = connections.docker(&desired).await?;
+    let (desired, docker) = connect_docker(connections, desired).await?;
     let preview = preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     Ok(Planned { desired, docker, preview, options })
 }
@@ -84,6 +85,17 @@ pub(super) fn check_pools(desired: &Desired, pools: &BTreeSet<String>) -> Result
         }
     }
     Ok(())
+}
+
+/// Connect to the Docker endpoints of `desired`'s pools, and copy into each template the
+/// settings of the container its `copyFrom` names: what every command that plans does first.
+pub(super) async fn connect_docker(
+    connections: &Connections,
+    desired: Desired,
+) -> Result<(Desired, Arc<Docker>)> {
+    let docker = connections.docker(&desired).await?;
+    let desired = resolve_copies(desired, &docker).await?;
+    Ok((desired, docker))
 }
 
 /// Refuse a `--replace` that names no instance of the plan's pools: a typo must not read as

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::common::{check_pools, load_source, write_stdout};
+use super::common::{check_pools, connect_docker, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::{Connections, Docker, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
@@ -24,7 +24,7 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     check_pools(&desired, &config.pools)?;
     let options = PlanOptions { pools: config.pools.clone(), ..PlanOptions::default() };
     let connections = Connections::once();
-    let docker = connections.docker(&desired).await?;
+    let (desired, docker) = connect_docker(&connections, desired).await?;
     let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
     let first = snapshot(&desired, &options, &docker, &clusters, observed.world).await;

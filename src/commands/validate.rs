@@ -15,7 +15,13 @@ pub(super) fn validate_command(source: &Source) -> Result<Exit> {
         writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;
         for p in &desired.pools {
             // The hash covers the secrets' values, which only a plan reads.
+            let copy = p.pool.spec.template.copy_from.as_ref();
             let template = match p.reads_secrets() {
+                // So does a copy's: it covers what a plan reads from the container.
+                _ if copy.is_some() => format!(
+                    "template hash set at plan time: it covers the settings copied from {}",
+                    escape_controls(copy.map(|c| c.container.as_str()).unwrap_or_default())
+                ),
                 0 => format!("template {}", p.template_hash),
                 1 => "template hash set at plan time: it covers 1 sensitive value".to_owned(),
                 n => format!("template hash set at plan time: it covers {n} sensitive values"),

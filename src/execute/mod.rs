@@ -226,8 +226,10 @@ pub fn new_container(
         secret_env,
         // The executor adds a join's token, which it reads only when it creates the container.
         files: Vec::new(),
+        template_files: t.files.clone(),
         labels: all_labels,
         network: t.network.clone(),
+        extra_networks: t.extra_networks.clone(),
         privileged: t.privileged,
         volumes: t.volumes.clone(),
         tmpfs: t.tmpfs.clone(),
@@ -267,9 +269,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     images.push(image);
                 }
                 let spec = self.pool(&pool.name).ok().map(|p| &p.pool.spec);
-                let network = spec.and_then(|s| s.template.network.as_deref());
-                if let Some(n) = network.map(|n| (pool.name.as_str(), n)).filter(|n| !networks.contains(n)) {
-                    networks.push(n);
+                let template = spec.map(|s| &s.template);
+                let all = template.into_iter().flat_map(|t| t.network.iter().chain(&t.extra_networks));
+                for n in all.map(|n| (pool.name.as_str(), n.as_str())) {
+                    if !networks.contains(&n) {
+                        networks.push(n);
+                    }
                 }
                 let join = spec.and_then(|s| s.join.as_ref());
                 let through = join.and_then(|j| {

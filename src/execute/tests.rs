@@ -60,6 +60,7 @@ fn rolling_plan() -> Plan {
             replicas: 3,
             template_change: None,
             docker: None,
+            copy_from: None,
             instances: Vec::new(),
             unhealthy_held: None,
             degraded: None,
@@ -340,6 +341,11 @@ async fn preflight_checks_images_and_networks_before_anything_changes() {
         "network missing does not exist (create it first, e.g. `docker network create missing`)"
     );
     assert_eq!(fake.calls(), vec!["image img:1"], "the image is checked once, and nothing is created");
+    // An extra network is checked as the first one is.
+    let mut desired = self::desired(0, Some("kind"));
+    desired.pools[0].pool.spec.template.extra_networks = vec!["missing".to_owned()];
+    let (result, _) = with_executor(&fake, &desired, &Interrupt::default(), preflight).await;
+    assert!(result.unwrap_err().to_string().starts_with("network missing does not exist"));
 }
 
 #[test]

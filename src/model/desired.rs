@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Pool, escape_controls};
+use crate::spec::{CopiedFrom, Pool, escape_controls};
 
 /// Where the desired state was read from, as shown in the plan header and container labels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +65,10 @@ pub struct DesiredPool {
     /// The file that declares it, relative to the source root.
     pub file: String,
     pub template_hash: String,
+    /// The container `spec.template.copyFrom` named, once its settings were copied into the
+    /// template (see [`crate::backend::docker::resolve_copies`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<CopiedFrom>,
 }
 
 impl DesiredPool {

@@ -218,6 +218,10 @@ pub struct PoolPlan {
     /// the docker CLI's current one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub docker: Option<String>,
+    /// The container whose settings the template copied (`spec.template.copyFrom`), with its
+    /// short ID: `dev-worker (3f9a1c2b4d5e)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_from: Option<String>,
     /// Every existing instance and what becomes of it.
     pub instances: Vec<InstanceStatus>,
     /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.

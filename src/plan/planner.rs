@@ -451,6 +451,7 @@ fn plan_pool(
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
         docker: target.docker(),
+        copy_from: target.pool.and_then(|dp| dp.copied_from.as_ref()).map(ToString::to_string),
         instances: all
             .iter()
             .map(|i| {
@@ -556,6 +557,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,
         docker: target.docker(),
+        copy_from: None,
         instances: all.iter().map(|i| status(target, i, true)).collect(),
         unhealthy_held: None,
         degraded: None,

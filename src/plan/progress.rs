@@ -161,5 +161,5 @@ fn previous(dp: &DesiredPool, world: &World) -> Result<DesiredPool, String> {
     let mut pool = dp.pool.clone();
     (pool.spec.template, pool.spec.bootstrap, pool.spec.join) =
         (hashed.template, hashed.bootstrap, hashed.join);
-    Ok(DesiredPool { pool, file: dp.file.clone(), template_hash: hash.to_owned() })
+    Ok(DesiredPool { pool, file: dp.file.clone(), template_hash: hash.to_owned(), copied_from: None })
 }

@@ -58,6 +58,9 @@ pub fn render_text_styled(
         if let Some(docker) = &pool.docker {
             writeln!(out, "  Docker: {docker}")?;
         }
+        if let Some(source) = &pool.copy_from {
+            writeln!(out, "  copyFrom {}", escape_controls(source))?;
+        }
         if let Some(holder) = held.locks.get(&pool.name) {
             writeln!(out, "  Locked by {}", holder.describe(held.now))?;
         }

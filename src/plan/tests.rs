@@ -450,6 +450,36 @@ fn a_new_pool_is_created_in_one_surge_batch() {
     assert_eq!(plan.summary.create, 2);
 }
 
+/// A template resolved from `copyFrom` is planned as a written one: the plan names the source,
+/// and a copied setting that changed (the source node recreated) is a template change, in the
+/// diff like any other.
+#[test]
+fn copied_settings_are_planned_and_shown_like_written_ones() {
+    let mut dp = PoolArgs::new("web", 1).build();
+    dp.pool.spec.template.copy_from = Some(crate::spec::CopyFrom { container: "dev-worker".to_owned() });
+    let before = crate::spec::canonical_template(&dp.pool.spec);
+    let old_hash = crate::spec::template_hash(&dp.pool.spec);
+    let copied = crate::spec::Template {
+        env: BTreeMap::from([("HTTP_PROXY".to_owned(), crate::spec::EnvValue::plain("http://proxy:3128"))]),
+        ..crate::spec::Template::default()
+    };
+    dp.pool.spec.template = crate::spec::merge(&dp.pool.spec.template, &copied);
+    dp.template_hash = crate::spec::template_hash(&dp.pool.spec);
+    dp.copied_from = Some(crate::spec::CopiedFrom {
+        container: "dev-worker".to_owned(),
+        id: "3f9a1c2b4d5e6f7a8b9c".to_owned(),
+    });
+    assert_ne!(dp.template_hash, old_hash, "the hash covers what was copied");
+    let old = crate::model::Container { template: Some(before), ..container("web-a", "web", &old_hash, 1) };
+    let world = World { containers: vec![old], ..World::default() };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    assert_eq!(pool_plan(&plan, "web").copy_from.as_deref(), Some("dev-worker (3f9a1c2b4d5e)"));
+    let text = text(&plan);
+    assert!(text.contains("\n  copyFrom dev-worker (3f9a1c2b4d5e)\n"), "{text}");
+    assert!(text.contains("HTTP_PROXY"), "the diff shows the copied setting: {text}");
+    assert_eq!(plan.summary.create, 1);
+}
+
 #[test]
 fn scale_up_adds_instances_and_keeps_the_others() {
     let dp = PoolArgs::new("web", 3).build();

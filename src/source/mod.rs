@@ -367,6 +367,7 @@ fn desired(
             template_hash: spec::template_hash(&doc.pool.spec),
             file: doc.file,
             pool: doc.pool,
+            copied_from: None,
         })
         .collect();
     Ok(Desired { origin, pools })

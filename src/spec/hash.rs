@@ -132,6 +132,9 @@ tmpfs: ["/tmp", "/run"]
             "stopSignal: SIGRTMIN+3",
             "cpus: '2'",
             "memory: 1g",
+            "extraNetworks: [other]",
+            "files: [{path: /x, content: y}]",
+            "copyFrom: {container: c}",
         ] {
             let changed = hash_of(&format!("image: busybox\n{setting}\n"));
             assert_ne!(changed, base, "{setting} left the hash as it was");

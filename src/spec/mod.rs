@@ -3,6 +3,7 @@
 //! These types do no I/O. They are the single source of truth for the YAML format, the JSON
 //! Schema (`poolctl schema`) and the template hash, so the three cannot drift apart.
 
+mod copy;
 mod decode;
 pub mod docker;
 mod duration;
@@ -20,6 +21,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use copy::{CopiedFrom, copies_env, copies_label, env_of, merge};
 pub use duration::Duration;
 pub use hash::{HASH_LEN, canonical_template, template_hash};
 pub use load::{
@@ -194,7 +196,9 @@ impl PodSelector {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Template {
-    /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing.
+    /// The image, e.g. `kindest/node:v1.31.0`. Pulled before the rollout if missing. Required
+    /// unless `copyFrom` names a container, whose image is then the default.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1))]
     pub image: String,
     /// The container's command (Docker's CMD), as a list.
@@ -287,6 +291,57 @@ pub struct Template {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("type" = ["string", "integer", "null"]))]
     pub memory: Option<String>,
+    /// More networks (that exist) to connect each new container to, after `network` and before
+    /// it starts, as `docker network connect` does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_networks: Vec<String>,
+    /// Files written into each new container after it is created and before it starts, such
+    /// as the entrypoint scripts k3d writes into its nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<TemplateFile>,
+    /// Take the Docker settings of a running container on the pool's Docker endpoint (a kind
+    /// worker, a k3d agent), with what this template says explicitly on top. Read when a plan
+    /// is made, so the template hash and the plan's diff cover what was copied; not read by
+    /// `poolctl validate`, which stays offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_from: Option<CopyFrom>,
+}
+
+/// A file of `spec.template.files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateFile {
+    /// Where it goes in the container: an absolute path. Missing parent directories are made.
+    pub path: String,
+    /// Its text.
+    pub content: String,
+    /// Its permission bits, in octal as `chmod` takes them (default `0644`; `0755` for a
+    /// script). A string, since YAML reads a bare `0755` as a decimal number.
+    #[serde(default = "TemplateFile::default_mode")]
+    #[schemars(regex(pattern = r"^0?[0-7]{3}$"))]
+    pub mode: String,
+}
+
+impl TemplateFile {
+    fn default_mode() -> String {
+        "0644".to_owned()
+    }
+
+    /// The permission bits, if `mode` is octal (validation refuses any other).
+    pub fn mode_bits(&self) -> Option<u32> {
+        let digits = self.mode.strip_prefix('0').filter(|d| d.len() == 3).unwrap_or(&self.mode);
+        (digits.len() == 3).then(|| u32::from_str_radix(digits, 8).ok()).flatten()
+    }
+}
+
+/// `spec.template.copyFrom`: the container whose settings new instances take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CopyFrom {
+    /// Its name (or ID) on the pool's Docker endpoint, e.g. `dev-worker` or `k3d-dev-agent-0`. It
+    /// must be running when a plan is made.
+    #[schemars(length(min = 1))]
+    pub container: String,
 }
 
 /// A cgroup namespace mode.

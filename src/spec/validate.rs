@@ -23,7 +23,7 @@ pub const MAX_ITEMS: usize = 1000;
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Label and annotation keys under this prefix are poolctl's own bookkeeping.
-const RESERVED_PREFIX: &str = "poolctl.dev/";
+pub(super) const RESERVED_PREFIX: &str = "poolctl.dev/";
 
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
@@ -94,7 +94,12 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     let template = FieldPath::of("spec.template");
     let t = &spec.template;
     if t.image.is_empty() {
-        fail(template.key("image"), "must not be empty".to_owned());
+        if t.copy_from.is_none() {
+            fail(
+                template.key("image"),
+                "must name an image (unless copyFrom names a container to copy)".to_owned(),
+            );
+        }
     } else if let Some(problem) = names::image_problem(&t.image) {
         fail(template.key("image"), problem);
     }
@@ -122,6 +127,9 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
         }
     }
     for (path, message) in container_setting_problems(spec) {
+        fail(path, message);
+    }
+    for (path, message) in file_and_copy_problems(t) {
         fail(path, message);
     }
 
@@ -501,6 +509,55 @@ fn mount_paths(t: &super::Template) -> Vec<(&str, FieldPath)> {
     volume_paths.chain(tmpfs_paths).collect()
 }
 
+/// The problems of `files` (absolute paths without `..`, each once, octal modes) and of
+/// `copyFrom` (a container name; whether it runs is a plan's to find out).
+fn file_and_copy_problems(t: &super::Template) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    if let Some(problem) = t.copy_from.as_ref().and_then(|c| container_name_problem(&c.container)) {
+        errors.push((FieldPath::of("spec.template.copyFrom.container"), problem));
+    }
+    let at = FieldPath::of("spec.template.files");
+    for (i, file) in t.files.iter().enumerate() {
+        let path = &file.path;
+        if !path.starts_with('/') || path.ends_with('/') || path.split('/').any(|p| p == "..") {
+            errors.push((
+                at.index(i).key("path"),
+                format!("{path:?} must be an absolute path to a file, without .."),
+            ));
+        } else if t.files[..i].iter().any(|f| f.path == *path) {
+            errors.push((at.index(i).key("path"), format!("{path} is written by an earlier entry")));
+        }
+        if file.mode_bits().is_none() {
+            errors.push((
+                at.index(i).key("mode"),
+                format!("mode {:?}: expected permission bits in octal, such as \"0755\"", file.mode),
+            ));
+        }
+    }
+    if t.files.len() > MAX_ITEMS {
+        errors.push((at, format!("has {} entries; at most {MAX_ITEMS} are allowed", t.files.len())));
+    }
+    errors
+}
+
+/// Why `extraNetworks[i]` cannot be connected besides `network`, if it cannot.
+fn extra_network_problem(t: &super::Template, i: usize, network: &str) -> Option<String> {
+    if network.trim().is_empty() {
+        Some("must name a network".to_owned())
+    } else if ["host", "none"].contains(&network) || network.starts_with("container:") {
+        Some(format!("{network:?} is a network mode, not a network a container can join besides another"))
+    } else if matches!(t.network.as_deref(), Some("host" | "none")) {
+        Some(format!(
+            "a container with network {:?} joins no other network",
+            t.network.as_deref().unwrap_or_default()
+        ))
+    } else if t.network.as_deref() == Some(network) || t.extra_networks[..i].iter().any(|n| n == network) {
+        Some(format!("{network} is named twice"))
+    } else {
+        None
+    }
+}
+
 /// Why Docker would refuse `name` as a container name, if it would.
 fn container_name_problem(name: &str) -> Option<String> {
     let valid = name.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -570,6 +627,12 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
         }
     }
 
+    for (i, network) in t.extra_networks.iter().enumerate() {
+        if let Some(problem) = extra_network_problem(t, i, network) {
+            errors.push((at.key("extraNetworks").index(i), problem));
+        }
+    }
+
     let host_network = t.network.as_deref() == Some("host");
     for (key, value) in &t.sysctls {
         if let Some(problem) = docker::sysctl_problem(key, value, host_network) {
@@ -622,6 +685,7 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
         ("ports", t.ports.len()),
         ("extraHosts", t.extra_hosts.len()),
         ("dns", t.dns.len()),
+        ("extraNetworks", t.extra_networks.len()),
     ];
     for (field, count) in counts {
         if count > MAX_ITEMS {
@@ -644,6 +708,35 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn files_and_copy_from_are_checked_offline() {
+        let found = errors(
+            "  template:\n    copyFrom: {container: 'dev worker'}\n    files:\n      \
+             - {path: bin/x.sh, content: ''}\n      - {path: /bin/x.sh, content: '', mode: '0755'}\n      \
+             - {path: /bin/x.sh, content: '', mode: '755'}\n      - {path: /a/../b, content: '', mode: rwx}\n",
+        );
+        let expected = [
+            "a.yaml:8:27: spec.template.copyFrom.container: \"dev worker\" is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)",
+            "a.yaml:10:16: spec.template.files[0].path: \"bin/x.sh\" must be an absolute path to a file, without ..",
+            "a.yaml:12:16: spec.template.files[2].path: /bin/x.sh is written by an earlier entry",
+            "a.yaml:13:16: spec.template.files[3].path: \"/a/../b\" must be an absolute path to a file, without ..",
+            "a.yaml:13:44: spec.template.files[3].mode: mode \"rwx\": expected permission bits in octal, such as \"0755\"",
+        ];
+        assert_eq!(found, expected);
+        let networks = errors(
+            "  template:\n    image: i\n    network: kind\n    extraNetworks: [kind, host, '', extra, extra]\n",
+        );
+        let expected = [
+            "a.yaml:10:21: spec.template.extraNetworks[0]: kind is named twice",
+            "a.yaml:10:27: spec.template.extraNetworks[1]: \"host\" is a network mode, not a network a container can join besides another",
+            "a.yaml:10:33: spec.template.extraNetworks[2]: must name a network",
+            "a.yaml:10:44: spec.template.extraNetworks[4]: extra is named twice",
+        ];
+        assert_eq!(networks, expected);
+        // With copyFrom, the image may be left out: the source's is the default.
+        assert_eq!(errors("  template:\n    copyFrom: {container: dev-worker}\n"), Vec::<String>::new());
     }
 
     #[test]

@@ -102,6 +102,7 @@ impl PoolArgs {
             },
             file: format!("{}.yaml", self.name),
             template_hash: hash,
+            copied_from: None,
         }
     }
 }

@@ -12,7 +12,8 @@ use tar::{Archive, Builder, EntryType, Header};
 /// The first entry of a downloaded archive.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Entry {
-    File(Vec<u8>),
+    /// A file's content and permission bits.
+    File(Vec<u8>, u32),
     /// A symbolic link, and its target as written.
     Symlink(String),
 }
@@ -44,6 +45,29 @@ pub(super) fn single_file(dir: &str, file: &str, content: &[u8], mtime: u64) -> 
     archive.into_inner().map_err(failed)
 }
 
+/// An archive of `files` (absolute path, content, permission bits), owned by root, to be
+/// extracted at `/`. It holds no directory entries, so the directories a file goes into keep
+/// their own modes (`/bin` stays 0755); Docker makes the missing ones, 0755.
+pub(super) fn files_at_root(files: &[(&str, &[u8], u32)], mtime: u64) -> Result<Vec<u8>, String> {
+    let mut archive = Builder::new(Vec::new());
+    for (path, content, mode) in files {
+        let mut h = Header::new_ustar();
+        h.set_entry_type(EntryType::Regular);
+        h.set_mode(*mode);
+        h.set_size(content.len() as u64);
+        h.set_mtime(mtime);
+        h.set_uid(0);
+        h.set_gid(0);
+        let _ = h.set_username("root");
+        let _ = h.set_groupname("root");
+        // `append_data` writes a long name in a GNU record of its own.
+        archive
+            .append_data(&mut h, path.trim_start_matches('/'), *content)
+            .map_err(|e| format!("cannot archive {path}: {e}"))?;
+    }
+    archive.into_inner().map_err(|e| format!("cannot build the archive: {e}"))
+}
+
 /// The first file or symbolic link of `archive`.
 pub(super) fn first_entry(archive: &[u8]) -> Result<Entry, String> {
     let broken = |e: std::io::Error| format!("a broken archive: {e}");
@@ -58,7 +82,7 @@ pub(super) fn first_entry(archive: &[u8]) -> Result<Entry, String> {
             entry.read_to_end(&mut data).map_err(broken)?;
             // A short read of a slice is no error to `Read`: the header says what was sent.
             if data.len() as u64 == size {
-                Ok(Entry::File(data))
+                Ok(Entry::File(data, entry.header().mode().map_err(broken)? & 0o7777))
             } else {
                 Err("a truncated archive".to_owned())
             }
@@ -115,7 +139,33 @@ mod tests {
         );
         assert_eq!(first_entry(&archive), Err("it is a directory".to_owned()));
         let file_only = archive_of("token", EntryType::Regular, None, b"s3cret\n");
-        assert_eq!(first_entry(&file_only), Ok(Entry::File(b"s3cret\n".to_vec())));
+        assert_eq!(first_entry(&file_only), Ok(Entry::File(b"s3cret\n".to_vec(), 0o777)));
+    }
+
+    #[test]
+    fn files_at_root_keep_their_modes_and_add_no_directory() {
+        let long = format!("/opt/{}/run.sh", "d".repeat(120));
+        let files: [(&str, &[u8], u32); 2] =
+            [("/bin/k3d-entrypoint.sh", b"#!/bin/sh\n", 0o755), (&long, b"x", 0o600)];
+        let archive = files_at_root(&files, 1_700_000_000).unwrap();
+        let mut read = Archive::new(&archive[..]);
+        let entries: Vec<(String, u32, EntryType)> = read
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let path = e.path().unwrap().display().to_string();
+                (path, e.header().mode().unwrap(), e.header().entry_type())
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("bin/k3d-entrypoint.sh".to_owned(), 0o755, EntryType::Regular),
+                (long.trim_start_matches('/').to_owned(), 0o600, EntryType::Regular),
+            ]
+        );
+        assert_eq!(first_entry(&archive), Ok(Entry::File(b"#!/bin/sh\n".to_vec(), 0o755)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! creations too), debounced into one-line descriptions, re-subscribed with backoff whenever the
 //! daemon goes away. Watch follows each endpoint its pools live on.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bollard::query_parameters::EventsOptions;
 use futures::StreamExt;
@@ -24,16 +24,24 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub const DRIFT_EVENTS: &[&str] = &["die", "stop", "destroy"];
 
 /// Forward the `actions` (`die`, `start`...) on `endpoint` of the containers whose scope label
-/// is `scope` to `tx`, until `tx` is closed.
+/// is `scope` to `tx`, from `since` on, until `tx` is closed.
+///
+/// The daemon replays what happened since then: an event that comes between the caller's look at
+/// the world and the moment the subscription reaches the daemon (a connection away, longer on a
+/// loaded host) is not lost. A subscription made again after a failure replays from the failure.
 pub async fn container_events(
     endpoint: Endpoint,
     scope: String,
     actions: &'static [&'static str],
     tx: mpsc::Sender<String>,
+    since: SystemTime,
 ) {
     let mut failures = 0;
+    let mut since = since;
     loop {
-        match subscribe(&endpoint, &scope, actions, &tx).await {
+        let subscribed = subscribe(&endpoint, &scope, actions, &tx, since).await;
+        since = SystemTime::now();
+        match subscribed {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -53,6 +61,7 @@ async fn subscribe(
     scope: &str,
     actions: &[&str],
     tx: &mpsc::Sender<String>,
+    since: SystemTime,
 ) -> Result<(), String> {
     let docker =
         DockerBackend::connect(endpoint, super::Timeouts::default()).await.map_err(|e| e.to_string())?;
@@ -61,9 +70,11 @@ async fn subscribe(
         ("event", actions.iter().map(|&a| a.to_owned()).collect()),
         ("label", vec![format!("{}={scope}", labels::SCOPE)]),
     ];
+    let since = since.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let options = EventsOptions {
+        since: Some(format!("{}.{:09}", since.as_secs(), since.subsec_nanos())),
+        until: None,
         filters: Some(filters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
-        ..Default::default()
     };
     let mut events = docker.client().events(Some(options));
     debug!("following Docker events of {scope} on {}", endpoint.name);

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum};
+use bollard::models::{
+    ContainerInspectResponse, ContainerStateStatusEnum, HealthStatusEnum, NetworkConnectRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, EventsOptions,
     InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, LogsOptions,
@@ -23,10 +25,11 @@ use futures::StreamExt;
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
 use crate::model::{Container, Desired, RolloutRecord, labels};
-use crate::spec::Secret;
+use crate::spec::{Secret, TemplateFile};
 
 mod archive;
 mod convert;
+mod copy;
 mod create;
 pub mod endpoint;
 mod events;
@@ -35,6 +38,7 @@ mod up;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
+pub use copy::{CopyError, resolve_copies};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{DRIFT_EVENTS, container_events};
@@ -380,6 +384,25 @@ impl DockerBackend {
     }
 }
 
+impl DockerBackend {
+    /// Write a template's `files` into the container, in one upload.
+    async fn write_template_files(&self, name: &str, files: &[TemplateFile]) -> Result<(), BackendError> {
+        let doing = || format!("write the template's files in container {name}");
+        let entries: Vec<(&str, &[u8], u32)> = files
+            .iter()
+            .map(|f| (f.path.as_str(), f.content.as_bytes(), f.mode_bits().unwrap_or(0o644)))
+            .collect();
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let archive = archive::files_at_root(&entries, now)
+            .map_err(|why| BackendError::Failed(format!("{}: {why}", doing())))?;
+        let options = UploadToContainerOptions { path: "/".to_owned(), ..Default::default() };
+        self.call(self.docker.upload_to_container(name, Some(options), bollard::body_full(archive.into())))
+            .await
+            .map_err(|e| self.error(&doing(), e))
+    }
+}
+
 /// What one inspect says about a container that should be coming up.
 enum Judgement {
     Up,
@@ -481,9 +504,19 @@ impl Containers for DockerBackend {
         self.call(self.docker.create_container(Some(options), body))
             .await
             .map_err(|e| self.error(&format!("create container {name}"), e))?;
+        // Before the start, as `docker run --network a --network b` connects them.
+        for network in &spec.extra_networks {
+            let connect = NetworkConnectRequest { container: name.clone(), endpoint_config: None };
+            self.call(self.docker.connect_network(network, connect))
+                .await
+                .map_err(|e| self.error(&format!("connect container {name} to network {network}"), e))?;
+        }
         // Before the start, so that what the entrypoint reads at once is there.
         for file in &spec.files {
             self.write_file(name, file).await?;
+        }
+        if !spec.template_files.is_empty() {
+            self.write_template_files(name, &spec.template_files).await?;
         }
         // A container that fails to start is left in place on purpose: the next plan sees it as
         // not running and replaces it, and meanwhile `docker logs` and inspect can explain why.
@@ -506,7 +539,7 @@ impl Containers for DockerBackend {
         let mut path = path.to_owned();
         for _ in 0..=MAX_LINKS {
             match self.download(name, &path).await? {
-                archive::Entry::File(bytes) => {
+                archive::Entry::File(bytes, _) => {
                     return String::from_utf8(bytes).map(Secret::new).map_err(|_| {
                         BackendError::Failed(format!("read {path} in {name}: it is not UTF-8 text"))
                     });

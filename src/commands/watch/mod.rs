@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use super::common::{source_failure, write_stdout};
+use super::common::{connect_docker, source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
 use crate::cancel::{Interrupt, Signals, StopReason};
@@ -437,19 +437,20 @@ impl Loop {
             let _ = write_stdout(|out| writeln!(out, "Stopped: no good desired state was ever read."));
             return;
         };
-        // Docker alone: the summary counts containers, and a cluster may be what went away.
-        let world = match self.connections.docker(desired).await {
-            Ok(docker) => docker.list().await.map_err(anyhow::Error::from),
-            Err(e) => Err(anyhow::Error::from(e)),
+        // Docker alone: the summary counts containers, and a cluster may be what went away. The
+        // copies resolved, so that a pool's template hash is the one its instances carry.
+        let world = match connect_docker(&self.connections, Desired::clone(desired)).await {
+            Ok((desired, docker)) => docker.list().await.map(|c| (desired, c)).map_err(anyhow::Error::from),
+            Err(e) => Err(e),
         };
-        let world = match world {
-            Ok(containers) => World { containers, ..World::default() },
+        let (desired, world) = match world {
+            Ok((desired, containers)) => (desired, World { containers, ..World::default() }),
             Err(e) => {
                 warn!("cannot observe the pools: {e:#}");
                 return;
             }
         };
-        let _ = write_stdout(|out| write_pool_state(desired, &world, out));
+        let _ = write_stdout(|out| write_pool_state(&desired, &world, out));
     }
 }
 
@@ -498,10 +499,10 @@ async fn reconcile(
     health: Arc<Mutex<HealthLog>>,
     tell: Tell,
 ) -> Ended {
-    let docker = match connections.docker(&desired).await {
-        Ok(d) => d,
+    let (desired, docker) = match connect_docker(&connections, Desired::clone(&desired)).await {
+        Ok(connected) => connected,
         Err(e) => {
-            error!("{:#}", anyhow::Error::from(e));
+            error!("{e:#}");
             return Ended::Failed;
         }
     };
