@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -140,13 +140,26 @@ pub(crate) struct TestDocker {
     /// A pool name no other test (or concurrent test process) uses.
     pub(crate) pool: String,
     pub(crate) case: String,
+    /// The scope's events, followed from its start (see [`TestDocker::events`]).
+    followed: Option<(std::process::Child, Arc<Mutex<Vec<DockerEvent>>>)>,
+}
+
+/// One line of `docker events --format '{{json .}}'`, as a [`DockerEvent`].
+fn parse_event(line: &str) -> Option<DockerEvent> {
+    let e = serde_json::from_str::<serde_json::Value>(line).ok()?;
+    Some(DockerEvent {
+        action: e["Action"].as_str().unwrap_or_default().to_owned(),
+        name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
+        at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
+    })
 }
 
 impl TestDocker {
     fn new(backend: DockerBackend) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let case = format!("{}-{}", run_id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        Self { backend, pool: format!("pt{case}"), case }
+        let followed = follow_events(&case);
+        Self { backend, pool: format!("pt{case}"), case, followed }
     }
 
     /// The `key=value` label that only this scope's containers carry (it also drives the drop
@@ -177,8 +190,33 @@ impl TestDocker {
     }
 }
 
+/// Follow the daemon's events for the containers labelled with `case`, from now on, into a list:
+/// a later query replays only the daemon's last 256 events, and a busy test run (the execs of
+/// health checks count) pushes a test's own out of that window.
+fn follow_events(case: &str) -> Option<(std::process::Child, Arc<Mutex<Vec<DockerEvent>>>)> {
+    use std::io::BufRead as _;
+    let filter = format!("label={CASE_LABEL}={case}");
+    let mut child = Command::new("docker")
+        .args(["events", "--filter", &filter, "--filter", "type=container", "--format", "{{json .}}"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let stdout = child.stdout.take()?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(event) = parse_event(&line) {
+                into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event);
+            }
+        }
+    });
+    Some((child, seen))
+}
+
 /// One Docker event of a test's containers: what happened to which container, when.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DockerEvent {
     pub(crate) action: String,
     pub(crate) name: String,
@@ -216,7 +254,8 @@ impl TestDocker {
     }
 
     /// The daemon's events for this scope's containers from `since` until a second from now,
-    /// oldest first. A bounded query (`--until`) returns once it has replayed them.
+    /// oldest first: those followed since the scope began, and a bounded query (`--until`) that
+    /// returns once it has replayed the latest, so that the last moments are in too.
     pub(crate) fn events(&self, since: SystemTime) -> Vec<DockerEvent> {
         let unix = |t: SystemTime| {
             let d = t.duration_since(UNIX_EPOCH).expect("after the epoch");
@@ -237,18 +276,18 @@ impl TestDocker {
             "--format",
             "{{json .}}",
         ]);
-        let mut events: Vec<DockerEvent> = out
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .map(|e| DockerEvent {
-                action: e["Action"].as_str().unwrap_or_default().to_owned(),
-                name: e["Actor"]["Attributes"]["name"].as_str().unwrap_or_default().to_owned(),
-                at: UNIX_EPOCH + Duration::from_nanos(e["timeNano"].as_u64().unwrap_or_default()),
-            })
-            // The instances' events: a record carries the test's labels so that the cleanup
-            // finds it, and is created and never started.
-            .filter(|e| !is_record(&e.name))
-            .collect();
+        let mut events: Vec<DockerEvent> = out.lines().filter_map(parse_event).collect();
+        if let Some((_, seen)) = &self.followed {
+            let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for event in seen.iter().filter(|e| e.at >= since) {
+                if !events.contains(event) {
+                    events.push(event.clone());
+                }
+            }
+        }
+        // The instances' events: a record carries the test's labels so that the cleanup
+        // finds it, and is created and never started.
+        events.retain(|e| !is_record(&e.name));
         events.sort_by_key(|e| e.at);
         events
     }
@@ -273,6 +312,10 @@ impl Drop for TestDocker {
     /// Removes this test's containers with the docker CLI: Drop cannot await, and blocking on a
     /// child process (unlike `block_on`) is safe inside the test's runtime.
     fn drop(&mut self) {
+        if let Some((child, _)) = &mut self.followed {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let filter = format!("label={CASE_LABEL}={}", self.case);
         let Ok(out) = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output() else {
             eprintln!("test cleanup: cannot run `docker ps`; containers labelled {filter} may remain");
