@@ -68,6 +68,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// that does not change sends nothing, and that silence must not pass for a dead server.
 const WATCH_WINDOW: u32 = 10;
 
+/// How many times in a row a new connection that "was not ready" is asked again at once, before
+/// it counts as a transient failure: on a loaded machine the second try can meet the same race.
+const MAX_POOL_RACES: u32 = 3;
+
 /// Set poolctl's timeouts on a kube `Config`.
 fn bound(config: &mut Config) {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
@@ -243,7 +247,8 @@ impl KubeCluster {
         let start = Instant::now();
         let mut backoff = Backoff::api();
         let mut last = None;
-        let mut pool_race = false;
+        // How many times a connection that was not ready was asked again at once.
+        let mut pool_races = 0;
         loop {
             let e = match timeout_at(deadline, op()).await {
                 Ok(Ok(v)) => return Ok(v),
@@ -255,11 +260,11 @@ impl KubeCluster {
             // told only after the handshake in TLS 1.3), the request fails as "canceled: connection
             // was not ready" without the cause. Asking once more at once gets the cause, or the
             // answer, without a warning for what is no outage.
-            if !pool_race
+            if pool_races < MAX_POOL_RACES
                 && classify(&e) == Class::Transient
                 && reason(&e).contains("connection was not ready")
             {
-                pool_race = true;
+                pool_races += 1;
                 tracing::debug!("{what} at {}: {}; asking again at once", self.server, reason(&e));
                 continue;
             }
