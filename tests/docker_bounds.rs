@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use poolctl::backend::docker::{DockerBackend, Endpoint, Timeouts};
+use poolctl::backend::docker::{DockerBackend, Endpoint, MAX_CALLS_IN_FLIGHT, Timeouts};
 use poolctl::backend::{BackendError, Containers};
 use serde_json::json;
 
@@ -98,4 +98,57 @@ async fn a_daemon_that_accepts_and_never_answers_fails_the_connection() {
         .unwrap_err();
     assert_eq!(err.to_string(), format!("cannot reach Docker at {host}: no answer in time"));
     server.abort();
+}
+
+#[tokio::test]
+async fn no_more_than_a_bounded_number_of_calls_are_in_flight_to_one_daemon() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const ASKED: usize = 100;
+    // A daemon that answers one inspect each time as many are in flight as poolctl may send
+    // (and all of them once every one was asked): with the bound, that many and no more are
+    // ever in flight; without it, the 100 asked for side by side arrive together.
+    struct Gate {
+        arrived: AtomicUsize,
+        in_flight: AtomicUsize,
+        most: AtomicUsize,
+        answers: tokio::sync::Semaphore,
+    }
+    let gate = Arc::new(Gate {
+        arrived: AtomicUsize::new(0),
+        in_flight: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        answers: tokio::sync::Semaphore::new(0),
+    });
+    let (listener, host) = listener().await;
+    let at_daemon = Arc::clone(&gate);
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let gate = Arc::clone(&at_daemon);
+        async move {
+            if req.uri().path().ends_with("/version") {
+                let version = json!({"Version": "27.0.0", "ApiVersion": "1.47", "MinAPIVersion": "1.24"});
+                return axum::Json(version).into_response();
+            }
+            let now = gate.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            gate.most.fetch_max(now, Ordering::SeqCst);
+            if gate.arrived.fetch_add(1, Ordering::SeqCst) + 1 == ASKED {
+                gate.answers.add_permits(ASKED);
+            } else if now >= MAX_CALLS_IN_FLIGHT {
+                gate.answers.add_permits(1);
+            }
+            gate.answers.acquire().await.expect("never closed").forget();
+            gate.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let missing = json!({"message": "No such container"});
+            (axum::http::StatusCode::NOT_FOUND, axum::Json(missing)).into_response()
+        }
+    });
+    let daemon = tokio::spawn(async move { axum::serve(listener, app).await });
+    let docker = DockerBackend::connect(&Endpoint::at(&host), Timeouts::default()).await.expect("connect");
+    let names: Vec<String> = (0..ASKED).map(|i| format!("c{i}")).collect();
+    let asks = names.iter().map(|name| docker.may_run(name));
+    let answers =
+        tokio::time::timeout(LIMIT, futures::future::join_all(asks)).await.expect("every call ends");
+    assert!(answers.iter().all(|a| matches!(a, Ok(false))), "{answers:?}");
+    assert_eq!(gate.most.load(Ordering::SeqCst), MAX_CALLS_IN_FLIGHT);
+    daemon.abort();
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bollard::query_parameters::RemoveContainerOptions;
