@@ -217,9 +217,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         self.tell(plan, |pool| match &result {
             Ok(report) => {
                 if let Some(f) = report.failure() {
-                    let why = f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"));
-                    let step = format!("step {} {} of pool {} failed{why}", f.verb, f.instance, f.pool);
-                    return Some(("RolloutFailed", step));
+                    return Some(("RolloutFailed", f.failure_line()));
                 }
                 let done = report.attempted.iter().filter(|s| s.pool == pool.name).count();
                 report.complete().then(|| ("RolloutSucceeded", format!("{done} steps done")))

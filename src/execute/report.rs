@@ -16,6 +16,14 @@ pub struct StepOutcome {
     pub error: Option<StepError>,
 }
 
+impl StepOutcome {
+    /// `step drain w-1 of pool w failed: ...`: one line for an Event or a notification.
+    pub fn failure_line(&self) -> String {
+        let why = self.error.as_ref().map_or_else(String::new, |e| format!(": {e}"));
+        format!("step {} {} of pool {} failed{why}", self.verb, self.instance, self.pool)
+    }
+}
+
 /// What a run did, did not do, and why it stopped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::io::Write;
 use std::sync::Mutex;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{error, info, warn};
 
@@ -14,7 +14,7 @@ use super::machine::{Ended, Trigger};
 use super::webhook::{Notice, Notifier};
 use crate::backend::{Connect, Containers, Locks};
 use crate::cancel::{Interrupt, StopReason};
-use crate::execute::{ProgressUi, Report};
+use crate::execute::{ProgressUi, Report, StepOutcome};
 use crate::lock::{LockFailure, LockSettings};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
@@ -111,10 +111,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let plan = &preview.plan;
         record_instances(plan);
         let changed = plan.changed_pools();
-        let result_of = |pool: &str, changed_result: &'static str| {
-            if changed.contains(pool) { changed_result } else { "in_sync" }
-        };
-        results.extend(plan.pools.iter().map(|p| (p.name.clone(), result_of(&p.name, "failed"))));
+        results.extend(plan.pools.iter().map(|p| (p.name.clone(), result_of(&changed, &p.name, "failed"))));
         self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(plan);
         for pool in &plan.pools {
             if let Some(why) = &pool.degraded {
@@ -142,14 +139,15 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         );
         self.print(|out| render_text(plan, out));
         if self.dry_run {
-            set_results(results, |pool| result_of(pool, "dry_run"));
+            set_results(results, |pool| result_of(&changed, pool, "dry_run"));
             return Ended::Converged;
         }
-        let ended = Box::pin(self.carry(desired, &preview, interrupt, results)).await;
+        let ended = Box::pin(self.carry(desired, &preview, &changed, interrupt, results)).await;
         // What the pools look like now, for the instance gauges, rather than at the next resync.
         if crate::metrics::installed()
             && ended == Ended::Converged
-            && let Ok(after) = preview_again(desired, self).await
+            && let Ok(after) =
+                crate::rollout::preview(desired, self.containers, self.connect, self.options.clone()).await
         {
             record_instances(&after.plan);
         }
@@ -161,13 +159,10 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         &self,
         desired: &Desired,
         preview: &Preview<N::Cluster>,
+        changed: &BTreeSet<String>,
         interrupt: &Interrupt,
         results: &mut Results,
     ) -> Ended {
-        let changed = preview.plan.changed_pools();
-        let result_of = |pool: &str, changed_result: &'static str| {
-            if changed.contains(pool) { changed_result } else { "in_sync" }
-        };
         let settings = match LockSettings::new("watch", std::time::Duration::ZERO) {
             Ok(s) => s,
             Err(e) => {
@@ -202,8 +197,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 Ended::Converged
             }
             Ok(Ok(Outcome::Done(report))) => {
-                set_results(results, |pool| result_of(pool, pool_result(&report, pool)));
-                self.announce_end(&changed, &report);
+                set_results(results, |pool| result_of(changed, pool, pool_result(&report, pool)));
+                self.announce_end(changed, &report);
                 self.ended(&report)
             }
             Ok(Err(never)) => match never {},
@@ -218,13 +213,16 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                     holder.describe(now),
                     again.as_secs()
                 );
-                set_results(results, |p| if p == pool { "locked" } else { result_of(p, "not_started") });
+                set_results(
+                    results,
+                    |p| if p == pool { "locked" } else { result_of(changed, p, "not_started") },
+                );
                 Ended::Locked(again)
             }
             Err(e) => {
                 let e = anyhow::Error::from(e);
                 error!("{e:#}");
-                for pool in &changed {
+                for pool in changed {
                     let mut notice = Notice::new(pool, self.revision, "failed");
                     notice.error = Some(format!("{e:#}"));
                     self.notify(notice);
@@ -236,7 +234,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 
     /// Say how the rollout ended for each pool it changed. A rollout stopped at a step boundary
     /// (a signal, a newer spec) is not over: the next run goes on, and says how it ends.
-    fn announce_end(&self, changed: &std::collections::BTreeSet<String>, report: &Report) {
+    fn announce_end(&self, changed: &BTreeSet<String>, report: &Report) {
         let failure = report.failure();
         if failure.is_none() && !report.complete() {
             return;
@@ -246,10 +244,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             let mut notice =
                 Notice::new(pool, self.revision, if failure.is_some() { "failed" } else { "succeeded" });
             notice.steps_done = done;
-            notice.error = failure.map(|f| {
-                let why = f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"));
-                format!("step {} {} of pool {} failed{why}", f.verb, f.instance, f.pool)
-            });
+            notice.error = failure.map(StepOutcome::failure_line);
             self.notify(notice);
         }
     }
@@ -288,12 +283,9 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     }
 }
 
-/// Observe and plan again, for the gauges only.
-async fn preview_again<C: Containers + Locks, N: Connect>(
-    desired: &Desired,
-    r: &Reconcile<'_, C, N>,
-) -> Result<Preview<N::Cluster>, crate::observe::ObserveError> {
-    preview(desired, r.containers, r.connect, r.options.clone()).await
+/// `changed_result` for a pool the plan changes; a pool it leaves alone is in sync.
+fn result_of(changed: &BTreeSet<String>, pool: &str, changed_result: &'static str) -> &'static str {
+    if changed.contains(pool) { changed_result } else { "in_sync" }
 }
 
 /// How a rollout ended for `pool`, as `poolctl_reconcile_total` counts it.
