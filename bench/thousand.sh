@@ -4,7 +4,8 @@
 # this one run, poolctl's wall time and peak RSS for
 #   - creating the pool (one apply), against `xargs -P8 docker run -d` of the same containers;
 #   - planning it converged, against `docker ps -q --filter label=...` (median of 5 each);
-#   - replacing every instance (an environment change, maxSurge 100%);
+#   - replacing every instance (an environment change, maxSurge 100%), against `xargs -P8` runs
+#     of as many new containers beside the old, then stop (-t 1) and rm of the old;
 #   - removing it (replicas 0), against `xargs -P8` stop (-t 1) and rm of the same containers;
 # and with BENCH_COMPOSE=1 also `docker-compose up -d --scale svc=N` and `down` (slow).
 # Needs a Docker daemon and the local image poolctl-busybox:latest (built by
@@ -91,13 +92,27 @@ read -r pc_replace pc_replace_rss < <(timed apply --yes)
 write_pool 0 2
 read -r pc_remove pc_remove_rss < <(timed apply --yes)
 
+# The reference does the same three with the docker CLI, 8 calls at a time: create n, then
+# replace them (n new ones created beside them, then the old ones stopped and removed), then
+# remove the new ones.
+ref_run() { # GENERATION
+  seq "$n" | xargs -P8 -I{} docker run -d --network none --name "ref-$run_id-$1-{}" \
+    --label "$run_label=$run_id" --label "poolctl-bench.ref=$run_id-$1" \
+    poolctl-busybox:latest sleep 3600 >/dev/null
+}
+ref_stop_rm() { # GENERATION
+  docker ps -aq --filter "label=poolctl-bench.ref=$run_id-$1" |
+    xargs -P8 -I{} sh -c 'docker stop -t 1 {} >/dev/null && docker rm {} >/dev/null'
+}
 t0=$(now_ms)
-seq "$n" | xargs -P8 -I{} docker run -d --network none --name "ref-$run_id-{}" --label "$run_label=$run_id" \
-  --label "poolctl-bench.ref=1" poolctl-busybox:latest sleep 3600 >/dev/null
+ref_run 1
 ref_create=$(($(now_ms) - t0))
 t0=$(now_ms)
-docker ps -aq --filter "label=poolctl-bench.ref=1" |
-  xargs -P8 -I{} sh -c 'docker stop -t 1 {} >/dev/null && docker rm {} >/dev/null'
+ref_run 2
+ref_stop_rm 1
+ref_replace=$(($(now_ms) - t0))
+t0=$(now_ms)
+ref_stop_rm 2
 ref_remove=$(($(now_ms) - t0))
 
 best_create=$ref_create best_remove=$ref_remove compose="not run (BENCH_COMPOSE=1)"
@@ -129,7 +144,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 printf '%-26s %10s %12s %14s %8s\n' "$n instances" "poolctl ms" "peak RSS KB" "reference ms" ratio
 printf '%-26s %10s %12s %14s %8s\n' "create" "$pc_create" "$pc_create_rss" "$best_create" "$(ratio "$pc_create" "$best_create")"
 printf '%-26s %10s %12s %14s %8s\n' "plan, converged (median)" "$pc_plan" "$pc_plan_rss" "$ps_ms" "$(ratio "$pc_plan" "$ps_ms")"
-printf '%-26s %10s %12s %14s %8s\n' "replace (maxSurge 100%)" "$pc_replace" "$pc_replace_rss" "-" "-"
+printf '%-26s %10s %12s %14s %8s\n' "replace (maxSurge 100%)" "$pc_replace" "$pc_replace_rss" "$ref_replace" "$(ratio "$pc_replace" "$ref_replace")"
 printf '%-26s %10s %12s %14s %8s\n' "remove" "$pc_remove" "$pc_remove_rss" "$best_remove" "$(ratio "$pc_remove" "$best_remove")"
-echo "references: xargs -P8 create ${ref_create} ms, remove ${ref_remove} ms; docker-compose: $compose"
+echo "references: xargs -P8 create ${ref_create} ms, replace ${ref_replace} ms, remove ${ref_remove} ms; docker-compose: $compose"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
