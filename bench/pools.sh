@@ -11,32 +11,14 @@
 # scripts/build-busybox-image when missing). Removes every container it created on exit.
 # Usage: bench/pools.sh [pools] [replicas]   (default 30 2)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 pools=${1:-30}
 replicas=${2:-2}
 total=$((pools * replicas))
-
-tmp=$(mktemp -d)
-run_id="bench-pools-$$"
-run_label="poolctl-bench.run"
-cleanup() {
-  ids=$(docker ps -aq --filter "label=$run_label=$run_id" 2>/dev/null || true)
-  [[ -n $ids ]] && docker rm -f $ids >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-docker image inspect poolctl-busybox:latest >/dev/null 2>&1 || scripts/build-busybox-image >&2
-echo "Building (release) ..." >&2
-cargo build -q --release --bin poolctl
-poolctl=$PWD/target/release/poolctl
-export POOLCTL_CACHE_DIR=$tmp/cache
+BENCH_NAME=pools
+source "$(dirname "$0")/lib.sh"
 
 echo "machine: $(nproc) cores, $(uname -sr), docker $(docker version -f '{{.Server.Version}}' 2>/dev/null)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 write_pools() { # REPLICAS REVISION
   mkdir -p "$tmp/pools"

@@ -11,36 +11,18 @@
 # scripts/build-busybox-image when missing). Removes every container it created on exit.
 # Usage: bench/replace.sh [runs]   (default 1; each run measures both tools)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 runs=${1:-1}
 grace=10
 replicas=10
 
-tmp=$(mktemp -d)
-run_id="bench-replace-$$"
-run_label="poolctl-bench.run"
-sampler=""
-cleanup() {
-  [[ -n $sampler ]] && kill "$sampler" 2>/dev/null || true
-  (cd "$tmp/compose" 2>/dev/null && docker-compose -p "$run_id" down -t 0 >/dev/null 2>&1) || true
-  ids=$(docker ps -aq --filter "label=$run_label=$run_id" 2>/dev/null || true)
-  [[ -n $ids ]] && docker rm -f $ids >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 command -v docker-compose >/dev/null || { echo "docker-compose is not installed" >&2; exit 1; }
-docker image inspect poolctl-busybox:latest >/dev/null 2>&1 || scripts/build-busybox-image >&2
-echo "Building (release) ..." >&2
-cargo build -q --release --bin poolctl
-poolctl=$PWD/target/release/poolctl
-export POOLCTL_CACHE_DIR=$tmp/cache
+sampler=""
+bench_cleanup() { [[ -z $sampler ]] || kill "$sampler" 2>/dev/null || true; }
+BENCH_NAME=replace
+source "$(dirname "$0")/lib.sh"
 
 echo "machine: $(nproc) cores, $(uname -sr), $(docker-compose version --short 2>/dev/null || echo compose)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # sample LABEL_FILTER OUT: count the running containers that carry the filter label every
 # 100 ms into OUT, one count a line, until killed.

@@ -12,31 +12,13 @@
 # scripts/build-busybox-image when missing). Removes every container it created on exit.
 # Usage: bench/thousand.sh [instances]   (default 1000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 n=${1:-1000}
-
-tmp=$(mktemp -d)
-run_id="bench-thousand-$$"
-run_label="poolctl-bench.run"
-cleanup() {
-  (cd "$tmp/compose" 2>/dev/null && docker-compose -p "$run_id" down -t 0 >/dev/null 2>&1) || true
-  ids=$(docker ps -aq --filter "label=$run_label=$run_id" 2>/dev/null || true)
-  [[ -n $ids ]] && echo "$ids" | xargs -P8 -n 50 docker rm -f >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-docker image inspect poolctl-busybox:latest >/dev/null 2>&1 || scripts/build-busybox-image >&2
-echo "Building (release) ..." >&2
-cargo build -q --release --bin poolctl
-poolctl=$PWD/target/release/poolctl
-export POOLCTL_CACHE_DIR=$tmp/cache
+BENCH_NAME=thousand
+source "$(dirname "$0")/lib.sh"
 
 echo "machine: $(nproc) cores, $(uname -sr), docker $(docker version -f '{{.Server.Version}}' 2>/dev/null)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 write_pool() { # REPLICAS REVISION
