@@ -6,6 +6,8 @@
 # overhead".
 #   POOLCTL_BENCH_BIN=target/release/poolctl  time that binary (default: the test build, debug)
 #   POOLCTL_BENCH_TURNS=5                      turns of each (default 3)
+#   POOLCTL_BENCH_TRACE=1                      print the first turns' timelines (Docker events,
+#                                              API requests, the fake's events)
 set -eu
 cd "$(dirname "$0")/.."
 exec cargo test --test main -- --ignored --exact bench_rollout::bench_rollout_overhead --nocapture "$@"

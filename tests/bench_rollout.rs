@@ -75,9 +75,10 @@ async fn bench_rollout_overhead() {
     println!("turn  who         wall   start   ready   drain    stop   waits wall/waits  teardown  removal");
     let mut poolctl = Vec::new();
     let mut floor = Vec::new();
+    let trace = std::env::var_os("POOLCTL_BENCH_TRACE").is_some();
     for turn in 1..=turns {
         for who in [Who::Poolctl, Who::Floor] {
-            let Some(measured) = run_turn(who, &bin, kubelet).await else { return };
+            let Some(measured) = run_turn(who, &bin, kubelet, trace && turn == 1).await else { return };
             println!("{:<5} {}", turn, measured.row(who));
             match who {
                 Who::Poolctl => poolctl.push(measured),
@@ -163,8 +164,9 @@ impl Measured {
     }
 }
 
-/// One rollout by `who` on a fresh world, checked for what it must have done.
-async fn run_turn(who: Who, bin: &Path, kubelet: Kubelet) -> Option<Measured> {
+/// One rollout by `who` on a fresh world, checked for what it must have done. With `trace`,
+/// prints its timeline first.
+async fn run_turn(who: Who, bin: &Path, kubelet: Kubelet, trace: bool) -> Option<Measured> {
     let (rig, old) = fresh(kubelet).await?;
     let from = rig.last_seq();
     let since = SystemTime::now();
@@ -176,6 +178,9 @@ async fn run_turn(who: Who, bin: &Path, kubelet: Kubelet) -> Option<Measured> {
     let docker_events = rig.docker_events(since);
     let new = converged(&rig, &old, &events).await;
     let windows = Windows::of(&events, &docker_events, &old, &new);
+    if trace {
+        print_timeline(&rig, since, &events, &docker_events);
+    }
     Some(Measured { wall: wall.as_secs_f64(), windows })
     // The rig goes here: its Docker scope removes every container of the turn.
 }
@@ -509,6 +514,22 @@ fn fake_when(events: &[Event], name: &str, kind: impl Fn(&EventKind) -> bool) ->
     };
     let at = events.iter().find(|e| kind(&e.kind) && about(&e.kind)).map(|e| e.wall);
     at.unwrap_or_else(|| panic!("no such event for {name}"))
+}
+
+/// A turn's Docker events, API requests and the fake's Node and pod events in the order they
+/// happened, in seconds from `since`: where the time between the waits goes.
+fn print_timeline(rig: &Rig, since: SystemTime, events: &[Event], docker: &[DockerEvent]) {
+    let mut lines: Vec<(SystemTime, String)> =
+        docker.iter().map(|e| (e.at, format!("docker {} {}", e.action, e.name))).collect();
+    lines.extend(rig.fake.requests().into_iter().filter(|r| r.wall >= since).map(|r| {
+        let query = r.query.map(|q| format!("?{q}")).unwrap_or_default();
+        (r.wall, format!("api    {} {}{query}", r.method, r.path))
+    }));
+    lines.extend(events.iter().map(|e| (e.wall, format!("fake   {:?}", e.kind))));
+    lines.sort_by_key(|(at, _)| *at);
+    for (at, line) in lines {
+        println!("  {:7.3}s {line:.160}", secs(since, at));
+    }
 }
 
 /// Seconds from `a` to `b` (zero if `b` is earlier).

@@ -487,19 +487,28 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
                     container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
                 }
-                if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } =
-                    &step.action
-                {
-                    let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
-                    self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
-                }
-                // Recorded before the container exists: its kubelet may register the Node at
-                // any moment after, and until poolctl labels it, this record is what names it
-                // once the container is gone.
-                if let Some(cluster) = cluster {
-                    cluster.note_joining(name).await?;
-                }
-                self.containers.create(&container).await?;
+                // The rollout's start is recorded beside the first create, not before it: the
+                // record only dates the rollout (its progress deadline), and a create that
+                // happens without it is found by the next plan as any unfinished instance is.
+                let record = async {
+                    if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } =
+                        &step.action
+                    {
+                        let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
+                        self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
+                    }
+                    Ok::<(), BackendError>(())
+                };
+                let create = async {
+                    // Recorded before the container exists: its kubelet may register the Node
+                    // at any moment after, and until poolctl labels it, this record is what
+                    // names it once the container is gone.
+                    if let Some(cluster) = cluster {
+                        cluster.note_joining(name).await?;
+                    }
+                    self.containers.create(&container).await
+                };
+                tokio::try_join!(record, create)?;
             }
             Action::Join { .. } => {
                 let pool = self.pool(pool_name)?;

@@ -648,13 +648,18 @@ impl Containers for DockerBackend {
         // Anonymous volumes die with the container, as with `docker rm -v`; not forced, so that a
         // container that still runs (a stop that did not happen) is an error, not a kill.
         let options = RemoveContainerOptions { v: true, force: false, link: false };
-        match self.call(self.docker.remove_container(name, Some(options))).await {
-            Ok(()) => {}
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => return Err(self.error(&format!("remove container {name}"), e)),
-        }
-        // Its up record goes with it: it vouches for nothing any more.
-        self.remove_up_record(name).await
+        let container = async {
+            match self.call(self.docker.remove_container(name, Some(options))).await {
+                Ok(()) => Ok(()),
+                Err(e) if status_of(&e) == Some(404) => Ok(()),
+                Err(e) => Err(self.error(&format!("remove container {name}"), e)),
+            }
+        };
+        // Its up record goes with it, at the same time. Should the container still run (the
+        // remove is not forced, so it stays), it has lost its record: the next plan counts it
+        // as not up, the cautious side.
+        let (container, record) = tokio::join!(container, self.remove_up_record(name));
+        container.and(record)
     }
 
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
