@@ -137,6 +137,58 @@ pub struct Executor<'a, C, K> {
     /// PodDisruptionBudgets get violated (cluster-api#3300). tokio's mutex is fair, so Nodes take
     /// their turns in the order they asked.
     drain_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The creation chains of the batch each pool is carrying out (see [`Creations`]).
+    creations: Mutex<HashMap<String, Arc<Creations>>>,
+}
+
+/// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
+/// new instance of the batch is up (its container up, its Node Ready and configured,
+/// `minReadySeconds` past) or its chain ended; every later step (the stop first) waits until
+/// every creation chain ended, each new instance's up record written. The record only makes
+/// durable what is true when the drain starts, so writing it while the old Node drains costs
+/// the rollout nothing, and no container stops before it is written.
+struct Creations {
+    chains: usize,
+    /// The chains (by instance) whose instance is up, or that ended.
+    up: tokio::sync::watch::Sender<HashSet<String>>,
+    /// The chains that ended.
+    ended: tokio::sync::watch::Sender<HashSet<String>>,
+}
+
+impl Creations {
+    fn new(chains: usize) -> Self {
+        Self {
+            chains,
+            up: tokio::sync::watch::Sender::new(HashSet::new()),
+            ended: tokio::sync::watch::Sender::new(HashSet::new()),
+        }
+    }
+
+    fn came_up(&self, instance: &str) {
+        self.up.send_modify(|up| {
+            up.insert(instance.to_owned());
+        });
+    }
+
+    fn is_up(&self, instance: &str) -> bool {
+        self.up.borrow().contains(instance)
+    }
+
+    fn ended(&self, instance: &str) {
+        self.came_up(instance);
+        self.ended.send_modify(|ended| {
+            ended.insert(instance.to_owned());
+        });
+    }
+
+    async fn all_up(&self) {
+        // The sender lives in `self`, so the wait can only end by the condition.
+        let _ = self.up.subscribe().wait_for(|up| up.len() >= self.chains).await;
+    }
+
+    async fn all_ended(&self) {
+        let _ = self.ended.subscribe().wait_for(|ended| ended.len() >= self.chains).await;
+    }
 }
 
 impl<'a, C, K> Executor<'a, C, K> {
@@ -157,6 +209,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             ui: ProgressUi::default(),
             numbering: Mutex::default(),
             drain_turns: Mutex::default(),
+            creations: Mutex::default(),
         }
     }
 
@@ -350,18 +403,34 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 report.not_started.extend(group.all().map(|(_, s)| not_started(s)));
                 continue;
             }
-            // The creation chains of a batch run side by side; each chain is sequential.
-            let chains = group.creations.iter().map(|chain| self.run_chain(pool, chain, total));
-            for (outcomes, skipped) in join_all(chains).await {
-                if outcomes.iter().any(|o| o.error.is_some()) {
-                    failed.store(true, Ordering::SeqCst);
+            // The creation chains of a batch run side by side; each chain is sequential. The
+            // retirements follow them as `Creations` says.
+            let creations = Arc::new(Creations::new(group.creations.len()));
+            self.creations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(pool.name.clone(), Arc::clone(&creations));
+            let made = join_all(group.creations.iter().map(|chain| {
+                let (creations, failed) = (&creations, &failed);
+                async move {
+                    let (outcomes, skipped) = self.run_chain(pool, chain, total).await;
+                    if outcomes.iter().any(|o| o.error.is_some()) {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    creations.ended(chain[0].1.instance.as_str());
+                    (outcomes, skipped)
                 }
-                report.attempted.extend(outcomes);
-                report.not_started.extend(skipped.into_iter().map(not_started));
-            }
-            // Then the retirements, one chain per instance, side by side.
-            let chains = group.retirements.iter().map(|chain| self.retire(pool, chain, total, &failed));
-            for (outcomes, skipped) in join_all(chains).await {
+            }));
+            let retired = async {
+                creations.all_up().await;
+                let chains = group
+                    .retirements
+                    .iter()
+                    .map(|chain| self.retire(pool, chain, total, &failed, &creations));
+                join_all(chains).await
+            };
+            let (made, retired) = futures::future::join(made, retired).await;
+            for (outcomes, skipped) in made.into_iter().chain(retired) {
                 report.attempted.extend(outcomes);
                 report.not_started.extend(skipped.into_iter().map(not_started));
             }
@@ -370,8 +439,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     /// Run one retired instance's steps in order, beside the other retirements of its batch.
-    /// Before each step: its cordon and drain wait for the drain turn (one Node at a time), and
-    /// nothing starts once any step of the batch failed or the interrupt is set. The stop,
+    /// Before each step: its cordon and drain wait for the drain turn (one Node at a time), the
+    /// steps after them for the batch's creations to end, and nothing starts once any step of
+    /// the batch failed or the interrupt is set. The stop,
     /// Node deletion and removal of a drained instance overlap the next Node's drain.
     async fn retire<'s>(
         &self,
@@ -379,6 +449,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         chain: &[Numbered<'s>],
         total: usize,
         failed: &AtomicBool,
+        creations: &Creations,
     ) -> (Vec<StepOutcome>, Vec<&'s Step>) {
         let mut outcomes = Vec::new();
         let mut turn = None;
@@ -389,6 +460,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 }
             } else {
                 turn = None;
+                creations.all_ended().await;
             }
             if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
                 return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
@@ -430,7 +502,13 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 }
             }
             if let Some(name) = created {
-                self.abandon(&pool.name, name).await;
+                if self.creations_of(&pool.name).is_some_and(|c| c.is_up(name)) {
+                    // Only its up record failed: it serves, and an old Node may be draining
+                    // into it. The next plan finds it up without a record and finishes it.
+                    self.say(&format!("{name} is up but not recorded as up; the next apply records it"));
+                } else {
+                    self.abandon(&pool.name, name).await;
+                }
             }
             let rest = if cut_short { &chain[i..] } else { &chain[i + 1..] };
             return (outcomes, rest.iter().map(|&(_, s)| s).collect());
@@ -472,44 +550,46 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
     }
 
+    /// Create (and start) a new instance's container, recording what must be known first.
+    async fn create(&self, pool_name: &str, step: &Step) -> Result<(), StepError> {
+        let name = step.instance.as_str();
+        let pool = self.pool(pool_name)?;
+        let spec = &pool.pool.spec;
+        if let Some((key, _)) = spec.template.env.iter().find(|(_, v)| v.is_unread()) {
+            return Err(StepError::UnreadSecret { pool: pool_name.into(), key: key.clone() });
+        }
+        let cluster = self.clusters.get(pool_name);
+        let mut container = new_container(pool, &self.desired.origin, name, cluster.map(Cluster::identity));
+        if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
+            container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
+        }
+        // The rollout's start is recorded beside the first create, not before it: the
+        // record only dates the rollout (its progress deadline), and a create that
+        // happens without it is found by the next plan as any unfinished instance is.
+        let record = async {
+            if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } = &step.action {
+                let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
+                self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
+            }
+            Ok::<(), BackendError>(())
+        };
+        let create = async {
+            // Recorded before the container exists: its kubelet may register the Node
+            // at any moment after, and until poolctl labels it, this record is what
+            // names it once the container is gone.
+            if let Some(cluster) = cluster {
+                cluster.note_joining(name).await?;
+            }
+            self.containers.create(&container).await
+        };
+        tokio::try_join!(record, create)?;
+        Ok(())
+    }
+
     async fn perform(&self, pool_name: &str, step: &Step) -> Result<(), StepError> {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { .. } => {
-                let pool = self.pool(pool_name)?;
-                let spec = &pool.pool.spec;
-                if let Some((key, _)) = spec.template.env.iter().find(|(_, v)| v.is_unread()) {
-                    return Err(StepError::UnreadSecret { pool: pool_name.into(), key: key.clone() });
-                }
-                let cluster = self.clusters.get(pool_name);
-                let mut container =
-                    new_container(pool, &self.desired.origin, name, cluster.map(Cluster::identity));
-                if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
-                    container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
-                }
-                // The rollout's start is recorded beside the first create, not before it: the
-                // record only dates the rollout (its progress deadline), and a create that
-                // happens without it is found by the next plan as any unfinished instance is.
-                let record = async {
-                    if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } =
-                        &step.action
-                    {
-                        let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
-                        self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
-                    }
-                    Ok::<(), BackendError>(())
-                };
-                let create = async {
-                    // Recorded before the container exists: its kubelet may register the Node
-                    // at any moment after, and until poolctl labels it, this record is what
-                    // names it once the container is gone.
-                    if let Some(cluster) = cluster {
-                        cluster.note_joining(name).await?;
-                    }
-                    self.containers.create(&container).await
-                };
-                tokio::try_join!(record, create)?;
-            }
+            Action::Create { .. } => self.create(pool_name, step).await?,
             Action::Join { .. } => {
                 let pool = self.pool(pool_name)?;
                 let kubeadm = pool.pool.spec.join.as_ref().and_then(|j| j.kubeadm.as_ref());
@@ -554,6 +634,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     configure_node(cluster, pool_name, spec, name).await?;
                 }
                 self.min_ready(pool, name, *node).await?;
+                if let Some(creations) = self.creations_of(pool_name) {
+                    creations.came_up(name);
+                }
                 // Last: from now on the instance counts as serving whenever it is up.
                 self.containers.record_up(name, &up_record_labels(pool)).await?;
             }
@@ -760,6 +843,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
     /// cluster, told by its identity (the UID of its `kube-system`, else its server).
+    /// The creation chains of the batch `pool` is carrying out.
+    fn creations_of(&self, pool: &str) -> Option<Arc<Creations>> {
+        let creations = self.creations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        creations.get(pool).cloned()
+    }
+
     fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
         let key = self.clusters.get(pool).map(|c| {
             let id = c.identity();

@@ -296,6 +296,67 @@ async fn drains_run_one_node_at_a_time_and_the_rest_of_a_retirement_overlaps_the
     assert!(fake.world().pods.is_empty(), "every pod was evicted");
 }
 
+fn created(plan: &Plan) -> String {
+    let create = plan.steps().find(|(_, s)| matches!(s.action, Action::Create { .. }));
+    create.expect("a create").1.instance.to_string()
+}
+
+#[tokio::test]
+async fn the_up_record_is_written_while_the_old_node_drains_and_its_stop_waits_for_it() {
+    let (desired, world, plan) = surge_all(1, true);
+    let new = created(&plan);
+    let record = format!("record-up {new}");
+    let fake = FakeWorld::new(world);
+    fake.hold(&record);
+    let execute = async |e: &Executor<'_, _, _>| {
+        let release = async {
+            // The old Node is cordoned and drained while the new one's record is being written...
+            fake.until(|t| t.iter().any(|c| c == "-drain w-old-1")).await;
+            let timeline = fake.timeline();
+            assert!(!timeline.iter().any(|c| c.starts_with(&format!("-{record}"))), "{timeline:?}");
+            // ...and its container is not stopped until the record is written.
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!fake.timeline().iter().any(|c| c.starts_with("+stop")), "{:?}", fake.timeline());
+            fake.release(&record);
+        };
+        futures::future::join(e.run_batch(&plan), release).await.0
+    };
+    let (report, _) = with_executor(&fake, &desired, &Interrupt::default(), execute).await;
+    assert!(report.complete(), "{report:?}");
+    let timeline = fake.timeline();
+    let at = |e: &str| position(&timeline, e);
+    assert!(at(&format!("+{record}")) < at("+cordon w-old-1"), "{timeline:?}");
+    assert!(at(&format!("-{record}")) < at("+stop w-old-1"), "{timeline:?}");
+    assert!(fake.world().containers.iter().all(|c| c.name == new), "{:?}", fake.world().containers);
+}
+
+#[tokio::test]
+async fn a_failed_up_record_stops_nothing_and_leaves_the_new_instance_serving() {
+    let (desired, world, plan) = surge_all(1, true);
+    let new = created(&plan);
+    let fake = FakeWorld::new(world).failing(&format!("record-up {new}"));
+    let (report, text) = run(&fake, &desired, &plan, &Interrupt::default()).await;
+    let failure = report.failure().expect("a failure");
+    assert_eq!((failure.verb, failure.instance.as_str()), ("await-ready", new.as_str()));
+    let calls = fake.calls();
+    // Neither the old instance (its drain may have begun) nor the new one, which is up.
+    assert!(!calls.iter().any(|c| c.starts_with("stop") || c.starts_with("remove")), "{calls:?}");
+    assert!(
+        text.contains(&format!("{new} is up but not recorded as up; the next apply records it")),
+        "{text}"
+    );
+    let running: Vec<String> = fake
+        .world()
+        .containers
+        .iter()
+        .filter(|c| c.state == crate::model::ContainerState::Running)
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(running.len(), 2, "{running:?}");
+}
+
 #[tokio::test]
 async fn a_newer_desired_state_stops_at_the_next_boundary_without_a_failure() {
     static INTERRUPT: std::sync::OnceLock<Interrupt> = std::sync::OnceLock::new();

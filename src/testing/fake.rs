@@ -65,6 +65,8 @@ struct Faults {
     resolves_to: BTreeMap<ClusterRef, ClusterIdentity>,
     /// Nodes whose Ready wait lasts its whole timeout (a kubelet that never gets there).
     never_ready: BTreeSet<String>,
+    /// Calls that, once made, wait until the test lets them go ([`FakeWorld::release`]).
+    held: BTreeMap<String, Arc<tokio::sync::Semaphore>>,
 }
 
 /// A while during which a call fails.
@@ -110,6 +112,30 @@ impl FakeWorld {
     /// Make the call `verb name` fail for `lasting`, from the next time it is made on.
     pub(crate) fn failing_for(&self, call: &str, lasting: Duration) {
         self.faults().fail_for.insert(call.to_owned(), Outage::Armed(lasting));
+    }
+
+    /// Make the call `verb name` wait, once made, until [`FakeWorld::release`] lets it go.
+    pub(crate) fn hold(&self, call: &str) {
+        self.faults().held.insert(call.to_owned(), Arc::new(tokio::sync::Semaphore::new(0)));
+    }
+
+    /// Let a held call go on.
+    pub(crate) fn release(&self, call: &str) {
+        if let Some(held) = self.faults().held.get(call) {
+            held.add_permits(1);
+        }
+    }
+
+    /// Wait until the timeline of calls satisfies `done`, letting the other tasks run; panics
+    /// after many turns of them without it, rather than hanging a test.
+    pub(crate) async fn until(&self, done: impl Fn(&[String]) -> bool) {
+        for _ in 0..100_000 {
+            if done(&self.timeline()) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the calls never got there: {:?}", self.timeline());
     }
 
     /// Make the call `verb name` never answer (it is recorded when made).
@@ -222,6 +248,10 @@ impl FakeWorld {
             f.1 = f.1.max(f.0);
         }
         self.0.timeline.lock().unwrap().push(format!("+{what}"));
+        let held = self.faults().held.get(&what).cloned();
+        if let Some(held) = held {
+            held.acquire().await.expect("never closed").forget();
+        }
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
         self.0.in_flight.lock().unwrap().0 -= 1;
