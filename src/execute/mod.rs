@@ -441,8 +441,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Run one retired instance's steps in order, beside the other retirements of its batch.
     /// Before each step: its cordon and drain wait for the drain turn (one Node at a time), the
     /// steps after them for the batch's creations to end, and nothing starts once any step of
-    /// the batch failed or the interrupt is set. The stop,
-    /// Node deletion and removal of a drained instance overlap the next Node's drain.
+    /// the batch failed or the interrupt is set. The stop, Node deletion and removal of a
+    /// drained instance overlap the next Node's drain.
     async fn retire<'s>(
         &self,
         pool: &PoolPlan,
@@ -841,14 +841,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         self.pool(pool).map(|p| p.pool.spec.rollout.clone()).unwrap_or_default()
     }
 
-    /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
-    /// cluster, told by its identity (the UID of its `kube-system`, else its server).
     /// The creation chains of the batch `pool` is carrying out.
     fn creations_of(&self, pool: &str) -> Option<Arc<Creations>> {
         let creations = self.creations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         creations.get(pool).cloned()
     }
 
+    /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
+    /// cluster, told by its identity (the UID of its `kube-system`, else its server).
     fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
         let key = self.clusters.get(pool).map(|c| {
             let id = c.identity();
