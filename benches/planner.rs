@@ -153,6 +153,9 @@ fn desired(replicas: usize, nodes: bool) -> Desired {
 
 /// `size` running containers of the pool, created from `template`, each carrying the canonical
 /// template label as real ones do; with `nodes`, their Ready Nodes, pods and the PDBs over them.
+/// The one daemon the benchmark's world was listed from.
+const HOST: &str = "unix:///var/run/docker.sock";
+
 fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
     let json = canonical_template(spec);
     let hash = template_hash(spec);
@@ -168,6 +171,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
         pdbs: Vec::with_capacity(if nodes { PDBS } else { 0 }),
         locked: std::collections::BTreeSet::new(),
         rollouts: BTreeMap::new(),
+        listed: std::collections::BTreeSet::from([HOST.to_owned()]),
     };
     for i in 0..size {
         let name = format!("{POOL}-{hash}-{i:05}");
@@ -188,6 +192,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
             cluster: nodes.then_some(ClusterRef { kubeconfig: None, context: None }),
             cluster_id: None,
             elsewhere: None,
+            docker_host: HOST.to_owned(),
         });
         if nodes {
             world.nodes.push(Node {
@@ -202,6 +207,10 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
                 },
                 conditions: vec![NodeCondition::ready("True", 1_700_000_000)],
                 retirement: poolctl::model::RetirementMarks::default(),
+                reference: Some(poolctl::model::InstanceRef {
+                    container_id: format!("{i:064x}"),
+                    docker_host: HOST.to_owned(),
+                }),
             });
             for (app, owner) in [("web", "ReplicaSet"), ("api", "ReplicaSet"), ("proxy", "DaemonSet")] {
                 world.pods.push(Pod {

@@ -140,7 +140,9 @@ pub async fn observe<C: Containers, N: Connect>(
     let listed = containers.list().await.map_err(ObserveError::List)?;
     let clusters = connect_clusters(connect, desired, &listed).await?;
     check_identity(&listed, &clusters)?;
-    let world = observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
+    let mut world =
+        observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
+    world.listed = containers.hosts().into_iter().collect();
     Ok(Observed { world, clusters })
 }
 
@@ -171,7 +173,9 @@ pub async fn observe_again<C: Containers, K: Cluster>(
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
     let listed = containers.list().await?;
-    observe_with(listed, containers.rollouts(), clusters).await
+    let mut world = observe_with(listed, containers.rollouts(), clusters).await?;
+    world.listed = containers.hosts().into_iter().collect();
+    Ok(world)
 }
 
 /// The rest of an observation once Docker's list is in: per cluster, its list of Nodes.
@@ -292,6 +296,7 @@ mod tests {
             pdbs: Vec::new(),
             locked: std::collections::BTreeSet::new(),
             rollouts: BTreeMap::new(),
+            listed: std::collections::BTreeSet::new(),
         };
         (desired, FakeWorld::new(world))
     }

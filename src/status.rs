@@ -143,7 +143,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
                 node: i.node.map(str::to_owned),
                 cordoned: i.cordoned,
                 retiring: i.retiring,
-                up: container.is_some_and(|c| is_up(c, node, nodes)),
+                up: container.is_some_and(|c| is_up(c, node, nodes, false)),
                 health: i.health.clone(),
             }
         })

@@ -106,6 +106,12 @@ async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_dele
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
     let orphan = format!("{}-orphan", rig.pool());
     rig.fake.add_node_with_labels(&orphan, true, &[("poolctl.dev/pool", rig.pool())]);
+    // poolctl's reference to a container that is gone from the daemon it names.
+    rig.fake.store().update_node(&orphan, |n| {
+        let a = n.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert("poolctl.dev/container-id".into(), "0".repeat(64));
+        a.insert("poolctl.dev/docker-host".into(), rig.s.docker().host());
+    });
     rig.write(&v1.clone().env("VERSION", "2"));
 
     // The plan shows the pods to evict and the budget that will make the drain wait.

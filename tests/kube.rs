@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
+use poolctl::model::InstanceRef;
 use poolctl::spec::Taint;
 use serde_json::Value;
 
@@ -108,9 +109,13 @@ async fn configure_adds_labels_and_taints_and_keeps_existing_taints() {
     let labels =
         BTreeMap::from([("poolctl.dev/pool".to_owned(), POOL.to_owned()), ("role".into(), "w".into())]);
     let taints = [taint("ours", "NoSchedule"), taint("theirs", "NoExecute")];
-    bounded(cluster.configure("n", &labels, &taints)).await.unwrap();
+    let reference = InstanceRef { container_id: "f00d".repeat(16), docker_host: "unix:///d.sock".into() };
+    bounded(cluster.configure("n", &labels, &taints, Some(&reference))).await.unwrap();
 
     let node = fake.node("n").unwrap();
+    let a = node.metadata.annotations.clone().unwrap();
+    assert_eq!(a.get("poolctl.dev/container-id"), Some(&reference.container_id), "{a:?}");
+    assert_eq!(a.get("poolctl.dev/docker-host").map(String::as_str), Some("unix:///d.sock"));
     let l = node.metadata.labels.unwrap();
     assert_eq!(l.get("poolctl.dev/pool").map(String::as_str), Some(POOL));
     assert_eq!(l.get("role").map(String::as_str), Some("w"));
@@ -118,8 +123,10 @@ async fn configure_adds_labels_and_taints_and_keeps_existing_taints() {
         node.spec.unwrap().taints.unwrap().into_iter().map(|t| (t.key, t.effect)).collect();
     t.sort();
     assert_eq!(t, [("ours".into(), "NoSchedule".into()), ("theirs".into(), "NoExecute".into())]);
-    // And the pool now finds the Node by its label alone.
-    assert_eq!(bounded(cluster.nodes(&[])).await.unwrap().len(), 1);
+    // And the pool now finds the Node by its label alone, with poolctl's reference.
+    let nodes = bounded(cluster.nodes(&[])).await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].reference.as_ref(), Some(&reference));
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{
     BackendError, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer, NewFile, Stopped,
 };
-use crate::model::{Container, labels};
+use crate::model::{Container, InstanceRef, labels};
 use crate::spec::Secret;
 
 /// The Docker endpoints of one run, the backend of each, and which pool lives where.
@@ -94,6 +94,14 @@ impl<C> Endpoints<C> {
 }
 
 impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
+    fn hosts(&self) -> Vec<String> {
+        self.places.iter().flat_map(|(_, backend)| backend.hosts()).collect()
+    }
+
+    fn instance_ref(&self, name: &str) -> Option<InstanceRef> {
+        self.instance(name).instance_ref(name)
+    }
+
     async fn list(&self) -> Result<Vec<Container>, BackendError> {
         let mut out: Vec<Container> = Vec::new();
         let mut by_id: HashMap<String, usize> = HashMap::new();

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use crate::model::{ClusterIdentity, ClusterRef, Container, LockHolder, Node, Pdb, Pod, RolloutRecord};
+use crate::model::{
+    ClusterIdentity, ClusterRef, Container, InstanceRef, LockHolder, Node, Pdb, Pod, RolloutRecord,
+};
 use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
 pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
@@ -39,6 +41,14 @@ pub enum BackendError {
     /// Anything else, with the backend's own words.
     #[error("{0}")]
     Failed(String),
+    /// A container to stop or remove does not carry poolctl's labels: whatever Node names it,
+    /// it is not poolctl's, and is left alone.
+    #[error(
+        "container {0} is not poolctl's (it carries no {pool} label): poolctl stops and removes only the \
+         containers it created",
+        pool = crate::model::labels::POOL
+    )]
+    NotOurs(String),
 }
 
 /// A container to create, fully resolved from a pool template. The settings keep the text of
@@ -126,6 +136,12 @@ impl std::fmt::Display for Stopped {
 pub trait Containers: Sync {
     /// Every pool container (one list call).
     fn list(&self) -> impl Future<Output = Result<Vec<Container>, BackendError>> + Send;
+    /// The addresses of the daemons a [`Containers::list`] covers: what is not in the list is
+    /// gone from these, and from no others.
+    fn hosts(&self) -> Vec<String>;
+    /// poolctl's reference to the container of instance `name` (its ID and daemon), as the last
+    /// list or this run's creation saw it: what its Node is annotated with.
+    fn instance_ref(&self, name: &str) -> Option<InstanceRef>;
     /// Make sure the image is present where `pool`'s containers are created, pulling it if not.
     /// Returns whether it pulled.
     fn ensure_image(
@@ -164,9 +180,11 @@ pub trait Containers: Sync {
     /// running container can end, so that they fail as soon as it is gone.
     fn wait_stopped(&self, name: &str) -> impl Future<Output = Result<Stopped, BackendError>> + Send;
     /// Stop the container, giving it `grace` between SIGTERM and SIGKILL. Stopping a stopped
-    /// container succeeds.
+    /// container succeeds. A container that does not carry poolctl's pool label is never
+    /// stopped: [`BackendError::NotOurs`].
     fn stop(&self, name: &str, grace: Duration) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// Remove the container. Removing a missing container succeeds.
+    /// Remove the container. Removing a missing container succeeds; one that does not carry
+    /// poolctl's pool label is never removed ([`BackendError::NotOurs`]).
     fn remove(&self, name: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Record, as the last step of its coming up, that the instance `name` came up (its
     /// bootstrap, join and Ready wait are done): until then it is starting, never serving. The
@@ -226,12 +244,14 @@ pub trait Cluster: Sync {
     /// Which cluster this is (resolved when connecting).
     fn identity(&self) -> &ClusterIdentity;
     /// Converge the Node's labels (the pool label included) and taints on these, as
-    /// [`crate::model::NodeConfig::change_towards`] says, reading the Node as it is now.
+    /// [`crate::model::NodeConfig::change_towards`] says, reading the Node as it is now, and
+    /// write poolctl's `reference` to its container in the same update, when given.
     fn configure(
         &self,
         node: &str,
         labels: &BTreeMap<String, String>,
         taints: &[Taint],
+        reference: Option<&InstanceRef>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Mark the Node unschedulable, with poolctl's retirement annotation.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;

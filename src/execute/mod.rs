@@ -29,7 +29,7 @@ use futures::future::join_all;
 
 use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::cancel::Interrupt;
-use crate::model::{ClusterIdentity, Desired, DesiredPool, Origin, labels};
+use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, labels};
 use crate::plan::{Action, Plan, PoolPlan, Step};
 use crate::spec::{EnvValue, SecretEnv};
 
@@ -89,6 +89,12 @@ pub enum StepError {
         crate::spec::Duration::from(*after)
     )]
     VolumeDetach { name: String, volumes: String, after: Duration },
+    /// The Node was uncordoned again each time it was drained, before its container could stop.
+    #[error(
+        "{name}: its Node was uncordoned after each of {times} drains; the container keeps running (who \
+         uncordons it?)"
+    )]
+    Uncordoned { name: String, times: usize },
     /// Interrupted while a Node's deletion hooks were set or its volumes attached.
     #[error("{name}: interrupted while waiting for {hooks}")]
     HooksInterrupted { name: String, hooks: String },
@@ -631,7 +637,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         }
                         other => other,
                     })?;
-                    configure_node(cluster, pool_name, spec, name).await?;
+                    let reference = self.containers.instance_ref(name);
+                    configure_node(cluster, pool_name, spec, name, reference.as_ref()).await?;
                 }
                 self.min_ready(pool, name, *node).await?;
                 if let Some(creations) = self.creations_of(pool_name) {
@@ -640,11 +647,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // Last: from now on the instance counts as serving whenever it is up.
                 self.containers.record_up(name, &up_record_labels(pool)).await?;
             }
-            Action::Configure(_) => {
+            Action::Configure(preview) => {
                 let pool = self.pool(pool_name)?;
                 let spec =
                     pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
-                configure_node(self.cluster(pool_name)?, pool_name, spec, name).await?;
+                let reference = self.containers.instance_ref(name).or_else(|| preview.reference.clone());
+                configure_node(self.cluster(pool_name)?, pool_name, spec, name, reference.as_ref()).await?;
             }
             Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
             Action::Drain(_) => {
@@ -700,13 +708,38 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// Stop a container after draining whatever Node it has now.
+    /// Stop a container after draining whatever Node it has now. The waits between the drain
+    /// and the stop (volumes, pre-terminate hooks) can last long, and somebody may uncordon the
+    /// Node meanwhile, letting new pods in: the Node is looked at once more right before the
+    /// stop, and one found schedulable again is cordoned and drained again, a few times at
+    /// most, before the retirement halts with the container running.
     async fn stop_after_drain(&self, pool: &str, name: &str) -> Result<(), StepError> {
-        self.drain_before_stop(pool, name).await?;
-        self.wait_for_volume_detach(pool, name).await?;
-        self.wait_for_hooks(pool, name, "pre-terminate").await?;
-        let grace = self.rollout_of(pool).stop_grace_period.get();
-        Ok(self.containers.stop(name, grace).await?)
+        const ROUNDS: usize = 3;
+        for round in 1..=ROUNDS {
+            self.drain_before_stop(pool, name).await?;
+            self.wait_for_volume_detach(pool, name).await?;
+            self.wait_for_hooks(pool, name, "pre-terminate").await?;
+            if !self.uncordoned(pool, name).await? {
+                let grace = self.rollout_of(pool).stop_grace_period.get();
+                return Ok(self.containers.stop(name, grace).await?);
+            }
+            if round == ROUNDS {
+                break;
+            }
+            self.say(&format!(
+                "{name}: its Node was uncordoned after its drain; cordoning and draining it again before the \
+                 container stops"
+            ));
+            self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        }
+        Err(StepError::Uncordoned { name: name.to_owned(), times: ROUNDS })
+    }
+
+    /// Whether the instance's Node exists now and is schedulable: drained before, then
+    /// uncordoned by somebody, so that pods may have been placed on it since.
+    async fn uncordoned(&self, pool: &str, name: &str) -> Result<bool, StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(false) };
+        Ok(cluster.node(name).await?.is_some_and(|n| !n.unschedulable))
     }
 
     /// Before the container of a node-pool instance stops: whatever Node it has *now* is
@@ -871,16 +904,19 @@ fn up_record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     labels
 }
 
-/// Converge a Node's labels and taints on the pool's `node:` section (the pool label included).
+/// Converge a Node's labels and taints on the pool's `node:` section (the pool label included),
+/// and write poolctl's reference to its container (what proves the Node poolctl's) in the same
+/// update.
 async fn configure_node<K: Cluster>(
     cluster: &K,
     pool: &str,
     spec: &crate::spec::NodeSpec,
     name: &str,
+    reference: Option<&InstanceRef>,
 ) -> Result<(), BackendError> {
     let mut wanted = spec.labels.clone();
     wanted.insert(labels::POOL.into(), pool.into());
-    cluster.configure(name, &wanted, &spec.taints).await
+    cluster.configure(name, &wanted, &spec.taints, reference).await
 }
 
 /// A step and its 1-based number in the whole plan, as the plan text shows it.

@@ -65,5 +65,13 @@ pub const HOOK_SUFFIX: &str = ".delete.hook.poolctl.dev/";
 /// On a Node, set by hand or by another tool: `true` replaces the instance although it is
 /// current, surge first, as `--replace` does.
 pub const REPLACE: &str = "poolctl.dev/replace";
+/// Annotation on a Node, written by poolctl with its labels: the ID of the container that runs
+/// its kubelet. With [`DOCKER_HOST`], poolctl's proof that the Node is one of its instances (as
+/// Cluster API matches a Node to its Machine by `spec.providerID`), and where to look for the
+/// container: a Node without it is never deleted, and its absence from a listed daemon is what
+/// proves the container gone.
+pub const CONTAINER_ID: &str = "poolctl.dev/container-id";
+/// Annotation on a Node: the address of the Docker daemon its container lives on.
+pub const DOCKER_HOST: &str = "poolctl.dev/docker-host";
 /// On a rollout record of a rollback: the template whose rollout stalled.
 pub const ROLLED_BACK_FROM: &str = "poolctl.dev/rolled-back-from";

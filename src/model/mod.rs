@@ -12,7 +12,7 @@ pub use desired::{Desired, DesiredPool, Origin};
 pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, DrainDecision, Health, Node,
-    NodeCondition, NodeConfig, NodeConfigChange, Pdb, Pod, RetirementMarks, RolloutRecord, World,
+    ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, DrainDecision, Health, InstanceRef,
+    Node, NodeCondition, NodeConfig, NodeConfigChange, Pdb, Pod, RetirementMarks, RolloutRecord, World,
     is_instance_name,
 };

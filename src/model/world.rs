@@ -29,6 +29,27 @@ pub struct World {
     /// The rollout record of each pool that has one: which template its last rollout was to,
     /// and since when (see [`RolloutRecord`]).
     pub rollouts: BTreeMap<String, RolloutRecord>,
+    /// The addresses of the Docker daemons this observation listed: a container missing from
+    /// `containers` is known to be gone only from these. Any other daemon was not looked at,
+    /// and what lives there is out of view, not gone.
+    pub listed: std::collections::BTreeSet<String>,
+}
+
+/// What ties a Node to the container that runs its kubelet, written by poolctl on the Node
+/// ([`crate::model::labels::CONTAINER_ID`], [`crate::model::labels::DOCKER_HOST`]): the proof
+/// that the Node is one of its instances, and where its container is to be looked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceRef {
+    pub container_id: String,
+    pub docker_host: String,
+}
+
+impl InstanceRef {
+    /// `0123456789ab on unix:///var/run/docker.sock`: the short ID, as `docker ps` shows it.
+    pub fn describe(&self) -> String {
+        let id = self.container_id.get(..12).unwrap_or(&self.container_id);
+        format!("{id} on {}", self.docker_host)
+    }
 }
 
 /// When a pool's rollout to a template began: written when its first instance of a new
@@ -84,6 +105,8 @@ pub struct Container {
     /// (the pool moved): such an instance is replaced where the spec says, like an outdated one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elsewhere: Option<String>,
+    /// The address of the daemon it was listed from.
+    pub docker_host: String,
 }
 
 /// Which cluster a Node lives in, as resolved when poolctl connected: the kubeconfig context,
@@ -197,6 +220,8 @@ pub struct Node {
     /// What its owners' annotations ask of a retirement: deletion hooks to wait for, and
     /// whether to skip its drain.
     pub retirement: RetirementMarks,
+    /// poolctl's reference to the container that runs its kubelet, when poolctl wrote one.
+    pub reference: Option<InstanceRef>,
 }
 
 /// What a Node's annotations ask of its retirement, as Cluster API's Machine annotations do.

@@ -14,7 +14,7 @@
 use serde::Serialize;
 
 use crate::model::{Container, ContainerState, Health, Node};
-use crate::spec::PoolSpec;
+use crate::spec::{HealthSpec, PoolSpec};
 
 /// Where an instance stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,13 +76,12 @@ impl Assessment {
         Self { standing: Standing::Down, resumable: false, held: false, note: None, deadline: None }
     }
 
-    /// Retire a starting instance rather than finish its coming up (it is outdated).
-    pub(super) fn give_up(&mut self) {
-        self.standing = Standing::Down;
-        self.resumable = false;
-        if let Some(note) = &mut self.note {
-            note.action = "replace";
-        }
+    /// Count a starting instance as serving: it looks up (its Node Ready, or its container up
+    /// with nothing left to run) although the world holds no record that it came up. A record
+    /// can be lost (`docker container prune` deletes never-started containers), and a missing
+    /// record must never let a rollout spend capacity that serves.
+    pub(super) fn count_as_up(&mut self) {
+        *self = Self::up();
     }
 
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
@@ -254,6 +253,23 @@ fn trouble(spec: &PoolSpec, c: &Container, node: Option<&Node>) -> Option<Troubl
         // Not Ready in a way no rule names (no Ready condition yet): waited for, never judged.
         unavailable("NotReady", None, None).map(|t| Trouble { timeout: startup_timeout, ..t })
     }
+}
+
+/// How long the Node's kubelet has been silent past the pool's timeout, if it has: its Ready
+/// condition is one of `unhealthyConditions` (`Ready=Unknown`, `Ready=False` by default) and has
+/// held longer than that rule's timeout, by the world's clock. What makes a Node whose container
+/// is out of view count as gone.
+pub(super) fn silent_for(health: &HealthSpec, node: &Node, now: i64) -> Option<String> {
+    let ready = node.conditions.iter().find(|c| c.kind == "Ready" && c.status != "True")?;
+    let since = ready.since?;
+    let rule =
+        health.unhealthy_conditions.iter().find(|r| r.kind == ready.kind && r.status == ready.status)?;
+    let timeout = i64::try_from(rule.timeout.get().as_secs()).unwrap_or(i64::MAX);
+    let elapsed = now.saturating_sub(since);
+    (elapsed >= timeout).then(|| {
+        let time = |secs: i64| crate::spec::Duration::from_secs(secs.unsigned_abs()).to_string();
+        format!("Ready={} for {} (timeout {})", ready.status, time(elapsed), time(timeout))
+    })
 }
 
 /// How long a new instance may take to come up: `nodeStartupTimeout` for a pool of Nodes; for

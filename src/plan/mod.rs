@@ -305,6 +305,24 @@ pub struct InstanceStatus {
     /// Why it does not serve, for how long, and what the plan does about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthNote>,
+    /// What proves it poolctl's: its container, listed with poolctl's labels, and its Node's
+    /// reference to that container.
+    pub proof: Proof,
+    /// Why the plan leaves it alone although it looks like the pool's: a Node that is not
+    /// poolctl's, or whose container is out of view rather than gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
+}
+
+/// What proves an instance poolctl's, in both worlds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Proof {
+    /// Its container, as listed with poolctl's labels (`poolctl.dev/pool` and the rest): its ID
+    /// and the daemon it lives on. `None` when no such container is in view.
+    pub container: Option<crate::model::InstanceRef>,
+    /// The reference to its container that poolctl wrote on its Node; `None` when the Node
+    /// carries none (or there is no Node).
+    pub node: Option<crate::model::InstanceRef>,
 }
 
 /// What the plan does with an instance.
@@ -454,7 +472,11 @@ pub struct NodeConfigPreview {
     /// The labels and taints the spec asks for (the pool label included).
     pub labels: std::collections::BTreeMap<String, String>,
     pub taints: Vec<crate::spec::Taint>,
-    /// What changes: `+label k=v`, `-label k`, `+taint ...`, `-taint ...`.
+    /// poolctl's reference to the instance's container, written with the labels when the Node
+    /// lacks it or names another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<crate::model::InstanceRef>,
+    /// What changes: `+label k=v`, `-label k`, `+taint ...`, `-taint ...`, `+reference ...`.
     pub changes: Vec<String>,
 }
 

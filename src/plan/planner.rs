@@ -10,15 +10,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
-use crate::model::{Container, DrainAction, Node, Pdb, Pod, World, is_instance_name, labels};
+use crate::model::{Container, DrainAction, InstanceRef, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool};
 use crate::spec::{DeletePolicy, HASH_LEN, canonical_template};
 
-use super::health::{Assessment, Standing, assess};
+use super::health::{Assessment, Standing, assess, silent_for};
 use super::progress::Progress;
 use super::{
     Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
-    PoolStatus, Step, Summary, TemplateChange,
+    PoolStatus, Proof, Step, Summary, TemplateChange,
 };
 
 /// Choices the user makes on the command line that change the plan.
@@ -142,9 +142,14 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
 /// else made is theirs: it neither marks the instance for replacement nor is undone. The
 /// simulated world counts with the same rule, so that the capacity invariant is checked against
 /// the planner's own notion of "up".
-pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool) -> bool {
+///
+/// Its coming up must be recorded, unless the world shows it up another way that a prune cannot
+/// take away: its Node is Ready (which its kubelet turns only once bootstrap and join are done),
+/// or, for a pool with nothing to run in a new container (`nothing_to_run`: no bootstrap, no
+/// join), its container is up. A lost record never makes a serving instance count as not up.
+pub fn is_up(container: &Container, node: Option<&Node>, with_nodes: bool, nothing_to_run: bool) -> bool {
     container.is_up()
-        && container.came_up.is_some()
+        && (container.came_up.is_some() || with_nodes || nothing_to_run)
         && (!with_nodes || node.is_some_and(|n| n.ready && !n.cordoned_by_poolctl))
 }
 
@@ -315,6 +320,9 @@ struct Instance<'a> {
     up: bool,
     /// What the pool's health settings make of it.
     health: Assessment,
+    /// Why it is left alone, for a Node whose container is not in view: not poolctl's, or its
+    /// container out of view rather than gone. Such an instance is neither kept nor retired.
+    left: Option<String>,
 }
 
 impl Instance<'_> {
@@ -336,10 +344,18 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
                     assess(&dp.pool.spec, c, node, world.world.now, locked)
                 }
                 // A pool no longer declared is retired whole: its instances are not judged.
-                None => Assessment::plain(is_up(c, node, target.with_nodes)),
+                None => Assessment::plain(is_up(c, node, target.with_nodes, false)),
             };
             let up = health.standing == Standing::Up;
-            Instance { name: &c.name, shared: c.name.as_str().into(), container: Some(c), node, up, health }
+            Instance {
+                name: &c.name,
+                shared: c.name.as_str().into(),
+                container: Some(c),
+                node,
+                up,
+                health,
+                left: None,
+            }
         })
         .collect();
     if target.any_nodes {
@@ -358,10 +374,52 @@ fn instances<'a>(target: &Target<'_>, world: &Indexed<'a>) -> Vec<Instance<'a>> 
             node: Some(n),
             up: false,
             health: Assessment::plain(false),
+            left: why_left(target, n, world.world),
         }));
     }
     out.sort_by(|a, b| a.name.cmp(b.name));
     out
+}
+
+/// Why a Node of the pool whose container is not in view is left alone, if it is. Absence is
+/// not evidence: it is retired only when its container is provably gone (the daemon its
+/// reference names was listed and shows no such container, or poolctl recorded it joining and
+/// the pool's daemon shows none) or its kubelet has been silent past the pool's timeout. And
+/// ownership is proven: a Node that carries the pool label but no reference of poolctl's (a
+/// label set by hand, over somebody else's container) is never poolctl's to delete.
+fn why_left(target: &Target<'_>, node: &Node, world: &World) -> Option<String> {
+    let Some(reference) = &node.reference else {
+        if node.pool.is_none() {
+            // Found only through the pool's lock, which recorded it joining: poolctl made it,
+            // on a daemon this run lists (the pool's own, always listed).
+            return world
+                .listed
+                .is_empty()
+                .then(|| "no Docker daemon was listed: its container may be out of view".to_owned());
+        }
+        return Some(format!(
+            "not poolctl's: its Node carries {}={} but no {} of poolctl's (a label set by hand?)",
+            labels::POOL,
+            target.name,
+            labels::CONTAINER_ID
+        ));
+    };
+    if world.listed.contains(&reference.docker_host) {
+        return world
+            .containers
+            .iter()
+            .any(|c| c.id == reference.container_id)
+            .then(|| format!("its container {} is there under another name or pool", reference.describe()));
+    }
+    let default_health = crate::spec::HealthSpec::default();
+    let health = target.pool.map_or(&default_health, |dp| &dp.pool.spec.health);
+    if silent_for(health, node, world.now).is_some() {
+        return None;
+    }
+    Some(format!(
+        "its container {} is out of view: that daemon was not listed; left alone while its kubelet answers",
+        reference.describe()
+    ))
 }
 
 fn plan_pool(
@@ -372,10 +430,13 @@ fn plan_pool(
     replace: &BTreeSet<String>,
 ) -> PoolPlan {
     let mut all = instances(target, world);
-    // An outdated instance that never finished coming up is not finished: it never served, so
-    // it goes at no cost to availability.
+    // An outdated instance whose coming up is not recorded, but that looks up (its Node Ready,
+    // or its container up with nothing left to run), may serve: its record may just be lost (a
+    // `docker container prune`), so it counts as up and goes within the availability budget,
+    // never for free. Absence of a record is not evidence that it never served.
     for instance in all.iter_mut().filter(|i| i.health.resumable && !target.is_current(i)) {
-        instance.health.give_up();
+        instance.health.count_as_up();
+        instance.up = true;
     }
     let held = hold_if_too_many_unhealthy(target, &mut all);
     // `--replace NAME`, a Node labelled poolctl.dev/replace=true, or `spec.rollout.after` come
@@ -418,7 +479,7 @@ fn plan_pool(
         (true, true) => false,
     };
     let mut retirees: Vec<&Instance<'_>> =
-        all.iter().filter(|i| !kept.contains(i.name) && retired(i)).collect();
+        all.iter().filter(|i| !kept.contains(i.name) && i.left.is_none() && retired(i)).collect();
     retirees.sort_by_key(|i| (i.up && !marked(i), target.is_current(i), order(i), i.name));
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
@@ -532,11 +593,19 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) 
         .filter(|i| kept.contains(i.name) && !i.health.resumable)
         .filter_map(|i| {
             let node = i.node?;
-            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL)?;
+            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL);
+            // The Node's proof that it is this container's, written with its labels.
+            let reference = i.container.map(container_ref).filter(|r| node.reference.as_ref() != Some(r));
+            if change.is_none() && reference.is_none() {
+                return None;
+            }
+            let mut changes = change.map(|c| c.describe(&node.config)).unwrap_or_default();
+            changes.extend(reference.iter().map(|r| format!("+reference container {}", r.describe())));
             let preview = NodeConfigPreview {
                 labels: wanted.clone(),
                 taints: node_spec.taints.clone(),
-                changes: change.describe(&node.config),
+                reference,
+                changes,
             };
             Some(Step { batch: 1, instance: i.shared.clone(), action: Action::Configure(preview) })
         })
@@ -750,6 +819,11 @@ fn drain_preview(node: &str, world: &Indexed<'_>, rules: &[crate::spec::DrainRul
     preview
 }
 
+/// poolctl's reference to a container, as its Node is annotated with it.
+fn container_ref(c: &Container) -> InstanceRef {
+    InstanceRef { container_id: c.id.clone(), docker_host: c.docker_host.clone() }
+}
+
 fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceStatus {
     let node = target.is_node(instance).then_some(match instance.node {
         None => "missing",
@@ -789,6 +863,11 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
             }
             note
         }),
+        proof: Proof {
+            container: instance.container.map(container_ref),
+            node: instance.node.and_then(|n| n.reference.clone()),
+        },
+        left: instance.left.clone(),
     }
 }
 

@@ -188,11 +188,13 @@ fn pool_text(
 ) -> io::Result<()> {
     let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
     let troubled: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.health.is_some()).collect();
+    let left: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.left.is_some()).collect();
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running,
-    // and any pool says which instances do not serve.
+    // and any pool says which instances do not serve and which it leaves alone.
     if pool.steps.is_empty()
         && held.is_empty()
         && troubled.is_empty()
+        && left.is_empty()
         && pool.degraded.is_none()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
@@ -234,6 +236,10 @@ fn pool_text(
             instance.name,
             style.yellow(&format!("replaced although current ({by})"))
         )?;
+    }
+    for instance in left {
+        let why = format!("left alone: {}", instance.left.as_deref().unwrap_or_default());
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
     }
     for instance in troubled {
         let note = instance.health.as_ref().map(super::describe_health).unwrap_or_default();
@@ -376,6 +382,7 @@ fn instance_row(instance: &InstanceStatus, with_nodes: bool) -> Vec<String> {
     let hash = if instance.template_hash.is_empty() { "-" } else { &instance.template_hash };
     row.push(hash.to_owned());
     row.push(match instance.fate {
+        Fate::Keep if instance.left.is_some() => "leave".to_owned(),
         Fate::Keep => "keep".to_owned(),
         Fate::Retire => "retire".to_owned(),
     });

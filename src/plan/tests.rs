@@ -10,7 +10,7 @@ use crate::plan::{
     Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
 };
 use crate::testing::build::{
-    PoolArgs, container, count, desired, labelled, node, other_origin, pdb, pod, world_of,
+    PoolArgs, container, count, desired, labelled, listed, node, other_origin, pdb, pod, world_of,
 };
 use crate::testing::sim::SimWorld;
 
@@ -89,11 +89,14 @@ fn waited_for(pool: &PoolPlan, name: &str) -> bool {
 /// current instances that are waited for. Health: an instance is never retired for its health
 /// within its timeout, nor at all while more of the pool are unhealthy than `maxUnhealthy`; an
 /// outdated instance that is waited for is not retired yet either.
-fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, with_nodes: bool) {
+fn check_which_go(pool: &PoolPlan, world: &World, hash: &str, (with_nodes, idle): (bool, bool)) {
     let key = |name: &str| {
         let c = world.containers.iter().find(|c| c.name == name);
         let n = world.nodes.iter().find(|n| n.name == name);
-        let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes)) && !waited_for(pool, name);
+        // Up as the world shows it, and not judged otherwise by the plan (starting, waited for,
+        // unhealthy): what the planner counts as serving.
+        let judged = pool.instances.iter().any(|i| i.name == name && i.health.is_some());
+        let up = c.is_some_and(|c| crate::plan::is_up(c, n, with_nodes, idle)) && !judged;
         let current = c.is_some_and(|c| c.template_hash == hash);
         (up, current, c.map_or(i64::MIN, |c| c.created), name.to_owned())
     };
@@ -160,10 +163,11 @@ fn execute_checking_capacity(plan: &Plan, world: &World, spec: &PoolArgs) -> Wor
     let mut sim = SimWorld::new(world.clone());
     sim.scope = Some(plan.origin.scope());
     let max_alive = (r + s).max(sim.alive(spec.name));
-    let healthy = sim.up(spec.name, spec.nodes) >= r;
+    let idle = spec.bootstrap == 0;
+    let healthy = sim.up(spec.name, spec.nodes, idle) >= r;
     for (pool, step) in plan.steps() {
         sim.apply_step(&pool.name, step);
-        let (alive, up) = (sim.alive(spec.name), sim.up(spec.name, spec.nodes));
+        let (alive, up) = (sim.alive(spec.name), sim.up(spec.name, spec.nodes, idle));
         assert!(
             alive <= max_alive,
             "after {} {}: {alive} containers > {max_alive}",
@@ -305,7 +309,7 @@ impl Case {
     }
 
     fn world(&self, hash: &str) -> World {
-        let mut world = World { now: NOW, ..World::default() };
+        let mut world = World { now: NOW, listed: listed(), ..World::default() };
         for (i, g) in self.instances.iter().enumerate() {
             let h = if g.current { hash.to_owned() } else { format!("old{}", g.old_hash) };
             let name = format!("workers-{}-i{i}", &h[..4]);
@@ -372,7 +376,7 @@ proptest! {
             check_creation_first(&pool.steps);
             check_retirement_order(&pool.steps);
         }
-        check_which_go(pool_plan(&plan, "workers"), &world, &hash, case.nodes);
+        check_which_go(pool_plan(&plan, "workers"), &world, &hash, (case.nodes, case.bootstrap == 0));
         prop_assert!(plan.pools.iter().all(|p| p.name != "theirs"), "another source's pool was planned");
         if let Some(gone) = plan.pools.iter().find(|p| p.name == "gone") {
             prop_assert_eq!(gone.status, if case.prune { PoolStatus::Pruned } else { PoolStatus::Undeclared });
@@ -409,7 +413,7 @@ proptest! {
         let spec = case.spec();
         let dp = spec.build();
         let world = case.world(&dp.template_hash);
-        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes) >= count(case.replicas));
+        prop_assert!(SimWorld::new(world.clone()).up("workers", case.nodes, case.bootstrap == 0) >= count(case.replicas));
         let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune, ..PlanOptions::default() });
         execute_checking_capacity(&plan, &world, &spec);
     }
@@ -660,6 +664,7 @@ fn an_orphan_node_is_deleted() {
     let world = World {
         containers: vec![container("k-a", "k", &h, 1)],
         nodes: vec![node("k-a", "k"), node("k-orphan", "k")],
+        listed: listed(),
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
@@ -668,6 +673,113 @@ fn an_orphan_node_is_deleted() {
     let orphan = k.instances.iter().find(|i| i.name == "k-orphan").unwrap();
     assert_eq!((orphan.container, orphan.fate), ("missing", Fate::Retire));
     assert_eq!(plan.summary.retire, 1);
+}
+
+/// Absence is not evidence, and ownership is proven: of the pool's Nodes whose containers are
+/// not in view, only those whose container is provably gone, or whose kubelet has been silent
+/// past the pool's timeout, are deleted; the rest are shown with why they are left alone.
+#[test]
+fn a_node_whose_container_is_out_of_view_or_not_poolctls_is_left_alone() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let h = dp.template_hash.clone();
+    let elsewhere = |name: &str| {
+        let mut n = node(name, "k");
+        n.reference.as_mut().unwrap().docker_host = "tcp://old-daemon:2376".into();
+        n
+    };
+    // Labelled by hand over somebody else's container: no reference of poolctl's.
+    let mut by_hand = node("dev-worker", "k");
+    by_hand.reference = None;
+    // Its daemon was not listed, but its kubelet has been silent for 6 minutes (timeout 5m).
+    let mut silent = elsewhere("k-silent");
+    silent.ready = false;
+    silent.conditions = vec![crate::model::NodeCondition::ready("Unknown", 1000 - 360)];
+    // Its daemon was not listed and it is Ready: its container may well run.
+    let unseen = elsewhere("k-unseen");
+    // Its daemon was not listed, NotReady for a minute only.
+    let mut recent = elsewhere("k-recent");
+    recent.ready = false;
+    recent.conditions = vec![crate::model::NodeCondition::ready("False", 1000 - 60)];
+    let world = World {
+        now: 1000,
+        containers: vec![container("k-a", "k", &h, 1)],
+        nodes: vec![node("k-a", "k"), by_hand, silent, unseen, recent],
+        listed: listed(),
+        ..World::default()
+    };
+    let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    assert_eq!(verbs(k), [("delete-node", "k-silent")]);
+    let left = |name: &str| {
+        let i = k.instances.iter().find(|i| i.name.as_str() == name).unwrap();
+        assert_eq!(i.fate, Fate::Keep, "{name}");
+        i.left.clone().unwrap_or_else(|| panic!("{name} is left alone with a reason"))
+    };
+    assert!(left("dev-worker").starts_with("not poolctl's"), "{}", left("dev-worker"));
+    assert!(left("k-unseen").contains("out of view"), "{}", left("k-unseen"));
+    assert!(left("k-recent").contains("out of view"), "{}", left("k-recent"));
+    // Nothing left alone counts as serving: the pool still has its one current instance.
+    assert_eq!(plan.summary.create, 0);
+    let mut text = Vec::new();
+    crate::plan::render_text(&plan, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("not poolctl's"), "{text}");
+}
+
+/// Each instance shows what proves it poolctl's: its container's ID and daemon as listed, and
+/// its Node's reference; a Node without one gets it written with its labels.
+#[test]
+fn the_plan_shows_each_instances_proof_and_writes_a_missing_node_reference() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 1) }.build();
+    let h = dp.template_hash.clone();
+    let mut old = node("k-a", "k");
+    old.reference = None;
+    let world =
+        World { containers: vec![container("k-a", "k", &h, 1)], nodes: vec![old], ..world_of(vec![]) };
+    let desired = desired(vec![dp]);
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let k = pool_plan(&plan, "k");
+    let proof = &k.instances[0].proof;
+    assert_eq!(proof.container.as_ref().map(|r| r.container_id.as_str()), Some("id-k-a"));
+    assert_eq!(proof.node, None);
+    assert_eq!(verbs(k), [("configure", "k-a")]);
+    let Action::Configure(preview) = &k.steps[0].action else { unreachable!() };
+    assert_eq!(preview.reference, proof.container);
+    assert_eq!(preview.changes, [format!("+reference container id-k-a on {}", crate::testing::build::HOST)]);
+    // Applied, the plan is empty: the reference converged like a label.
+    let mut sim = SimWorld::new(world);
+    sim.apply_step("k", &k.steps[0]);
+    let again = crate::plan::plan(&desired, &sim.world, PlanOptions::default());
+    assert!(pool_plan(&again, "k").steps.is_empty(), "{:?}", pool_plan(&again, "k").steps);
+}
+
+/// `docker container prune` deletes the up records (never-started containers). Instances that
+/// look up all the same (their Node Ready, or nothing left to run in them) still count as
+/// serving: a template change with `maxUnavailable: 0` retires one per new instance up, not all
+/// at once.
+#[test]
+fn lost_up_records_never_let_a_rollout_spend_serving_capacity() {
+    for nodes in [true, false] {
+        let dp = PoolArgs { nodes, unavailable: 0, surge: 1, ..PoolArgs::new("w", 3) }.build();
+        let pruned = |name: &str| crate::model::Container { came_up: None, ..container(name, "w", "0ld", 1) };
+        let names = ["w-a", "w-b", "w-c"];
+        let world = World {
+            now: NOON,
+            containers: names.iter().map(|n| pruned(n)).collect(),
+            nodes: if nodes { names.iter().map(|n| node(n, "w")).collect() } else { Vec::new() },
+            ..world_of(vec![])
+        };
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
+        let w = pool_plan(&plan, "w");
+        let first: Vec<&str> = w
+            .steps
+            .iter()
+            .filter(|s| s.batch == 1 && s.action.verb() == "stop")
+            .map(|s| s.instance.as_str())
+            .collect();
+        assert_eq!(first, ["w-a"], "nodes: {nodes}: one old instance per new one up");
+        assert!(w.instances.iter().all(|i| i.health.is_none()), "nodes: {nodes}: {:?}", w.instances);
+    }
 }
 
 #[test]
@@ -833,6 +945,7 @@ fn a_pool_that_lost_its_node_section_still_retires_its_nodes_safely() {
         containers: vec![labelled(container("k-old", "k", "0ld", 1))],
         nodes: vec![node("k-old", "k"), node("k-orphan", "k")],
         pods: vec![pod("web-1", "k-old", Some("ReplicaSet"))],
+        listed: listed(),
         ..World::default()
     };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
@@ -1625,11 +1738,12 @@ fn a_node_missing_its_labels_and_taints_is_configured_not_replaced() {
 #[test]
 fn an_unlabelled_node_named_like_an_instance_whose_container_is_gone_is_an_orphan() {
     let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 0) }.build();
+    // Found through the lock's record of joining instances: no label, no reference yet.
     let mut orphan = node("k-0123456789-abcde", "k");
-    orphan.pool = None;
+    (orphan.pool, orphan.reference) = (None, None);
     let mut stranger = node("kind-worker", "k");
     stranger.pool = None;
-    let world = World { nodes: vec![orphan, stranger], ..World::default() };
+    let world = World { nodes: vec![orphan, stranger], listed: listed(), ..World::default() };
     let plan = plan(&desired(vec![dp]), &world, PlanOptions::default());
     assert_eq!(verbs(pool_plan(&plan, "k")), [("delete-node", "k-0123456789-abcde")]);
 }

@@ -4,12 +4,20 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, LabelSelector, Node, NodeCondition,
-    NodeConfig, Origin, Pdb, Pod, World, labels,
+    ClusterRef, Container, ContainerState, Desired, DesiredPool, Health, InstanceRef, LabelSelector, Node,
+    NodeCondition, NodeConfig, Origin, Pdb, Pod, World, labels,
 };
 use crate::spec::{
     BootstrapStep, Duration, EnvValue, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
 };
+
+/// The address of the tests' one Docker daemon, which every observation lists.
+pub(crate) const HOST: &str = "unix:///fake/docker.sock";
+
+/// What an observation of the tests' one daemon listed.
+pub(crate) fn listed() -> std::collections::BTreeSet<String> {
+    std::collections::BTreeSet::from([HOST.to_owned()])
+}
 
 pub(crate) fn origin() -> Origin {
     Origin::Path { path: "pools/".to_owned() }
@@ -130,6 +138,7 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         cluster: None,
         cluster_id: None,
         elsewhere: None,
+        docker_host: HOST.to_owned(),
     }
 }
 
@@ -153,6 +162,8 @@ pub(crate) fn node(name: &str, pool: &str) -> Node {
         },
         conditions: vec![NodeCondition::ready("True", 0)],
         retirement: crate::model::RetirementMarks::default(),
+        // poolctl's reference to the container [`container`] makes of the same name.
+        reference: Some(InstanceRef { container_id: format!("id-{name}"), docker_host: HOST.to_owned() }),
     }
 }
 
@@ -206,7 +217,7 @@ pub(crate) fn node_spec(kubeconfig: Option<&str>, context: Option<&str>) -> Node
 
 /// A world of these containers and nothing else.
 pub(crate) fn world_of(containers: Vec<Container>) -> World {
-    World { containers, ..World::default() }
+    World { containers, listed: listed(), ..World::default() }
 }
 
 /// Pool `a` on Docker context `one` and pool `b` on context `two`, both with the current

@@ -14,7 +14,8 @@ use crate::backend::{
 };
 use crate::cancel::Interrupt;
 use crate::model::{
-    ClusterIdentity, ClusterRef, Container, ContainerState, LockHolder, Node, Pdb, Pod, World, labels,
+    ClusterIdentity, ClusterRef, Container, ContainerState, InstanceRef, LockHolder, Node, Pdb, Pod, World,
+    labels,
 };
 use crate::spec::{Secret, Taint};
 
@@ -377,6 +378,14 @@ impl Containers for FakeWorld {
         Ok(self.sim().world.containers.clone())
     }
 
+    fn hosts(&self) -> Vec<String> {
+        vec![crate::testing::build::HOST.to_owned()]
+    }
+
+    fn instance_ref(&self, name: &str) -> Option<InstanceRef> {
+        self.sim().reference_of(name)
+    }
+
     async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
         self.call(format!("image {image}"), |_| Ok(false)).await
     }
@@ -677,10 +686,14 @@ impl Cluster for FakeCluster {
         node: &str,
         node_labels: &BTreeMap<String, String>,
         taints: &[Taint],
+        reference: Option<&InstanceRef>,
     ) -> Result<(), BackendError> {
         self.world
             .call(format!("configure {node}"), |sim| {
                 if sim.configure(node, node_labels, taints) {
+                    if let Some(reference) = reference {
+                        sim.reference_node(node, reference.clone());
+                    }
                     Ok(())
                 } else {
                     Err(BackendError::NotFound(format!("Node {node}")))

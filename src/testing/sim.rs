@@ -76,11 +76,18 @@ impl SimWorld {
                 if *node {
                     self.register_node(name);
                     self.label_node(name, pool);
+                    let reference = self.reference_of(name);
+                    if let Some(reference) = reference {
+                        self.reference_node(name, reference);
+                    }
                 }
                 self.record_up(name);
             }
             Action::Configure(preview) => {
                 assert!(self.configure(name, &preview.labels, &preview.taints), "configure {name}: no Node");
+                if let Some(reference) = &preview.reference {
+                    self.reference_node(name, reference.clone());
+                }
             }
             Action::Cordon => assert!(self.cordon(name), "cordon {name}: no Node"),
             Action::Drain(_) => assert!(self.drain(name), "drain {name}: no Node"),
@@ -115,9 +122,23 @@ impl SimWorld {
             cluster: None,
             cluster_id: None,
             elsewhere: None,
+            docker_host: crate::testing::build::HOST.to_owned(),
         };
         self.clock += 1;
         c
+    }
+
+    /// poolctl's reference to the container `name`, as the executor writes it on its Node.
+    pub(crate) fn reference_of(&self, name: &str) -> Option<crate::model::InstanceRef> {
+        self.container(name).map(|c| crate::model::InstanceRef {
+            container_id: c.id.clone(),
+            docker_host: c.docker_host.clone(),
+        })
+    }
+
+    /// Annotate the Node with poolctl's reference to its container.
+    pub(crate) fn reference_node(&mut self, name: &str, reference: crate::model::InstanceRef) -> bool {
+        self.node_mut(name).map(|n| n.reference = Some(reference)).is_some()
     }
 
     /// Record that the pool's rollout to `template_hash` begins now.
@@ -153,6 +174,7 @@ impl SimWorld {
                 config: NodeConfig::default(),
                 conditions: vec![NodeCondition::ready("True", self.clock)],
                 retirement: crate::model::RetirementMarks::default(),
+                reference: None,
             });
         }
         true
@@ -221,14 +243,15 @@ impl SimWorld {
         self.world.containers.iter().filter(|c| c.pool == pool).count()
     }
 
-    /// Instances of the pool that serve, by the planner's rule: container up and, for a pool of
-    /// Nodes, its Node Ready and schedulable.
-    pub(crate) fn up(&self, pool: &str, with_nodes: bool) -> usize {
+    /// Instances of the pool that serve, by the planner's rule ([`crate::plan::is_up`]):
+    /// container up and, for a pool of Nodes, its Node Ready and schedulable.
+    pub(crate) fn up(&self, pool: &str, with_nodes: bool, nothing_to_run: bool) -> usize {
+        let node = |c: &Container| self.world.nodes.iter().find(|n| n.name == c.name);
         self.world
             .containers
             .iter()
             .filter(|c| c.pool == pool)
-            .filter(|c| crate::plan::is_up(c, self.world.nodes.iter().find(|n| n.name == c.name), with_nodes))
+            .filter(|c| crate::plan::is_up(c, node(c), with_nodes, nothing_to_run))
             .count()
     }
 
@@ -265,12 +288,12 @@ mod tests {
             rollback_from: None,
         };
         sim.apply_step("k", &step("k-1", create));
-        assert_eq!((sim.alive("k"), sim.up("k", true)), (1, 0), "no Node registered yet");
+        assert_eq!((sim.alive("k"), sim.up("k", true, false)), (1, 0), "no Node registered yet");
         sim.apply_step("k", &step("k-1", Action::AwaitReady { node: true }));
-        assert_eq!(sim.up("k", true), 1);
+        assert_eq!(sim.up("k", true, false), 1);
 
         sim.apply_step("k", &step("k-1", Action::Cordon));
-        assert_eq!(sim.up("k", true), 0, "a cordoned Node does not serve");
+        assert_eq!(sim.up("k", true, false), 0, "a cordoned Node does not serve");
         assert!(sim.world.nodes[0].cordoned_by_poolctl);
         sim.apply_step("k", &step("k-1", Action::Drain(DrainPreview::default())));
         sim.apply_step("k", &step("k-1", Action::Stop));

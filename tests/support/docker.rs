@@ -173,6 +173,28 @@ impl TestDocker {
         format!("{}-{suffix}", self.pool)
     }
 
+    /// The address of the daemon, as poolctl records it on a Node.
+    pub(crate) fn host(&self) -> String {
+        use poolctl::backend::Containers as _;
+        self.backend.hosts().remove(0)
+    }
+
+    /// A running container named like one of this test's pool that is not poolctl's: none of
+    /// its labels but the drop guard's (as kind's own nodes carry none).
+    pub(crate) async fn start_stranger(&self, suffix: &str) -> String {
+        use poolctl::backend::Containers as _;
+        let mut spec = self.container(suffix);
+        spec.labels.retain(|k, _| !k.starts_with("poolctl.dev/"));
+        self.backend.create(&spec).await.expect("create a container that is not poolctl's");
+        spec.name
+    }
+
+    /// Whether the container runs now, whatever its labels.
+    pub(crate) async fn is_running(&self, name: &str) -> bool {
+        let inspect = self.backend.client().inspect_container(name, None).await.expect("docker inspect");
+        inspect.state.and_then(|s| s.running).unwrap_or(false)
+    }
+
     /// A container of this test's pool running the plain image's default command, labelled so
     /// that the drop guard finds it.
     pub(crate) fn container(&self, suffix: &str) -> NewContainer {

@@ -53,6 +53,8 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         cluster: cluster_from_labels(&labels),
         cluster_id: cluster_id_from_labels(&labels),
         elsewhere: None,
+        // The daemon's address, which the backend that listed it knows.
+        docker_host: String::new(),
     })
 }
 
@@ -143,6 +145,7 @@ mod tests {
                 cluster: None,
                 cluster_id: None,
                 elsewhere: None,
+                docker_host: String::new(),
             }
         );
 

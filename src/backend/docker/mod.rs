@@ -24,7 +24,7 @@ use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
-use crate::model::{Container, Desired, RolloutRecord, labels};
+use crate::model::{Container, Desired, InstanceRef, RolloutRecord, labels};
 use crate::spec::{Secret, TemplateFile};
 
 mod archive;
@@ -101,6 +101,13 @@ pub struct DockerBackend {
     docker: Docker,
     /// Where the daemon was found, for error messages.
     host: String,
+    /// The daemon's address (`unix:///var/run/docker.sock`, `tcp://...`): what a Node's
+    /// reference to its container names.
+    address: String,
+    /// The IDs of poolctl's containers by name, as the last list and this backend's creations
+    /// saw them: a stop or removal goes to the container that carried poolctl's labels, never
+    /// to whatever now answers to the name.
+    ours: std::sync::Mutex<HashMap<String, String>>,
     calls: AtomicU64,
     timeouts: Timeouts,
     /// The rollout records the last list showed, by pool (see [`Containers::rollouts`]).
@@ -128,6 +135,8 @@ impl DockerBackend {
         Ok(Self {
             docker,
             host: at,
+            address: endpoint.host.clone(),
+            ours: std::sync::Mutex::default(),
             calls: AtomicU64::new(1),
             timeouts,
             rollouts: std::sync::Mutex::default(),
@@ -194,6 +203,24 @@ impl DockerBackend {
             Ok(c) => Ok(Some(c)),
             Err(e) if status_of(&e) == Some(404) => Ok(None),
             Err(e) => Err(self.error(&format!("inspect container {name}"), e)),
+        }
+    }
+
+    fn ours(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.ours.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The ID of poolctl's container `name`, to stop or remove it by: the one the last list or
+    /// this backend's creation saw (its labels cannot have changed since), else whatever the
+    /// name answers to now, if it carries poolctl's pool label; `None` when nothing does.
+    async fn owned_id(&self, name: &str) -> Result<Option<String>, BackendError> {
+        if let Some(id) = self.ours().get(name).cloned() {
+            return Ok(Some(id));
+        }
+        match self.inspect(name).await? {
+            None => Ok(None),
+            Some(inspect) if is_ours(&inspect) => Ok(inspect.id),
+            Some(_) => Err(BackendError::NotOurs(name.to_owned())),
         }
     }
 
@@ -423,6 +450,15 @@ enum Judgement {
 }
 
 impl Containers for DockerBackend {
+    fn hosts(&self) -> Vec<String> {
+        vec![self.address.clone()]
+    }
+
+    fn instance_ref(&self, name: &str) -> Option<InstanceRef> {
+        let id = self.ours().get(name).cloned()?;
+        Some(InstanceRef { container_id: id, docker_host: self.address.clone() })
+    }
+
     async fn list(&self) -> Result<Vec<Container>, BackendError> {
         let options = ListContainersOptions {
             all: true,
@@ -450,6 +486,10 @@ impl Containers for DockerBackend {
         }
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         up::join_up_records(&mut containers, &records);
+        for c in &mut containers {
+            c.docker_host.clone_from(&self.address);
+        }
+        *self.ours() = containers.iter().map(|c| (c.name.clone(), c.id.clone())).collect();
         // Only for the few that restart or fail their HEALTHCHECK: since when, which the list
         // does not say. A container gone in between is judged by the next look.
         for c in containers.iter_mut().filter(|c| up::needs_since(c)) {
@@ -513,9 +553,13 @@ impl Containers for DockerBackend {
         let body = create::create_body(spec)
             .map_err(|why| BackendError::Failed(format!("create container {name}: {why}")))?;
         let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-        self.call(self.docker.create_container(Some(options), body))
+        let created = self
+            .call(self.docker.create_container(Some(options), body))
             .await
             .map_err(|e| self.error(&format!("create container {name}"), e))?;
+        if spec.labels.contains_key(labels::POOL) {
+            self.ours().insert(name.clone(), created.id);
+        }
         // Before the start, as `docker run --network a --network b` connects them.
         for network in &spec.extra_networks {
             let connect = NetworkConnectRequest { container: name.clone(), endpoint_config: None };
@@ -586,8 +630,15 @@ impl Containers for DockerBackend {
     }
 
     async fn may_run(&self, name: &str) -> Result<bool, BackendError> {
-        let state = self.inspect(name).await?.and_then(|i| i.state);
-        Ok(state.is_some_and(|s| [s.running, s.paused, s.restarting].contains(&Some(true))))
+        let Some(inspect) = self.inspect(name).await? else { return Ok(false) };
+        let state = inspect.state.as_ref();
+        let runs = state.is_some_and(|s| [s.running, s.paused, s.restarting].contains(&Some(true)));
+        // Asked before a stop: a container that runs under the name but is not poolctl's is
+        // not one poolctl may stop, whatever Node names it.
+        if runs && !is_ours(&inspect) {
+            return Err(BackendError::NotOurs(name.to_owned()));
+        }
+        Ok(runs)
     }
 
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
@@ -624,6 +675,7 @@ impl Containers for DockerBackend {
     }
 
     async fn stop(&self, name: &str, grace: Duration) -> Result<(), BackendError> {
+        let Some(id) = self.owned_id(name).await? else { return Ok(()) };
         let options = StopContainerOptions {
             t: Some(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX)),
             ..Default::default()
@@ -636,7 +688,7 @@ impl Containers for DockerBackend {
         );
         let _slot = self.slots.acquire().await;
         self.count();
-        match docker.stop_container(name, Some(options)).await {
+        match docker.stop_container(&id, Some(options)).await {
             // bollard passes 304 (already stopped) as success.
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(404) => Ok(()),
@@ -649,8 +701,12 @@ impl Containers for DockerBackend {
         // container that still runs (a stop that did not happen) is an error, not a kill.
         let options = RemoveContainerOptions { v: true, force: false, link: false };
         let container = async {
-            match self.call(self.docker.remove_container(name, Some(options))).await {
-                Ok(()) => Ok(()),
+            let Some(id) = self.owned_id(name).await? else { return Ok(()) };
+            match self.call(self.docker.remove_container(&id, Some(options))).await {
+                Ok(()) => {
+                    self.ours().remove(name);
+                    Ok(())
+                }
                 Err(e) if status_of(&e) == Some(404) => Ok(()),
                 Err(e) => Err(self.error(&format!("remove container {name}"), e)),
             }
@@ -679,6 +735,13 @@ impl Containers for DockerBackend {
     ) -> Result<(), BackendError> {
         self.write_rollout_record(pool, template_hash, rolled_back_from, labels).await
     }
+}
+
+/// Whether the container carries poolctl's pool label: the proof that poolctl created it.
+fn is_ours(inspect: &ContainerInspectResponse) -> bool {
+    let labels = inspect.config.as_ref().and_then(|c| c.labels.as_ref());
+    labels
+        .is_some_and(|l| l.get(labels::POOL).is_some_and(|p| !p.is_empty()) && !l.contains_key(labels::LOCK))
 }
 
 /// The HTTP status of a daemon refusal.

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{Node as K8sNode, Pod as K8sPod, Taint as K8sTai
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
 
-use crate::model::{LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod, RetirementMarks, labels};
+use crate::model::{
+    InstanceRef, LabelSelector, Node, NodeCondition, NodeConfig, Pdb, Pod, RetirementMarks, labels,
+};
 use crate::spec::Taint;
 
 /// `DaemonSet` objects by namespace and name.
@@ -48,7 +50,16 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
         },
         conditions,
         retirement: retirement_marks(n.metadata.annotations.as_ref()),
+        reference: reference_from(n.metadata.annotations.as_ref()),
     }
+}
+
+/// poolctl's reference to the Node's container, when both of its annotations are there.
+fn reference_from(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Option<InstanceRef> {
+    let annotations = annotations?;
+    let container_id = annotations.get(labels::CONTAINER_ID).filter(|v| !v.is_empty())?;
+    let docker_host = annotations.get(labels::DOCKER_HOST).filter(|v| !v.is_empty())?;
+    Some(InstanceRef { container_id: container_id.clone(), docker_host: docker_host.clone() })
 }
 
 /// The deletion hooks and exclusions a Node's annotations set.

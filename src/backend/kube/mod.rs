@@ -32,7 +32,7 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Connect, LockRecord};
-use crate::model::{ClusterIdentity, ClusterRef, Node, Pdb, Pod, labels};
+use crate::model::{ClusterIdentity, ClusterRef, InstanceRef, Node, Pdb, Pod, labels};
 use crate::spec::{IN_CLUSTER, Taint};
 
 mod cache;
@@ -393,21 +393,32 @@ impl Cluster for KubeCluster {
         node: &str,
         node_labels: &BTreeMap<String, String>,
         taints: &[Taint],
+        reference: Option<&InstanceRef>,
     ) -> Result<(), BackendError> {
         let current = self.node(node).await?.ok_or_else(|| BackendError::NotFound(format!("Node {node}")))?;
-        let Some(change) = current.config.change_towards(node_labels, taints, labels::POOL) else {
+        let change = current.config.change_towards(node_labels, taints, labels::POOL);
+        let new_reference = reference.filter(|r| current.reference.as_ref() != Some(*r));
+        if change.is_none() && new_reference.is_none() {
             return Ok(());
-        };
-        let mut set: serde_json::Map<String, serde_json::Value> =
-            change.set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-        // A null in a merge patch removes the key.
-        set.extend(change.remove.iter().map(|k| (k.clone(), serde_json::Value::Null)));
-        let mut patch = json!({
-            "metadata": { "labels": set, "annotations": { labels::MANAGED: change.managed.join(",") } }
-        });
-        if change.taints != current.config.taints {
-            // A merge patch replaces the whole list: it carries everybody else's taints too.
-            patch["spec"] = json!({ "taints": change.taints.iter().map(taint_to).collect::<Vec<_>>() });
+        }
+        let mut patch = json!({ "metadata": { "annotations": {} } });
+        if let Some(change) = &change {
+            let mut set: serde_json::Map<String, serde_json::Value> =
+                change.set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+            // A null in a merge patch removes the key.
+            set.extend(change.remove.iter().map(|k| (k.clone(), serde_json::Value::Null)));
+            patch["metadata"]["labels"] = serde_json::Value::Object(set);
+            patch["metadata"]["annotations"][labels::MANAGED] = json!(change.managed.join(","));
+            if change.taints != current.config.taints {
+                // A merge patch replaces the whole list: it carries everybody else's taints too.
+                patch["spec"] = json!({ "taints": change.taints.iter().map(taint_to).collect::<Vec<_>>() });
+            }
+        }
+        // In the same update as the labels: a Node that carries the pool label by poolctl's
+        // hand carries its proof too.
+        if let Some(reference) = new_reference {
+            patch["metadata"]["annotations"][labels::CONTAINER_ID] = json!(reference.container_id);
+            patch["metadata"]["annotations"][labels::DOCKER_HOST] = json!(reference.docker_host);
         }
         self.patch_node(node, "label node", patch).await
     }
