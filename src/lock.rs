@@ -262,8 +262,9 @@ impl LockGuard {
         Self(None)
     }
 
-    /// A guard for a run's locks, none held yet.
-    fn guarding() -> Self {
+    /// A guard for a run's locks, none held yet: it allows nothing until [`PoolLocks`] takes
+    /// one.
+    pub fn guarding() -> Self {
         Self(Some(Arc::default()))
     }
 

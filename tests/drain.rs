@@ -318,3 +318,19 @@ async fn attached_volumes_are_the_nodes_own_and_its_volume_attachments_and_a_403
     let list = fake.requests_matching("GET", "/apis/storage.k8s.io/v1/volumeattachments");
     assert_eq!(list.len(), 3, "a refusal is not asked again: {list:?}");
 }
+
+#[tokio::test]
+async fn no_pod_is_evicted_while_the_pool_s_lock_is_not_known_to_be_held() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").owned_by("ReplicaSet", "web"));
+    // A run's guard without the pool's lock (lost, or not renewed within its deadline).
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::guarding())).await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("pod default/web-1: not evicted: the lock of pool workers is not known to be held"),
+        "{message}"
+    );
+    assert!(fake.evictions().is_empty(), "{:?}", fake.evictions());
+    assert!(fake.pod("default", "web-1").is_some());
+}

@@ -111,3 +111,23 @@ async fn a_recorded_name_that_is_not_the_pools_instance_is_ignored() {
     cluster.release("p", &held).await.unwrap();
     assert!(lease_of(&fake).is_none());
 }
+
+#[tokio::test]
+async fn a_lease_is_taken_over_only_while_it_is_the_very_record_the_standby_saw() {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
+    let held = cluster.acquire("p", "poolctl watch (pid 1 on here)", LEASE, None).await.unwrap();
+    let seen = cluster.inspect("p").await.unwrap().expect("held");
+    assert_eq!(seen.lease, Some(LEASE), "the record says its lease");
+    // Renewed after the standby looked: the record it saw is gone, and nothing is taken over.
+    cluster.renew("p", &held, LEASE).await.unwrap();
+    let refused =
+        cluster.acquire("p", "poolctl watch (pid 2 on there)", LEASE, Some(&seen)).await.unwrap_err();
+    let LockError::Held { record, .. } = refused else { panic!("{refused}") };
+    assert_ne!(*record, seen);
+    assert_eq!(holder(&fake).as_deref(), Some("poolctl watch (pid 1 on here)"));
+    // The record as it is now, named as the one that lapsed, is taken over.
+    let taken = cluster.acquire("p", "poolctl watch (pid 2 on there)", LEASE, Some(&record)).await.unwrap();
+    assert_eq!(holder(&fake).as_deref(), Some("poolctl watch (pid 2 on there)"));
+    cluster.release("p", &taken).await.unwrap();
+}
