@@ -15,6 +15,28 @@
 //! out, so that the run stops before another actor could take the lock over. A blip of the API
 //! server or of Docker therefore costs nothing (the numbers are at `LockSettings::renew_deadline`).
 //!
+//! A renewal attempt may take until the renew deadline to answer (client-go cancels at
+//! `RenewDeadline`, not at `RetryPeriod`): a slow API server that answers in 4s keeps the lock.
+//!
+//! Expiry is judged the way client-go's leader election judges it (`observedRecord` and
+//! `observedTime`), never by comparing this machine's wall clock with the expiry the holder wrote
+//! by its own: a standby remembers, per pool, the lock record it last read and when, by its own
+//! monotonic clock, it first read that very record ([`Observations`]). It takes the lock over
+//! only once that record has stayed unchanged for the record's lease (the run's own, for a lock
+//! that does not say), and then only that record: the backend refuses if it changed meanwhile.
+//! A holder renews every third of its lease, changing the record each time, so a live holder is
+//! never taken over, however far apart the two machines' clocks are. The cost: a lock whose
+//! holder was killed is taken over a full lease after this run first saw it, not at once, so
+//! `apply` needs a `--lock-timeout` at least that long to take one over. `poolctl unlock` stays
+//! the user's explicit override: it removes the lock as it finds it, without any wait.
+//!
+//! What the run does under its locks is guarded too: before every irreversible call (an
+//! eviction, a container stop or removal, a Node deletion) the executor and the drain ask the
+//! [`LockGuard`] whether the lock of the pool was renewed within its renew deadline, counted
+//! from the start of its last successful renewal on the monotonic clock. If not, the call is not
+//! made and the step fails: the lock is not known to be held, and another actor may take it
+//! over soon.
+//!
 //! This is a plain guard: acquire, renew while work runs, release. Which pools to lock, and
 //! planning again once they are held, is the rollout's business ([`crate::rollout`]).
 
@@ -22,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io::Write;
 use std::pin::pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -43,9 +65,15 @@ pub const LEASE_ENV: &str = "POOLCTL_LOCK_LEASE";
 /// Why the locks could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockFailure {
-    /// Another actor holds a lock (still, after waiting `waited`).
-    #[error("pool {pool} is locked by {}{}", holder.describe(SystemTime::now()), waited_for(*waited))]
-    Held { pool: String, holder: LockHolder, waited: Duration },
+    /// Another actor holds a lock (still, after waiting `waited`). This run saw its record
+    /// unchanged for `seen`, and takes it over only once it has for `lease`.
+    #[error(
+        "pool {pool} is locked by {}{}{}",
+        holder.describe(SystemTime::now()),
+        waited_for(*waited),
+        not_seen_lapse(holder, *seen, *lease)
+    )]
+    Held { pool: String, holder: Box<LockHolder>, waited: Duration, seen: Duration, lease: Duration },
     /// The backend could not take it.
     #[error("cannot take the lock of pool {pool}")]
     Backend {
@@ -69,7 +97,26 @@ fn waited_for(waited: Duration) -> String {
     }
 }
 
-/// How this run takes locks.
+/// For a lock that looks lapsed by its holder's own figure: why it was not taken over all the
+/// same.
+fn not_seen_lapse(holder: &LockHolder, seen: Duration, lease: Duration) -> String {
+    if !holder.expired(SystemTime::now()) {
+        return String::new();
+    }
+    format!(
+        "; it looks expired by its holder's clock, but a run takes a lock over only once it has \
+         seen it unchanged for its lease ({}) by its own clock, and this run saw it so for {}",
+        show(lease),
+        show(Duration::from_secs(seen.as_secs()))
+    )
+}
+
+/// How this run takes locks, and what it saw of the locks others hold.
+///
+/// Whoever owns the settings owns the observations: an `apply` for its one rollout, `watch` for
+/// its whole life (one value, made when it starts, for every reconcile), so that a standby
+/// replica keeps counting how long it has seen a record unchanged from one reconcile to the
+/// next. A clone shares the observations.
 #[derive(Debug, Clone)]
 pub struct LockSettings {
     /// The holder identity written into the locks (see [`holder_identity`]).
@@ -78,6 +125,8 @@ pub struct LockSettings {
     pub lease: Duration,
     /// How long to wait for a lock another actor holds (`--lock-timeout`); zero fails at once.
     pub timeout: Duration,
+    /// The lock records this process saw others hold, and since when.
+    pub observed: Arc<Observations>,
 }
 
 impl LockSettings {
@@ -95,7 +144,7 @@ impl LockSettings {
             }
             _ => DEFAULT_LEASE,
         };
-        Ok(Self { who: holder_identity(command), lease, timeout })
+        Ok(Self { who: holder_identity(command), lease, timeout, observed: Arc::default() })
     }
 
     /// A lock is renewed three times per lease, so that one failed renewal does not lose it.
@@ -104,21 +153,24 @@ impl LockSettings {
     }
 
     /// How long after the start of its last successful renewal a lock is given up if no renewal
-    /// succeeded since: 4/5 of the lease (12s of 15s). client-go's leader gives up
-    /// `RenewDeadline` (10s) after the start of a renew round, which begins `RetryPeriod` (2s)
-    /// after its last success: 12s after it, 3s before its `LeaseDuration` (15s) runs out. Those
-    /// 3s are the margin for the clocks of the machines involved (another actor judges expiry
-    /// by its own clock), so that this run has given the lock up before another could take it
-    /// over. The renewal due lease/3 after the last leaves lease·7/15 (7s) for retries, which a
-    /// blip of several seconds does not use up.
-    fn renew_deadline(&self) -> Duration {
+    /// succeeded since, and irreversible calls are refused: 4/5 of the lease (12s of 15s).
+    /// client-go's leader gives up `RenewDeadline` (10s) after the start of a renew round, which
+    /// begins `RetryPeriod` (2s) after its last success: 12s after it, 3s before its
+    /// `LeaseDuration` (15s) runs out. A standby takes the lock over only after it saw the record
+    /// of that renewal unchanged for a whole lease, by its own monotonic clock, from a moment
+    /// after this run started that renewal: those 3s are the margin for the two monotonic
+    /// clocks' rates and for the time a read takes, so that this run has given the lock up
+    /// before another could take it over. The renewal due lease/3 after the last leaves lease·7/15
+    /// (7s) for retries, which a blip of several seconds does not use up.
+    pub fn renew_deadline(&self) -> Duration {
         self.lease * 4 / 5
     }
 
-    /// How often a renewal that failed or did not answer is tried again, and how long each try
-    /// may take: client-go's `RetryPeriod` of 2s, or lease/7 for a short lease, so that a few
-    /// tries fit in before the renew deadline (for 15s: at 5s, 7s, 9s and 11s after the last
-    /// success, against a deadline at 12s). Never under [`MIN_RENEW_RETRY`].
+    /// How often a renewal that failed is tried again: client-go's `RetryPeriod` of 2s, or
+    /// lease/7 for a short lease, so that a few tries fit in before the renew deadline (for
+    /// 15s: at 5s, 7s, 9s and 11s after the last success, against a deadline at 12s). Never
+    /// under [`MIN_RENEW_RETRY`]. A try that is slow to answer is not cut short at this period:
+    /// it may run until the renew deadline, as client-go's does.
     fn renew_retry(&self) -> Duration {
         (self.lease / 7).min(MAX_RENEW_RETRY).max(MIN_RENEW_RETRY)
     }
@@ -143,6 +195,108 @@ pub fn holder_identity(command: &str) -> String {
     format!("poolctl {command} (pid {} on {host})", std::process::id())
 }
 
+/// What this process saw of the locks other actors hold, by pool: the record it last read, and
+/// when it first read that very record, by its own monotonic clock (client-go's
+/// `observedRecord` and `observedTime`). A record that changes in any way (another holder, a
+/// renewal, a new resourceVersion or container) starts the count again.
+#[derive(Debug, Default)]
+pub struct Observations(Mutex<BTreeMap<String, Seen>>);
+
+#[derive(Debug)]
+struct Seen {
+    record: LockRecord,
+    since: Instant,
+}
+
+impl Observations {
+    /// Note that `pool`'s lock reads `record` now, and say for how long this process has seen
+    /// that very record.
+    pub fn see(&self, pool: &str, record: &LockRecord) -> Duration {
+        let now = Instant::now();
+        let mut seen = self.table();
+        match seen.get(pool) {
+            Some(s) if s.record == *record => now.saturating_duration_since(s.since),
+            _ => {
+                seen.insert(pool.to_owned(), Seen { record: record.clone(), since: now });
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// The record of `pool`'s lock that this process has seen unchanged for its lease (`lease`
+    /// for a record that names none): the one it may take over.
+    pub fn lapsed(&self, pool: &str, lease: Duration) -> Option<LockRecord> {
+        let seen = self.table();
+        let s = seen.get(pool)?;
+        (s.since.elapsed() >= s.record.lease.unwrap_or(lease)).then(|| s.record.clone())
+    }
+
+    /// Forget `pool`'s lock (this process took it).
+    fn forget(&self, pool: &str) {
+        self.table().remove(pool);
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<String, Seen>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Whether the locks a rollout acts under are known to be held, for whoever is about to make an
+/// irreversible call (the executor, the drain): a cheap handle that [`PoolLocks`] keeps up to
+/// date as it takes, renews and loses locks. A lock is known to be held until its renew
+/// deadline after the start of its last successful renewal, on the monotonic clock.
+#[derive(Debug, Clone)]
+pub struct LockGuard(Option<Arc<Mutex<BTreeMap<String, Fresh>>>>);
+
+/// Until when a held lock is known to be held, and the renew deadline that says so.
+#[derive(Debug, Clone, Copy)]
+struct Fresh {
+    until: Instant,
+    deadline: Duration,
+}
+
+impl LockGuard {
+    /// A guard that allows everything: for what runs without locks (the executor's own tests,
+    /// a drain called directly).
+    pub fn unguarded() -> Self {
+        Self(None)
+    }
+
+    /// A guard for a run's locks, none held yet: it allows nothing until [`PoolLocks`] takes
+    /// one.
+    pub fn guarding() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    /// `Ok` when `pool`'s lock is known to be held right now; else the error that fails the
+    /// step, which must then make no irreversible call.
+    pub fn check(&self, pool: &str) -> Result<(), BackendError> {
+        let Some(locks) = &self.0 else { return Ok(()) };
+        let fresh = locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pool).copied();
+        let why = match fresh {
+            Some(f) if Instant::now() < f.until => return Ok(()),
+            Some(f) => format!("it was not renewed within {} of its last renewal", show(f.deadline)),
+            None => "this run does not hold it (lost, or given up)".to_owned(),
+        };
+        Err(BackendError::Failed(format!(
+            "the lock of pool {pool} is not known to be held: {why}; nothing irreversible is done without it"
+        )))
+    }
+
+    fn renewed(&self, pool: &str, started: Instant, deadline: Duration) {
+        if let Some(locks) = &self.0 {
+            let fresh = Fresh { until: started + deadline, deadline };
+            locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pool.to_owned(), fresh);
+        }
+    }
+
+    fn lost(&self, pool: &str) {
+        if let Some(locks) = &self.0 {
+            locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(pool);
+        }
+    }
+}
+
 /// Where `pool`'s lock lives: in its cluster when its instances are Nodes, else in Docker.
 fn place<'a, C: Locks, K: Locks>(
     containers: &'a C,
@@ -161,10 +315,16 @@ enum Place<'a, C, K> {
 }
 
 impl<C: Locks, K: Locks> Place<'_, C, K> {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
         match self {
-            Self::Docker(d) => d.acquire(pool, who, lease).await,
-            Self::Cluster(k) => k.acquire(pool, who, lease).await,
+            Self::Docker(d) => d.acquire(pool, who, lease, takeover).await,
+            Self::Cluster(k) => k.acquire(pool, who, lease, takeover).await,
         }
     }
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
@@ -217,6 +377,8 @@ pub async fn inspect_lock<C: Locks, K: Locks>(
 }
 
 /// Break `pool`'s lock, if it is still `seen` (a lock that changed hands since is left alone).
+/// This is `poolctl unlock`, the user's explicit override: it does not wait to see the lock
+/// lapse, since the user says its holder is gone.
 pub async fn break_lock<C: Locks, K: Locks>(
     containers: &C,
     clusters: &BTreeMap<String, K>,
@@ -234,6 +396,8 @@ pub struct PoolLocks<'a, C, K> {
     /// Where progress lines go (stdout for the CLI).
     progress: &'a Mutex<Box<dyn Write + Send>>,
     held: Vec<Held>,
+    /// What the executor asks before an irreversible call.
+    guard: LockGuard,
 }
 
 /// One lock taken by this run.
@@ -257,7 +421,12 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         settings: &'a LockSettings,
         progress: &'a Mutex<Box<dyn Write + Send>>,
     ) -> Self {
-        Self { containers, clusters, settings, progress, held: Vec::new() }
+        Self { containers, clusters, settings, progress, held: Vec::new(), guard: LockGuard::guarding() }
+    }
+
+    /// The handle that says whether each lock is known to be held (see [`LockGuard`]).
+    pub fn guard(&self) -> LockGuard {
+        self.guard.clone()
     }
 
     /// The pools whose locks are held.
@@ -281,12 +450,17 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         for pool in missing {
             let (record, renewed) = self.acquire_one(&pool, deadline, interrupt).await?;
             crate::metrics::record(|m| m.lock_held(&pool, true));
+            self.guard.renewed(&pool, renewed, self.settings.renew_deadline());
             self.held.push(Held { pool, record, renewed, lost: false });
         }
         Ok(())
     }
 
     /// Take one lock; with it, when the call that took it started.
+    ///
+    /// A lock another actor holds is read again and again while the `--lock-timeout` lasts, each
+    /// read noted in the observations; once this process has seen the same record for its lease
+    /// (see the module comment), it asks the backend to take over that record.
     async fn acquire_one(
         &self,
         pool: &str,
@@ -294,42 +468,63 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         interrupt: &Interrupt,
     ) -> Result<(LockRecord, Instant), LockFailure> {
         let place = place(self.containers, self.clusters, pool);
-        let (who, lease) = (&self.settings.who, self.settings.lease);
+        let (who, lease, observed) = (&self.settings.who, self.settings.lease, &self.settings.observed);
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         let mut waiting = false;
         loop {
+            let takeover = observed.lapsed(pool, lease);
+            if let Some(lapsed) = &takeover {
+                tracing::info!(
+                    "taking over the expired lock of pool {pool}: {}; this run saw it unchanged for its \
+                     lease ({}) by its own clock",
+                    lapsed.holder.describe(SystemTime::now()),
+                    show(lapsed.lease.unwrap_or(lease))
+                );
+            }
             let started = Instant::now();
-            let holder = match place.acquire(pool, who, lease).await {
+            let record = match place.acquire(pool, who, lease, takeover.as_ref()).await {
                 Ok(record) => {
+                    observed.forget(pool);
                     if waiting {
                         self.say(&format!("took the lock of pool {pool}"));
                     }
                     return Ok((record, started));
                 }
-                Err(LockError::Held { holder, .. }) => holder,
+                Err(LockError::Held { record, .. }) => *record,
                 Err(source) => return Err(LockFailure::Backend { pool: pool.to_owned(), source }),
             };
+            let seen = observed.see(pool, &record);
+            let needed = record.lease.unwrap_or(lease);
+            if seen >= needed && takeover.as_ref() != Some(&record) {
+                // Lapsed by this run's own observation: take it over now.
+                continue;
+            }
             if interrupt.is_set() {
                 return Err(LockFailure::Interrupted { pool: pool.to_owned() });
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(LockFailure::Held {
                     pool: pool.to_owned(),
-                    holder,
+                    holder: Box::new(record.holder),
                     waited: self.settings.timeout,
+                    seen,
+                    lease: needed,
                 });
             }
             if !waiting {
-                let left = deadline - Instant::now();
+                let left = deadline - now;
                 let left =
                     crate::spec::Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
                 self.say(&format!(
                     "waiting up to {left} for the lock of pool {pool}, held by {}",
-                    holder.describe(SystemTime::now())
+                    record.holder.describe(SystemTime::now())
                 ));
                 waiting = true;
             }
-            backoff.wait_until(deadline).await;
+            // Read again after the backoff, or when the record would have stood for its lease.
+            let lapses = now + needed.saturating_sub(seen);
+            backoff.wait_until(if lapses > now { lapses.min(deadline) } else { deadline }).await;
         }
     }
 
@@ -357,10 +552,12 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     async fn keep_renewed(&mut self, interrupt: &Interrupt) {
         let (containers, clusters, settings, progress) =
             (self.containers, self.clusters, self.settings, self.progress);
+        let guard = &self.guard;
         let renewing = self.held.iter_mut().filter(|h| !h.lost).map(|held| {
             let place = place(containers, clusters, &held.pool);
             async move {
-                let why = renew_until_lost(&place, held, settings).await;
+                let why = renew_until_lost(&place, held, settings, guard).await;
+                guard.lost(&held.pool);
                 held.lost = true;
                 crate::metrics::record(|m| m.lock_held(&held.pool, false));
                 interrupt.stop(StopReason::LockLost);
@@ -379,6 +576,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
         for Held { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
+            self.guard.lost(pool);
             crate::metrics::record(|m| m.lock_held(pool, false));
             if let Some(cluster) = self.clusters.get(pool)
                 && let Err(e) = self.settle_joining(cluster, record).await
@@ -434,18 +632,20 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     }
 }
 
-/// Renew `held` every [`LockSettings::renew_every`] until it is lost, and say why it was.
+/// Renew `held` every [`LockSettings::renew_every`] until it is lost, and say why it was;
+/// `guard` learns of every successful renewal.
 ///
 /// A renewal that fails for a reason the backend does not call [`LockError::Lost`] (an API
-/// server answering 503, Docker refusing a connection) or that does not answer is tried again
-/// every [`LockSettings::renew_retry`], each try bounded by that period and by the renew
-/// deadline, until one succeeds. The lock is lost when the backend says it is no longer this
-/// run's, or when no try is left before the renew deadline, which falls before the lease runs
-/// out (see [`LockSettings::renew_deadline`]).
+/// server answering 503, Docker refusing a connection) is tried again every
+/// [`LockSettings::renew_retry`] until one succeeds. A try that is slow to answer may take until
+/// the renew deadline. The lock is lost when the backend says it is no longer this run's, or
+/// when no try succeeded by the renew deadline, which falls before the lease runs out (see
+/// [`LockSettings::renew_deadline`]).
 async fn renew_until_lost<C: Locks, K: Locks>(
     place: &Place<'_, C, K>,
     held: &mut Held,
     settings: &LockSettings,
+    guard: &LockGuard,
 ) -> String {
     let (lease, retry) = (settings.lease, settings.renew_retry());
     loop {
@@ -456,21 +656,18 @@ async fn renew_until_lost<C: Locks, K: Locks>(
         loop {
             let started = Instant::now();
             let next = started + retry;
-            let failed = match timeout_at(next.min(give_up), place.renew(&held.pool, &held.record, lease))
-                .await
-            {
+            let failed = match timeout_at(give_up, place.renew(&held.pool, &held.record, lease)).await {
                 Ok(Ok(renewed)) => {
                     held.record = renewed;
                     held.renewed = started;
+                    guard.renewed(&held.pool, started, settings.renew_deadline());
                     break;
                 }
                 Ok(Err(LockError::Lost { why, .. })) => return why,
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => {
-                    format!("no answer within {}", show(next.min(give_up).saturating_duration_since(started)))
-                }
+                Err(_) => format!("no answer within {}", show(give_up.saturating_duration_since(started))),
             };
-            if next >= give_up {
+            if next >= give_up || Instant::now() >= give_up {
                 return format!(
                     "it could not be renewed within {} of its last renewal, and lapses {} after it \
                      ({failed})",
@@ -530,7 +727,7 @@ mod tests {
     }
 
     fn settings(lease: Duration, timeout: Duration) -> LockSettings {
-        LockSettings { who: "poolctl test (pid 1 on here)".into(), lease, timeout }
+        LockSettings { who: "poolctl test (pid 1 on here)".into(), lease, timeout, observed: Arc::default() }
     }
 
     /// A world with a container pool `w` and a node pool `k`, whose locks a rollout takes.
@@ -641,21 +838,211 @@ mod tests {
         assert_eq!(left, ["docker/w"], "the other run keeps its lock; ours is released");
     }
 
-    #[tokio::test]
-    async fn an_expired_lock_is_taken_over() {
+    /// Another machine's lock on pool `w`, whose clock is an hour off: by its own figure it
+    /// lapsed long ago.
+    fn skewed_lock(fake: &FakeWorld) {
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        fake.hold_lock("docker", "w", "poolctl watch (pid 9 on there)", an_hour_ago);
+    }
+
+    fn record(version: &str, lease: Option<Duration>) -> LockRecord {
+        let holder = LockHolder {
+            who: "poolctl watch (pid 9 on there)".into(),
+            since: SystemTime::UNIX_EPOCH,
+            expires: SystemTime::UNIX_EPOCH,
+        };
+        LockRecord { holder, version: version.into(), lease }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_lapses_once_seen_unchanged_for_its_lease_and_a_change_starts_the_count_again() {
+        let observed = Observations::default();
+        let first = record("v1", Some(Duration::from_secs(10)));
+        assert_eq!(observed.see("w", &first), Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(observed.see("w", &first), Duration::from_secs(9));
+        // The record's own lease counts, not the run's (a minute here).
+        assert_eq!(observed.lapsed("w", LONG), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(observed.lapsed("w", LONG), Some(first.clone()));
+        assert_eq!(observed.lapsed("k", LONG), None, "another pool's lock was never seen");
+        // Renewed: a new version; seen for no time at all.
+        let renewed = record("v2", Some(Duration::from_secs(10)));
+        assert_eq!(observed.see("w", &renewed), Duration::ZERO);
+        assert_eq!(observed.lapsed("w", LONG), None);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(observed.lapsed("w", LONG), Some(renewed));
+        // A record that names no lease goes by the run's.
+        let silent = record("v3", None);
+        observed.see("w", &silent);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(observed.lapsed("w", LONG), None);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(observed.lapsed("w", LONG), Some(silent));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_expired_by_its_holder_s_clock_is_not_taken_over_before_this_run_saw_it_for_a_lease() {
         let fake = scene();
-        fake.hold_lock(
-            "docker",
-            "w",
-            "poolctl apply (pid 9 on there)",
-            SystemTime::now() - Duration::from_secs(1),
-        );
+        skewed_lock(&fake);
         let clusters = clusters(&fake).await;
         let (out, _) = progress();
-        let settings = settings(LONG, Duration::ZERO);
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
         let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let err = locks.acquire(&pools(), &Interrupt::default()).await.unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("(by its holder's clock, expired 1h"), "{message}");
+        assert!(
+            message.ends_with(
+                "; it looks expired by its holder's clock, but a run takes a lock over only once it has \
+                 seen it unchanged for its lease (15s) by its own clock, and this run saw it so for 0s"
+            ),
+            "{message}"
+        );
+        assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl watch (pid 9 on there)");
+        locks.release().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_lock_timeout_a_lock_left_unchanged_for_a_lease_is_taken_over() {
+        let fake = scene();
+        skewed_lock(&fake);
+        let left = fake.locks()["docker/w"].clone();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, LONG);
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let start = Instant::now();
         locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
+        let waited = start.elapsed();
+        assert!((DEFAULT_LEASE..DEFAULT_LEASE + Duration::from_secs(1)).contains(&waited), "{waited:?}");
         assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+        assert_ne!(fake.locks()["docker/w"].version, left.version);
+        assert!(text(&buf).contains("took the lock of pool w"), "{}", text(&buf));
+        locks.release().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_keeps_renewing_is_never_taken_over_however_its_clock_reads() {
+        let fake = scene();
+        skewed_lock(&fake);
+        let clusters = clusters(&fake).await;
+        let (out, _) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::from_secs(40));
+        let mut locks = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let start = Instant::now();
+        // The holder renews at 10s and 20s (its clock still an hour behind), then is gone.
+        let holder = async {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                fake.renew_lock("docker", "w", SystemTime::now() - Duration::from_secs(3600));
+            }
+        };
+        let (wanted, interrupt) = (pools(), Interrupt::default());
+        let (taken, ()) = tokio::join!(locks.acquire(&wanted, &interrupt), holder);
+        taken.unwrap();
+        // Seen unchanged from its last renewal at 20s on, for a lease: taken at 35s, not before.
+        let elapsed = start.elapsed();
+        assert!((Duration::from_secs(35)..Duration::from_secs(37)).contains(&elapsed), "{elapsed:?}");
+        assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+        locks.release().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_keeps_what_it_saw_from_one_rollout_to_the_next() {
+        let fake = scene();
+        skewed_lock(&fake);
+        let clusters = clusters(&fake).await;
+        let (out, _) = progress();
+        // As watch: no waiting, one settings value for every reconcile.
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let wanted = BTreeSet::from(["w".to_owned()]);
+        let mut first = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let Err(LockFailure::Held { seen, lease, .. }) = first.acquire(&wanted, &Interrupt::default()).await
+        else {
+            panic!("held")
+        };
+        assert_eq!((seen, lease), (Duration::ZERO, DEFAULT_LEASE));
+        first.release().await;
+        tokio::time::advance(Duration::from_secs(14)).await;
+        let mut second = PoolLocks::new(&fake, &clusters, &settings, &out);
+        let Err(LockFailure::Held { seen, .. }) = second.acquire(&wanted, &Interrupt::default()).await else {
+            panic!("still held at 14s")
+        };
+        assert_eq!(seen, Duration::from_secs(14));
+        second.release().await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut third = PoolLocks::new(&fake, &clusters, &settings, &out);
+        third.acquire(&wanted, &Interrupt::default()).await.unwrap();
+        assert_eq!(fake.locks()["docker/w"].holder.who, "poolctl test (pid 1 on here)");
+        third.release().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_not_renewed_within_its_renew_deadline_is_not_known_to_be_held() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, _) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let guard = locks.guard();
+        assert!(guard.check("w").is_ok() && guard.check("k").is_ok());
+        let err = guard.check("q").unwrap_err().to_string();
+        assert!(
+            err.contains("the lock of pool q is not known to be held: this run does not hold it"),
+            "{err}"
+        );
+        // Nothing renews it (no work is held): 12s after it was taken, it is not known to be held.
+        tokio::time::advance(Duration::from_millis(11_999)).await;
+        assert!(guard.check("w").is_ok());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let err = guard.check("w").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the lock of pool w is not known to be held: it was not renewed within 12s of its last \
+             renewal; nothing irreversible is done without it"
+        );
+        // A renewal makes it known again, for another renew deadline from its start.
+        let interrupt = Interrupt::default();
+        let renewed = async {
+            while count(&fake, "renew w") < 1 {
+                tokio::task::yield_now().await;
+            }
+        };
+        locks.hold_while(&interrupt, renewed).await;
+        assert!(guard.check("w").is_ok());
+        locks.release().await;
+        assert!(guard.check("w").is_err(), "a released lock is not held");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_answered_after_4s_keeps_the_lock() {
+        let fake = scene();
+        let clusters = clusters(&fake).await;
+        let (out, buf) = progress();
+        let settings = settings(DEFAULT_LEASE, Duration::ZERO);
+        let mut locks = locked_for_15s(&fake, &clusters, &settings, &out).await;
+        let guard = locks.guard();
+        let start = Instant::now();
+        // k's API server answers every renewal, 4s late: past the 2s retry period, within the
+        // renew deadline.
+        fake.slow("renew k", Duration::from_secs(4));
+        let interrupt = Interrupt::default();
+        let work = async {
+            while count(&fake, "renew k") < 3 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // The third, made at 15s (each round 5s after the start of the last), answers at 19s.
+            tokio::time::sleep(Duration::from_millis(4500)).await;
+        };
+        tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
+        assert!(start.elapsed() >= Duration::from_secs(19));
+        assert!(!interrupt.is_set(), "a slow server loses nothing: {:?}", interrupt.reason());
+        assert_eq!(text(&buf), "", "nothing was lost");
+        assert_eq!(count(&fake, "renew k"), 3, "one try per round, none cut short: {:?}", fake.calls());
+        assert!(guard.check("k").is_ok(), "renewed at 15s, known to be held until 27s");
+        locks.release().await;
+        assert!(fake.locks().is_empty(), "{:?}", fake.locks());
     }
 
     #[tokio::test]
@@ -872,14 +1259,14 @@ mod tests {
             }
         };
         tokio::time::timeout(LONG, locks.hold_while(&interrupt, work)).await.expect("the work ends");
-        // Tried at 5s, 7s, 9s and 11s, each given up after 2s, the last at the deadline; w was
+        // Tried at 5s, and given the time until the renew deadline at 12s to answer; w was
         // renewed at 5s and 10s all the same.
-        assert_eq!(count(&fake, "renew k"), 4, "{:?}", fake.calls());
+        assert_eq!(count(&fake, "renew k"), 1, "{:?}", fake.calls());
         assert_eq!(count(&fake, "renew w"), 2, "{:?}", fake.calls());
         assert_eq!(
             text(&buf),
             "lost the lock of pool k: it could not be renewed within 12s of its last renewal, and \
-             lapses 15s after it (no answer within 1s); stopping at the next step boundary\n"
+             lapses 15s after it (no answer within 7s); stopping at the next step boundary\n"
         );
         assert_eq!(locks.pools(), BTreeSet::from(["w"]));
         locks.release().await;

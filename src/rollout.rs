@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
 use crate::cancel::Interrupt;
 use crate::execute::{Executor, PreflightError, ProgressUi, Report};
-use crate::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
+use crate::lock::{LockFailure, LockGuard, LockSettings, PoolLocks, inspect_locks};
 use crate::model::{Desired, LockHolder, World};
 use crate::observe::{ObserveError, Observed, observe, observe_again};
 use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
@@ -168,7 +168,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             if !plan.has_changes() {
                 return Ok(Ok(Outcome::NothingLeft));
             }
-            let carried = locks.hold_while(self.interrupt, Box::pin(self.carry_out(&plan))).await;
+            let guard = locks.guard();
+            let carried = locks.hold_while(self.interrupt, Box::pin(self.carry_out(&plan, &guard))).await;
             carried.map(|report| Ok(Outcome::Done(report)))
         }
         .await;
@@ -200,8 +201,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
     /// [`Rollout::run`] does once its check passed). Between batches the world is
     /// observed again and the rest planned again from it: a new instance that died after it
     /// came up, or an instance someone removed, changes what the next batch may safely retire,
-    /// and a plan made before the first batch cannot know that.
-    pub async fn carry_out(&self, plan: &Plan) -> Result<Report, RolloutError> {
+    /// and a plan made before the first batch cannot know that. No irreversible call is made
+    /// unless `guard` says the pool's lock is known to be held.
+    pub async fn carry_out(&self, plan: &Plan, guard: &LockGuard) -> Result<Report, RolloutError> {
         self.tell(plan, |pool| {
             let created = pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
             let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
@@ -213,7 +215,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             Some(("RolloutStarted", note))
         })
         .await;
-        let result = self.carry_out_batches(plan).await;
+        let result = self.carry_out_batches(plan, guard).await;
         self.tell(plan, |pool| match &result {
             Ok(report) => {
                 if let Some(f) = report.failure() {
@@ -238,11 +240,12 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         futures::future::join_all(tells).await;
     }
 
-    async fn carry_out_batches(&self, plan: &Plan) -> Result<Report, RolloutError> {
+    async fn carry_out_batches(&self, plan: &Plan, guard: &LockGuard) -> Result<Report, RolloutError> {
         // A pool rolled back is created from its previous template.
         let desired = plan.desired_for(self.desired);
         let executor = Executor::new(&desired, self.containers, self.clusters, self.progress, self.interrupt)
-            .with_ui(self.ui);
+            .with_ui(self.ui)
+            .with_lock_guard(guard.clone());
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most

@@ -14,6 +14,7 @@ use poolctl::model::{DrainAction, Pdb, Pod};
 use poolctl::spec::DrainBehavior::{Drain, Skip};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
+use poolctl::lock::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -103,7 +104,8 @@ async fn a_pdb_that_selects_by_expressions_holds_the_drain_up() {
     assert_eq!(shown["default/web-1"], ["default/web"], "the preview sees the budget");
     assert!(shown["default/canary-1"].is_empty(), "NotIn leaves the canary out");
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/web-1") && what.contains("The disruption budget web"), "{what}");
     assert!(fake.pod("default", "web-1").is_some(), "no budget is bypassed");
@@ -132,7 +134,7 @@ async fn a_pod_under_two_pdbs_fails_the_drain_at_once_naming_both() {
 
     // The drain timeout is longer than the hang guard: only a drain that fails without waiting
     // for it gets an answer here.
-    let err = bounded(cluster.drain("n", 2 * LIMIT, &[])).await.unwrap_err();
+    let err = bounded(cluster.drain("n", 2 * LIMIT, &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(
         message.contains("pod default/queue-0: not evicted: 2 PodDisruptionBudgets cover it (default/queue, default/shared)"),
@@ -160,7 +162,7 @@ async fn an_orphaned_daemonset_pod_is_evicted_and_a_managed_one_is_left() {
     assert_eq!(orphaned, [("logs-n", true), ("proxy-n", false)]);
     assert_eq!(preview(&cluster).await.into_keys().collect::<Vec<_>>(), ["kube-system/logs-n"]);
 
-    bounded(cluster.drain("n", Duration::from_secs(10), &[])).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(10), &[], &LockGuard::unguarded())).await.unwrap();
     assert_eq!(evicted(&fake), ["kube-system/logs-n"]);
     assert!(fake.pod("kube-system", "proxy-n").is_some(), "its DaemonSet would recreate it at once");
 }
@@ -177,7 +179,8 @@ async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_cov
     assert_eq!(shown["team/unlabelled"], ["team/everything"]);
     assert!(shown["free/anything"].is_empty());
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
     assert_eq!(evicted(&fake), ["free/anything"]);
@@ -209,7 +212,8 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     assert_eq!(actions["batch"], DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt"));
 
     // While they run, the drain waits for them (and says which), and evicts neither.
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(
         what.contains("pod default/job-1 (labelled cluster.x-k8s.io/drain=wait-completed): not evicted (wait-completed), and still running"),
@@ -226,7 +230,8 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
         s.requests().iter().filter(watch).count()
     };
     let before = watches(&fake.store());
-    let draining = cluster.drain("n", LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", LIMIT, &[], &guard);
     let finish = async {
         fake.wait_until(|s| watches(s) > before).await;
         assert!(fake.complete_pod("default", "job-1", "Succeeded"));
@@ -270,12 +275,14 @@ async fn drain_rules_evict_group_by_group_each_gone_before_the_next_starts() {
 
     // While a budget holds the first group, no later group starts.
     fake.put_pdb_object(strict_pdb("default", "web", Some(by_labels(&[("app", "web")]))));
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &rules)).await.unwrap_err();
+    let err = bounded(cluster.drain("n", Duration::from_secs(2), &rules, &LockGuard::unguarded()))
+        .await
+        .unwrap_err();
     assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
     assert!(evicted(&fake).is_empty(), "{:?}", evicted(&fake));
 
     assert!(fake.delete_pdb("default", "web"));
-    bounded(cluster.drain("n", LIMIT, &rules)).await.unwrap();
+    bounded(cluster.drain("n", LIMIT, &rules, &LockGuard::unguarded())).await.unwrap();
     let done: Vec<_> = fake.evictions().into_iter().filter(|e| e.status == 201).collect();
     let order: Vec<&str> = done.iter().map(|e| e.pod.as_str()).collect();
     assert_eq!(order, ["web-1", "ingress-1", "logs-1"], "group by group; the cache is skipped");
@@ -310,4 +317,20 @@ async fn attached_volumes_are_the_nodes_own_and_its_volume_attachments_and_a_403
     assert!(err.contains("poolctl.dev/exclude-wait-for-node-volume-detach"), "{err}");
     let list = fake.requests_matching("GET", "/apis/storage.k8s.io/v1/volumeattachments");
     assert_eq!(list.len(), 3, "a refusal is not asked again: {list:?}");
+}
+
+#[tokio::test]
+async fn no_pod_is_evicted_while_the_pool_s_lock_is_not_known_to_be_held() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").owned_by("ReplicaSet", "web"));
+    // A run's guard without the pool's lock (lost, or not renewed within its deadline).
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::guarding())).await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("pod default/web-1: not evicted: the lock of pool workers is not known to be held"),
+        "{message}"
+    );
+    assert!(fake.evictions().is_empty(), "{:?}", fake.evictions());
+    assert!(fake.pod("default", "web-1").is_some());
 }

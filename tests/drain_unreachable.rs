@@ -11,6 +11,7 @@ use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder, Store};
+use poolctl::lock::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -106,7 +107,7 @@ async fn on_an_unreachable_node_an_evicted_pod_is_left_terminating_once_overdue(
 
     // The drain timeout is longer than the hang guard: only a drain that stops waiting for the
     // pod gets an answer here.
-    bounded(cluster.drain("n", 2 * LIMIT, &[])).await.expect("drained");
+    bounded(cluster.drain("n", 2 * LIMIT, &[], &LockGuard::unguarded())).await.expect("drained");
 
     assert_eq!(eviction_answers(&fake, "stuck"), [201], "evicted all the same");
     let pod = fake.pod("default", "stuck").expect("still there: nobody confirmed its end");
@@ -126,7 +127,8 @@ async fn on_a_node_whose_kubelet_answers_an_overdue_pod_is_waited_for_until_it_i
     fake.add_pod(&stuck_for_a_minute());
     let (logs, _guard) = Logs::capture();
 
-    let draining = cluster.drain("n", LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", LIMIT, &[], &guard);
     let end_it = async {
         fake.wait_until(evicted_and_watched).await;
         assert!(fake.finish_termination("default", "stuck"), "still terminating when its kubelet ends it");
@@ -146,7 +148,8 @@ async fn a_not_ready_node_still_has_a_kubelet_and_its_pods_are_waited_for_until_
     fake.add_pod(&stuck_for_a_minute());
     let (logs, _guard) = Logs::capture();
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/stuck: evicted but still present"), "{what}");
     assert_eq!(eviction_answers(&fake, "stuck"), [201]);
@@ -159,7 +162,8 @@ async fn a_node_that_becomes_unreachable_during_the_drain_is_read_again_and_its_
     fake.add_pod(&stuck_for_a_minute());
     let (logs, _guard) = Logs::capture();
 
-    let draining = cluster.drain("n", 2 * LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", 2 * LIMIT, &[], &guard);
     let silence = async {
         fake.wait_until(evicted_and_watched).await;
         fake.set_node_unreachable("n");
@@ -183,7 +187,8 @@ async fn an_unreachable_node_bypasses_no_pod_disruption_budget() {
     fake.set_node_unreachable("n");
     let (logs, _guard) = Logs::capture();
 
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &[])).await.unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("no PodDisruptionBudget was bypassed"), "{what}");
     assert!(

@@ -8,6 +8,7 @@ use poolctl::backend::Cluster;
 use poolctl::backend::kube::KubeCluster;
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
+use poolctl::lock::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -47,7 +48,8 @@ async fn evicted_and_watched(fake: &FakeKube) {
 #[tokio::test]
 async fn a_drain_ends_when_its_watch_reports_the_pod_gone_without_asking_after_the_pod() {
     let (fake, cluster) = setup();
-    let draining = cluster.drain("n", LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", LIMIT, &[], &guard);
     let end_it = async {
         evicted_and_watched(&fake).await;
         assert!(fake.finish_termination("default", "slow"));
@@ -74,7 +76,8 @@ async fn a_drain_ends_when_its_watch_reports_the_pod_gone_without_asking_after_t
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watch_cut_off_mid_drain_is_followed_by_a_new_look_and_the_drain_still_ends() {
     let (fake, cluster) = setup();
-    let draining = cluster.drain("n", LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", LIMIT, &[], &guard);
     let outage = async {
         evicted_and_watched(&fake).await;
         // Closes the open watch; nothing answers until the server is back.
@@ -105,7 +108,8 @@ async fn a_watch_cut_off_mid_drain_is_followed_by_a_new_look_and_the_drain_still
 async fn credentials_that_may_not_watch_pods_make_the_drain_list_them_again_instead() {
     let (fake, cluster) = setup();
     fake.refuse_watches(true);
-    let draining = cluster.drain("n", LIMIT, &[]);
+    let guard = LockGuard::unguarded();
+    let draining = cluster.drain("n", LIMIT, &[], &guard);
     let end_it = async {
         let refused = |s: &crate::support::fake_kube::Store| {
             let terminating =

@@ -29,7 +29,7 @@ fn holder(fake: &FakeKube) -> Option<String> {
 async fn a_renewal_keeps_what_was_recorded_beside_it_and_a_release_keeps_the_record() {
     let fake = FakeKube::start(FakeKubeOptions::default());
     let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
-    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE).await.unwrap();
+    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE, None).await.unwrap();
     cluster.note_joining("p-0123456789-abcde").await.unwrap();
     cluster.note_joining("p-0123456789-fghij").await.unwrap();
 
@@ -50,7 +50,7 @@ async fn a_renewal_keeps_what_was_recorded_beside_it_and_a_release_keeps_the_rec
 
     // The next run takes the lock over the record, keeps it, and once it forgot the last name
     // its release deletes the Lease.
-    let next = cluster.acquire("p", "poolctl apply (pid 2 on here)", LEASE).await.unwrap();
+    let next = cluster.acquire("p", "poolctl apply (pid 2 on here)", LEASE, None).await.unwrap();
     assert_eq!(recorded(&fake), ["p-0123456789-fghij"]);
     cluster.forget_joining(&["p-0123456789-fghij".to_owned()]).await.unwrap();
     cluster.release("p", &next).await.unwrap();
@@ -61,7 +61,7 @@ async fn a_renewal_keeps_what_was_recorded_beside_it_and_a_release_keeps_the_rec
 async fn a_broken_lock_keeps_its_record_and_its_holder_learns_it_lost_the_lock() {
     let fake = FakeKube::start(FakeKubeOptions::default());
     let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
-    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE).await.unwrap();
+    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE, None).await.unwrap();
     cluster.note_joining("p-0123456789-abcde").await.unwrap();
 
     // `poolctl unlock` breaks the lock as it sees it.
@@ -75,7 +75,7 @@ async fn a_broken_lock_keeps_its_record_and_its_holder_learns_it_lost_the_lock()
     assert_eq!(cluster.joining(&held).await.unwrap(), None, "no longer this run's record to tidy");
 
     // Another run took it since: the first run's release leaves that one alone.
-    let other = cluster.acquire("p", "poolctl apply (pid 2 on here)", LEASE).await.unwrap();
+    let other = cluster.acquire("p", "poolctl apply (pid 2 on here)", LEASE, None).await.unwrap();
     let refused = cluster.release("p", &held).await.unwrap_err();
     assert!(matches!(&refused, LockError::Lost { why, .. } if why.contains("pid 2")), "{refused}");
     assert_eq!(holder(&fake).as_deref(), Some("poolctl apply (pid 2 on here)"));
@@ -101,7 +101,7 @@ async fn a_recorded_name_that_is_not_the_pools_instance_is_ignored() {
     let fake = FakeKube::start(FakeKubeOptions::default());
     fake.add_node("kind-control-plane", true);
     let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
-    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE).await.unwrap();
+    let held = cluster.acquire("p", "poolctl apply (pid 1 on here)", LEASE, None).await.unwrap();
     // A hand-edited annotation naming another Node: never looked up, never the pool's.
     cluster.note_joining("kind-control-plane").await.unwrap();
     assert_eq!(cluster.joining(&held).await.unwrap(), Some(Vec::new()));
@@ -110,4 +110,24 @@ async fn a_recorded_name_that_is_not_the_pools_instance_is_ignored() {
     // Nothing of the pool's left to record: the release deletes the Lease.
     cluster.release("p", &held).await.unwrap();
     assert!(lease_of(&fake).is_none());
+}
+
+#[tokio::test]
+async fn a_lease_is_taken_over_only_while_it_is_the_very_record_the_standby_saw() {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap();
+    let held = cluster.acquire("p", "poolctl watch (pid 1 on here)", LEASE, None).await.unwrap();
+    let seen = cluster.inspect("p").await.unwrap().expect("held");
+    assert_eq!(seen.lease, Some(LEASE), "the record says its lease");
+    // Renewed after the standby looked: the record it saw is gone, and nothing is taken over.
+    cluster.renew("p", &held, LEASE).await.unwrap();
+    let refused =
+        cluster.acquire("p", "poolctl watch (pid 2 on there)", LEASE, Some(&seen)).await.unwrap_err();
+    let LockError::Held { record, .. } = refused else { panic!("{refused}") };
+    assert_ne!(*record, seen);
+    assert_eq!(holder(&fake).as_deref(), Some("poolctl watch (pid 1 on here)"));
+    // The record as it is now, named as the one that lapsed, is taken over.
+    let taken = cluster.acquire("p", "poolctl watch (pid 2 on there)", LEASE, Some(&record)).await.unwrap();
+    assert_eq!(holder(&fake).as_deref(), Some("poolctl watch (pid 2 on there)"));
+    cluster.release("p", &taken).await.unwrap();
 }

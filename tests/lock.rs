@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::support::cli::{Run, poolctl};
+use crate::support::cli::{Process, Run, Stream, poolctl};
 use crate::support::docker::{CASE_LABEL, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, KubeletOptions, LeaseWrite};
 
@@ -525,4 +525,80 @@ async fn a_second_apply_while_the_first_bootstraps_a_new_pool_names_its_lock_or_
 #[tokio::test]
 async fn a_second_apply_while_the_first_bootstraps_a_new_pool_of_nodes_names_its_lease_or_waits() {
     a_second_apply_on_a_new_pool(true).await;
+}
+
+/// Where libfaketime is installed (`apt-get install faketime`), if it is.
+fn libfaketime() -> Option<String> {
+    let out = Command::new("dpkg").args(["-L", "libfaketime"]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.ends_with("/libfaketime.so.1"))
+        .map(str::to_owned)
+        .filter(|path| std::path::Path::new(path).exists())
+}
+
+/// Two `poolctl watch` replicas on one pool of Nodes, one of them with its wall clock 40s ahead
+/// (libfaketime; the monotonic clock is left alone). The replica on time holds the Lease and
+/// rolls a new template out; by the fast one's clock that Lease lapsed long ago, but it sees the
+/// Lease renewed again and again, so it stands by: it never writes the Lease while the other
+/// holds it, and creates, stops and removes nothing.
+#[tokio::test]
+async fn two_watch_replicas_whose_clocks_differ_by_40s_never_act_at_once() {
+    let Some(faketime) = libfaketime() else {
+        // .ci/run installs it: CI never skips this test.
+        assert!(!crate::support::docker::in_ci(), "CI is set but libfaketime is not installed");
+        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+        return;
+    };
+    let Some(s) = Scene::new(true).await else { return };
+    s.start();
+    s.write(2, true);
+    let watch = |ahead: bool| {
+        let mut cmd = s.command("watch", &["--resync", "1h"]);
+        if ahead {
+            cmd.env("FAKETIME", "+40s").env("FAKETIME_DONT_FAKE_MONOTONIC", "1").env("LD_PRELOAD", &faketime);
+        }
+        Process::spawn(cmd)
+    };
+    let mut holder = watch(false);
+    holder.wait_until(Stream::Stdout, "bootstrap under way", |l| {
+        l.contains("] bootstrap ") && l.ends_with("...")
+    });
+    let mut standby = watch(true);
+    let (holder_pid, standby_pid) =
+        (format!("(pid {} on ", holder.pid()), format!("(pid {} on ", standby.pid()));
+    // It looks again when it would have seen the same record for a lease; each time, the holder
+    // renewed it meanwhile.
+    let first = standby.wait_for(Stream::Stderr, "standing by while the holder carries the changes out");
+    assert!(first.contains(&holder_pid), "{first}");
+    // The skew is real: by the standby's clock, the live Lease lapsed over half a minute ago.
+    assert!(first.contains("(by its holder's clock, expired 3"), "{first}");
+    for _ in 0..2 {
+        standby.wait_for(Stream::Stderr, "standing by while the holder carries the changes out");
+    }
+    s.open_gate();
+    holder.applied();
+    standby.wait_for(Stream::Stderr, "in sync");
+    assert!(holder.signal("TERM").success(), "{}", holder.output(Stream::Stderr));
+    assert!(standby.signal("TERM").success(), "{}", standby.output(Stream::Stderr));
+
+    let kube = s.kube.as_ref().expect("a pool of Nodes");
+    let lease = format!("poolctl-{}", s.pool());
+    let writes: Vec<LeaseWrite> = kube.lease_writes().into_iter().filter(|w| w.name == lease).collect();
+    let by = |w: &LeaseWrite, pid: &str| w.holder.as_ref().is_some_and(|h| h.contains(pid));
+    let last_of_holder = writes.iter().rposition(|w| by(w, &holder_pid)).expect("the holder wrote the Lease");
+    // The standby may take the lock once it was released (and find nothing left to do), never
+    // while the other replica held it.
+    if let Some(first_of_standby) = writes.iter().position(|w| by(w, &standby_pid)) {
+        assert!(first_of_standby > last_of_holder, "{writes:#?}");
+    }
+    let (acted, stood_by) = (holder.output(Stream::Stdout), standby.output(Stream::Stdout));
+    assert!(acted.contains("] create "), "{acted}");
+    for verb in ["] create ", "] stop ", "] remove ", "] drain ", "] delete-node "] {
+        assert!(!stood_by.contains(verb), "the standby acted: {stood_by}");
+    }
+    assert!(s.lock().is_none(), "released");
+    let containers = s.containers();
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(containers.iter().all(|c| c.1 && c.2 == containers[0].2), "{containers:?}");
 }

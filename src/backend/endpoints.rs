@@ -196,8 +196,14 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
 
 /// A pool's lock lives on the pool's endpoint, beside its containers.
 impl<C: Locks + Send + Sync> Locks for Endpoints<C> {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
-        self.pool(pool).acquire(pool, who, lease).await
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
+        self.pool(pool).acquire(pool, who, lease, takeover).await
     }
 
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
@@ -240,7 +246,7 @@ mod tests {
         let (one, two) = (FakeWorld::default(), FakeWorld::default());
         let endpoints = routed(one.clone(), two.clone());
         let lease = Duration::from_secs(60);
-        endpoints.acquire("b", "me", lease).await.unwrap();
+        endpoints.acquire("b", "me", lease, None).await.unwrap();
         assert!(one.locks().is_empty());
         assert_eq!(two.locks().into_keys().collect::<Vec<_>>(), ["docker/b"]);
     }

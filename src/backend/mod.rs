@@ -258,11 +258,13 @@ pub trait Cluster: Sync {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`; the pods' labels and the pool's drain `rules` say
     /// which to leave, which to wait for, and in which order ([`crate::model::Pod::drain_decision`]).
+    /// Every eviction is made only if `guard` says the pool's lock is known to be held.
     fn drain(
         &self,
         node: &str,
         timeout: Duration,
         rules: &[crate::spec::DrainRule],
+        guard: &crate::lock::LockGuard,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// What still holds volumes on the Node: its `status.volumesAttached` and the
     /// `storage.k8s.io/v1` `VolumeAttachments` that name it. Empty once every volume is detached.
@@ -292,18 +294,25 @@ pub trait Connect: Sync {
 /// A pool's lock as a backend stores it: its holder, and the version that proves that a later
 /// renew or release acts on this very lock and not on one taken since (a Docker container ID, a
 /// Lease's resourceVersion).
+///
+/// Two reads of a lock that compare equal saw the same record: every renewal changes it (a
+/// Lease's renewTime and resourceVersion, a lock container's expiry). That is what a standby
+/// watches to judge that a holder stopped renewing (see [`crate::lock`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockRecord {
     pub holder: LockHolder,
     pub version: String,
+    /// How long the lock holds after each renewal, as its holder recorded it (a Lease's
+    /// `leaseDurationSeconds`, a lock container's label); `None` for a lock that does not say.
+    pub lease: Option<Duration>,
 }
 
 /// Why a lock could not be taken, renewed or released.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
-    /// Another actor holds the lock and it has not expired.
-    #[error("pool {pool} is locked by {}", holder.describe(SystemTime::now()))]
-    Held { pool: String, holder: LockHolder },
+    /// Another actor holds the lock, as `record` (which this actor was not asked to take over).
+    #[error("pool {pool} is locked by {}", record.holder.describe(SystemTime::now()))]
+    Held { pool: String, record: Box<LockRecord> },
     /// The lock is no longer the one this actor took: broken by `poolctl unlock`, or taken over
     /// by another actor after it expired.
     #[error("lost the lock on pool {pool}: {why}")]
@@ -319,13 +328,20 @@ pub enum LockError {
 /// Taking a lock is atomic in the backend itself (Docker refuses a second container of a name;
 /// the API server a second Lease of a name, and a write against a stale resourceVersion); a lock
 /// lapses unless its holder renews it, so that one left by a killed run blocks others briefly.
+///
+/// The backends never judge whether a lock expired: that takes comparing this machine's clock
+/// with the holder's. The caller judges it by what it observed ([`crate::lock`]) and names the
+/// very record it saw stay unchanged for a lease; only that record is taken over.
 pub trait Locks: Sync {
-    /// Take `pool`'s lock as `who` for `lease`. A lock that expired is taken over.
+    /// Take `pool`'s lock as `who` for `lease`: a free one, or the lock that is still exactly
+    /// `takeover` (the record the caller saw lapse). Any other lock is [`LockError::Held`],
+    /// with the record as it is now.
     fn acquire(
         &self,
         pool: &str,
         who: &str,
         lease: Duration,
+        takeover: Option<&LockRecord>,
     ) -> impl Future<Output = Result<LockRecord, LockError>> + Send;
     /// Extend a lock taken with [`Locks::acquire`] by `lease` from now; [`LockError::Lost`] when
     /// it is no longer that lock.

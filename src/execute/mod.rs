@@ -29,6 +29,7 @@ use futures::future::join_all;
 
 use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::cancel::Interrupt;
+use crate::lock::LockGuard;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, labels};
 use crate::plan::{Action, Plan, PoolPlan, Step};
 use crate::spec::{EnvValue, SecretEnv};
@@ -145,6 +146,8 @@ pub struct Executor<'a, C, K> {
     drain_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The creation chains of the batch each pool is carrying out (see [`Creations`]).
     creations: Mutex<HashMap<String, Arc<Creations>>>,
+    /// Asked before every irreversible call ([`Executor::with_lock_guard`]; none by default).
+    lock_guard: LockGuard,
 }
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
@@ -216,7 +219,16 @@ impl<'a, C, K> Executor<'a, C, K> {
             numbering: Mutex::default(),
             drain_turns: Mutex::default(),
             creations: Mutex::default(),
+            lock_guard: LockGuard::unguarded(),
         }
+    }
+
+    /// Make no eviction, container stop or removal, nor Node deletion unless `guard` says the
+    /// pool's lock is known to be held; such a step fails instead (see [`crate::lock`]).
+    #[must_use]
+    pub fn with_lock_guard(mut self, guard: LockGuard) -> Self {
+        self.lock_guard = guard;
+        self
     }
 
     /// Show progress as `ui` says (a live line, JSON events, colour, bootstrap output).
@@ -533,7 +545,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             return;
         }
         let grace = self.rollout_of(pool).stop_grace_period.get();
-        match self.containers.stop(name, grace).await {
+        let stopped = match self.lock_guard.check(pool) {
+            Ok(()) => self.containers.stop(name, grace).await,
+            Err(e) => Err(e),
+        };
+        match stopped {
             Ok(()) => self.say(&format!("stopped {name}: it never served; the next plan replaces it")),
             Err(e) => self.say(&format!(
                 "could not stop {name} ({e}): it never finished starting; remove it, or run apply again"
@@ -671,9 +687,13 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     ));
                     self.stop_after_drain(pool_name, name).await?;
                 }
+                self.lock_guard.check(pool_name)?;
                 self.cluster(pool_name)?.delete_node(name).await?;
             }
-            Action::Remove => self.containers.remove(name).await?,
+            Action::Remove => {
+                self.lock_guard.check(pool_name)?;
+                self.containers.remove(name).await?;
+            }
         }
         Ok(())
     }
@@ -703,7 +723,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
         let rules = self.pool(pool).map(|p| p.pool.spec.drain.rules.clone()).unwrap_or_default();
-        self.cluster(pool)?.drain(node, timeout, &rules).await?;
+        self.cluster(pool)?.drain(node, timeout, &rules, &self.lock_guard).await?;
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
     }
@@ -721,6 +741,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             self.wait_for_hooks(pool, name, "pre-terminate").await?;
             if !self.uncordoned(pool, name).await? {
                 let grace = self.rollout_of(pool).stop_grace_period.get();
+                self.lock_guard.check(pool)?;
                 return Ok(self.containers.stop(name, grace).await?);
             }
             if round == ROUNDS {

@@ -38,6 +38,9 @@ pub const LOCK: &str = "poolctl.dev/lock";
 pub const LOCK_HOLDER: &str = "poolctl.dev/lock-holder";
 /// On a lock container: when its holder took it (RFC 3339).
 pub const LOCK_SINCE: &str = "poolctl.dev/lock-since";
+/// On a lock container: how long it holds after each renewal, in seconds (as a Lease's
+/// `leaseDurationSeconds`): how long a standby must see it unchanged before taking it over.
+pub const LOCK_LEASE: &str = "poolctl.dev/lock-lease-seconds";
 /// Prefix of the annotations on a node pool's Lease that record the instances created and not
 /// yet labelled (`joining.poolctl.dev/<instance>: <RFC 3339 time>`): an instance name is a DNS
 /// label, so it fits an annotation key's name part.

@@ -13,8 +13,10 @@ pub struct LockHolder {
     pub who: String,
     /// When this holder took it.
     pub since: SystemTime,
-    /// When it lapses unless renewed. A lock past its expiry outlived its holder (killed, say)
-    /// and is taken over by the next run.
+    /// When it lapses unless renewed, by the holder's own clock. Only a figure to show: the
+    /// clock of another machine may be far off, so no run decides by it whether the lock
+    /// lapsed; a standby takes a lock over once it saw it unchanged for a lease by its own
+    /// monotonic clock (see [`crate::lock`]).
     pub expires: SystemTime,
 }
 
@@ -25,20 +27,21 @@ impl LockHolder {
         self.who == other.who && self.since == other.since
     }
 
-    /// Whether the lock lapsed by `now`.
+    /// Whether the lock lapsed by `now`, by the holder's own figure: a hint for people and for
+    /// the planner's reading of the world, never grounds to take the lock over.
     pub fn expired(&self, now: SystemTime) -> bool {
         now >= self.expires
     }
 
-    /// One line for people: who, since when, and how long it still holds, e.g.
-    /// `poolctl apply (pid 4242 on devbox) since 2025-06-01T12:00:00Z (expires in 12s unless
-    /// renewed)`.
+    /// One line for people: who, since when, and how long it still holds by its holder's own
+    /// figure, e.g. `poolctl apply (pid 4242 on devbox) since 2025-06-01T12:00:00Z (by its
+    /// holder's clock, expires in 12s unless renewed)`.
     pub fn describe(&self, now: SystemTime) -> String {
         let expiry = match self.expires.duration_since(now) {
             Ok(left) => format!("expires in {} unless renewed", whole_seconds(left)),
             Err(e) => format!("expired {} ago", whole_seconds(e.duration())),
         };
-        format!("{} since {} ({expiry})", self.who, timestamp(self.since))
+        format!("{} since {} (by its holder's clock, {expiry})", self.who, timestamp(self.since))
     }
 }
 
@@ -88,11 +91,16 @@ mod tests {
         };
         assert_eq!(
             holder.describe(since + Duration::from_millis(2500)),
-            "poolctl apply (pid 7 on box) since 2025-06-15T15:06:40Z (expires in 13s unless renewed)"
+            "poolctl apply (pid 7 on box) since 2025-06-15T15:06:40Z (by its holder's clock, expires in 13s \
+             unless renewed)"
         );
         assert!(!holder.expired(since + Duration::from_secs(14)));
         assert!(holder.expired(since + Duration::from_secs(15)));
-        assert!(holder.describe(since + Duration::from_secs(200)).ends_with("(expired 3m5s ago)"));
+        assert!(
+            holder
+                .describe(since + Duration::from_secs(200))
+                .ends_with("(by its holder's clock, expired 3m5s ago)")
+        );
         let json = serde_json::to_value(&holder).unwrap();
         assert_eq!(
             json,

@@ -463,7 +463,8 @@ fn plan_pool(
     let waited = |i: &Instance<'_>| i.health.standing == Standing::Waiting;
     let mut candidates: Vec<&Instance<'_>> =
         all.iter().filter(|i| (i.up || waited(i)) && target.is_current(i) && !marked(i)).collect();
-    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, order(i), i.name)));
+    // Of those waited for, one that looks up (resumable: only its record is missing) may serve.
+    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, i.health.resumable, order(i), i.name)));
     let kept: FxHashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no

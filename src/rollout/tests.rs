@@ -24,7 +24,12 @@ fn progress() -> (Progress, Arc<Mutex<Vec<u8>>>) {
 const LONG: Duration = Duration::from_secs(60);
 
 fn settings() -> LockSettings {
-    LockSettings { who: "poolctl test (pid 1 on here)".into(), lease: LONG, timeout: Duration::ZERO }
+    LockSettings {
+        who: "poolctl test (pid 1 on here)".into(),
+        lease: LONG,
+        timeout: Duration::ZERO,
+        observed: std::sync::Arc::default(),
+    }
 }
 
 /// The cluster of each pool of `desired` with a `node:` section, connected through the fake.
@@ -146,8 +151,10 @@ async fn a_plan_with_nothing_left_under_the_locks_changes_nothing() {
     let (desired, fake) = scene();
     let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
     // Another run carries the same plan out before this one takes the locks.
-    let (done, _) =
-        with_rollout(&fake, &desired, &Interrupt::default(), async |r| r.carry_out(&shown).await).await;
+    let (done, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.carry_out(&shown, &LockGuard::unguarded()).await
+    })
+    .await;
     assert!(done.unwrap().complete());
     let calls = fake.calls().len();
     let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
@@ -182,8 +189,10 @@ async fn a_rollout_leaves_alone_a_pool_it_did_not_lock_when_it_looks_at_the_worl
     // Pool q loses its instance once the rollout of w started: a later run replaces it.
     let fake = fake.die_after("image busybox:latest", "q-a");
     let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
-    let (report, _) =
-        with_rollout(&fake, &desired, &Interrupt::default(), async |r| r.carry_out(&plan).await).await;
+    let (report, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
+        r.carry_out(&plan, &LockGuard::unguarded()).await
+    })
+    .await;
     let report = report.unwrap();
     assert!(report.complete(), "{report:?}");
     let calls = fake.calls();
@@ -245,7 +254,10 @@ async fn execute_all(
     desired: &Desired,
     plan: &Plan,
 ) -> (Result<Report, RolloutError>, String) {
-    with_rollout(fake, desired, &Interrupt::default(), async |r| r.carry_out(plan).await).await
+    with_rollout(fake, desired, &Interrupt::default(), async |r| {
+        r.carry_out(plan, &LockGuard::unguarded()).await
+    })
+    .await
 }
 
 fn position(calls: &[String], call: &str) -> usize {
@@ -382,7 +394,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         lock_progress: &out,
         ui: ProgressUi::default(),
     };
-    assert!(rollout.carry_out(&plan).await.unwrap().complete());
+    assert!(rollout.carry_out(&plan, &LockGuard::unguarded()).await.unwrap().complete());
     let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
     assert_eq!(created.len(), 1, "the new instance is created on two: {:?}", two.calls());
     assert!(one.calls().contains(&"remove b-h-1".to_owned()), "{:?}", one.calls());
@@ -622,4 +634,58 @@ async fn a_failed_pool_stops_alone_and_the_others_finish() {
     report.write_summary(&mut summary).unwrap();
     let summary = String::from_utf8(summary).unwrap();
     assert!(summary.contains("  pool a: failed\n  pool b: done\n"), "{summary}");
+}
+
+/// Carry `plan` out under the locks of its pools, taken and then not renewed for longer than
+/// their renew deadline (48s of the 60s lease): the rollout no longer knows it holds them.
+async fn execute_under_stale_locks(fake: &FakeWorld, desired: &Desired, plan: &Plan) -> (Report, String) {
+    let (report, text) = with_rollout(fake, desired, &Interrupt::default(), async |r| {
+        let mut locks = PoolLocks::new(r.containers, r.clusters, r.locks, r.lock_progress);
+        locks.acquire(&plan.changed_pools(), r.interrupt).await.unwrap();
+        let guard = locks.guard();
+        tokio::time::advance(r.locks.renew_deadline()).await;
+        let report = r.carry_out(plan, &guard).await;
+        locks.release().await;
+        report
+    })
+    .await;
+    (report.unwrap(), text)
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_eviction_is_made_once_the_lock_was_not_renewed_within_its_deadline() {
+    let world = old_node_instance(crate::model::ContainerState::Running);
+    let (desired, plan) = node_pool(&world);
+    let fake = FakeWorld::new(world);
+    fake.sim().world.nodes.push(node("k-old", "k"));
+    fake.sim().world.pods.push(pod("web-1", "k-old", Some("ReplicaSet")));
+    let (report, _) = execute_under_stale_locks(&fake, &desired, &plan).await;
+    let failed = report.failure().expect("the retirement fails").failure_line();
+    assert!(
+        failed.contains("step stop k-old of pool k failed") && failed.contains("not known to be held"),
+        "{failed}"
+    );
+    // The drain was asked and evicted nothing; nothing irreversible came after it.
+    let calls = fake.calls();
+    assert!(calls.contains(&"drain k-old".to_owned()), "{calls:?}");
+    assert_eq!(fake.world().pods.len(), 1, "the pod was not evicted");
+    for call in ["stop k-old", "delete-node k-old", "remove k-old"] {
+        assert!(!calls.contains(&call.to_owned()), "{call}: {calls:?}");
+    }
+    assert_eq!(fake.world().nodes.len(), 2, "{:?}", fake.world().nodes);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_container_is_stopped_or_removed_once_the_lock_was_not_renewed_within_its_deadline() {
+    let (desired, fake) = scene();
+    let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    let (report, _) = execute_under_stale_locks(&fake, &desired, &plan).await;
+    let failed = report.failure().expect("the retirements fail").failure_line();
+    assert!(failed.contains("the lock of pool w is not known to be held"), "{failed}");
+    let calls = fake.calls();
+    // New instances may still come up (nothing is lost by that); no old one goes.
+    assert!(calls.iter().any(|c| c.starts_with("create w-new-")), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("stop ") || c.starts_with("remove ")), "{calls:?}");
+    let names: Vec<String> = fake.world().containers.into_iter().map(|c| c.name).collect();
+    assert!(names.contains(&"w-a".to_owned()) && names.contains(&"w-b".to_owned()), "{names:?}");
 }

@@ -51,6 +51,8 @@ struct Faults {
     fail_for: BTreeMap<String, Outage>,
     /// Calls that are made but never answered (a server that accepts and says nothing).
     silent: BTreeSet<String>,
+    /// Calls that are answered this long after they are made (a slow server), on tokio's clock.
+    slow: BTreeMap<String, Duration>,
     /// The exit code of every exec.
     exit_code: i64,
     /// After this call, trigger the interrupt.
@@ -142,6 +144,12 @@ impl FakeWorld {
     /// Make the call `verb name` never answer (it is recorded when made).
     pub(crate) fn silent(&self, call: &str) {
         self.faults().silent.insert(call.to_owned());
+    }
+
+    /// Make the call `verb name` answer only `after` it is made (it is recorded when made, and
+    /// takes effect when it answers), as a slow but working server does.
+    pub(crate) fn slow(&self, call: &str, after: Duration) {
+        self.faults().slow.insert(call.to_owned(), after);
     }
 
     pub(crate) fn exit_code(self, code: i64) -> Self {
@@ -261,6 +269,10 @@ impl FakeWorld {
         if self.faults().silent.contains(&what) {
             std::future::pending::<()>().await;
         }
+        let slow = self.faults().slow.get(&what).copied();
+        if let Some(after) = slow {
+            tokio::time::sleep(after).await;
+        }
         let mut faults = self.faults();
         let result = if faults.fails(&what) {
             Err(BackendError::Failed(format!("{what} refused")))
@@ -297,13 +309,26 @@ impl FakeWorld {
         self.0.noted.lock().unwrap().clone()
     }
 
-    /// Put a lock in place as another actor would: `place` is `docker` or `lease`.
+    /// Put a lock in place as another actor would: `place` is `docker` or `lease`; `expires`
+    /// by that actor's clock, which may be far from this one's. The record names no lease, so
+    /// a standby goes by its own.
     pub(crate) fn hold_lock(&self, place: &str, pool: &str, who: &str, expires: SystemTime) {
         let mut locks = self.0.locks.lock().unwrap();
         locks.1 += 1;
         let holder = LockHolder { who: who.to_owned(), since: SystemTime::UNIX_EPOCH, expires };
-        let record = LockRecord { holder, version: format!("v{}", locks.1) };
+        let record = LockRecord { holder, version: format!("v{}", locks.1), lease: None };
         locks.0.insert(format!("{place}/{pool}"), record);
+    }
+
+    /// Renew a lock as its holder (another actor) would: a new version and a new expiry (by that
+    /// actor's clock, `expires`).
+    pub(crate) fn renew_lock(&self, place: &str, pool: &str, expires: SystemTime) {
+        let mut guard = self.0.locks.lock().unwrap();
+        let (locks, version) = &mut *guard;
+        *version += 1;
+        let record = locks.get_mut(&format!("{place}/{pool}")).expect("a lock to renew");
+        record.holder.expires = expires;
+        record.version = format!("v{version}");
     }
 
     /// The locks held now, by `docker/<pool>` or `lease/<pool>`.
@@ -332,15 +357,17 @@ impl FakeWorld {
         let now = SystemTime::now();
         let current = locks.get(key).cloned();
         match op {
-            LockOp::Acquire { who, lease } => match current {
-                Some(c) if !c.holder.expired(now) => {
-                    Err(LockError::Held { pool: pool.to_owned(), holder: c.holder })
+            // As the backends do: a held lock is taken over only if it is still the very record
+            // the caller saw lapse; the fake never judges expiry by any clock.
+            LockOp::Acquire { who, lease, takeover } => match current {
+                Some(c) if takeover != Some(&c) => {
+                    Err(LockError::Held { pool: pool.to_owned(), record: Box::new(c) })
                 }
                 _ => {
                     *version += 1;
                     let holder =
                         LockHolder { who: who.to_owned(), since: now, expires: lock_expiry(now, lease) };
-                    let record = LockRecord { holder, version: format!("v{version}") };
+                    let record = LockRecord { holder, version: format!("v{version}"), lease: Some(lease) };
                     locks.insert(key.to_owned(), record.clone());
                     Ok(Some(record))
                 }
@@ -349,7 +376,7 @@ impl FakeWorld {
                 Some(c) if c.version == held.version => {
                     *version += 1;
                     let holder = LockHolder { expires: lock_expiry(now, lease), ..c.holder };
-                    let record = LockRecord { holder, version: format!("v{version}") };
+                    let record = LockRecord { holder, version: format!("v{version}"), lease: c.lease };
                     locks.insert(key.to_owned(), record.clone());
                     Ok(Some(record))
                 }
@@ -531,7 +558,7 @@ impl Containers for FakeWorld {
 
 /// One operation on the fake's lock table.
 enum LockOp<'a> {
-    Acquire { who: &'a str, lease: Duration },
+    Acquire { who: &'a str, lease: Duration, takeover: Option<&'a LockRecord> },
     Renew { held: &'a LockRecord, lease: Duration },
     Release { held: &'a LockRecord },
 }
@@ -553,8 +580,14 @@ fn some(record: Result<Option<LockRecord>, LockError>) -> Result<LockRecord, Loc
 
 /// Locks in Docker (container-only pools).
 impl Locks for FakeWorld {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
-        some(fake_lock(self, "docker", "lock", pool, LockOp::Acquire { who, lease }).await)
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
+        some(fake_lock(self, "docker", "lock", pool, LockOp::Acquire { who, lease, takeover }).await)
     }
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
         some(fake_lock(self, "docker", "renew", pool, LockOp::Renew { held, lease }).await)
@@ -569,8 +602,14 @@ impl Locks for FakeWorld {
 
 /// Locks as Leases in the pool's cluster (pools of Nodes).
 impl Locks for FakeCluster {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
-        some(fake_lock(&self.world, "lease", "lock", pool, LockOp::Acquire { who, lease }).await)
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
+        some(fake_lock(&self.world, "lease", "lock", pool, LockOp::Acquire { who, lease, takeover }).await)
     }
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
         some(fake_lock(&self.world, "lease", "renew", pool, LockOp::Renew { held, lease }).await)
@@ -710,9 +749,17 @@ impl Cluster for FakeCluster {
             .await
     }
 
-    async fn drain(&self, node: &str, _: Duration, _: &[crate::spec::DrainRule]) -> Result<(), BackendError> {
+    /// The drain's evictions happen only while `guard` says the lock is held.
+    async fn drain(
+        &self,
+        node: &str,
+        _: Duration,
+        _: &[crate::spec::DrainRule],
+        guard: &crate::lock::LockGuard,
+    ) -> Result<(), BackendError> {
         self.world
             .call(format!("drain {node}"), |sim| {
+                guard.check(&self.pool)?;
                 sim.drain(node);
                 Ok(())
             })

@@ -44,7 +44,7 @@ pub(crate) fn run_id() -> &'static str {
 }
 
 /// Whether we run in CI, where a missing daemon is a failure rather than a reason to skip.
-fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 

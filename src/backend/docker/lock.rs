@@ -7,7 +7,16 @@
 //! expiry lives in the one field that `docker update` can change on any container: its restart
 //! policy's retry count, which holds the expiry in Unix seconds (a container that never starts
 //! never restarts). A renewal updates it through the container's ID, so it can only ever extend
-//! this holder's own lock; an expired lock is removed by ID too, then taken like a free one.
+//! this holder's own lock, and always writes a later value than the one before, so that every
+//! renewal changes what a standby reads. The lease the holder renews for is a label too.
+//!
+//! A lock is taken over only when the caller names the record it saw unchanged for a lease
+//! (see [`crate::lock`]): the container is inspected again, and removed by its ID only if it is
+//! still that record (same ID, same expiry), then the name is taken like a free one. Docker has
+//! no conditional remove, so a renewal could in principle land between that inspect and the
+//! remove; it would be one its holder cannot count on, since the holder gives a lock up at its
+//! renew deadline (4/5 of the lease after the start of its last successful renewal), and this
+//! record had already stood unchanged for a whole lease by then.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -51,6 +60,7 @@ impl DockerBackend {
             (labels::LOCK.to_owned(), pool.to_owned()),
             (labels::LOCK_HOLDER.to_owned(), who.to_owned()),
             (labels::LOCK_SINCE.to_owned(), timestamp(now)),
+            (labels::LOCK_LEASE.to_owned(), lease_seconds(lease).to_string()),
         ]);
         let body = ContainerCreateBody {
             cmd: Some(vec!["poolctl-lock".to_owned()]),
@@ -66,7 +76,11 @@ impl DockerBackend {
         let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
         self.count();
         match self.docker.create_container(Some(options), body).await {
-            Ok(created) => Ok(Some(LockRecord { holder, version: created.id })),
+            Ok(created) => Ok(Some(LockRecord {
+                holder,
+                version: created.id,
+                lease: Some(Duration::from_secs(lease_seconds(lease))),
+            })),
             Err(e) if status_of(&e) == Some(409) => Ok(None),
             Err(e) => Err(self.error(&format!("create the lock container {name}"), e).into()),
         }
@@ -84,7 +98,13 @@ impl DockerBackend {
 }
 
 impl Locks for DockerBackend {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         for _ in 0..ATTEMPTS {
             if let Some(taken) = self.create_lock(pool, who, lease).await? {
@@ -93,26 +113,24 @@ impl Locks for DockerBackend {
             match Locks::inspect(self, pool).await? {
                 // Being created by another actor, or released in between: try again.
                 None => backoff.wait().await,
-                Some(current) if current.holder.expired(SystemTime::now()) => {
-                    tracing::info!(
-                        "taking over the expired lock of pool {pool}: {}",
-                        current.holder.describe(SystemTime::now())
-                    );
+                // Still the very lock the caller saw lapse: removed by the ID it was seen with.
+                Some(current) if takeover == Some(&current) => {
                     self.remove_lock(pool, &current.version).await?;
                 }
                 Some(current) => {
-                    return Err(LockError::Held { pool: pool.to_owned(), holder: current.holder });
+                    return Err(LockError::Held { pool: pool.to_owned(), record: Box::new(current) });
                 }
             }
         }
         match Locks::inspect(self, pool).await? {
-            Some(current) => Err(LockError::Held { pool: pool.to_owned(), holder: current.holder }),
+            Some(current) => Err(LockError::Held { pool: pool.to_owned(), record: Box::new(current) }),
             None => Err(LockError::Conflict(format!("the lock of pool {pool} keeps changing hands"))),
         }
     }
 
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
-        let expires = lock_expiry(SystemTime::now(), lease);
+        // Later than the last value, even within the same second: a renewal must change the record.
+        let expires = lock_expiry(SystemTime::now(), lease).max(held.holder.expires + Duration::from_secs(1));
         let update =
             ContainerUpdateBody { restart_policy: Some(expiry_policy(expires)), ..Default::default() };
         self.count();
@@ -180,5 +198,15 @@ fn record_from(inspect: &ContainerInspectResponse) -> Option<LockRecord> {
         .and_then(|secs| u64::try_from(secs).ok())
         .map_or(SystemTime::UNIX_EPOCH, |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
     let who = labels.get(labels::LOCK_HOLDER).cloned().unwrap_or_else(|| "an unknown holder".to_owned());
-    Some(LockRecord { holder: LockHolder { who, since, expires }, version: inspect.id.clone()? })
+    let lease = labels
+        .get(labels::LOCK_LEASE)
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs);
+    Some(LockRecord { holder: LockHolder { who, since, expires }, version: inspect.id.clone()?, lease })
+}
+
+/// The lease in whole seconds, rounded up, at least one (as a Lease's `leaseDurationSeconds`).
+fn lease_seconds(lease: Duration) -> u64 {
+    (lease.as_secs() + u64::from(lease.subsec_nanos() > 0)).max(1)
 }

@@ -25,6 +25,7 @@ use super::errors::{Class, classify, reason};
 use super::gone::{Contact, Departures};
 use crate::backend::BackendError;
 use crate::backend::retry::Backoff;
+use crate::lock::LockGuard;
 use crate::model::{DrainAction, Pod};
 use crate::spec::DrainRule;
 
@@ -51,12 +52,14 @@ impl Left<'_> {
 
 impl KubeCluster {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
-    /// until they are gone, within `timeout`.
+    /// until they are gone, within `timeout`; each eviction only while `guard` says the pool's
+    /// lock is known to be held.
     pub(super) async fn drain_node(
         &self,
         node: &str,
         timeout: Duration,
         rules: &[DrainRule],
+        guard: &LockGuard,
     ) -> Result<(), BackendError> {
         let deadline = Instant::now() + timeout;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
@@ -106,7 +109,7 @@ impl KubeCluster {
         // (as Cluster API's drain does), so an ingress or a log shipper can go last.
         let mut groups: BTreeMap<i64, Vec<BoxFuture<'_, Result<(), String>>>> = BTreeMap::new();
         for (raw, pod, order) in &targets {
-            let eviction = self.evict_and_wait(raw, pod, deadline, &departures, &left).boxed();
+            let eviction = self.evict_and_wait(raw, pod, deadline, &departures, &left, guard).boxed();
             groups.entry(*order).or_default().push(eviction);
         }
         for (_, pod, why, order) in &completing {
@@ -189,6 +192,7 @@ impl KubeCluster {
         deadline: Instant,
         departures: &Departures,
         left: &Left<'_>,
+        guard: &LockGuard,
     ) -> Result<(), String> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -229,6 +233,8 @@ impl KubeCluster {
                     |m| format!("{id} not evicted: {m}"),
                 ));
             }
+            // Every try, since a PDB refusal may be retried for long: no eviction without the lock.
+            guard.check(&self.pool).map_err(|e| format!("{id}: not evicted: {e}"))?;
             let params = PostParams::default();
             let post = api.create_subresource("eviction", &name, &params, &body);
             let Ok(answer): Result<Result<serde_json::Value, kube::Error>, _> =

@@ -176,23 +176,24 @@ fn joining_of(lease: &Lease, pool: &str) -> Vec<String> {
 }
 
 impl Locks for KubeCluster {
-    async fn acquire(&self, pool: &str, who: &str, lease: Duration) -> Result<LockRecord, LockError> {
+    /// A free Lease (none, or one without a holder) is taken; a held one only when it is still
+    /// exactly `takeover`, replaced against the resourceVersion read with it, so that a renewal
+    /// that came in between makes the API server refuse the takeover.
+    async fn acquire(
+        &self,
+        pool: &str,
+        who: &str,
+        lease: Duration,
+        takeover: Option<&LockRecord>,
+    ) -> Result<LockRecord, LockError> {
         for _ in 0..ATTEMPTS {
-            let now = SystemTime::now();
             let current = self.get_lease(pool).await?;
+            let now = SystemTime::now();
             let transitions = match &current {
                 None => 0,
                 Some(l) => match record_from(l) {
-                    Some(r) if !r.holder.expired(now) => {
-                        return Err(LockError::Held { pool: pool.to_owned(), holder: r.holder });
-                    }
-                    Some(r) => {
-                        tracing::info!(
-                            "taking over the expired lock of pool {pool}: {}",
-                            r.holder.describe(now)
-                        );
-                        transitions(l) + 1
-                    }
+                    Some(r) if takeover == Some(&r) => transitions(l) + 1,
+                    Some(r) => return Err(LockError::Held { pool: pool.to_owned(), record: Box::new(r) }),
                     None => transitions(l),
                 },
             };
@@ -227,7 +228,7 @@ impl Locks for KubeCluster {
             }
         }
         match self.get_lease(pool).await?.as_ref().and_then(record_from) {
-            Some(r) => Err(LockError::Held { pool: pool.to_owned(), holder: r.holder }),
+            Some(r) => Err(LockError::Held { pool: pool.to_owned(), record: Box::new(r) }),
             None => Err(LockError::Conflict(format!("the lock of pool {pool} keeps changing hands"))),
         }
     }
@@ -309,10 +310,11 @@ fn record_from(lease: &Lease) -> Option<LockRecord> {
     let who = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
     let time = |t: Option<&MicroTime>| t.map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0));
     let renewed = time(spec.renew_time.as_ref().or(spec.acquire_time.as_ref()));
-    let duration =
-        Duration::from_secs(spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).unwrap_or(0));
-    let holder = LockHolder { who, since: time(spec.acquire_time.as_ref()), expires: renewed + duration };
-    Some(LockRecord { holder, version: lease.metadata.resource_version.clone()? })
+    let recorded = spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map(Duration::from_secs);
+    let expires = renewed + recorded.unwrap_or_default();
+    let holder = LockHolder { who, since: time(spec.acquire_time.as_ref()), expires };
+    let lease_duration = recorded.filter(|d| !d.is_zero());
+    Some(LockRecord { holder, version: lease.metadata.resource_version.clone()?, lease: lease_duration })
 }
 
 fn transitions(lease: &Lease) -> i32 {

@@ -438,11 +438,12 @@ impl Cluster for KubeCluster {
         node: &str,
         timeout: Duration,
         rules: &[crate::spec::DrainRule],
+        guard: &crate::lock::LockGuard,
     ) -> Result<(), BackendError> {
         self.wrote();
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
         self.tell_node(node, "Draining", said.into(), false).await;
-        let drained = self.drain_node(node, timeout, rules).await;
+        let drained = self.drain_node(node, timeout, rules, guard).await;
         let (reason, said, warning) = match &drained {
             Ok(()) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
             Err(e) => ("DrainFailed", format!("the drain did not finish: {e}"), true),

@@ -35,6 +35,7 @@ use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
 use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::WatchConfig;
+use crate::lock::LockSettings;
 use crate::model::{Desired, World};
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
@@ -55,7 +56,10 @@ pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
         tokio::spawn(serve::serve(listener, Arc::clone(&probes)));
     }
     let notifier = config.notify.clone().map(Notifier::start);
-    Loop::new(config, probes, notifier).run().await
+    // One for the whole watch: what a standby saw of another replica's locks carries over from
+    // one reconcile to the next (see `crate::lock`).
+    let locks = Arc::new(LockSettings::new("watch", Duration::ZERO)?);
+    Loop::new(config, probes, notifier, locks).run().await
 }
 
 /// A revision as metrics and notifications name it: a commit's first 12 hex digits, or
@@ -116,10 +120,17 @@ struct Loop {
     revision: String,
     /// Keeps the notify watcher alive.
     _files: Option<notify::RecommendedWatcher>,
+    /// How every reconcile takes locks, and what this process saw of other replicas' locks.
+    locks: Arc<LockSettings>,
 }
 
 impl Loop {
-    fn new(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Notifier>) -> Self {
+    fn new(
+        config: WatchConfig,
+        probes: Arc<Probes>,
+        notifier: Option<Notifier>,
+        locks: Arc<LockSettings>,
+    ) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
         let spec = config.source.spec.clone();
@@ -150,6 +161,7 @@ impl Loop {
             notifier,
             revision: String::new(),
             _files: files,
+            locks,
         }
     }
 
@@ -394,7 +406,11 @@ impl Loop {
         let connections = Arc::clone(&self.connections);
         let config = Arc::clone(&self.config);
         let health = Arc::clone(&self.health);
-        let tell = Tell { notifier: self.notifier.clone(), revision: self.revision.clone() };
+        let tell = Tell {
+            notifier: self.notifier.clone(),
+            revision: self.revision.clone(),
+            locks: Arc::clone(&self.locks),
+        };
         let task = tokio::spawn(reconcile(
             desired,
             trigger,
@@ -481,10 +497,11 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// Who hears of a reconcile's rollouts besides stdout.
+/// Who hears of a reconcile's rollouts besides stdout, and how it takes locks.
 struct Tell {
     notifier: Option<Notifier>,
     revision: String,
+    locks: Arc<LockSettings>,
 }
 
 /// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
@@ -516,6 +533,7 @@ async fn reconcile(
         health: &health,
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
+        locks: &tell.locks,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

@@ -39,6 +39,9 @@ pub(super) struct Reconcile<'a, C, N> {
     pub notifier: Option<&'a Notifier>,
     /// The source's revision, as notifications name it.
     pub revision: &'a str,
+    /// How rollouts take locks: one value for the whole watch, so that what a standby saw of
+    /// another replica's locks counts from one reconcile to the next.
+    pub locks: &'a LockSettings,
 }
 
 /// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
@@ -163,20 +166,13 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         interrupt: &Interrupt,
         results: &mut Results,
     ) -> Ended {
-        let settings = match LockSettings::new("watch", std::time::Duration::ZERO) {
-            Ok(s) => s,
-            Err(e) => {
-                error!("{:#}", anyhow::Error::from(e));
-                return Ended::Failed;
-            }
-        };
         // A pool another run holds is retried with watch's backoff, not waited on here.
         let rollout = Rollout {
             desired,
             containers: self.containers,
             clusters: &preview.clusters,
             options: self.options.clone(),
-            locks: &settings,
+            locks: self.locks,
             interrupt,
             progress: self.out,
             lock_progress: self.out,
@@ -202,11 +198,12 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 self.ended(&report)
             }
             Ok(Err(never)) => match never {},
-            Err(RolloutError::Lock(LockFailure::Held { pool, holder, .. })) => {
+            Err(RolloutError::Lock(LockFailure::Held { pool, holder, seen, lease, .. })) => {
                 let now = std::time::SystemTime::now();
-                // Another replica of this watch, or an apply: it acts; this one stands by.
-                let lapse = holder.expires.duration_since(now).unwrap_or_default();
-                let again = lapse.clamp(STANDBY_MIN, STANDBY_MAX);
+                // Another replica of this watch, or an apply: it acts; this one stands by, and
+                // looks again when the record it saw would have stood unchanged for its lease
+                // (by this process's clock, never the holder's expiry).
+                let again = lease.saturating_sub(seen).clamp(STANDBY_MIN, STANDBY_MAX);
                 info!(
                     "pool {pool} is locked by {}: standing by while the holder carries the changes out; \
                      looking again in {}s",
@@ -346,6 +343,11 @@ mod tests {
         Box::leak(Box::default())
     }
 
+    /// Lock settings for a test's reconciles, as `watch` keeps one for its whole life.
+    fn locks() -> &'static LockSettings {
+        Box::leak(Box::new(LockSettings::new("watch", std::time::Duration::ZERO).unwrap()))
+    }
+
     /// A reconcile that carries its plans out against the fake world.
     fn applying<'a>(
         fake: &'a FakeWorld,
@@ -360,6 +362,7 @@ mod tests {
             health: health(),
             notifier: None,
             revision: "r1",
+            locks: locks(),
         }
     }
 
@@ -417,7 +420,9 @@ mod tests {
         let Ended::Locked(lapse) = reconcile.run(&v1, Trigger::Start, &interrupt).await else {
             panic!("a held lock is standing by, not failing")
         };
-        assert!(lapse <= STANDBY_MAX && lapse >= std::time::Duration::from_secs(30), "{lapse:?}");
+        // Not the holder's expiry a minute off by its clock: this replica looks again once it
+        // would have seen the same record for a lease (its own, the record naming none).
+        assert_eq!(lapse, crate::lock::DEFAULT_LEASE);
         assert!(fake.world().containers.is_empty(), "{:?}", fake.world().containers);
         assert_eq!(fake.locks().into_keys().collect::<Vec<_>>(), ["docker/w"], "k's lock was given up");
 
@@ -448,6 +453,7 @@ mod tests {
             health: health(),
             notifier: None,
             revision: "r1",
+            locks: locks(),
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -462,6 +468,7 @@ mod tests {
             health: health(),
             notifier: None,
             revision: "r1",
+            locks: locks(),
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
@@ -480,6 +487,7 @@ mod tests {
             health: health(),
             notifier: None,
             revision: "r1",
+            locks: locks(),
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.
