@@ -143,6 +143,32 @@ pub async fn observe<C: Containers, N: Connect>(
     let mut world =
         observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
     world.listed = containers.hosts().into_iter().collect();
+    // The pools' Nodes name the daemons their containers live on. One that no pool names is
+    // where a pool moved away from: it is looked at too, so that its instances are retired the
+    // safe way rather than taken for gone.
+    let unseen: std::collections::BTreeSet<String> = world
+        .nodes
+        .iter()
+        .filter_map(|n| n.reference.as_ref())
+        .map(|r| r.docker_host.clone())
+        .filter(|h| !world.listed.contains(h))
+        .collect();
+    if !unseen.is_empty() {
+        let unseen: Vec<String> = unseen.into_iter().collect();
+        for (host, e) in containers.look_also(&unseen).await {
+            tracing::warn!(
+                "cannot look at Docker at {host}, where Nodes of the pools say their containers are ({e}); \
+                 those Nodes are left alone"
+            );
+        }
+        if containers.hosts().len() > world.listed.len() {
+            let listed = containers.list().await.map_err(ObserveError::List)?;
+            check_identity(&listed, &clusters)?;
+            world =
+                observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
+            world.listed = containers.hosts().into_iter().collect();
+        }
+    }
     Ok(Observed { world, clusters })
 }
 

@@ -29,6 +29,7 @@ mod kube_tls;
 mod kubeconfig;
 mod kubelet_prompt;
 mod lock;
+mod migrate;
 mod ownership;
 mod replace;
 mod safety;

@@ -202,9 +202,9 @@ async fn after_a_prune_of_the_records_a_rollout_never_has_fewer_than_replicas_re
     let filter = format!("label={key}={value}");
     let pruned = std::process::Command::new("docker")
         .args(["container", "prune", "--force", "--filter", &filter])
-        .status()
+        .output()
         .expect("docker container prune");
-    assert!(pruned.success());
+    assert!(pruned.status.success(), "{}", String::from_utf8_lossy(&pruned.stderr));
     assert_eq!(listed(true), 3, "only the three instances are left");
 
     let from = rig.last_seq();

@@ -9,8 +9,10 @@
 //! marked [`Container::elsewhere`], and the planner replaces it where the spec says.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use super::{
     BackendError, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer, NewFile, Stopped,
@@ -21,12 +23,20 @@ use crate::spec::Secret;
 /// The Docker endpoints of one run, the backend of each, and which pool lives where.
 pub struct Endpoints<C> {
     /// The endpoints, each with its name (for messages and the plan); the first is the fallback
-    /// for an instance or pool seen nowhere.
-    places: Vec<(String, C)>,
+    /// for an instance or pool seen nowhere. Only ever grows (see [`Endpoints::look_also`]), so
+    /// an index stays valid.
+    places: RwLock<Vec<(String, Arc<C>)>>,
     /// The endpoint (index into `places`) of each declared pool.
     pools: BTreeMap<String, usize>,
     seen: Mutex<Seen>,
+    /// How to reach a daemon that no pool names but whose address a pool's Node records: the
+    /// one a pool moved away from, whose instances are still to be retired there.
+    connect: Option<Connector<C>>,
 }
+
+/// Connects to a daemon by its address: its name for messages, and its backend.
+pub type Connector<C> =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<(String, C), BackendError>> + Send + Sync>;
 
 /// Where the last list (and the creations since) found things.
 #[derive(Default)]
@@ -40,7 +50,7 @@ struct Seen {
 impl<C> Endpoints<C> {
     /// One endpoint for every pool: what a run whose pools name no endpoint uses.
     pub fn single(name: impl Into<String>, backend: C) -> Self {
-        Self { places: vec![(name.into(), backend)], pools: BTreeMap::new(), seen: Mutex::default() }
+        Self::new(vec![(name.into(), backend)], BTreeMap::new())
     }
 
     /// Endpoints (at least one, the first being the fallback), and the index of each declared
@@ -48,17 +58,29 @@ impl<C> Endpoints<C> {
     pub fn new(places: Vec<(String, C)>, pools: BTreeMap<String, usize>) -> Self {
         assert!(!places.is_empty(), "a run has an endpoint");
         assert!(pools.values().all(|&i| i < places.len()), "every pool's endpoint is one of them");
-        Self { places, pools, seen: Mutex::default() }
+        let places = places.into_iter().map(|(name, c)| (name, Arc::new(c))).collect();
+        Self { places: RwLock::new(places), pools, seen: Mutex::default(), connect: None }
+    }
+
+    /// With a way to reach the daemons that pools moved away from (see [`Endpoints::look_also`]).
+    #[must_use]
+    pub fn with_connector(mut self, connect: Connector<C>) -> Self {
+        self.connect = Some(connect);
+        self
     }
 
     /// Every endpoint, with its name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &C)> {
-        self.places.iter().map(|(name, backend)| (name.as_str(), backend))
+    pub fn all(&self) -> Vec<(String, Arc<C>)> {
+        self.places.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn place(&self, at: usize) -> Arc<C> {
+        Arc::clone(&self.places.read().unwrap_or_else(PoisonError::into_inner)[at].1)
     }
 
     /// The backend of the endpoint `pool` lives on.
-    pub fn of_pool_backend(&self, pool: &str) -> &C {
-        &self.places[self.of_pool(pool)].1
+    pub fn of_pool_backend(&self, pool: &str) -> Arc<C> {
+        self.place(self.of_pool(pool))
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -84,18 +106,42 @@ impl<C> Endpoints<C> {
         pool.map_or(0, |p| self.of_pool(p))
     }
 
-    fn instance(&self, name: &str) -> &C {
-        &self.places[self.of_instance(name)].1
+    fn instance(&self, name: &str) -> Arc<C> {
+        self.place(self.of_instance(name))
     }
 
-    fn pool(&self, pool: &str) -> &C {
-        &self.places[self.of_pool(pool)].1
+    fn pool(&self, pool: &str) -> Arc<C> {
+        self.place(self.of_pool(pool))
     }
 }
 
 impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     fn hosts(&self) -> Vec<String> {
-        self.places.iter().flat_map(|(_, backend)| backend.hosts()).collect()
+        self.all().iter().flat_map(|(_, backend)| backend.hosts()).collect()
+    }
+
+    /// Connect to each daemon of `hosts` that is not one of these endpoints yet, so that the next
+    /// list shows its containers: a pool moved away from it, and its instances there are
+    /// retired the safe way, surge first where the spec now places the pool. A daemon that does
+    /// not answer stays out of view.
+    async fn look_also(&self, hosts: &[String]) -> Vec<(String, BackendError)> {
+        let Some(connect) = &self.connect else { return Vec::new() };
+        let mut failed = Vec::new();
+        for host in hosts {
+            if self.hosts().contains(host) {
+                continue;
+            }
+            match connect(host.clone()).await {
+                Ok((name, backend)) => {
+                    self.places
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((name, Arc::new(backend)));
+                }
+                Err(e) => failed.push((host.clone(), e)),
+            }
+        }
+        failed
     }
 
     fn instance_ref(&self, name: &str) -> Option<InstanceRef> {
@@ -106,7 +152,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         let mut out: Vec<Container> = Vec::new();
         let mut by_id: HashMap<String, usize> = HashMap::new();
         let mut seen = Seen::default();
-        for (i, (name, backend)) in self.places.iter().enumerate() {
+        for (i, (name, backend)) in self.all().iter().enumerate() {
             for mut c in backend.list().await? {
                 let home = self.pools.get(&c.pool).copied();
                 if let Some(&at) = by_id.get(&c.id) {
@@ -117,6 +163,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
                     }
                     continue;
                 }
+                // Seen only away from its pool's endpoint: on one the pool moved away from.
                 c.elsewhere = home.filter(|&h| h != i).map(|_| name.clone());
                 seen.instances.insert(c.name.clone(), i);
                 seen.pools.entry(c.pool.clone()).or_insert(i);
@@ -139,7 +186,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
         let at = spec.labels.get(labels::POOL).map_or(0, |pool| self.of_pool(pool));
         self.seen().instances.insert(spec.name.clone(), at);
-        self.places[at].1.create(spec).await
+        self.place(at).create(spec).await
     }
 
     async fn exec(&self, name: &str, argv: &[String], timeout: Duration) -> Result<ExecOutput, BackendError> {
@@ -180,7 +227,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
 
     /// Every endpoint's: a pool's record lives where its containers are created.
     fn rollouts(&self) -> BTreeMap<String, crate::model::RolloutRecord> {
-        self.places.iter().flat_map(|(_, backend)| backend.rollouts()).collect()
+        self.all().iter().flat_map(|(_, backend)| backend.rollouts()).collect()
     }
 
     async fn record_rollout(

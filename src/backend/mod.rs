@@ -142,6 +142,17 @@ pub trait Containers: Sync {
     /// poolctl's reference to the container of instance `name` (its ID and daemon), as the last
     /// list or this run's creation saw it: what its Node is annotated with.
     fn instance_ref(&self, name: &str) -> Option<InstanceRef>;
+    /// Look also at these daemons from now on (the ones the pools' Nodes record and no pool
+    /// names: where a pool moved away from), so that [`Containers::list`] covers them. Returns
+    /// the ones that could not be reached, with why. A backend of one daemon cannot.
+    fn look_also(&self, hosts: &[String]) -> impl Future<Output = Vec<(String, BackendError)>> + Send {
+        let failed = hosts
+            .iter()
+            .filter(|h| !self.hosts().contains(h))
+            .map(|h| (h.clone(), BackendError::Failed("no other Docker endpoint can be reached".into())))
+            .collect();
+        async move { failed }
+    }
     /// Make sure the image is present where `pool`'s containers are created, pulling it if not.
     /// Returns whether it pulled.
     fn ensure_image(

@@ -43,6 +43,27 @@ pub(crate) fn run_id() -> &'static str {
     })
 }
 
+/// The second Docker daemon (`scripts/test-dockerd start`, which `.ci/run` runs), its address
+/// from `POOLCTL_TEST_DOCKER2`, with the test image loaded (no registry can be reached). `None`
+/// outside CI when it is not set; in CI its absence is a failure.
+pub(crate) fn second_docker() -> Option<String> {
+    static LOADED: OnceLock<Result<String, String>> = OnceLock::new();
+    let Ok(host) = std::env::var("POOLCTL_TEST_DOCKER2") else {
+        assert!(!in_ci(), "CI is set but POOLCTL_TEST_DOCKER2 is not (.ci/run starts scripts/test-dockerd)");
+        eprintln!(
+            "skipped: no second Docker daemon (export POOLCTL_TEST_DOCKER2=$(scripts/test-dockerd start))"
+        );
+        return None;
+    };
+    let loaded = LOADED.get_or_init(|| {
+        images()?;
+        let script = format!("docker save {IMAGE} | docker -H {host} load");
+        let status = Command::new("sh").args(["-c", &script]).status().map_err(|e| e.to_string())?;
+        if status.success() { Ok(host.clone()) } else { Err(format!("`{script}` failed: {status}")) }
+    });
+    Some(loaded.clone().unwrap_or_else(|e| panic!("cannot load the test image into {host}: {e}")))
+}
+
 /// Whether we run in CI, where a missing daemon is a failure rather than a reason to skip.
 pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")

@@ -68,6 +68,9 @@ pub struct KubeletOptions {
     /// when a Node is due to turn Ready, as a real kubelet, which starts with its node, does.
     /// Off by default: a polling kubelet registers a Node up to `poll_interval` late.
     pub prompt: bool,
+    /// More Docker daemons (`unix://` addresses) whose containers the kubelet follows too: the
+    /// second daemon a pool moves to.
+    pub extra_hosts: Vec<String>,
 }
 
 impl KubeletOptions {
@@ -77,6 +80,7 @@ impl KubeletOptions {
             ready_policy: ReadyPolicy::After(Duration::from_millis(300)),
             poll_interval: Duration::from_millis(150),
             prompt: false,
+            extra_hosts: Vec::new(),
         }
     }
 }

@@ -189,6 +189,10 @@ pub struct PoolYaml {
     rollback: bool,
     /// `spec.rollout.deletePolicy`, when set.
     delete_policy: Option<String>,
+    /// `spec.template.network`, when set.
+    network: Option<String>,
+    /// `spec.docker.host`, when set.
+    docker_host: Option<String>,
 }
 
 impl PoolYaml {
@@ -214,7 +218,23 @@ impl PoolYaml {
             progress_deadline: None,
             rollback: false,
             delete_policy: None,
+            network: None,
+            docker_host: None,
         }
+    }
+
+    /// `spec.template.network`.
+    #[must_use]
+    pub fn network(mut self, network: &str) -> Self {
+        self.network = Some(network.to_owned());
+        self
+    }
+
+    /// `spec.docker.host`: the pool lives on that daemon.
+    #[must_use]
+    pub fn docker_host(mut self, host: &str) -> Self {
+        self.docker_host = Some(host.to_owned());
+        self
     }
 
     /// The same pool document under another pool name.
@@ -369,6 +389,12 @@ impl fmt::Display for PoolYaml {
         if !self.volumes.is_empty() {
             let volumes: Vec<String> = self.volumes.iter().map(|v| quote(v)).collect();
             writeln!(f, "    volumes: [{}]", volumes.join(", "))?;
+        }
+        if let Some(network) = &self.network {
+            writeln!(f, "    network: {network}")?;
+        }
+        if let Some(host) = &self.docker_host {
+            writeln!(f, "  docker:\n    host: {}", quote(host))?;
         }
         if !self.bootstrap.is_empty() {
             writeln!(f, "  bootstrap:")?;

@@ -6,6 +6,7 @@
 //! bumps a counter ([`DockerBackend::api_calls`]) so that tests and the benchmark can check that.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -833,7 +834,15 @@ pub async fn connect_endpoints(
             }
         }
     }
-    Ok(Endpoints::new(places, pools))
+    // A daemon a pool moved away from is reached by its address alone, as its Nodes record it.
+    let connect: crate::backend::endpoints::Connector<DockerBackend> = Arc::new(|host: String| {
+        Box::pin(async move {
+            let endpoint = Endpoint::at(&host);
+            let backend = DockerBackend::connect(&endpoint, Timeouts::default()).await?;
+            Ok((endpoint.name, backend))
+        })
+    });
+    Ok(Endpoints::new(places, pools).with_connector(connect))
 }
 
 /// The bollard client for an endpoint: over TLS when it has TLS material. A missing `ca.pem`

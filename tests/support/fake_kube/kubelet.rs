@@ -46,6 +46,14 @@ async fn running_containers(docker: &Docker, run_label: &str) -> Option<BTreeSet
 
 pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletOptions) {
     let mut shutdown = shared.shutdown.clone();
+    let extra: Vec<Docker> = options
+        .extra_hosts
+        .iter()
+        .map(|h| {
+            Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION)
+                .expect("the extra daemon's address")
+        })
+        .collect();
     let mut started_or_died = options.prompt.then(|| container_events(&docker, &options.run_label));
     // A container Docker just reported dead: a list made at once may still show it running
     // (Docker 20.10 reports `die` before its list sees the exit), and the report is the truth.
@@ -55,6 +63,13 @@ pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletO
         // and keeps its last status for a while.
         let listed_at = Instant::now();
         let mut listed = running_containers(&docker, &options.run_label).await;
+        for extra in &extra {
+            // A failed list of any daemon leaves every Node as it is.
+            match (listed.as_mut(), running_containers(extra, &options.run_label).await) {
+                (Some(all), Some(more)) => all.extend(more),
+                _ => listed = None,
+            }
+        }
         if let Some(running) = &mut listed {
             if let Some(name) = died.take() {
                 running.remove(&name);
