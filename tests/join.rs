@@ -363,3 +363,38 @@ async fn a_join_through_a_container_that_is_not_there_changes_nothing() {
     );
     assert!(s.containers().await.is_empty(), "nothing was created");
 }
+
+/// The control plane a pool's new instances join through must serve the cluster poolctl
+/// observes for the pool (compared by the UID of `kube-system`): one of another cluster is
+/// refused before anything is created, and the same setup joins once it serves the right one.
+#[tokio::test]
+async fn a_join_through_a_control_plane_of_another_cluster_is_refused_before_anything_is_created() {
+    let Some(rig) = crate::support::rig::Rig::new().await else { return };
+    let s = &rig.s;
+    let control_plane = stand_in(s.docker(), "control-plane").await;
+    install(&control_plane, "/bin/kubeadm", &control_plane_kubeadm(&control_plane));
+    let kubectl = |uid: &str| format!("#!/bin/sh\necho \"$*\" >> /tmp/kubectl-calls\nprintf '%s' '{uid}'\n");
+    install(&control_plane, "/bin/kubectl", &kubectl("uid-of-another-cluster"));
+    let join = format!("  join:\n    kubeadm:\n      controlPlane: {control_plane}\n      timeout: 30s\n");
+    let bootstrap = format!("  bootstrap:\n{}", install_step(&node_kubeadm(false)));
+    let node =
+        format!("  node:\n    kubeconfig: {}\n    readyTimeout: 10s\n", s.path("kubeconfig").display());
+    s.write("pool.yaml", &pool_yaml(s, 1, "", &format!("{bootstrap}{join}{node}")));
+
+    let ours = rig.fake.store().cluster_uid.clone();
+    let apply = s.run("apply", &["--yes"]).expect_code(1);
+    let said = format!("{}{}", apply.stdout, apply.stderr);
+    assert!(said.contains(&format!("joins through {control_plane}, which serves another cluster")), "{said}");
+    assert!(said.contains("uid-of-another-cluster") && said.contains(&ours), "{said}");
+    assert!(s.containers().await.is_empty(), "nothing was created");
+    let asked = sh(&control_plane, "cat /tmp/kubectl-calls", "");
+    assert_eq!(
+        asked.trim(),
+        "--kubeconfig /etc/kubernetes/admin.conf get namespace kube-system -o jsonpath={.metadata.uid}"
+    );
+
+    // The same control plane, now serving the observed cluster: the instance is created and joins.
+    install(&control_plane, "/bin/kubectl", &kubectl(&ours));
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(s.running().await.len(), 1);
+}

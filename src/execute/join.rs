@@ -51,6 +51,29 @@ pub enum JoinError {
     Unexpected(String),
 }
 
+/// The UID of the `kube-system` Namespace of the cluster a join goes to, asked of its control
+/// plane (kind's image has kubectl and the admin kubeconfig) or its k3s server (`k3s kubectl`).
+pub async fn cluster_uid<C: Containers>(
+    containers: &C,
+    join: &crate::spec::Join,
+) -> Result<String, JoinError> {
+    let get = ["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"];
+    let (container, argv): (&str, Vec<&str>) = if let Some(kubeadm) = &join.kubeadm {
+        let kubectl = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"];
+        (&kubeadm.control_plane, [&kubectl[..], &get].concat())
+    } else if let Some(k3s) = &join.k3s {
+        (&k3s.server, [&["k3s", "kubectl"][..], &get].concat())
+    } else {
+        return Err(JoinError::Unexpected("no join method".into()));
+    };
+    let uid = run(containers, container, &argv, QUICK, &[]).await?;
+    let uid = uid.trim();
+    if uid.is_empty() || uid.len() > 64 || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(JoinError::Unexpected(format!("`{}` in {container} printed no UID", argv.join(" "))));
+    }
+    Ok(uid.to_owned())
+}
+
 /// `K3S_URL` and `K3S_TOKEN_FILE` for a new agent: nothing secret.
 pub fn k3s_env(join: &K3sJoin) -> [(String, String); 2] {
     [("K3S_URL".to_owned(), join.server_url()), ("K3S_TOKEN_FILE".to_owned(), k3s_token_file())]

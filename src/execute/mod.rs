@@ -118,6 +118,24 @@ pub enum PreflightError {
     Network { network: String, source: BackendError },
     #[error("pool {pool} joins through container {container}, which is not running")]
     JoinContainer { pool: String, container: String, source: BackendError },
+    /// The container a new instance joins through serves another cluster than the one poolctl
+    /// observes for the pool: new Nodes would register where poolctl never looks.
+    #[error(
+        "pool {pool} joins through {container}, which serves another cluster (kube-system UID {theirs}) than the \
+         one poolctl observes for the pool ({ours}); nothing was created"
+    )]
+    JoinOtherCluster { pool: String, container: String, theirs: String, ours: String },
+    /// Which cluster the join container serves could not be told.
+    #[error(
+        "pool {pool} joins through {container}, and which cluster it serves cannot be told; poolctl joins new \
+         instances only to the cluster it observes, so nothing was created"
+    )]
+    JoinClusterUnknown {
+        pool: String,
+        container: String,
+        #[source]
+        source: join::JoinError,
+    },
 }
 
 /// How long preflight waits for a join's control plane or server to be up: it should be up
@@ -363,6 +381,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             self.containers.wait_up(container, JOIN_PREFLIGHT).await.map_err(|source| {
                 PreflightError::JoinContainer { pool: pool.into(), container: container.into(), source }
             })?;
+            self.check_join_cluster(pool, container).await?;
         }
         for (pool, image) in images {
             let pulled = self
@@ -382,6 +401,25 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
         }
         Ok(())
+    }
+
+    /// The cluster a pool's new instances join (through `container`, its control plane or k3s
+    /// server) must be the one poolctl observes for the pool, compared by the UID of their
+    /// `kube-system` Namespaces: otherwise the new Nodes would register where poolctl never
+    /// looks, and the old ones be retired for replacements that serve elsewhere. Where the
+    /// observed cluster's UID could not be read, there is nothing to compare with.
+    async fn check_join_cluster(&self, pool: &str, container: &str) -> Result<(), PreflightError> {
+        let Some(ours) = self.clusters.get(pool).and_then(|c| c.identity().uid.clone()) else {
+            return Ok(());
+        };
+        let Some(spec) = self.pool(pool).ok().and_then(|p| p.pool.spec.join.as_ref()) else { return Ok(()) };
+        let theirs = join::cluster_uid(self.containers, spec).await.map_err(|source| {
+            PreflightError::JoinClusterUnknown { pool: pool.into(), container: container.into(), source }
+        })?;
+        if theirs == ours {
+            return Ok(());
+        }
+        Err(PreflightError::JoinOtherCluster { pool: pool.into(), container: container.into(), theirs, ours })
     }
 
     /// Carry one batch out: each pool's part side by side with the others', as pools are
