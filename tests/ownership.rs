@@ -180,32 +180,23 @@ async fn a_node_uncordoned_during_a_pre_terminate_hook_wait_is_drained_again_bef
     assert!(!rig.containers().await.contains_key(&old));
 }
 
-/// `docker container prune` (or `docker system prune`) deletes poolctl's never-started records.
-/// A template change with `maxUnavailable: 0` afterwards still keeps three Ready, schedulable
-/// pool Nodes at every moment: a lost record never costs serving capacity.
+/// poolctl's records lost all the same (an older poolctl kept them as never-started containers,
+/// which `docker container prune` deletes; the volumes it keeps now can be removed by hand): a
+/// template change with `maxUnavailable: 0` afterwards still keeps three Ready, schedulable pool
+/// Nodes at every moment. A lost record never costs serving capacity.
 #[tokio::test]
-async fn after_a_prune_of_the_records_a_rollout_never_has_fewer_than_replicas_ready_nodes() {
+async fn with_its_records_lost_a_rollout_never_has_fewer_than_replicas_ready_nodes() {
     let Some(rig) = Rig::new().await else { return };
     let v1 = rig.spec();
     rig.start(&v1).await;
-    let (key, value) = rig.s.docker().case_label();
-    let listed = |all: bool| {
-        let mut args = vec!["ps", "-q", "--filter"];
-        if all {
-            args.insert(1, "-a");
-        }
-        let filter = format!("label={key}={value}");
-        let out = std::process::Command::new("docker").args(&args).arg(&filter).output().expect("docker ps");
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    };
-    assert!(listed(true) > listed(false), "the rollout left never-started records to prune");
-    let filter = format!("label={key}={value}");
-    let pruned = std::process::Command::new("docker")
-        .args(["container", "prune", "--force", "--filter", &filter])
+    let records = docker_names(&["volume", "ls"], rig.s.docker().case_label());
+    assert_eq!(records.len(), 4, "three up records and a rollout record: {records:?}");
+    let removed = std::process::Command::new("docker")
+        .args(["volume", "rm", "--force"])
+        .args(&records)
         .output()
-        .expect("docker container prune");
-    assert!(pruned.status.success(), "{}", String::from_utf8_lossy(&pruned.stderr));
-    assert_eq!(listed(true), 3, "only the three instances are left");
+        .expect("docker volume rm");
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
 
     let from = rig.last_seq();
     rig.write(&v1.clone().env("VERSION", "2"));
@@ -219,4 +210,48 @@ async fn after_a_prune_of_the_records_a_rollout_never_has_fewer_than_replicas_re
         assert!(serving >= 3, "only {serving} pool Nodes serve after {:?}", e.kind);
     }
     assert_eq!(rig.containers().await.len(), 3);
+}
+
+/// What `docker` shows of a scope: its containers (`ps -a`) and its volumes, by name.
+fn docker_names(what: &[&str], case: (&str, &str)) -> Vec<String> {
+    let filter = format!("label={}={}", case.0, case.1);
+    let out = std::process::Command::new("docker")
+        .args(what)
+        .args(["--filter", &filter, "--format", if what[0] == "ps" { "{{.Names}}" } else { "{{.Name}}" }])
+        .output()
+        .expect("docker runs");
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    names.sort();
+    names
+}
+
+/// poolctl keeps its records where `docker container prune` and `docker system prune` do not
+/// reach (volumes), `docker ps -a` shows a pool's instances and nothing else, and a teardown
+/// (`apply --prune` once the pool is gone from the source) leaves nothing of the pool behind.
+#[tokio::test]
+async fn records_survive_a_prune_docker_ps_shows_only_instances_and_a_teardown_leaves_nothing() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(3));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let case = s.docker().case_label();
+    let instances: Vec<String> = s.containers().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(instances.len(), 3);
+    assert_eq!(docker_names(&["ps", "-a"], case), instances, "docker ps -a shows the instances only");
+    let records = docker_names(&["volume", "ls"], case);
+    assert_eq!(records.len(), 4, "three up records and the rollout record: {records:?}");
+
+    let filter = format!("label={}={}", case.0, case.1);
+    let pruned = std::process::Command::new("docker")
+        .args(["system", "prune", "--force", "--filter", &filter])
+        .output()
+        .expect("docker system prune");
+    assert!(pruned.status.success(), "{}", String::from_utf8_lossy(&pruned.stderr));
+    assert_eq!(docker_names(&["volume", "ls"], case), records, "the records survive a prune");
+    let plan = s.run("plan", &["--detailed-exitcode"]);
+    assert_eq!(plan.code, 0, "nothing to do after a prune:\n{}", plan.stdout);
+
+    std::fs::remove_file(s.dir().join("pool.yaml")).expect("remove the pool from the source");
+    s.run("apply", &["--yes", "--prune", "--allow-empty"]).expect_code(0);
+    assert_eq!(docker_names(&["ps", "-a"], case), Vec::<String>::new());
+    assert_eq!(docker_names(&["volume", "ls"], case), Vec::<String>::new(), "nothing of the pool is left");
 }

@@ -221,6 +221,14 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.instance(name).remove(name).await
     }
 
+    /// On every endpoint: a pool that moved may have left a record where it was.
+    async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
+        for (_, backend) in self.all() {
+            backend.forget_pool(pool).await?;
+        }
+        Ok(())
+    }
+
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
         self.instance(name).record_up(name, labels).await
     }

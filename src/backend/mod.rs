@@ -205,6 +205,9 @@ pub trait Containers: Sync {
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Remove what poolctl keeps about `pool` beside its instances (its rollout record): the
+    /// pool is torn down, and leaves nothing behind.
+    fn forget_pool(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// The rollout records, by pool, that the last [`Containers::list`] showed: they come back
     /// in the same call (see [`crate::model::RolloutRecord`]).
     fn rollouts(&self) -> BTreeMap<String, RolloutRecord>;

@@ -31,7 +31,7 @@ use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::cancel::Interrupt;
 use crate::lock::LockGuard;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, labels};
-use crate::plan::{Action, Plan, PoolPlan, Step};
+use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::spec::{EnvValue, SecretEnv};
 
 pub use progress::{ProgressFormat, ProgressUi};
@@ -490,6 +490,15 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 report.attempted.extend(outcomes);
                 report.not_started.extend(skipped.into_iter().map(not_started));
             }
+        }
+        // A pool torn down (`--prune`) leaves nothing behind: its rollout record goes once its
+        // instances are retired. A record that cannot be removed is harmless, and said.
+        let done = report.failure().is_none() && report.not_started.is_empty();
+        if done
+            && pool.status == PoolStatus::Pruned
+            && let Err(e) = self.containers.forget_pool(&pool.name).await
+        {
+            self.say(&format!("pool {}: its rollout record stays ({e})", pool.name));
         }
         report
     }

@@ -50,13 +50,12 @@ pub const JOINING_PREFIX: &str = "joining.poolctl.dev/";
 /// kept the record lack the label.
 pub const RECORDS_UP: &str = "poolctl.dev/records-up";
 /// On an up record: the ID of the instance container whose coming up it records. An up record
-/// is a container that is created and never started, with no image (as a pool's Docker lock
-/// is), named `poolctl-up-<instance>` and written as the last step of coming up: a label cannot
-/// change after creation, and the record comes back in the same list call as the instances.
+/// is a Docker volume named `poolctl-up-<instance>`, written as the last step of coming up (see
+/// `backend::docker::up`); earlier poolctl versions kept it as a never-started container.
 pub const UP_OF: &str = "poolctl.dev/up-of";
-/// On a pool's rollout record (`poolctl-rollout-<pool>`, a container created and never started,
-/// as an up record is): the template hash its last rollout was to; the record's creation time
-/// is when that rollout began.
+/// On a pool's rollout record (`poolctl-rollout-<pool>`, a Docker volume, as an up record is):
+/// the template hash its last rollout was to; the record's creation time is when that rollout
+/// began.
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
 /// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";

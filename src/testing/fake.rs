@@ -413,6 +413,14 @@ impl Containers for FakeWorld {
         self.sim().reference_of(name)
     }
 
+    async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
+        self.call(format!("forget {pool}"), |sim| {
+            sim.world.rollouts.remove(pool);
+            Ok(())
+        })
+        .await
+    }
+
     async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
         self.call(format!("image {image}"), |_| Ok(false)).await
     }

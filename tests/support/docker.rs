@@ -381,12 +381,29 @@ impl Drop for TestDocker {
                     .then(|| id.to_owned())
             }));
         }
-        if ids.is_empty() {
-            return;
+        if !ids.is_empty() {
+            let removed = Command::new("docker").args(["rm", "-f", "-v"]).args(&ids).output();
+            if !removed.is_ok_and(|o| o.status.success()) {
+                eprintln!("test cleanup: `docker rm -f` failed; containers labelled {filter} may remain");
+            }
         }
-        let removed = Command::new("docker").args(["rm", "-f", "-v"]).args(&ids).output();
-        if !removed.is_ok_and(|o| o.status.success()) {
-            eprintln!("test cleanup: `docker rm -f` failed; containers labelled {filter} may remain");
+        // poolctl's records are volumes labelled with the pool (and the template's labels).
+        let records = Command::new("docker")
+            .args(["volume", "ls", "--filter", "label=poolctl.dev/pool", "--format"])
+            .arg("{{.Name}} {{.Label \"poolctl.dev/pool\"}}")
+            .output();
+        let Ok(records) = records else { return };
+        let text = String::from_utf8_lossy(&records.stdout).into_owned();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|line| {
+                let (name, of) = line.split_once(' ')?;
+                (of == pool || of.strip_prefix(&pool).is_some_and(|rest| rest.starts_with('-')))
+                    .then_some(name)
+            })
+            .collect();
+        if !names.is_empty() {
+            let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&names).output();
         }
     }
 }

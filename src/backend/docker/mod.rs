@@ -18,7 +18,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, DownloadFromContainerOptions, EventsOptions,
-    InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, LogsOptions,
+    InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, ListVolumesOptions, LogsOptions,
     RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions, WaitContainerOptions,
 };
 use futures::StreamExt;
@@ -113,6 +113,9 @@ pub struct DockerBackend {
     timeouts: Timeouts,
     /// The rollout records the last list showed, by pool (see [`Containers::rollouts`]).
     rollouts: std::sync::Mutex<BTreeMap<String, RolloutRecord>>,
+    /// The records the last list showed kept as containers, by an earlier poolctl: removed
+    /// with what they record.
+    legacy_records: std::sync::Mutex<HashSet<String>>,
     /// One permit per request in flight (see [`MAX_CALLS_IN_FLIGHT`]).
     slots: tokio::sync::Semaphore,
 }
@@ -141,6 +144,7 @@ impl DockerBackend {
             calls: AtomicU64::new(1),
             timeouts,
             rollouts: std::sync::Mutex::default(),
+            legacy_records: std::sync::Mutex::default(),
             slots: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
         })
     }
@@ -472,19 +476,41 @@ impl Containers for DockerBackend {
             .map_err(|e| self.error("list containers", e))?;
         let mut records = HashMap::new();
         let mut rollouts = BTreeMap::new();
+        let mut legacy = HashSet::new();
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
             let (names, labels, created) = (summary.names.as_ref(), summary.labels.as_ref(), summary.created);
             if labels.is_some_and(|l| l.contains_key(labels::LOCK)) {
                 // A pool's lock, read by name where it matters (see `lock`).
             } else if let Some((instance, record)) = up::up_record_from(names, labels, created) {
+                // Records kept as containers by an earlier poolctl: read, and removed with what
+                // they record.
+                legacy.insert(up::up_record_name(&instance));
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(names, labels, created) {
+                legacy.insert(up::rollout_record_name(&pool));
                 rollouts.insert(pool, record);
             } else {
                 containers.extend(container_from_summary(summary));
             }
         }
+        // The records themselves are volumes, which `docker container prune` and `docker system
+        // prune` leave alone: one more list call, whatever the pool size.
+        let options = ListVolumesOptions {
+            filters: Some(HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])])),
+        };
+        let volumes = self
+            .call(self.docker.list_volumes(Some(options)))
+            .await
+            .map_err(|e| self.error("list volumes", e))?;
+        for volume in volumes.volumes.iter().flatten() {
+            if let Some((instance, record)) = up::up_record_of_volume(volume) {
+                records.insert(instance, record);
+            } else if let Some((pool, record)) = up::rollout_record_of_volume(volume) {
+                rollouts.insert(pool, record);
+            }
+        }
+        *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         up::join_up_records(&mut containers, &records);
         for c in &mut containers {
@@ -717,6 +743,10 @@ impl Containers for DockerBackend {
         // as not up, the cautious side.
         let (container, record) = tokio::join!(container, self.remove_up_record(name));
         container.and(record)
+    }
+
+    async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_rollout_record(pool).await
     }
 
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {

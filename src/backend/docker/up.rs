@@ -2,16 +2,23 @@
 //! tell *starting* from *serving*, and a blip from a failure, without a state file.
 //!
 //! An instance's coming up (bootstrap, join and Ready wait done) is recorded as the last step of
-//! its creation by an *up record*: a container named `poolctl-up-<instance>` that is created and
-//! never started, with no image (as a pool's Docker lock is, see `lock.rs`), labelled with the
-//! pool and the ID of the instance container it vouches for. A label cannot change after
-//! creation and a file inside the instance would take one read per instance per plan; the
-//! record comes back in the very list call that lists the instances, and dies with them.
+//! its creation by an *up record*: a Docker volume named `poolctl-up-<instance>`, labelled with
+//! the pool and the ID of the instance container it vouches for; a pool's rollout record is the
+//! volume `poolctl-rollout-<pool>`. A label cannot change after creation and a file inside the
+//! instance would take one read per instance per plan; one list call of volumes reads them all.
+//!
+//! Volumes, not containers: `docker container prune` and `docker system prune` (which people run
+//! often) delete never-started containers, and named volumes are left alone by both (and by
+//! `docker volume prune` since Docker 23, which takes only anonymous ones unless `--all`); nor do
+//! they clutter `docker ps -a`. A record removed all the same costs no capacity: an instance
+//! that looks up counts as up whatever its record says (see the planner). Records that an
+//! earlier poolctl kept as never-started containers are still read, and removed with what they
+//! record.
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HealthStatusEnum, HostConfig};
-use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use bollard::models::{ContainerInspectResponse, HealthStatusEnum, Volume, VolumeCreateRequest};
+use bollard::query_parameters::{RemoveContainerOptions, RemoveVolumeOptions};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{DockerBackend, status_of};
@@ -35,6 +42,22 @@ pub(super) fn rollout_record_from(
     let pool = name.strip_prefix("poolctl-rollout-")?.to_owned();
     let rolled_back_from = labels.get(labels::ROLLED_BACK_FROM).cloned();
     Some((pool, RolloutRecord { template_hash, since: created.unwrap_or_default(), rolled_back_from }))
+}
+
+/// The rollout record a volume is, by pool; `None` for a volume that is not one.
+pub(super) fn rollout_record_of_volume(volume: &Volume) -> Option<(String, RolloutRecord)> {
+    let template_hash = volume.labels.get(labels::ROLLOUT_OF)?.clone();
+    let pool = volume.name.strip_prefix("poolctl-rollout-")?.to_owned();
+    let rolled_back_from = volume.labels.get(labels::ROLLED_BACK_FROM).cloned();
+    let since = time(volume.created_at.as_deref()).unwrap_or_default();
+    Some((pool, RolloutRecord { template_hash, since, rolled_back_from }))
+}
+
+/// The up record a volume is, by instance name; `None` for a volume that is not one.
+pub(super) fn up_record_of_volume(volume: &Volume) -> Option<(String, UpRecord)> {
+    let of = volume.labels.get(labels::UP_OF)?.clone();
+    let instance = volume.name.strip_prefix("poolctl-up-")?.to_owned();
+    Some((instance, UpRecord { of, created: time(volume.created_at.as_deref()).unwrap_or_default() }))
 }
 
 /// The name of the up record of `instance`.
@@ -128,8 +151,8 @@ fn time(text: Option<&str>) -> Option<i64> {
 impl DockerBackend {
     /// Write the up record of `instance`, vouching for the container of that name as it is now,
     /// with `labels` (the pool's, and the template's own, so that whatever removes the pool's
-    /// containers by label removes it too). A record left by an earlier container of the same
-    /// name is replaced.
+    /// things by label removes it too). A record left by an earlier container of the same name
+    /// is replaced.
     pub(super) async fn write_up_record(
         &self,
         instance: &str,
@@ -142,25 +165,25 @@ impl DockerBackend {
             .and_then(|c| c.id)
             .ok_or_else(|| BackendError::NotFound(format!("container {instance}")))?;
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
-        labels.insert(labels::UP_OF.to_owned(), id);
-        let body = ContainerCreateBody {
-            cmd: Some(vec!["poolctl-up".to_owned()]),
-            labels: Some(labels),
-            host_config: Some(HostConfig { network_mode: Some("none".to_owned()), ..Default::default() }),
-            ..Default::default()
-        };
+        labels.insert(labels::UP_OF.to_owned(), id.clone());
         let name = up_record_name(instance);
         for attempt in 0..2 {
-            let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-            match self.call(self.docker.create_container(Some(options), body.clone())).await {
-                Ok(_) => return Ok(()),
-                Err(e) if status_of(&e) == Some(409) && attempt == 0 => {
-                    self.remove_up_record(instance).await?;
-                }
-                Err(e) => return Err(self.error(&doing(), e)),
+            // Docker answers a create of an existing volume with that volume, as it is.
+            let request = VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            };
+            let made =
+                self.call(self.docker.create_volume(request)).await.map_err(|e| self.error(&doing(), e))?;
+            if made.labels.get(labels::UP_OF) == Some(&id) {
+                return Ok(());
+            }
+            if attempt == 0 {
+                self.remove_volume(&name).await?;
             }
         }
-        Err(BackendError::Failed(format!("{}: the name {name} stays taken", doing())))
+        Err(BackendError::Failed(format!("{}: the volume {name} stays someone else's", doing())))
     }
 
     /// Write `pool`'s rollout record: its rollout to `template_hash` begins now. The record of an
@@ -173,25 +196,15 @@ impl DockerBackend {
         record_labels: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
         let name = rollout_record_name(pool);
-        let options = RemoveContainerOptions { v: true, force: true, link: false };
-        match self.call(self.docker.remove_container(&name, Some(options))).await {
-            Ok(()) => {}
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => return Err(self.error(&format!("replace the rollout record {name}"), e)),
-        }
+        self.remove_volume(&name).await?;
+        self.remove_legacy(&name).await?;
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
         labels.insert(labels::ROLLOUT_OF.to_owned(), template_hash.to_owned());
         if let Some(from) = rolled_back_from {
             labels.insert(labels::ROLLED_BACK_FROM.to_owned(), from.to_owned());
         }
-        let body = ContainerCreateBody {
-            cmd: Some(vec!["poolctl-rollout".to_owned()]),
-            labels: Some(labels),
-            host_config: Some(HostConfig { network_mode: Some("none".to_owned()), ..Default::default() }),
-            ..Default::default()
-        };
-        let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-        self.call(self.docker.create_container(Some(options), body))
+        let request = VolumeCreateRequest { name: Some(name), labels: Some(labels), ..Default::default() };
+        self.call(self.docker.create_volume(request))
             .await
             .map(|_| ())
             .map_err(|e| self.error(&format!("record the rollout of pool {pool}"), e))
@@ -200,11 +213,37 @@ impl DockerBackend {
     /// Remove the up record of `instance`, if there is one.
     pub(super) async fn remove_up_record(&self, instance: &str) -> Result<(), BackendError> {
         let name = up_record_name(instance);
-        let options = RemoveContainerOptions { v: true, force: true, link: false };
-        match self.call(self.docker.remove_container(&name, Some(options))).await {
+        self.remove_volume(&name).await?;
+        self.remove_legacy(&name).await
+    }
+
+    /// Remove `pool`'s rollout record, if there is one: the pool is gone.
+    pub(super) async fn remove_rollout_record(&self, pool: &str) -> Result<(), BackendError> {
+        let name = rollout_record_name(pool);
+        self.remove_volume(&name).await?;
+        self.remove_legacy(&name).await
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+        match self.call(self.docker.remove_volume(name, Some(RemoveVolumeOptions { force: true }))).await {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(404) => Ok(()),
-            Err(e) => Err(self.error(&format!("remove the up record {name}"), e)),
+            Err(e) => Err(self.error(&format!("remove the record {name}"), e)),
+        }
+    }
+
+    /// Remove the record `name` that an earlier poolctl kept as a container, if the last list
+    /// showed one: no call otherwise.
+    async fn remove_legacy(&self, name: &str) -> Result<(), BackendError> {
+        let seen = self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        if !seen {
+            return Ok(());
+        }
+        let options = RemoveContainerOptions { v: true, force: true, link: false };
+        match self.call(self.docker.remove_container(name, Some(options))).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) => Err(self.error(&format!("remove the record {name}"), e)),
         }
     }
 }
