@@ -12,6 +12,10 @@ use crate::plan::PlanOptions;
 use crate::source::{SourceError, SourceSpec};
 use crate::style::ColorChoice;
 
+/// The environment variable that names the Node poolctl runs on: deploy/04-deployment.yaml sets
+/// it from the Pod's `spec.nodeName` (the downward API); outside a cluster it is not set.
+pub const OWN_NODE_ENV: &str = "POOLCTL_NODE_NAME";
+
 /// The shortest watch or status interval accepted: a zero period would spin (and tokio refuses
 /// it).
 const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -251,7 +255,14 @@ impl Config {
 
 fn options(args: &PlanningArgs) -> PlanOptions {
     let replace = args.replace.iter().cloned().collect();
-    PlanOptions { prune: args.prune, adopt: args.adopt, replace, ..PlanOptions::default() }
+    let own_node = own_node(std::env::var(OWN_NODE_ENV).ok());
+    PlanOptions { prune: args.prune, adopt: args.adopt, replace, own_node, ..PlanOptions::default() }
+}
+
+/// The Node poolctl runs on, from [`OWN_NODE_ENV`]'s value: read once, here, so that the planner
+/// and the executor are given it. An empty value names no Node.
+pub fn own_node(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
 fn format(output: OutputFormat) -> Format {
@@ -291,6 +302,13 @@ mod tests {
         assert_eq!(apply.format, Format::Json);
         let err = config(&["apply", "-s", "pools", "-o", "json"]).unwrap_err();
         assert_eq!(err.to_string(), "apply -o json asks no question: pass --yes (or apply a saved plan)");
+    }
+
+    #[test]
+    fn the_own_node_is_a_name_or_nothing() {
+        assert_eq!(own_node(Some("kind-worker\n".to_owned())), Some("kind-worker".to_owned()));
+        assert_eq!(own_node(Some("  ".to_owned())), None);
+        assert_eq!(own_node(None), None);
     }
 
     #[test]

@@ -245,7 +245,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         let desired = plan.desired_for(self.desired);
         let executor = Executor::new(&desired, self.containers, self.clusters, self.progress, self.interrupt)
             .with_ui(self.ui)
-            .with_lock_guard(guard.clone());
+            .with_lock_guard(guard.clone())
+            .on_node(self.options.own_node.clone());
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most

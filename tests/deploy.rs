@@ -3,7 +3,8 @@
 //! every request a `watch` makes through a full rollout of a node pool (create, join, cordon,
 //! drain with evictions under a PodDisruptionBudget, volume checks, stop, Node deletion, the
 //! Lease lock) is allowed by it, as kube-apiserver's RBAC authorizer would decide, and every
-//! verb it grants was used by one of those requests.
+//! verb it grants was used by one of those requests. The watch Pods stay off the Nodes of the
+//! pools they manage, know the Node they run on, and are disrupted one at a time.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,8 @@ use std::process::Command;
 
 use axum::http::Method;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
@@ -141,11 +143,13 @@ fn the_manifests_parse_and_agree_with_each_other() {
     let binding: ClusterRoleBinding = manifest("03-clusterrolebinding.yaml");
     let deployment: Deployment = manifest("04-deployment.yaml");
     let service: Service = manifest("05-service.yaml");
+    let pdb: PodDisruptionBudget = manifest("06-pdb.yaml");
     let ns = namespace.metadata.name.as_deref().expect("the Namespace is named");
     for (kind, object_ns) in [
         ("ServiceAccount", &account.metadata.namespace),
         ("Deployment", &deployment.metadata.namespace),
         ("Service", &service.metadata.namespace),
+        ("PodDisruptionBudget", &pdb.metadata.namespace),
     ] {
         assert_eq!(object_ns.as_deref(), Some(ns), "the {kind} lives in the Namespace");
     }
@@ -250,7 +254,8 @@ fn every_manifest_is_checked_and_the_namespace_is_applied_first() {
             "02-clusterrole.yaml",
             "03-clusterrolebinding.yaml",
             "04-deployment.yaml",
-            "05-service.yaml"
+            "05-service.yaml",
+            "06-pdb.yaml"
         ]
     );
 }
@@ -268,6 +273,77 @@ fn the_deployment_runs_watch_with_flags_it_has() {
         let flag = flag.split('=').next().unwrap_or_default();
         assert!(has(flag), "watch has no {flag}:\n{help}");
     }
+}
+
+fn watch_pod() -> PodSpec {
+    let deployment: Deployment = manifest("04-deployment.yaml");
+    deployment.spec.template.spec.expect("a Pod spec")
+}
+
+#[test]
+fn the_watch_pods_are_never_scheduled_on_a_node_of_the_pools_they_manage() {
+    let affinity = watch_pod().affinity.and_then(|a| a.node_affinity).expect("a nodeAffinity");
+    // Required: a preference alone lets the scheduler fall back to a pool's Node when the
+    // others are full, and the rollout there would evict the replica running it.
+    let required = affinity.required_during_scheduling_ignored_during_execution.expect("a required affinity");
+    // The terms are ORed: every one of them must keep off the Nodes with poolctl's pool label,
+    // the label every Node poolctl configures carries.
+    assert!(!required.node_selector_terms.is_empty());
+    for term in &required.node_selector_terms {
+        let keeps_off = term.match_expressions.iter().flatten().any(|e| {
+            e.key == poolctl::model::labels::POOL && e.operator == "DoesNotExist" && e.values.is_none()
+        });
+        assert!(keeps_off, "a term that admits a pool's Node: {term:?}");
+    }
+}
+
+#[test]
+fn each_watch_replica_is_told_the_node_it_runs_on() {
+    let pod = watch_pod();
+    let env = pod.containers[0].env.clone().unwrap_or_default();
+    let own = env.iter().find(|e| e.name == poolctl::config::OWN_NODE_ENV).expect("the Node name in env");
+    assert_eq!(own.value, None, "from the downward API, not a fixed value");
+    let field = own.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).expect("a fieldRef");
+    assert_eq!(field.field_path, "spec.nodeName");
+    assert!(field.api_version.as_deref().is_none_or(|v| v == "v1"), "{field:?}");
+}
+
+#[test]
+fn the_budget_selects_exactly_the_watch_pods_and_keeps_one_up_without_blocking_drains() {
+    let deployment: Deployment = manifest("04-deployment.yaml");
+    let pdb: PodDisruptionBudget = manifest("06-pdb.yaml");
+    assert_eq!(pdb.metadata.namespace, deployment.metadata.namespace);
+    let spec = pdb.spec.expect("a budget spec");
+    let deployment = deployment.spec;
+    // The Deployment's own selector: no Pod more, none less (its Pods are the only ones in its
+    // Namespace, and a selector that matched other Pods there would count them in the budget).
+    assert_eq!(spec.selector.as_ref(), Some(&deployment.selector));
+    let labels = deployment.template.metadata.and_then(|m| m.labels).expect("the Pods are labelled");
+    let selector = spec.selector.and_then(|s| s.match_labels).expect("the budget selects by labels");
+    assert!(selector.iter().all(|(k, v)| labels.get(k) == Some(v)), "the budget selects the Pods");
+
+    // What the disruption controller makes of it, with every replica healthy: how many must
+    // stay up, hence how many evictions it allows, with the Deployment's replicas and with one.
+    let number = |bound: &IntOrString| match bound {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => panic!("a number, not a percentage, to check: {s}"),
+    };
+    let desired_healthy = |replicas: i32| match (&spec.min_available, &spec.max_unavailable) {
+        (Some(min), None) => number(min),
+        (None, Some(max)) => (replicas - number(max)).max(0),
+        bounds => panic!("one bound: {bounds:?}"),
+    };
+    let replicas = deployment.replicas.expect("replicas");
+    assert!(replicas > 1, "a replica keeps watching while another moves");
+    for replicas in [replicas, 1] {
+        let allowed = replicas - desired_healthy(replicas);
+        assert!(allowed >= 1, "{replicas} replicas: the budget blocks every drain of their Node");
+        if replicas > 1 {
+            assert!(desired_healthy(replicas) >= 1, "{replicas} replicas: none is kept up through a drain");
+        }
+    }
+    // A replica that is not Ready does not hold a drain up.
+    assert_eq!(spec.unhealthy_pod_eviction_policy.as_deref(), Some("AlwaysAllow"));
 }
 
 /// The lines of a Dockerfile's last stage that make what runs: the environment, the port and

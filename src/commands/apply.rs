@@ -27,7 +27,9 @@ use crate::execute::{ProgressFormat, ProgressUi, Report};
 use crate::lock::{LockFailure, LockSettings};
 use crate::model::Origin;
 use crate::plan::saved::{self, SavedPlan};
-use crate::plan::{HeldLocks, JSON_FORMAT_VERSION, Plan, render_json_saved, render_text, render_text_styled};
+use crate::plan::{
+    HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
+};
 use crate::rollout::{Outcome, Rollout, RolloutError};
 use crate::style::Style;
 
@@ -143,7 +145,9 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
         tell(progress_ui, &format!("The saved plan {name} has no changes: nothing to do."))?;
         return Ok(Exit::Success);
     }
-    let options = saved.provenance.options.options();
+    // The Node this poolctl runs on is this process's, not the saved plan's.
+    let options =
+        PlanOptions { own_node: config.options.own_node.clone(), ..saved.provenance.options.options() };
     let preview =
         crate::rollout::preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
     let planned = Planned { desired, docker, preview, options };

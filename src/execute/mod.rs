@@ -105,6 +105,13 @@ pub enum StepError {
     /// The container stopped running while the step waited on it.
     #[error("container {name} {how} while its Node was awaited")]
     ContainerStopped { name: String, how: Stopped },
+    /// The instance's Node is the one this poolctl runs on: its retirement would take poolctl
+    /// down with it halfway (the seed's self-hosted failure).
+    #[error(
+        "refusing to retire Node {0}: this poolctl runs on it (POOLCTL_NODE_NAME); move poolctl off the \
+         pool's Nodes (deploy/ keeps it off them)"
+    )]
+    OwnNode(String),
 }
 
 /// Why the run could not start: nothing was changed.
@@ -166,6 +173,8 @@ pub struct Executor<'a, C, K> {
     creations: Mutex<HashMap<String, Arc<Creations>>>,
     /// Asked before every irreversible call ([`Executor::with_lock_guard`]; none by default).
     lock_guard: LockGuard,
+    /// The Node this poolctl runs on ([`Executor::on_node`]), which it never retires.
+    own_node: Option<String>,
 }
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
@@ -238,6 +247,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             drain_turns: Mutex::default(),
             creations: Mutex::default(),
             lock_guard: LockGuard::unguarded(),
+            own_node: None,
         }
     }
 
@@ -246,6 +256,14 @@ impl<'a, C, K> Executor<'a, C, K> {
     #[must_use]
     pub fn with_lock_guard(mut self, guard: LockGuard) -> Self {
         self.lock_guard = guard;
+        self
+    }
+
+    /// Run on the Node `own` (`POOLCTL_NODE_NAME`): every retirement step of that instance
+    /// fails before it acts, whatever the plan says, so that the old instance keeps serving.
+    #[must_use]
+    pub fn on_node(mut self, own: Option<String>) -> Self {
+        self.own_node = own;
         self
     }
 
@@ -657,6 +675,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     async fn perform(&self, pool_name: &str, step: &Step) -> Result<(), StepError> {
         let name = step.instance.as_str();
+        // Checked here, at every retirement step, not in the plan: the plan is a preview, and
+        // a retirement resumed past its cordon starts at a later step.
+        if step.action.is_retirement() && self.own_node.as_deref() == Some(name) {
+            return Err(StepError::OwnNode(name.to_owned()));
+        }
         match &step.action {
             Action::Create { .. } => self.create(pool_name, step).await?,
             Action::Join { .. } => {

@@ -534,3 +534,67 @@ async fn a_container_that_stops_within_min_ready_seconds_never_counts_as_up() {
     assert_eq!((failure.verb, failure.instance.as_str()), ("await-ready", "n1"));
     assert!(!fake.calls().contains(&"record-up n1".to_owned()), "{:?}", fake.calls());
 }
+
+/// Carry out `plan` with an executor that runs on the Node `own`, as a watch replica deploy/
+/// told its Node (`POOLCTL_NODE_NAME`): the report and the progress text.
+async fn run_on_node(fake: &FakeWorld, desired: &Desired, plan: &Plan, own: &str) -> (Report, String) {
+    let interrupt = Interrupt::default();
+    let execute = async |e: &Executor<'_, FakeWorld, FakeCluster>| {
+        let on_node = Executor::new(e.desired, fake, e.clusters, e.progress, &interrupt);
+        on_node.on_node(Some(own.to_owned())).run_batch(plan).await
+    };
+    with_executor(fake, desired, &interrupt, execute).await
+}
+
+/// What is left of the instance `name` in `fake`'s world: its Node's `unschedulable`, its
+/// container's state, and the pods still bound to the Node.
+fn left_of(fake: &FakeWorld, name: &str) -> (Option<bool>, Option<crate::model::ContainerState>, usize) {
+    let world = fake.world();
+    let node = world.nodes.iter().find(|n| n.name == name).map(|n| n.unschedulable);
+    let container = world.containers.iter().find(|c| c.name == name).map(|c| c.state);
+    (node, container, world.pods.iter().filter(|p| p.node == name).count())
+}
+
+#[tokio::test]
+async fn the_node_poolctl_runs_on_is_never_retired_and_keeps_serving() {
+    let (desired, world, plan) = surge_all(2, true);
+    let fake = FakeWorld::new(world);
+    let (report, text) = run_on_node(&fake, &desired, &plan, "w-old-1").await;
+
+    let refused = "refusing to retire Node w-old-1: this poolctl runs on it (POOLCTL_NODE_NAME); move \
+                   poolctl off the pool's Nodes (deploy/ keeps it off them)";
+    let failure = report.failure().expect("the retirement fails");
+    assert_eq!((failure.instance.as_str(), failure.verb), ("w-old-1", "cordon"), "{report:?}");
+    assert_eq!(failure.error.as_ref().map(ToString::to_string).as_deref(), Some(refused));
+    assert!(text.contains(refused), "{text}");
+    // Refused before its cordon: nothing was asked of its Node or its container, and none
+    // of the pool's retirements went on (the refused cordon held the drain turn first, and no
+    // step starts once one failed), as after any failed step.
+    let calls = fake.calls();
+    let retiring = ["cordon ", "drain ", "stop ", "delete-node ", "remove "];
+    assert!(!calls.iter().any(|c| retiring.iter().any(|r| c.starts_with(r))), "{calls:?}");
+    // The old instance keeps serving: its Node schedulable, its container running, its pod on it.
+    assert_eq!(left_of(&fake, "w-old-1"), (Some(false), Some(crate::model::ContainerState::Running), 1));
+    assert_eq!(left_of(&fake, "w-old-2"), (Some(false), Some(crate::model::ContainerState::Running), 1));
+    let not_started: Vec<String> = report.not_started.iter().map(|(_, i, v)| format!("{v} {i}")).collect();
+    assert!(not_started.contains(&"drain w-old-1".to_owned()), "{not_started:?}");
+    assert!(not_started.contains(&"cordon w-old-2".to_owned()), "{not_started:?}");
+}
+
+#[tokio::test]
+async fn a_resumed_retirement_of_the_node_poolctl_runs_on_is_refused_at_its_first_step() {
+    // An earlier run (before deploy/ kept poolctl off the pool) cordoned it: the plan resumes
+    // at the drain, and the drain is refused just the same.
+    let (desired, mut world, _) = surge_all(1, true);
+    let node = world.nodes.iter_mut().find(|n| n.name == "w-old-1").unwrap();
+    (node.unschedulable, node.cordoned_by_poolctl) = (true, true);
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let first = plan.pools[0].steps.iter().find(|s| s.instance == "w-old-1").map(|s| s.action.verb());
+    assert_eq!(first, Some("drain"), "{plan:?}");
+    let fake = FakeWorld::new(world);
+    let (report, _) = run_on_node(&fake, &desired, &plan, "w-old-1").await;
+    let failure = report.failure().expect("the retirement fails");
+    assert_eq!((failure.instance.as_str(), failure.verb), ("w-old-1", "drain"));
+    assert!(matches!(failure.error, Some(StepError::OwnNode(ref n)) if n == "w-old-1"));
+    assert_eq!(left_of(&fake, "w-old-1"), (Some(true), Some(crate::model::ContainerState::Running), 1));
+}

@@ -37,7 +37,8 @@ use crate::model::{Desired, World};
 // By value: callers build the options for the call (tests, mostly `PlanOptions::default()`).
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    hold_paused(desired, planner::plan(desired, world, &options, planner::Seed::Derive(desired)))
+    let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
+    hold_paused(desired, mark_own_node(planned, &options))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
@@ -48,7 +49,21 @@ pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Pl
         Some(seed) => planner::Seed::Known(seed),
         None => planner::Seed::Derive(desired),
     };
-    hold_paused(desired, planner::plan(desired, world, &options, seed))
+    hold_paused(desired, mark_own_node(planner::plan(desired, world, &options, seed), &options))
+}
+
+/// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
+/// before apply what the executor will refuse (the plan is a preview; the executor checks).
+fn mark_own_node(mut plan: Plan, options: &PlanOptions) -> Plan {
+    let Some(own) = options.own_node.as_deref() else { return plan };
+    let retired = plan.pools.iter_mut().flat_map(|p| &mut p.instances).filter(|i| i.fate == Fate::Retire);
+    for instance in retired.filter(|i| i.name == own) {
+        instance.refused = Some(
+            "this poolctl runs on its Node (POOLCTL_NODE_NAME): apply refuses its retirement; move poolctl \
+             off the pool's Nodes (deploy/ keeps it off them)",
+        );
+    }
+    plan
 }
 
 fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
@@ -312,6 +327,11 @@ pub struct InstanceStatus {
     /// poolctl's, or whose container is out of view rather than gone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,
+    /// Why apply refuses to retire it although the plan does (this poolctl runs on its Node,
+    /// [`PlanOptions::own_node`]): the retirement fails before its cordon, the instance left
+    /// serving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<&'static str>,
 }
 
 /// What proves an instance poolctl's, in both worlds.

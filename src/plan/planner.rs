@@ -37,6 +37,10 @@ pub struct PlanOptions {
     /// Plan only these declared pools of the source (`--pool NAME`, as Terraform's `-target`);
     /// every pool when empty. The others are neither planned nor taken for undeclared ones.
     pub pools: BTreeSet<String>,
+    /// The Node this poolctl runs on (`POOLCTL_NODE_NAME`, which deploy/ sets; `None` outside a
+    /// cluster): given, never read here, so that planning stays pure. A retirement of it is
+    /// shown as refused; the executor refuses it.
+    pub own_node: Option<String>,
 }
 
 impl PlanOptions {
@@ -869,6 +873,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
             node: instance.node.and_then(|n| n.reference.clone()),
         },
         left: instance.left.clone(),
+        refused: None, // by `super::mark_own_node`, which knows the options
     }
 }
 

@@ -223,6 +223,9 @@ fn pool_text(
                 "not drained: its Node carries poolctl.dev/exclude-node-draining (its pods go down with it)";
             writeln!(out, "    {}: {}", instance.name, style.yellow(why))?;
         }
+        if let Some(why) = instance.refused {
+            writeln!(out, "    {}: {}", instance.name, style.red(&format!("not retired: {why}")))?;
+        }
         if !instance.hooks.is_empty() {
             let hooks = format!("retirement waits for its hooks: {}", instance.hooks.join(", "));
             writeln!(out, "    {}: {}", instance.name, style.yellow(&hooks))?;

@@ -63,7 +63,15 @@ impl SavedOptions {
     pub fn options(&self) -> PlanOptions {
         let replace = self.replace.iter().cloned().collect();
         let pools = self.pools.iter().cloned().collect();
-        PlanOptions { prune: self.prune, adopt: self.adopt, retry_stalled: false, replace, pools }
+        // Not the Node the saving poolctl ran on: the one carrying the plan out gives its own.
+        PlanOptions {
+            prune: self.prune,
+            adopt: self.adopt,
+            retry_stalled: false,
+            replace,
+            pools,
+            own_node: None,
+        }
     }
 }
 

@@ -1787,3 +1787,59 @@ fn a_long_plan_sums_up_its_steps_and_instances_unless_asked_for_all() {
     assert_eq!(numbered, steps, "every step, numbered");
     assert!(!full.contains("more steps like these") && !full.contains("more instances"));
 }
+
+/// What the plan says of the instance whose Node this poolctl runs on.
+const REFUSED: &str = "this poolctl runs on its Node (POOLCTL_NODE_NAME): apply refuses its retirement; \
+                       move poolctl off the pool's Nodes (deploy/ keeps it off them)";
+
+#[test]
+fn the_plan_shows_that_the_node_poolctl_runs_on_will_not_be_retired() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build();
+    let h = dp.template_hash.clone();
+    let world = World {
+        containers: vec![container("k-old", "k", "0ld", 1), container("k-cur", "k", &h, 2)],
+        nodes: vec![node("k-old", "k"), node("k-cur", "k")],
+        ..World::default()
+    };
+    let d = desired(vec![dp]);
+    let note = format!("    k-old: not retired: {REFUSED}\n");
+    let unmarked = plan(&d, &world, PlanOptions::default());
+    assert!(pool_plan(&unmarked, "k").instances.iter().all(|i| i.refused.is_none()));
+    assert!(!text(&unmarked).contains("this poolctl runs on"), "{}", text(&unmarked));
+
+    let on = |own: &str| {
+        plan(&d, &world, PlanOptions { own_node: Some(own.to_owned()), ..PlanOptions::default() })
+    };
+    // On the Node the plan retires: a note on that instance, in text and JSON. The steps stay
+    // what they are: the plan is a preview, and the executor refuses them.
+    let retired = on("k-old");
+    assert_eq!(
+        retired.pools,
+        unmarked
+            .pools
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.instances.iter_mut().filter(|i| i.name == "k-old").for_each(|i| i.refused = Some(REFUSED));
+                p
+            })
+            .collect::<Vec<_>>()
+    );
+    assert!(text(&retired).contains(&note), "{}", text(&retired));
+    let mut json = Vec::new();
+    render_json(&retired, &mut json).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let marked: Vec<&serde_json::Value> = json["pools"][0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["refused"] == REFUSED)
+        .map(|i| &i["name"])
+        .collect();
+    assert_eq!(marked, ["k-old"]);
+    // On a Node the plan keeps, or on none of the pool's: nothing to say.
+    for own in ["k-cur", "control-plane"] {
+        let kept = on(own);
+        assert_eq!(kept, unmarked, "own Node {own}");
+    }
+}
