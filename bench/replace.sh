@@ -64,6 +64,8 @@ spec:
     maxSurge: $replicas
     maxUnavailable: 0
     stopGracePeriod: ${grace}s
+    # The references do not watch a new container stay up; neither does poolctl here.
+    monitor: 0s
 YAML
 }
 

@@ -44,6 +44,8 @@ spec:
     maxSurge: 100%
     maxUnavailable: 0
     stopGracePeriod: 1s
+    # The references do not watch a new container stay up; neither does poolctl here.
+    monitor: 0s
 YAML
 }
 

@@ -140,8 +140,9 @@ pub async fn observe<C: Containers, N: Connect>(
     let listed = containers.list().await.map_err(ObserveError::List)?;
     let clusters = connect_clusters(connect, desired, &listed).await?;
     check_identity(&listed, &clusters)?;
-    let mut world =
-        observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
+    let mut world = observe_with(listed, containers.rollouts(), &clusters, world_now(containers).await)
+        .await
+        .map_err(ObserveError::List)?;
     world.listed = containers.hosts().into_iter().collect();
     // The pools' Nodes name the daemons their containers live on. One that no pool names is
     // where a pool moved away from: it is looked at too, so that its instances are retired the
@@ -164,12 +165,37 @@ pub async fn observe<C: Containers, N: Connect>(
         if containers.hosts().len() > world.listed.len() {
             let listed = containers.list().await.map_err(ObserveError::List)?;
             check_identity(&listed, &clusters)?;
-            world =
-                observe_with(listed, containers.rollouts(), &clusters).await.map_err(ObserveError::List)?;
+            world = observe_with(listed, containers.rollouts(), &clusters, world.now)
+                .await
+                .map_err(ObserveError::List)?;
             world.listed = containers.hosts().into_iter().collect();
         }
     }
     Ok(Observed { world, clusters })
+}
+
+/// The world's "now": the Docker daemon's clock, which its containers' times are by; this
+/// process's only when the daemon cannot say. Never this process's when the world has one, so
+/// that a poolctl whose clock is off decides as one on time, and two replicas agree.
+async fn world_now<C: Containers>(containers: &C) -> i64 {
+    if let Some(now) = containers.clock().await {
+        return now;
+    }
+    let local = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    i64::try_from(local).unwrap_or(i64::MAX)
+}
+
+/// Shift the times a cluster set on its Nodes (their conditions' `lastTransitionTime`) into the
+/// Docker daemon's clock, by how far the API server's is ahead of it (`skew` seconds), so that
+/// the planner measures every duration against one "now". The `Date` the skew is read from has
+/// whole seconds: a skew of a second or two is that rounding, not a clock.
+fn in_clock_of_docker(nodes: &mut [crate::model::Node], skew: i64) {
+    if skew.abs() <= 2 {
+        return;
+    }
+    for condition in nodes.iter_mut().flat_map(|n| n.conditions.iter_mut()) {
+        condition.since = condition.since.map(|t| t.saturating_sub(skew));
+    }
 }
 
 /// Refuse to observe a pool whose containers recorded another cluster than the one its
@@ -199,7 +225,8 @@ pub async fn observe_again<C: Containers, K: Cluster>(
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
     let listed = containers.list().await?;
-    let mut world = observe_with(listed, containers.rollouts(), clusters).await?;
+    let mut world =
+        observe_with(listed, containers.rollouts(), clusters, world_now(containers).await).await?;
     world.listed = containers.hosts().into_iter().collect();
     Ok(world)
 }
@@ -209,15 +236,25 @@ async fn observe_with<K: Cluster>(
     containers: Vec<Container>,
     rollouts: BTreeMap<String, crate::model::RolloutRecord>,
     clusters: &BTreeMap<String, K>,
+    now: i64,
 ) -> Result<World, BackendError> {
-    // The clock the planner measures conditions against: this observation's, not the planner's.
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut world = World { now: i64::try_from(now).unwrap_or(i64::MAX), containers, ..World::default() };
+    let mut world = World { now, containers, ..World::default() };
     world.rollouts = rollouts;
+    // Each cluster's clock, asked once per cluster however many pools share it.
+    let mut skews: BTreeMap<String, i64> = BTreeMap::new();
     for (pool, cluster) in clusters {
         let names: Vec<String> =
             world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
-        let nodes = cluster.nodes(&names).await?;
+        let mut nodes = cluster.nodes(&names).await?;
+        let server = cluster.identity().server.clone();
+        let skew = if let Some(&skew) = skews.get(&server) {
+            skew
+        } else {
+            let skew = cluster.clock().await.map_or(0, |api| api.saturating_sub(now));
+            skews.insert(server, skew);
+            skew
+        };
+        in_clock_of_docker(&mut nodes, skew);
         let node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let (pods, pdbs) = cluster.pods_and_pdbs(&node_names).await?;
         world.nodes.extend(nodes);

@@ -434,6 +434,11 @@ async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_u
     let requests = rig.fake.requests();
     let mut used = BTreeSet::new();
     for request in &requests {
+        // The API server's clock (the `Date` of this answer): every client may read `/version`,
+        // through the built-in system:public-info-viewer binding.
+        if request.method == "GET" && request.uri() == "/version" {
+            continue;
+        }
         let attributes = request.attributes().unwrap_or_else(|| {
             panic!("{} {}: a non-resource URL, which the role does not grant", request.method, request.uri())
         });

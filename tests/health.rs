@@ -275,3 +275,52 @@ async fn a_stalled_rollout_with_rollback_ends_on_the_previous_template() {
     let plan = rig.poolctl("plan", &[]).expect_code(0);
     assert!(plan.stdout.contains("was rolled back to"), "{}", plan.stdout);
 }
+
+/// The Node `name`'s `Ready` condition set to `status` since `ago` seconds, by the API server's
+/// clock.
+fn ready_since(rig: &Rig, name: &str, status: &str, ago: i64) {
+    rig.fake.set_ready_policy(name, ReadyPolicy::Never);
+    rig.fake.store().update_node(name, |n| {
+        let status_now = n.status.get_or_insert_with(Default::default);
+        let conditions = status_now.conditions.get_or_insert_with(Vec::new);
+        let ready = conditions.iter_mut().find(|c| c.type_ == "Ready").expect("a Ready condition");
+        status.clone_into(&mut ready.status);
+        let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+        ready.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(since));
+    });
+}
+
+/// `plan -o json` by a poolctl whose wall clock is `offset` off (libfaketime, e.g. `+10m`).
+fn plan_skewed(rig: &Rig, faketime: &str, offset: &str) -> Value {
+    let mut command = rig.s.command("plan", &["-o", "json"]);
+    command.env("FAKETIME", offset).env("FAKETIME_DONT_FAKE_MONOTONIC", "1").env("LD_PRELOAD", faketime);
+    let run = crate::support::cli::Run::of(&mut command).expect_code(0);
+    serde_json::from_str(&run.stdout).expect("plan JSON")
+}
+
+/// The world keeps the time (issue 27, item 3): how long a Node has been `NotReady` is measured
+/// by the world's clocks (the Docker daemon's and the API server's), never by poolctl's own. A
+/// poolctl 10 minutes ahead replaces nothing for a 25 s `NotReady`; one 10 minutes behind still
+/// replaces a Node `NotReady` past its timeout.
+#[tokio::test]
+async fn a_poolctl_whose_clock_is_off_by_ten_minutes_decides_as_one_on_time() {
+    let Some(faketime) = crate::lock::libfaketime() else {
+        assert!(!crate::support::docker::in_ci(), "CI is set but libfaketime is not installed");
+        return;
+    };
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let (blip, dead) = (&names[0], &names[1]);
+
+    ready_since(&rig, blip, "False", 25);
+    let ahead = plan_skewed(&rig, &faketime, "+10m");
+    assert_eq!(health_of(&ahead, blip)["action"], "waiting", "{ahead:#}");
+    assert_eq!(ahead["summary"]["create"], 0, "nothing replaced: {ahead:#}");
+
+    // Past the default 5m timeout, by the world's clock.
+    ready_since(&rig, blip, "True", 0);
+    ready_since(&rig, dead, "False", 400);
+    let behind = plan_skewed(&rig, &faketime, "-10m");
+    assert_eq!(health_of(&behind, dead)["state"], "unhealthy", "{behind:#}");
+    assert_eq!(behind["summary"]["create"], 1, "the dead one is replaced: {behind:#}");
+}

@@ -528,7 +528,7 @@ async fn a_second_apply_while_the_first_bootstraps_a_new_pool_of_nodes_names_its
 }
 
 /// Where libfaketime is installed (`apt-get install faketime`), if it is.
-fn libfaketime() -> Option<String> {
+pub(crate) fn libfaketime() -> Option<String> {
     let out = Command::new("dpkg").args(["-L", "libfaketime"]).output().ok()?;
     String::from_utf8_lossy(&out.stdout)
         .lines()

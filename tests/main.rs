@@ -30,6 +30,7 @@ mod kubeconfig;
 mod kubelet_prompt;
 mod lock;
 mod migrate;
+mod monitor;
 mod ownership;
 mod replace;
 mod safety;

@@ -83,6 +83,8 @@ async fn a_plan_lists_the_pools_nodes_by_label_their_pods_by_node_and_budgets_by
     let pool = rig.pool();
     let mut expected = vec![
         "GET /api/v1/namespaces/kube-system".to_owned(),
+        // The API server's clock, from the `Date` of its answer.
+        "GET /version".to_owned(),
         format!("GET /api/v1/nodes?&labelSelector=poolctl.dev/pool={pool}"),
         // The Node without the pool label, by its container's name.
         format!("GET /api/v1/nodes/{unlabelled}"),

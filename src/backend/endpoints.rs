@@ -120,6 +120,12 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.all().iter().flat_map(|(_, backend)| backend.hosts()).collect()
     }
 
+    /// The first endpoint's: the one most pools live on. Daemons of one run are expected to
+    /// agree to the second, as the machines of one cluster are.
+    async fn clock(&self) -> Option<i64> {
+        self.place(0).clock().await
+    }
+
     /// Connect to each daemon of `hosts` that is not one of these endpoints yet, so that the next
     /// list shows its containers: a pool moved away from it, and its instances there are
     /// retired the safe way, surge first where the spec now places the pool. A daemon that does

@@ -142,6 +142,12 @@ pub trait Containers: Sync {
     /// poolctl's reference to the container of instance `name` (its ID and daemon), as the last
     /// list or this run's creation saw it: what its Node is annotated with.
     fn instance_ref(&self, name: &str) -> Option<InstanceRef>;
+    /// The daemon's own clock, in seconds since the Unix epoch (`SystemTime` of its `/info`):
+    /// what the times it reports are compared with. `None` when it cannot say, and for a
+    /// backend that has no clock of its own (this process's then stands in).
+    fn clock(&self) -> impl Future<Output = Option<i64>> + Send {
+        async { None }
+    }
     /// Look also at these daemons from now on (the ones the pools' Nodes record and no pool
     /// names: where a pool moved away from), so that [`Containers::list`] covers them. Returns
     /// the ones that could not be reached, with why. A backend of one daemon cannot.
@@ -257,6 +263,12 @@ pub trait Cluster: Sync {
     fn node(&self, name: &str) -> impl Future<Output = Result<Option<Node>, BackendError>> + Send;
     /// Which cluster this is (resolved when connecting).
     fn identity(&self) -> &ClusterIdentity;
+    /// The API server's clock, in seconds since the Unix epoch (the `Date` of its answer): what
+    /// the times it sets (a Node condition's `lastTransitionTime`) are compared with. `None`
+    /// when it cannot say.
+    fn clock(&self) -> impl Future<Output = Option<i64>> + Send {
+        async { None }
+    }
     /// Converge the Node's labels (the pool label included) and taints on these, as
     /// [`crate::model::NodeConfig::change_towards`] says, reading the Node as it is now, and
     /// write poolctl's `reference` to its container in the same update, when given.

@@ -99,9 +99,28 @@ pub enum StepError {
     /// Interrupted while a Node's deletion hooks were set or its volumes attached.
     #[error("{name}: interrupted while waiting for {hooks}")]
     HooksInterrupted { name: String, hooks: String },
-    /// The Node was not Ready once `minReadySeconds` had passed since it turned Ready.
-    #[error("the Node of {name} did not stay Ready for minReadySeconds ({seconds}s)")]
-    NotReadyForLong { name: String, seconds: u32 },
+    /// The Node was not Ready once `minReadySeconds` and `monitor` had passed since it turned
+    /// Ready.
+    #[error(
+        "the Node of {name} did not stay Ready for {} (minReadySeconds and monitor): the new template did not stay \
+         up; nothing old was retired",
+        crate::spec::Duration::from(*window)
+    )]
+    NotReadyForLong { name: String, window: Duration },
+    /// The new container stopped within `minReadySeconds` and `monitor` of coming up.
+    #[error(
+        "container {name} {how} within {} of coming up (minReadySeconds and monitor): the new template did not \
+         stay up; nothing old was retired",
+        crate::spec::Duration::from(*window)
+    )]
+    DidNotStayUp { name: String, how: Stopped, window: Duration },
+    /// The new container was no longer healthy at the end of `minReadySeconds` and `monitor`.
+    #[error(
+        "{what} at the end of {} (minReadySeconds and monitor): the new template did not stay up; nothing old \
+         was retired",
+        crate::spec::Duration::from(*window)
+    )]
+    Unhealthy { name: String, what: String, window: Duration },
     /// The container stopped running while the step waited on it.
     #[error("container {name} {how} while its Node was awaited")]
     ContainerStopped { name: String, how: Stopped },
@@ -144,6 +163,10 @@ pub enum PreflightError {
         source: join::JoinError,
     },
 }
+
+/// How long a new container that stayed up through its window may take to show it is still up
+/// (its HEALTHCHECK answering healthy).
+const STILL_UP: Duration = Duration::from_secs(5);
 
 /// How long preflight waits for a join's control plane or server to be up: it should be up
 /// already, and a restarting one gets a moment.
@@ -726,7 +749,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     let reference = self.containers.instance_ref(name);
                     configure_node(cluster, pool_name, spec, name, reference.as_ref()).await?;
                 }
-                self.min_ready(pool, name, *node).await?;
+                self.stay_up(pool, name, *node).await?;
                 if let Some(creations) = self.creations_of(pool_name) {
                     creations.came_up(name);
                 }
@@ -768,23 +791,48 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// `minReadySeconds`: the new instance must stay up that long before it counts as up, as a
-    /// Deployment's pods must stay Ready: its container running, and its Node Ready at the end.
-    async fn min_ready(&self, pool: &DesiredPool, name: &str, node: bool) -> Result<(), StepError> {
-        let seconds = pool.pool.spec.rollout.min_ready_seconds;
-        if seconds == 0 {
+    /// `minReadySeconds` and `monitor`: the new instance must stay up that long before it
+    /// counts as up and anything old is retired, as a Deployment's pods must stay Ready and
+    /// Docker Swarm watches an updated task: its container running throughout, and at the end
+    /// still up (healthy, where its image has a HEALTHCHECK) with its Node Ready. A template
+    /// that crashes a second after it starts fails here, every old instance still serving.
+    async fn stay_up(&self, pool: &DesiredPool, name: &str, node: bool) -> Result<(), StepError> {
+        let rollout = &pool.pool.spec.rollout;
+        let seconds = rollout.min_ready_seconds;
+        let window = Duration::from_secs(u64::from(seconds)) + rollout.monitor.get();
+        if window.is_zero() {
             return Ok(());
         }
-        self.say(&format!("{name}: up; waiting {seconds}s (minReadySeconds) before it counts as up"));
+        let shown = crate::spec::Duration::from(window);
+        if seconds > 0 {
+            self.say(&format!(
+                "{name}: up; waiting {seconds}s (minReadySeconds) and {} (monitor) before it counts as up",
+                rollout.monitor
+            ));
+        } else {
+            self.say(&format!(
+                "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
+            ));
+        }
         let wait = async {
-            tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
+            tokio::time::sleep(window).await;
             Ok::<(), BackendError>(())
         };
-        self.while_running(name, wait).await?;
+        self.while_running(name, wait).await.map_err(|e| match e {
+            StepError::ContainerStopped { name, how } => StepError::DidNotStayUp { name, how, window },
+            other => other,
+        })?;
+        // Still up at the end: a HEALTHCHECK that failed within the window fails the step.
+        self.containers.wait_up(name, STILL_UP).await.map_err(|e| match e {
+            BackendError::Timeout { what, .. } => {
+                StepError::Unhealthy { name: name.to_owned(), what, window }
+            }
+            other => StepError::Backend(other),
+        })?;
         if node {
             let ready = self.cluster(pool.name())?.node(name).await?.is_some_and(|n| n.ready);
             if !ready {
-                return Err(StepError::NotReadyForLong { name: name.to_owned(), seconds });
+                return Err(StepError::NotReadyForLong { name: name.to_owned(), window });
             }
         }
         Ok(())
@@ -925,6 +973,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             let node = cluster.node(name).await?;
             let now = match (hold, node) {
                 (Hold::Hooks(kind), Some(node)) => node.retirement.hooks_of(kind),
+                // An unreachable Node (Ready=Unknown: its kubelet silent) can detach nothing: as
+                // Cluster API does, its retirement does not wait for that.
+                (Hold::Volumes, Some(node)) if node.is_unreachable() => {
+                    self.say(&format!(
+                        "{name}: unreachable (Ready=Unknown): not waiting for its volumes to detach"
+                    ));
+                    Vec::new()
+                }
                 (Hold::Volumes, Some(node)) if !node.retirement.exclude_volume_detach => {
                     cluster.attached_volumes(name).await?
                 }

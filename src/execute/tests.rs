@@ -70,6 +70,7 @@ fn rolling_plan() -> Plan {
         summary: Summary::default(),
         seed: None,
         rollbacks: Vec::new(),
+        now: 0,
     }
 }
 
@@ -520,7 +521,10 @@ async fn a_new_instance_counts_as_up_only_after_min_ready_seconds() {
     let fake = FakeWorld::default();
     let (report, text) = run(&fake, &desired, &plan, &Interrupt::default()).await;
     assert!(report.complete(), "{report:?}");
-    assert!(text.contains("n1: up; waiting 30s (minReadySeconds) before it counts as up"), "{text}");
+    assert!(
+        text.contains("n1: up; waiting 30s (minReadySeconds) and 0s (monitor) before it counts as up"),
+        "{text}"
+    );
     let calls = fake.calls();
     assert!(position(&calls, "wait-up n1") < position(&calls, "record-up n1"), "{calls:?}");
 }

@@ -224,6 +224,14 @@ pub struct Node {
     pub reference: Option<InstanceRef>,
 }
 
+impl Node {
+    /// Whether its kubelet stopped reporting: its `Ready` condition is `Unknown`, as Cluster
+    /// API's `IsNodeUnreachable` reads it.
+    pub fn is_unreachable(&self) -> bool {
+        self.conditions.iter().any(|c| c.kind == "Ready" && c.status == "Unknown")
+    }
+}
+
 /// What a Node's annotations ask of its retirement, as Cluster API's Machine annotations do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RetirementMarks {

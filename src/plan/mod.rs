@@ -94,6 +94,10 @@ pub struct Plan {
     /// template: what the executor creates their instances from.
     #[serde(skip)]
     pub rollbacks: Vec<crate::model::DesiredPool>,
+    /// The world's "now" it was made at (seconds since the Unix epoch, by the world's clock):
+    /// what its `next_check` times are counted from.
+    #[serde(skip)]
+    pub now: i64,
 }
 
 impl Plan {

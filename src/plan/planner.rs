@@ -138,7 +138,14 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
         summary.degraded += usize::from(pool.degraded.is_some());
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
     }
-    Plan { origin: desired.origin.clone(), pools, summary, seed: names.seed, rollbacks: progress.rollbacks }
+    Plan {
+        origin: desired.origin.clone(),
+        pools,
+        summary,
+        seed: names.seed,
+        rollbacks: progress.rollbacks,
+        now: world.world.now,
+    }
 }
 
 /// Whether an instance is serving: its container is up and, for a pool whose instances are
@@ -442,12 +449,12 @@ fn plan_pool(
         instance.health.count_as_up();
         instance.up = true;
     }
-    let held = hold_if_too_many_unhealthy(target, &mut all);
     // `--replace NAME`, a Node labelled poolctl.dev/replace=true, or `spec.rollout.after` come
     // and gone past the instance's creation: replaced although current.
     let after =
         target.pool.and_then(|dp| dp.pool.spec.rollout.after_secs()).filter(|t| *t <= world.world.now);
     let marked = |i: &Instance<'_>| marked_by(i, replace, after).is_some();
+    let held = hold_if_too_many_unhealthy(target, &mut all, &marked);
     // Which of more instances than needed go first: the delete policy's order, the last kept.
     let policy = target.pool.map(|dp| dp.pool.spec.rollout.delete_policy).unwrap_or_default();
     let order = |i: &Instance<'_>| match policy {
@@ -564,23 +571,46 @@ struct Creations {
 /// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
 /// instances are unhealthy than it allows, none is replaced (each is held, and waited for like
 /// an unavailable one), since the fault is more likely the cluster's than every instance's.
-/// Returns what the plan says about it.
-fn hold_if_too_many_unhealthy(target: &Target<'_>, all: &mut [Instance<'_>]) -> Option<String> {
+/// It protects instances that served from a sick cluster, and nothing else: an instance of the
+/// current template that never came up (a failed rollout), an outdated one, one marked for
+/// replacement (`--replace`), a pool being torn down (`replicas: 0`) and a container-only pool
+/// (no cluster to blame) are never held. Returns what the plan says about it, with the way out.
+fn hold_if_too_many_unhealthy(
+    target: &Target<'_>,
+    all: &mut [Instance<'_>],
+    marked: &impl Fn(&Instance<'_>) -> bool,
+) -> Option<String> {
     let dp = target.pool?;
-    let health = &dp.pool.spec.health;
-    let unhealthy = all.iter().filter(|i| i.health.standing == Standing::Unhealthy).count();
-    let allowed = to_count(health.max_unhealthy(dp.pool.spec.replicas));
+    let spec = &dp.pool.spec;
+    if spec.node.is_none() || spec.replicas == 0 {
+        return None;
+    }
+    let health = &spec.health;
+    // Instances that served once, of the current template, not marked for replacement.
+    let protected = |i: &Instance<'_>| {
+        i.health.standing == Standing::Unhealthy
+            && target.is_current(i)
+            && i.container.is_some_and(|c| c.came_up.is_some())
+            && !marked(i)
+    };
+    // Counted among those alone: the outdated and the never-up go whatever the count, so that
+    // their going cannot turn a hold on and off from one plan to the next.
+    let unhealthy = all.iter().filter(|i| protected(i)).count();
+    let allowed = to_count(health.max_unhealthy(spec.replicas));
     if unhealthy <= allowed {
         return None;
     }
-    for instance in all.iter_mut().filter(|i| i.health.standing == Standing::Unhealthy) {
+    let held: Vec<String> = all.iter().filter(|i| protected(i)).map(|i| i.name.to_owned()).collect();
+    for instance in all.iter_mut().filter(|i| protected(i)) {
         instance.health.hold();
     }
     Some(format!(
         "{unhealthy} of {} instances unhealthy, above maxUnhealthy {}: replacing none; the cluster, not the \
-         instances, looks at fault",
-        all.iter().filter(|i| i.container.is_some()).count(),
-        health.max_unhealthy
+         instances, looks at fault. To replace them anyway: `poolctl apply --replace {}`, or raise \
+         spec.health.maxUnhealthy",
+        all.iter().filter(|i| i.container.is_some() && target.is_current(i)).count(),
+        health.max_unhealthy,
+        held.join(" --replace ")
     ))
 }
 

@@ -511,6 +511,25 @@ async fn volumes_still_attached_after_the_timeout_halt_the_retirement_unless_the
     assert!(fake.calls().contains(&"stop k-old".to_owned()));
 }
 
+/// An unreachable Node (Ready=Unknown) can detach nothing: its retirement does not wait for its
+/// volumes, as Cluster API's does not.
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_node_is_not_waited_on_for_its_volumes() {
+    let (desired, plan, fake) = marked_old_node(crate::model::RetirementMarks::default(), None);
+    fake.sim().volumes.insert("k-old".to_owned(), vec!["pvc-1".to_owned()]);
+    let node = fake.sim().world.nodes.iter().position(|n| n.name == "k-old").unwrap();
+    fake.sim().world.nodes[node].conditions = vec![crate::model::NodeCondition::ready("Unknown", 0)];
+    let started = tokio::time::Instant::now();
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete());
+    assert!(
+        text.contains("k-old: unreachable (Ready=Unknown): not waiting for its volumes to detach"),
+        "{text}"
+    );
+    assert!(fake.calls().contains(&"stop k-old".to_owned()));
+    assert!(started.elapsed() < Duration::from_secs(60), "no wait: {:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn a_node_excluded_from_draining_is_not_drained_and_the_plan_says_so() {
     let marks = crate::model::RetirementMarks { exclude_draining: true, ..Default::default() };

@@ -563,6 +563,13 @@ pub struct Rollout {
     /// `minReadySeconds`.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub min_ready_seconds: u32,
+    /// How long a new instance is watched once it came up (after `minReadySeconds`) before it
+    /// counts as up and anything old is retired: its container must keep running, and at the
+    /// end still run (and be healthy, where its image has a HEALTHCHECK) with its Node Ready
+    /// (default `5s`, as Docker Swarm's `monitor`). A new template that crashes within it fails
+    /// the rollout with every old instance still serving. `0s` turns the watch off.
+    #[serde(default = "Rollout::default_monitor")]
+    pub monitor: Duration,
     /// How long a retirement may wait for a Node's deletion hooks (its
     /// `pre-drain.delete.hook.poolctl.dev/*` and `pre-terminate.delete.hook.poolctl.dev/*`
     /// annotations, which another controller removes when it is done) before it halts with the
@@ -637,6 +644,9 @@ impl Rollout {
     fn default_progress_deadline() -> Duration {
         Duration::from_secs(600)
     }
+    fn default_monitor() -> Duration {
+        Duration::from_secs(5)
+    }
 }
 
 impl Default for Rollout {
@@ -651,6 +661,7 @@ impl Default for Rollout {
             delete_policy: DeletePolicy::default(),
             after: None,
             min_ready_seconds: 0,
+            monitor: Self::default_monitor(),
             hook_timeout: None,
             volume_detach_timeout: None,
         }
@@ -679,8 +690,10 @@ pub struct HealthSpec {
     /// once.
     #[serde(default = "HealthSpec::default_container_timeout")]
     pub container_timeout: Duration,
-    /// When more instances than this are unhealthy at once, none is replaced: a count, or a
-    /// percentage of `replicas` rounded up (default `40%`).
+    /// When more instances than this are unhealthy at once, none of those that served is
+    /// replaced: a count, or a percentage of `replicas` rounded down, as Cluster API's (default
+    /// `40%`). Never held: a container-only pool, a teardown, outdated instances, instances
+    /// that never came up, and `--replace`.
     #[serde(default = "HealthSpec::default_max_unhealthy")]
     pub max_unhealthy: IntOrPercent,
 }
@@ -700,10 +713,10 @@ pub struct UnhealthyCondition {
 }
 
 impl HealthSpec {
-    /// `maxUnhealthy` as a number of instances for a pool of `replicas`, rounded up so that a
-    /// pool of one or two may always have one replaced.
+    /// `maxUnhealthy` as a count: a percentage rounds down, as Cluster API's `maxUnhealthy`
+    /// does (40% of 3 is 1).
     pub fn max_unhealthy(&self, replicas: i64) -> i64 {
-        self.max_unhealthy.resolve(replicas, Rounding::Up)
+        self.max_unhealthy.resolve(replicas, Rounding::Down)
     }
 
     fn default_unhealthy_conditions() -> Vec<UnhealthyCondition> {

@@ -190,6 +190,7 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
             _ => {}
         }
     }
+    errors.extend(duration_problems(spec));
     // A pool of 0 replicas written with percentages has nothing to replace; written as two
     // zeros it is the same mistake at any size.
     let both_written_zero = rollout.max_surge.is_zero() && rollout.max_unavailable.is_zero();
@@ -207,6 +208,61 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
             format!(
                 "maxSurge and maxUnavailable are both 0{rounded}, so a rollout could never replace an \
                  instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
+            ),
+        ));
+    }
+    errors
+}
+
+/// The longest any wait of a rollout may be set to: a week. A longer one is a typo (`9000h`)
+/// that would leave a rollout hanging for a year.
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Durations that cannot work: `0s` where a wait or a deadline is needed (nothing could ever
+/// finish in it), a wait beyond [`MAX_WAIT`], and a `progressDeadline` that a new instance
+/// cannot meet because it must first stay up for longer (`minReadySeconds` and `monitor`).
+fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
+    let (rollout, health) = (&spec.rollout, &spec.health);
+    let mut waits: Vec<(FieldPath, super::Duration)> = vec![
+        (FieldPath::of("spec.rollout.progressDeadline"), rollout.progress_deadline),
+        (FieldPath::of("spec.rollout.drainTimeout"), rollout.drain_timeout),
+        (FieldPath::of("spec.health.nodeStartupTimeout"), health.node_startup_timeout),
+        (FieldPath::of("spec.health.containerTimeout"), health.container_timeout),
+    ];
+    waits.extend(rollout.hook_timeout.map(|d| (FieldPath::of("spec.rollout.hookTimeout"), d)));
+    waits.extend(
+        rollout.volume_detach_timeout.map(|d| (FieldPath::of("spec.rollout.volumeDetachTimeout"), d)),
+    );
+    for (i, condition) in health.unhealthy_conditions.iter().enumerate() {
+        let path = FieldPath::of("spec.health").key("unhealthyConditions").index(i).key("timeout");
+        waits.push((path, condition.timeout));
+    }
+    let mut errors = Vec::new();
+    for (path, wait) in waits {
+        if wait.get().is_zero() {
+            errors.push((path, "must be more than 0s: nothing can finish in no time".to_owned()));
+        } else if wait.get() > MAX_WAIT {
+            errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
+        }
+    }
+    if rollout.monitor.get() > MAX_WAIT {
+        let most = super::Duration::from(MAX_WAIT);
+        errors.push((
+            FieldPath::of("spec.rollout.monitor"),
+            format!("must be at most {most}, got {}", rollout.monitor),
+        ));
+    }
+    let stay_up =
+        std::time::Duration::from_secs(u64::from(rollout.min_ready_seconds)) + rollout.monitor.get();
+    let deadline = rollout.progress_deadline.get();
+    if !deadline.is_zero() && deadline <= stay_up {
+        errors.push((
+            FieldPath::of("spec.rollout.progressDeadline"),
+            format!(
+                "{} is no longer than a new instance must stay up before it counts ({} of minReadySeconds and \
+                 monitor): no rollout could make progress in time",
+                rollout.progress_deadline,
+                super::Duration::from(stay_up)
             ),
         ));
     }
@@ -799,6 +855,37 @@ mod tests {
             policy.iter().any(|e| e.contains("spec.rollout.deletePolicy") && e.contains("Newer")),
             "{policy:?}"
         );
+    }
+
+    #[test]
+    fn durations_that_cannot_work_are_refused_with_their_place() {
+        let found = errors(
+            "  template:\n    image: i\n  rollout:\n    progressDeadline: 0s\n    hookTimeout: 0s\n    \
+             volumeDetachTimeout: 9000h\n  health:\n    nodeStartupTimeout: 0s\n    containerTimeout: 0s\n    \
+             unhealthyConditions:\n      - {type: Ready, status: Unknown, timeout: 0s}\n",
+        );
+        let fields: Vec<&str> = found.iter().filter_map(|e| e.split(": ").nth(1)).collect();
+        for field in [
+            "spec.rollout.progressDeadline",
+            "spec.rollout.hookTimeout",
+            "spec.rollout.volumeDetachTimeout",
+            "spec.health.nodeStartupTimeout",
+            "spec.health.containerTimeout",
+            "spec.health.unhealthyConditions[0].timeout",
+        ] {
+            assert!(fields.contains(&field), "{field} not in {found:#?}");
+        }
+        assert!(found.iter().all(|e| e.starts_with("a.yaml:")), "each with its place: {found:#?}");
+        let short = errors(
+            "  template:\n    image: i\n  rollout:\n    progressDeadline: 30s\n    minReadySeconds: 30\n",
+        );
+        assert!(
+            short.iter().any(|e| e.contains("spec.rollout.progressDeadline: 30s is no longer than")),
+            "{short:?}"
+        );
+        let fine =
+            errors("  template:\n    image: i\n  rollout:\n    progressDeadline: 1m\n    monitor: 0s\n");
+        assert!(fine.is_empty(), "{fine:?}");
     }
 
     fn sorted(mut errors: Vec<String>) -> Vec<String> {

@@ -86,6 +86,8 @@ impl PoolArgs {
         let rollout = Rollout {
             max_surge: self.surge.into(),
             max_unavailable: self.unavailable.into(),
+            // Unwatched, unless a test of the watch sets it: most tests count steps and calls.
+            monitor: Duration::from_secs(0),
             ..Rollout::default()
         };
         let spec = PoolSpec {

@@ -193,6 +193,12 @@ pub struct PoolYaml {
     network: Option<String>,
     /// `spec.docker.host`, when set.
     docker_host: Option<String>,
+    /// `spec.rollout.monitor`: `0s` unless a test sets it, so that the many rollouts of the
+    /// suite do not each watch every new instance for the default 5s; the watch itself is
+    /// tested on its own (tests/monitor.rs).
+    monitor: Option<String>,
+    /// `spec.template.command`, when set.
+    command: Vec<String>,
 }
 
 impl PoolYaml {
@@ -220,7 +226,23 @@ impl PoolYaml {
             delete_policy: None,
             network: None,
             docker_host: None,
+            monitor: Some("0s".to_owned()),
+            command: Vec::new(),
         }
+    }
+
+    /// `spec.rollout.monitor`; `None` leaves it out (the default, 5s).
+    #[must_use]
+    pub fn monitor(mut self, monitor: Option<&str>) -> Self {
+        self.monitor = monitor.map(str::to_owned);
+        self
+    }
+
+    /// `spec.template.command`.
+    #[must_use]
+    pub fn command(mut self, command: &[&str]) -> Self {
+        self.command = command.iter().map(|a| (*a).to_owned()).collect();
+        self
     }
 
     /// `spec.template.network`.
@@ -378,6 +400,10 @@ impl fmt::Display for PoolYaml {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}", self.name)?;
         writeln!(f, "spec:\n  replicas: {}\n  template:\n    image: {}", self.replicas, self.image)?;
+        if !self.command.is_empty() {
+            let command: Vec<String> = self.command.iter().map(|a| quote(a)).collect();
+            writeln!(f, "    command: [{}]", command.join(", "))?;
+        }
         for (section, map) in [("env", &self.env), ("labels", &self.labels)] {
             if !map.is_empty() {
                 writeln!(f, "    {section}:")?;
@@ -435,6 +461,9 @@ impl fmt::Display for PoolYaml {
             "  rollout:\n    maxSurge: 1\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
             self.max_unavailable, self.stop_grace_period, self.drain_timeout
         )?;
+        if let Some(monitor) = &self.monitor {
+            writeln!(f, "    monitor: {monitor}")?;
+        }
         if let Some(deadline) = &self.progress_deadline {
             writeln!(f, "    progressDeadline: {deadline}")?;
         }

@@ -459,6 +459,11 @@ impl Containers for DockerBackend {
         vec![self.address.clone()]
     }
 
+    async fn clock(&self) -> Option<i64> {
+        let info = self.call(self.docker.info()).await.ok()?;
+        up::time(info.system_time.as_deref())
+    }
+
     fn instance_ref(&self, name: &str) -> Option<InstanceRef> {
         let id = self.ours().get(name).cloned()?;
         Some(InstanceRef { container_id: id, docker_host: self.address.clone() })

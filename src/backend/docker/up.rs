@@ -142,7 +142,7 @@ pub(super) fn since(inspect: &ContainerInspectResponse) -> Option<i64> {
 
 /// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
 /// (`0001-01-01T00:00:00Z`) is no time.
-fn time(text: Option<&str>) -> Option<i64> {
+pub(super) fn time(text: Option<&str>) -> Option<i64> {
     let at: Timestamp = text?.parse().ok()?;
     let secs = at.as_second();
     (secs > 0).then_some(secs)

@@ -31,6 +31,9 @@ use serde_json::json;
 use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
+
+/// How long the API server may take to tell its time; past it, this process's clock stands in.
+const CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 use crate::backend::{BackendError, Cluster, Connect, LockRecord};
 use crate::model::{ClusterIdentity, ClusterRef, InstanceRef, Node, Pdb, Pod, labels};
 use crate::spec::{IN_CLUSTER, Taint};
@@ -386,6 +389,15 @@ impl Cluster for KubeCluster {
 
     fn identity(&self) -> &ClusterIdentity {
         &self.identity
+    }
+
+    async fn clock(&self) -> Option<i64> {
+        // `/version`, which every client may read (system:public-info-viewer); only its `Date`.
+        let request = hyper::Request::get("/version").body(kube::client::Body::from(Vec::new())).ok()?;
+        let answer = tokio::time::timeout(CLOCK_TIMEOUT, self.client.send(request)).await.ok()?.ok()?;
+        let date = answer.headers().get(hyper::header::DATE)?.to_str().ok()?;
+        let at = k8s_openapi::jiff::fmt::rfc2822::parse(date).ok()?;
+        Some(at.timestamp().as_second())
     }
 
     async fn configure(

@@ -319,13 +319,13 @@ impl Loop {
     }
 
     /// When the first instance the last plan waited for turns unhealthy, as a timer: the world's
-    /// clock says when (seconds since the Unix epoch), this process's says how long until then.
-    /// A second more, so that the plan made then sees it past its timeout.
+    /// clock says how long after that plan, this process's monotonic clock counts it down. A
+    /// second more, so that the plan made then sees it past its timeout.
     fn next_deadline(&self) -> Option<Instant> {
-        let at = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_check?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-        let wait = u64::try_from(at).unwrap_or(0).saturating_sub(now) + 1;
-        Some(Instant::now() + Duration::from_secs(wait))
+        let (planned, after) =
+            self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_check?;
+        let wait = Duration::from_secs(u64::try_from(after).unwrap_or(0) + 1);
+        Some(Instant::from_std(planned) + wait)
     }
 
     /// The source as last looked at, for an error about it: a Git source names the commit (its

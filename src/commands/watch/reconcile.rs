@@ -53,8 +53,10 @@ type Results = Vec<(String, &'static str)>;
 pub(super) struct HealthLog {
     /// Instance name -> `starting`, `unavailable` or `unhealthy`.
     troubled: BTreeMap<String, &'static str>,
-    /// Seconds since the Unix epoch.
-    pub next_check: Option<i64>,
+    /// When the first instance waited for turns unhealthy: how long after the plan, by the
+    /// world's clock, and when (by this process's monotonic clock) that plan was made. Never
+    /// this process's wall clock, which may be off from the world's.
+    pub next_check: Option<(std::time::Instant, i64)>,
 }
 
 impl HealthLog {
@@ -77,7 +79,8 @@ impl HealthLog {
             }
         }
         self.troubled = now;
-        self.next_check = plan.next_check();
+        self.next_check =
+            plan.next_check().map(|at| (std::time::Instant::now(), at.saturating_sub(plan.now)));
     }
 }
 
