@@ -71,6 +71,7 @@ pub struct Metrics {
     source: Family<RevisionLabels, Gauge>,
     last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     lock_held: Family<PoolLabels, Gauge>,
+    degraded: Family<PoolLabels, Gauge>,
     evictions: Family<ResultLabels, Counter>,
 }
 
@@ -142,6 +143,12 @@ impl Metrics {
             "1 while this process holds the pool's lock, 0 otherwise",
             lock_held.clone(),
         );
+        let degraded = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_degraded",
+            "1 while the pool's rollout has stalled past its progressDeadline (Degraded), 0 otherwise",
+            degraded.clone(),
+        );
         let evictions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "evictions",
@@ -157,6 +164,7 @@ impl Metrics {
             source,
             last_success,
             lock_held,
+            degraded,
             evictions,
         }
     }
@@ -177,6 +185,7 @@ impl Metrics {
         let labels =
             ReconcileLabels { pool: pool.to_owned(), trigger: trigger.to_owned(), result: result.to_owned() };
         self.reconciles.get_or_create(&labels).inc();
+        // A Degraded pool never succeeds: the stalled-rollout alert on this timestamp fires.
         if matches!(result, "in_sync" | "applied") {
             let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
             self.last_success.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(now.as_secs_f64());
@@ -205,6 +214,11 @@ impl Metrics {
             let labels = InstanceLabels { pool: pool.to_owned(), state: state.to_owned() };
             self.instances.get_or_create(&labels).set(n);
         }
+    }
+
+    /// Whether the pool is Degraded (its rollout stalled past its `progressDeadline`).
+    pub fn degraded(&self, pool: &str, degraded: bool) {
+        self.degraded.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(degraded));
     }
 
     /// The source now reads at `revision`: the only one the info metric shows.
@@ -244,6 +258,7 @@ mod tests {
         metrics.source("main@0123456789ab");
         metrics.source("main@fedcba987654");
         metrics.lock_held("w", true);
+        metrics.degraded("w", true);
         metrics.eviction("refused");
         let text = metrics.encode();
         for line in [
@@ -254,6 +269,7 @@ mod tests {
             r#"poolctl_pool_instances{pool="w",state="unavailable"} 1"#,
             r#"poolctl_source_info{revision="main@fedcba987654"} 1"#,
             r#"poolctl_lock_held{pool="w"} 1"#,
+            r#"poolctl_pool_degraded{pool="w"} 1"#,
             r#"poolctl_evictions_total{result="refused"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");

@@ -204,7 +204,9 @@ async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degr
     rig.fake.set_default_ready_policy(ReadyPolicy::Never);
     let v2 = rig.spec().replicas(2).env("VERSION", "2").ready_timeout("2s").progress_deadline("3s");
     rig.write(&v2);
-    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
     watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
     let since = SystemTime::now();
     // Once degraded, watch creates nothing more for this revision, and the old ones serve.
@@ -213,6 +215,18 @@ async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degr
             l.contains("plan (Resync)") || l.contains("backing off")
         });
     }
+    // The metrics say so: the gauge, and reconciles that end degraded, never in sync, so that
+    // the last-success timestamp the documented alert watches is not refreshed.
+    let (_, metrics) = crate::service::get(&addr, "/metrics").await;
+    let pool = rig.pool();
+    assert!(metrics.lines().any(|l| l == format!("poolctl_pool_degraded{{pool=\"{pool}\"}} 1")), "{metrics}");
+    assert!(metrics.lines().any(|l| l.contains("result=\"degraded\"")), "{metrics}");
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("poolctl_reconcile_total") && l.contains("result=\"in_sync\"")),
+        "{metrics}"
+    );
     watch.signal("TERM");
     let created: Vec<_> = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
     assert!(created.is_empty(), "{created:?}");

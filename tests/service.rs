@@ -17,7 +17,7 @@ use crate::support::fake_kube::{PdbBound, Store};
 use crate::support::rig::{LIMIT, Rig};
 
 /// `GET path` from `addr`: the status code and the body.
-async fn get(addr: &str, path: &str) -> (u16, String) {
+pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to --listen");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");

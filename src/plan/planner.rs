@@ -493,6 +493,12 @@ fn plan_pool(
     let mut retirees: Vec<&Instance<'_>> =
         all.iter().filter(|i| !kept.contains(i.name) && i.left.is_none() && retired(i)).collect();
     retirees.sort_by_key(|i| (i.up && !marked(i), target.is_current(i), order(i), i.name));
+    // A stalled rollout creates nothing, so it retires nothing that would have been replaced
+    // either: what serves keeps serving. What costs nothing (not serving) and what a
+    // scale-down drops still go.
+    if progress.paused(target.name) {
+        retirees.retain(|i| !i.up || (target.is_current(i) && !marked(i)));
+    }
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
     let mut steps = configure(target, &all, &kept);

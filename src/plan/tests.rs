@@ -1419,6 +1419,13 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
         text_of(&plan)
     );
 
+    // Nor, with maxUnavailable 1, does it retire an old instance it will never replace.
+    let mut retiring = desired.clone();
+    retiring.pools[0].pool.spec.rollout.max_unavailable = crate::spec::IntOrPercent::Count(1);
+    let w = pool_plan(&plan_of(&retiring, &world), "w").clone();
+    assert!(w.steps.iter().all(|s| s.instance != "w-old-1" && s.instance != "w-old-2"), "{:?}", verbs(&w));
+    assert!(w.degraded.is_some());
+
     // An explicit apply tries again: it creates, and its first creation starts the clock anew.
     let retry = PlanOptions { retry_stalled: true, ..PlanOptions::default() };
     let again = crate::plan::plan(&desired, &world, retry);

@@ -53,6 +53,9 @@ type Results = Vec<(String, &'static str)>;
 pub(super) struct HealthLog {
     /// Instance name -> `starting`, `unavailable` or `unhealthy`.
     troubled: BTreeMap<String, &'static str>,
+    /// The pools whose rollout stalled past its `progressDeadline` at the last look: their
+    /// reconciles end `degraded`, never in sync.
+    pub degraded: BTreeSet<String>,
     /// When the first instance waited for turns unhealthy: how long after the plan, by the
     /// world's clock, and when (by this process's monotonic clock) that plan was made. Never
     /// this process's wall clock, which may be off from the world's.
@@ -79,6 +82,7 @@ impl HealthLog {
             }
         }
         self.troubled = now;
+        self.degraded = plan.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone()).collect();
         self.next_check =
             plan.next_check().map(|at| (std::time::Instant::now(), at.saturating_sub(plan.now)));
     }
@@ -90,6 +94,12 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let started = std::time::Instant::now();
         let mut results = Results::new();
         let ended = self.reconcile(desired, trigger, interrupt, &mut results).await;
+        let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
+        for (pool, result) in &mut results {
+            if degraded.contains(pool) && matches!(*result, "in_sync" | "applied") {
+                *result = "degraded";
+            }
+        }
         crate::metrics::record(|m| {
             m.reconcile_took(started.elapsed());
             for (pool, result) in &results {
@@ -309,11 +319,12 @@ fn set_results(results: &mut Results, result: impl Fn(&str) -> &'static str) {
     }
 }
 
-/// The instance gauges of every pool of `plan`.
+/// The instance gauges of every pool of `plan`, and whether it is Degraded.
 fn record_instances(plan: &Plan) {
     crate::metrics::record(|m| {
         for pool in &plan.pools {
             m.instances(&pool.name, instance_counts(pool));
+            m.degraded(&pool.name, pool.degraded.is_some());
         }
     });
 }
