@@ -338,3 +338,35 @@ async fn a_poolctl_whose_clock_is_off_by_ten_minutes_decides_as_one_on_time() {
     assert_eq!(health_of(&behind, dead)["state"], "unhealthy", "{behind:#}");
     assert_eq!(behind["summary"]["create"], 1, "the dead one is replaced: {behind:#}");
 }
+
+/// Every rollout has a deadline (issue 27, item 1), a new pool's too: its Nodes never turn
+/// Ready, and once `progressDeadline` has passed since its first creation, watch makes nothing
+/// more and the pool is Degraded (status, metric) until the source changes.
+#[tokio::test]
+async fn a_new_pool_that_never_comes_up_is_degraded_and_stops_being_made() {
+    let Some(rig) = Rig::new().await else { return };
+    rig.fake.set_default_ready_policy(ReadyPolicy::Never);
+    rig.write(&rig.spec().replicas(2).ready_timeout("2s").progress_deadline("3s"));
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
+    let since = SystemTime::now();
+    for _ in 0..3 {
+        watch.wait_until(Stream::Stderr, "another look", |l| {
+            l.contains("plan (Resync)") || l.contains("backing off")
+        });
+    }
+    let (_, metrics) = crate::service::get(&addr, "/metrics").await;
+    watch.signal("TERM");
+    let created: Vec<_> = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
+    assert!(created.is_empty(), "nothing more is made once Degraded: {created:?}");
+    let pool = rig.pool();
+    assert!(metrics.lines().any(|l| l == format!("poolctl_pool_degraded{{pool=\"{pool}\"}} 1")), "{metrics}");
+    let status: Value =
+        serde_json::from_str(&rig.poolctl("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    assert!(
+        status["pools"][0]["degraded"].as_str().is_some_and(|d| d.contains("progressDeadline 3s")),
+        "{status:#}"
+    );
+}

@@ -814,14 +814,40 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
             ));
         }
-        let wait = async {
-            tokio::time::sleep(window).await;
-            Ok::<(), BackendError>(())
+        // The Node is looked at once a second: one that is not Ready at some look starts the
+        // window again (a flap is not staying up), for as long as `readyTimeout` allows.
+        let cluster = if node { Some(self.cluster(pool.name())?) } else { None };
+        let patience = pool.pool.spec.node.as_ref().map_or(Duration::ZERO, |n| n.ready_timeout.get());
+        let watched = async {
+            let started = tokio::time::Instant::now();
+            let mut since = started;
+            loop {
+                let left = window.saturating_sub(since.elapsed());
+                if left.is_zero() {
+                    return Ok::<bool, BackendError>(true);
+                }
+                tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+                let Some(cluster) = cluster else { continue };
+                if !cluster.node(name).await?.is_some_and(|n| n.ready) {
+                    if started.elapsed() >= window + patience {
+                        return Ok(false);
+                    }
+                    if since.elapsed() > Duration::ZERO {
+                        self.say(&format!(
+                            "{name}: its Node is not Ready; watching it stay up for {shown} again"
+                        ));
+                    }
+                    since = tokio::time::Instant::now();
+                }
+            }
         };
-        self.while_running(name, wait).await.map_err(|e| match e {
+        let stayed = self.while_running(name, watched).await.map_err(|e| match e {
             StepError::ContainerStopped { name, how } => StepError::DidNotStayUp { name, how, window },
             other => other,
         })?;
+        if !stayed {
+            return Err(StepError::NotReadyForLong { name: name.to_owned(), window });
+        }
         // Still up at the end: a HEALTHCHECK that failed within the window fails the step.
         self.containers.wait_up(name, STILL_UP).await.map_err(|e| match e {
             BackendError::Timeout { what, .. } => {

@@ -602,3 +602,32 @@ async fn a_resumed_retirement_of_the_node_poolctl_runs_on_is_refused_at_its_firs
     assert!(matches!(failure.error, Some(StepError::OwnNode(ref n)) if n == "w-old-1"));
     assert_eq!(left_of(&fake, "w-old-1"), (Some(true), Some(crate::model::ContainerState::Running), 1));
 }
+
+/// A Node that is not Ready at some look within `monitor` starts the window again: a flap is
+/// not staying up, and nothing old is cordoned before the new Node has stayed Ready for it.
+#[tokio::test(start_paused = true)]
+async fn a_node_that_flaps_within_the_monitor_window_starts_it_again() {
+    let (mut desired, world, plan) = surge_all(1, true);
+    desired.pools[0].pool.spec.rollout.monitor = crate::spec::Duration::from_secs(5);
+    let fake = FakeWorld::new(world);
+    let new = plan.pools[0].steps[0].instance.to_string();
+    let started = tokio::time::Instant::now();
+    let flap = async {
+        // The new Node registers (Ready) at once; 2s later it goes NotReady for a second.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        fake.sim().world.nodes.iter_mut().find(|n| n.name == new).expect("registered").ready = false;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        fake.sim().world.nodes.iter_mut().find(|n| n.name == new).expect("registered").ready = true;
+    };
+    let interrupt = Interrupt::default();
+    let ((report, text), ()) = tokio::join!(run(&fake, &desired, &plan, &interrupt), flap);
+    assert!(report.complete(), "{report:?}");
+    assert!(
+        text.contains(&format!("{new}: its Node is not Ready; watching it stay up for 5s again")),
+        "{text}"
+    );
+    let calls = fake.calls();
+    assert!(position(&calls, &format!("record-up {new}")) < position(&calls, "cordon w-old-1"), "{calls:?}");
+    // Up only once 5s had passed since the flap ended: at least 3s + 5s after the start.
+    assert!(started.elapsed() >= Duration::from_secs(8), "{:?}", started.elapsed());
+}

@@ -494,10 +494,14 @@ fn plan_pool(
         all.iter().filter(|i| !kept.contains(i.name) && i.left.is_none() && retired(i)).collect();
     retirees.sort_by_key(|i| (i.up && !marked(i), target.is_current(i), order(i), i.name));
     // A stalled rollout creates nothing, so it retires nothing that would have been replaced
-    // either: what serves keeps serving. What costs nothing (not serving) and what a
-    // scale-down drops still go.
-    if progress.paused(target.name) {
-        retirees.retain(|i| !i.up || (target.is_current(i) && !marked(i)));
+    // either: what serves keeps serving. Nor its failed attempts, which are what says it
+    // stalled until the source changes (gone, a new pool would look new again and be made
+    // anew for ever). What else costs nothing, what a scale-down drops, and a teardown
+    // (`replicas: 0`), still go.
+    if progress.paused(target.name) && target.replicas > 0 {
+        let attempt =
+            |i: &Instance<'_>| target.is_current(i) && i.container.is_some_and(|c| c.came_up.is_none());
+        retirees.retain(|i| if i.up { target.is_current(i) && !marked(i) } else { !attempt(i) });
     }
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 

@@ -37,7 +37,11 @@ impl Progress {
                     continue;
                 }
                 None => {
-                    if record.is_none_or(|r| r.template_hash != dp.template_hash) {
+                    // A new template, or the first attempt since the pool last converged (a new
+                    // pool, a scale-up, a replacement of a dead instance): the clock starts.
+                    if record.is_none_or(|r| r.template_hash != dp.template_hash)
+                        || attempts(dp, world).is_empty()
+                    {
                         progress.starts.insert(dp.name().to_owned());
                     }
                     continue;
@@ -77,11 +81,24 @@ impl Progress {
     }
 }
 
-/// Why the pool's rollout to its template stalled, if it did: it is a rollout (an instance runs
-/// another template), its record says it began to the current template, and no instance of that
-/// template came up within `progressDeadline` of that or of the last one that did; or the record
-/// says the pool was rolled back from that template. Replacing a dead instance of a finished
-/// rollout never stalls: it is not a rollout.
+/// The pool's instances of its current template that are being made and have not come up: no
+/// record that they did, and nothing else showing them up (a Ready Node).
+fn attempts<'w>(dp: &DesiredPool, world: &'w World) -> Vec<&'w Container> {
+    let ready = |c: &Container| world.nodes.iter().any(|n| n.name == c.name && n.ready);
+    world
+        .containers
+        .iter()
+        .filter(|c| c.pool == dp.name() && c.template_hash == dp.template_hash && c.elsewhere.is_none())
+        .filter(|c| c.came_up.is_none() && !ready(c))
+        .collect()
+}
+
+/// Why the pool's rollout to its template stalled, if it did: its record says it began to the
+/// current template, it is still under way (an instance runs another template, or an instance
+/// of this one is being made and has not come up: a new pool, a scale-up, a replacement), and
+/// no instance of that template came up within `progressDeadline` of the record or of the last
+/// one that did; or the record says the pool was rolled back from that template. Every kind of
+/// rollout has the deadline; a converged pool has nothing under way, and never stalls.
 fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
     let record = world.rollouts.get(dp.name())?;
     let hash = &dp.template_hash;
@@ -96,7 +113,7 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
     }
     let mine: Vec<&Container> = world.containers.iter().filter(|c| c.pool == dp.name()).collect();
     let current = |c: &&&Container| &c.template_hash == hash && c.elsewhere.is_none();
-    if mine.iter().all(|c| current(&c)) {
+    if mine.iter().all(|c| current(&c)) && attempts(dp, world).is_empty() {
         return None;
     }
     let last_up = mine.iter().filter(current).filter_map(|c| c.came_up).max();

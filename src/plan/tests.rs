@@ -1440,16 +1440,35 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
         ..container("w-new-2", "w", "new", NOON - 90)
     });
     assert!(pool_plan(&plan_of(&desired, &progressing), "w").degraded.is_none());
-    // A finished rollout never stalls: replacing a dead instance is not a rollout.
+    // Every kind of rollout has the deadline: replacing a dead instance of a finished rollout
+    // too. Its clock starts when the replacement is first made (its first creation writes the
+    // record anew), so within the deadline it goes on...
     let mut finished = world;
     finished.containers.retain(|c| c.template_hash == "new");
     finished.containers.push(crate::model::Container {
         came_up: Some(NOON - 900),
         ..container("w-new-3", "w", "new", NOON - 900)
     });
-    let plan = plan_of(&desired, &finished);
+    let mut replacing = finished.clone();
+    replacing.rollouts.get_mut("w").unwrap().since = NOON - 60;
+    let plan = plan_of(&desired, &replacing);
     assert!(pool_plan(&plan, "w").degraded.is_none());
     assert!(plan.steps().any(|(_, s)| matches!(s.action, Action::Create { .. })));
+    // ...and past it, with its attempt never up, the pool is Degraded and nothing more is made.
+    let plan = plan_of(&desired, &finished);
+    assert!(pool_plan(&plan, "w").degraded.is_some());
+    assert!(!plan.steps().any(|(_, s)| matches!(s.action, Action::Create { .. })));
+    // A converged pool that scales up starts a rollout of its own: its first creation writes
+    // the record, and the deadline counts from there.
+    let converged = World {
+        now: NOON,
+        containers: vec![container("w-new-3", "w", "new", NOON - 900)],
+        rollouts: replacing.rollouts.clone(),
+        ..World::default()
+    };
+    let plan = plan_of(&desired, &converged);
+    let first = plan.steps().find(|(_, s)| matches!(s.action, Action::Create { .. })).expect("a scale-up");
+    assert!(matches!(first.1.action, Action::Create { starts_rollout: true, .. }), "{:?}", first.1);
 }
 
 #[test]
