@@ -222,7 +222,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     return Some(("RolloutFailed", f.failure_line()));
                 }
                 let done = report.attempted.iter().filter(|s| s.pool == pool.name).count();
-                report.complete().then(|| ("RolloutSucceeded", format!("{done} steps done")))
+                report
+                    .complete()
+                    .then(|| ("RolloutSucceeded", format!("{} done", crate::execute::report::steps(done))))
             }
             Err(e) => Some(("RolloutFailed", crate::backend::kube::cause_chain(e))),
         })

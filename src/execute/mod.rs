@@ -17,7 +17,7 @@
 pub mod join;
 mod progress;
 mod ready;
-mod report;
+pub(crate) mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;

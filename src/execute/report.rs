@@ -53,25 +53,25 @@ impl Report {
 
     /// Write the closing summary: what was done, what failed and why, what was left.
     pub fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let done = self.attempted.iter().filter(|o| o.error.is_none()).count();
+        let done = steps(self.attempted.iter().filter(|o| o.error.is_none()).count());
         if self.complete() {
-            return writeln!(out, "Apply complete: {done} steps done.");
+            return writeln!(out, "Apply complete: {done} done.");
         }
         writeln!(out)?;
         if self.stop_reason == Some(StopReason::Superseded) {
             return writeln!(
                 out,
-                "Apply superseded by a newer desired state: {done} steps done, {} not started; re-planning.",
+                "Apply superseded by a newer desired state: {done} done, {} not started; re-planning.",
                 self.not_started.len()
             );
         }
         if self.interrupted() {
-            writeln!(out, "Apply interrupted: {done} steps done, {} not started.", self.not_started.len())?;
+            writeln!(out, "Apply interrupted: {done} done, {} not started.", self.not_started.len())?;
         } else if self.stop_reason == Some(StopReason::LockLost) {
             let left = self.not_started.len();
-            writeln!(out, "Apply stopped, the lock was lost: {done} steps done, {left} not started.")?;
+            writeln!(out, "Apply stopped, the lock was lost: {done} done, {left} not started.")?;
         } else {
-            writeln!(out, "Apply halted: {done} steps done, {} not started.", self.not_started.len())?;
+            writeln!(out, "Apply halted: {done} done, {} not started.", self.not_started.len())?;
         }
         // Pools run side by side and a failure stops only its own: say how each ended.
         let pools: std::collections::BTreeSet<&str> = self
@@ -115,5 +115,36 @@ impl Report {
             "Instances not yet retired keep running. Run apply again to continue; the next plan \
              replaces any instance that failed."
         )
+    }
+}
+
+/// `1 step`, `3 steps`.
+pub(crate) fn steps(n: usize) -> String {
+    if n == 1 { "1 step".to_owned() } else { format!("{n} steps") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_step_is_one_step() {
+        let done = |n| {
+            let verb = "stop";
+            let attempted = (0..n)
+                .map(|i| StepOutcome {
+                    pool: "w".into(),
+                    instance: format!("w-{i}"),
+                    verb,
+                    error: None,
+                    elapsed: Duration::ZERO,
+                })
+                .collect();
+            let mut out = Vec::new();
+            Report { attempted, ..Report::default() }.write_summary(&mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(done(1), "Apply complete: 1 step done.\n");
+        assert_eq!(done(2), "Apply complete: 2 steps done.\n");
     }
 }

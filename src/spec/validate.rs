@@ -252,6 +252,17 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
             format!("must be at most {most}, got {}", rollout.monitor),
         ));
     }
+    // The previous template is rebuilt from the instances' labels, which never keep a
+    // `valueFrom` value: such a rollback could never happen.
+    let secret = spec.template.env.values().any(|v| matches!(v, super::EnvValue::Secret(_)));
+    if rollout.failure_action == super::FailureAction::Rollback && secret {
+        errors.push((
+            FieldPath::of("spec.rollout.failureAction"),
+            "rollback can never happen with `valueFrom` env values, which no label keeps to rebuild the previous \
+             template from: use failureAction: pause"
+                .to_owned(),
+        ));
+    }
     let stay_up =
         std::time::Duration::from_secs(u64::from(rollout.min_ready_seconds)) + rollout.monitor.get();
     let deadline = rollout.progress_deadline.get();
@@ -882,6 +893,13 @@ mod tests {
         assert!(
             short.iter().any(|e| e.contains("spec.rollout.progressDeadline: 30s is no longer than")),
             "{short:?}"
+        );
+        let never = errors(
+            "  template:\n    image: i\n    env:\n      T: {valueFrom: {file: /t}}\n  rollout:\n    failureAction: rollback\n",
+        );
+        assert!(
+            never.iter().any(|e| e.contains("spec.rollout.failureAction: rollback can never happen")),
+            "{never:?}"
         );
         let fine =
             errors("  template:\n    image: i\n  rollout:\n    progressDeadline: 1m\n    monitor: 0s\n");
