@@ -476,3 +476,22 @@ fn the_link_reader_reads_what_github_renders() {
         ["spec.a", "spec.b", "b"].into_iter().map(String::from).collect()
     );
 }
+
+/// The README is a page: what poolctl is, how to set it up, the quickstart and the recipes. The
+/// reference lives in docs/.
+#[test]
+fn the_readme_is_at_most_a_page() {
+    let lines = read(Path::new("README.md")).lines().count();
+    assert!(lines <= 250, "README.md has {lines} lines; move the reference to docs/");
+}
+
+/// The plan the README shows is the planner's own snapshot, as the README says: the two cannot
+/// drift apart.
+#[test]
+fn the_readme_plan_is_the_planners_snapshot() {
+    let readme = read(Path::new("README.md"));
+    let snapshot = read(Path::new("src/plan/snapshots/poolctl__plan__tests__node_rollout_text.snap"));
+    let body = snapshot.splitn(3, "---\n").nth(2).expect("an insta snapshot: header, then the text");
+    let shown = readme.split("```\n").find(|block| block.starts_with("Source: pools/")).expect("the plan");
+    assert_eq!(shown.trim_end(), body.trim_end(), "README.md's plan is not src/plan/snapshots' node rollout");
+}
