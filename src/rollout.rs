@@ -60,6 +60,18 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
     Ok(Preview { world, clusters, plan })
 }
 
+/// Tell the cluster of each Degraded pool of `plan` (its rollout stalled past its
+/// `progressDeadline`) so, as a Warning Event on the pool's Lease: `kubectl get events` shows
+/// it, and a repeat only counts up the Event's series. What `apply` and `watch` do; `plan`
+/// writes nothing.
+pub async fn tell_degraded<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String, K>) {
+    let tells = plan.pools.iter().filter_map(|pool| {
+        let why = pool.degraded.clone()?;
+        Some(clusters.get(&pool.name)?.tell_rollout("RolloutDegraded", why))
+    });
+    futures::future::join_all(tells).await;
+}
+
 /// The locks held on the pools a plan of `desired` in `world` covers, read without taking any.
 /// One that cannot be read is reported and taken as held: an instance in the making is waited
 /// for rather than replaced.

@@ -369,4 +369,9 @@ async fn a_new_pool_that_never_comes_up_is_degraded_and_stops_being_made() {
         status["pools"][0]["degraded"].as_str().is_some_and(|d| d.contains("progressDeadline 3s")),
         "{status:#}"
     );
+    // And `kubectl get events` says so, on the pool's Lease, as a Warning.
+    let told = rig.fake.events_about("Lease", &format!("poolctl-{pool}"));
+    let degraded = told.iter().find(|e| e.reason.as_deref() == Some("RolloutDegraded")).expect("an Event");
+    assert_eq!(degraded.type_.as_deref(), Some("Warning"), "{degraded:#?}");
+    assert!(degraded.note.as_deref().is_some_and(|n| n.contains("progressDeadline 3s")), "{degraded:#?}");
 }

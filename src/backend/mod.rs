@@ -298,7 +298,8 @@ pub trait Cluster: Sync {
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Tell the cluster's users how the pool's rollout goes (a Kubernetes Event): `reason` is
-    /// `RolloutStarted`, `RolloutSucceeded` or `RolloutFailed`. Best effort: it never fails.
+    /// `RolloutStarted`, `RolloutSucceeded`, `RolloutFailed` or `RolloutDegraded`. Best effort: it
+    /// never fails.
     fn tell_rollout(&self, reason: &'static str, note: String) -> impl Future<Output = ()> + Send {
         let _ = (reason, note);
         async {}

@@ -44,6 +44,9 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
+    if !config.dry_run {
+        crate::rollout::tell_degraded(plan, &planned.preview.clusters).await;
+    }
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
     match progress_ui.format {
         ProgressFormat::Text => {

@@ -522,6 +522,6 @@ impl Cluster for KubeCluster {
     }
 
     async fn tell_rollout(&self, reason: &'static str, note: String) {
-        self.tell_pool(reason, note, reason == "RolloutFailed").await;
+        self.tell_pool(reason, note, matches!(reason, "RolloutFailed" | "RolloutDegraded")).await;
     }
 }

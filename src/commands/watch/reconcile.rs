@@ -134,6 +134,9 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 warn!("pool {}: {why}", pool.name);
             }
         }
+        if !self.dry_run {
+            crate::rollout::tell_degraded(plan, &preview.clusters).await;
+        }
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
