@@ -394,14 +394,22 @@ impl Drop for TestDocker {
             .output();
         let Ok(records) = records else { return };
         let text = String::from_utf8_lossy(&records.stdout).into_owned();
-        let names: Vec<&str> = text
+        let mut names: Vec<String> = text
             .lines()
             .filter_map(|line| {
                 let (name, of) = line.split_once(' ')?;
                 (of == pool || of.strip_prefix(&pool).is_some_and(|rest| rest.starts_with('-')))
-                    .then_some(name)
+                    .then(|| name.to_owned())
             })
             .collect();
+        // And whatever carries this scope's label (a second pool of the test, `pt<case>b`).
+        let labelled = Command::new("docker").args(["volume", "ls", "-q", "--filter", &filter]).output();
+        let labelled = labelled.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        for name in labelled.lines() {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
         if !names.is_empty() {
             let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&names).output();
         }
