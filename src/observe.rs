@@ -140,10 +140,9 @@ pub async fn observe<C: Containers, N: Connect>(
     let listed = containers.list().await.map_err(ObserveError::List)?;
     let clusters = connect_clusters(connect, desired, &listed).await?;
     check_identity(&listed, &clusters)?;
-    let mut world = observe_with(listed, containers.rollouts(), &clusters, world_now(containers).await)
+    let mut world = observe_with(listed, containers, &clusters, world_now(containers).await)
         .await
         .map_err(ObserveError::List)?;
-    world.listed = containers.hosts().into_iter().collect();
     // The pools' Nodes name the daemons their containers live on. One that no pool names is
     // where a pool moved away from: it is looked at too, so that its instances are retired the
     // safe way rather than taken for gone.
@@ -165,10 +164,8 @@ pub async fn observe<C: Containers, N: Connect>(
         if containers.hosts().len() > world.listed.len() {
             let listed = containers.list().await.map_err(ObserveError::List)?;
             check_identity(&listed, &clusters)?;
-            world = observe_with(listed, containers.rollouts(), &clusters, world.now)
-                .await
-                .map_err(ObserveError::List)?;
-            world.listed = containers.hosts().into_iter().collect();
+            world =
+                observe_with(listed, containers, &clusters, world.now).await.map_err(ObserveError::List)?;
         }
     }
     Ok(Observed { world, clusters })
@@ -225,21 +222,24 @@ pub async fn observe_again<C: Containers, K: Cluster>(
     clusters: &BTreeMap<String, K>,
 ) -> Result<World, BackendError> {
     let listed = containers.list().await?;
-    let mut world =
-        observe_with(listed, containers.rollouts(), clusters, world_now(containers).await).await?;
-    world.listed = containers.hosts().into_iter().collect();
-    Ok(world)
+    observe_with(listed, containers, clusters, world_now(containers).await).await
 }
 
-/// The rest of an observation once Docker's list is in: per cluster, its list of Nodes.
-async fn observe_with<K: Cluster>(
-    containers: Vec<Container>,
-    rollouts: BTreeMap<String, crate::model::RolloutRecord>,
+/// The rest of an observation once Docker's list (`listed`) is in: what else that list read
+/// (the rollout records, the daemons it covered) and, per cluster, its Nodes.
+async fn observe_with<C: Containers, K: Cluster>(
+    listed: Vec<Container>,
+    containers: &C,
     clusters: &BTreeMap<String, K>,
     now: i64,
 ) -> Result<World, BackendError> {
-    let mut world = World { now, containers, ..World::default() };
-    world.rollouts = rollouts;
+    let mut world = World {
+        now,
+        containers: listed,
+        rollouts: containers.rollouts(),
+        listed: containers.hosts().into_iter().collect(),
+        ..World::default()
+    };
     // Each cluster's clock, asked once per cluster however many pools share it.
     let mut skews: BTreeMap<String, i64> = BTreeMap::new();
     for (pool, cluster) in clusters {

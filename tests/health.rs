@@ -196,6 +196,26 @@ async fn an_apply_killed_in_a_failing_bootstrap_leaves_no_half_made_instance_cou
     assert!(counted.iter().all(|i| old.iter().any(|o| i["name"] == o.as_str())), "{instances:#?}");
 }
 
+/// Run `watch` (a resync every 500ms, its metrics served) until it says the pool is Degraded
+/// and three more looks have gone by, then stop it: the containers Docker created from the
+/// moment it was Degraded, and the metrics it served then.
+async fn watch_past_degraded(rig: &Rig) -> (Vec<crate::support::docker::DockerEvent>, String) {
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
+    let since = SystemTime::now();
+    for _ in 0..3 {
+        watch.wait_until(Stream::Stderr, "another look", |l| {
+            l.contains("plan (Resync)") || l.contains("backing off")
+        });
+    }
+    let (_, metrics) = crate::service::get(&addr, "/metrics").await;
+    watch.signal("TERM");
+    let created = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
+    (created, metrics)
+}
+
 #[tokio::test]
 async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degraded() {
     let Some(rig) = Rig::new().await else { return };
@@ -204,20 +224,11 @@ async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degr
     rig.fake.set_default_ready_policy(ReadyPolicy::Never);
     let v2 = rig.spec().replicas(2).env("VERSION", "2").ready_timeout("2s").progress_deadline("3s");
     rig.write(&v2);
-    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
-    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
-    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
-    watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
-    let since = SystemTime::now();
     // Once degraded, watch creates nothing more for this revision, and the old ones serve.
-    for _ in 0..3 {
-        watch.wait_until(Stream::Stderr, "another look", |l| {
-            l.contains("plan (Resync)") || l.contains("backing off")
-        });
-    }
+    let (created, metrics) = watch_past_degraded(&rig).await;
+    assert!(created.is_empty(), "{created:?}");
     // The metrics say so: the gauge, and reconciles that end degraded, never in sync, so that
     // the last-success timestamp the documented alert watches is not refreshed.
-    let (_, metrics) = crate::service::get(&addr, "/metrics").await;
     let pool = rig.pool();
     assert!(metrics.lines().any(|l| l == format!("poolctl_pool_degraded{{pool=\"{pool}\"}} 1")), "{metrics}");
     assert!(metrics.lines().any(|l| l.contains("result=\"degraded\"")), "{metrics}");
@@ -227,9 +238,6 @@ async fn a_template_that_never_comes_up_stops_being_retried_and_the_pool_is_degr
             .any(|l| l.starts_with("poolctl_reconcile_total") && l.contains("result=\"in_sync\"")),
         "{metrics}"
     );
-    watch.signal("TERM");
-    let created: Vec<_> = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
-    assert!(created.is_empty(), "{created:?}");
     let running = rig.containers().await;
     for name in &old {
         assert!(running.get(name).is_some_and(|(up, _)| *up), "{name} serves: {running:?}");
@@ -347,19 +355,7 @@ async fn a_new_pool_that_never_comes_up_is_degraded_and_stops_being_made() {
     let Some(rig) = Rig::new().await else { return };
     rig.fake.set_default_ready_policy(ReadyPolicy::Never);
     rig.write(&rig.spec().replicas(2).ready_timeout("2s").progress_deadline("3s"));
-    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
-    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
-    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
-    watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
-    let since = SystemTime::now();
-    for _ in 0..3 {
-        watch.wait_until(Stream::Stderr, "another look", |l| {
-            l.contains("plan (Resync)") || l.contains("backing off")
-        });
-    }
-    let (_, metrics) = crate::service::get(&addr, "/metrics").await;
-    watch.signal("TERM");
-    let created: Vec<_> = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
+    let (created, metrics) = watch_past_degraded(&rig).await;
     assert!(created.is_empty(), "nothing more is made once Degraded: {created:?}");
     let pool = rig.pool();
     assert!(metrics.lines().any(|l| l == format!("poolctl_pool_degraded{{pool=\"{pool}\"}} 1")), "{metrics}");

@@ -820,7 +820,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let patience = pool.pool.spec.node.as_ref().map_or(Duration::ZERO, |n| n.ready_timeout.get());
         let watched = async {
             let started = tokio::time::Instant::now();
-            let mut since = started;
+            let (mut since, mut was_ready) = (started, true);
             loop {
                 let left = window.saturating_sub(since.elapsed());
                 if left.is_zero() {
@@ -828,17 +828,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 }
                 tokio::time::sleep(left.min(Duration::from_secs(1))).await;
                 let Some(cluster) = cluster else { continue };
-                if !cluster.node(name).await?.is_some_and(|n| n.ready) {
+                let ready = cluster.node(name).await?.is_some_and(|n| n.ready);
+                if !ready {
                     if started.elapsed() >= window + patience {
                         return Ok(false);
                     }
-                    if since.elapsed() > Duration::ZERO {
+                    // Said once a flap, not at every look while it lasts.
+                    if was_ready {
                         self.say(&format!(
                             "{name}: its Node is not Ready; watching it stay up for {shown} again"
                         ));
                     }
                     since = tokio::time::Instant::now();
                 }
+                was_ready = ready;
             }
         };
         let stayed = self.while_running(name, watched).await.map_err(|e| match e {

@@ -475,43 +475,46 @@ impl Containers for DockerBackend {
             filters: Some(HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])])),
             ..Default::default()
         };
-        let summaries = self
-            .call(self.docker.list_containers(Some(options)))
-            .await
-            .map_err(|e| self.error("list containers", e))?;
+        // The records are volumes, which `docker container prune` and `docker system prune`
+        // leave alone: one more list call, whatever the pool size, asked beside the first.
+        let record_options = ListVolumesOptions {
+            filters: Some(HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])])),
+        };
+        let (summaries, volumes) = tokio::join!(
+            self.call(self.docker.list_containers(Some(options))),
+            self.call(self.docker.list_volumes(Some(record_options)))
+        );
+        let summaries = summaries.map_err(|e| self.error("list containers", e))?;
+        let volumes = volumes.map_err(|e| self.error("list volumes", e))?;
         let mut records = HashMap::new();
         let mut rollouts = BTreeMap::new();
         let mut legacy = HashSet::new();
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
-            let (names, labels, created) = (summary.names.as_ref(), summary.labels.as_ref(), summary.created);
-            if labels.is_some_and(|l| l.contains_key(labels::LOCK)) {
+            let name =
+                summary.names.as_ref().and_then(|n| n.first()).map_or("", |n| n.trim_start_matches('/'));
+            let no_labels = HashMap::new();
+            let labels = summary.labels.as_ref().unwrap_or(&no_labels);
+            let created = summary.created.unwrap_or_default();
+            if labels.contains_key(labels::LOCK) {
                 // A pool's lock, read by name where it matters (see `lock`).
-            } else if let Some((instance, record)) = up::up_record_from(names, labels, created) {
+            } else if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 // Records kept as containers by an earlier poolctl: read, and removed with what
                 // they record.
                 legacy.insert(up::up_record_name(&instance));
                 records.insert(instance, record);
-            } else if let Some((pool, record)) = up::rollout_record_from(names, labels, created) {
+            } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
                 legacy.insert(up::rollout_record_name(&pool));
                 rollouts.insert(pool, record);
             } else {
                 containers.extend(container_from_summary(summary));
             }
         }
-        // The records themselves are volumes, which `docker container prune` and `docker system
-        // prune` leave alone: one more list call, whatever the pool size.
-        let options = ListVolumesOptions {
-            filters: Some(HashMap::from([("label".to_owned(), vec![labels::POOL.to_owned()])])),
-        };
-        let volumes = self
-            .call(self.docker.list_volumes(Some(options)))
-            .await
-            .map_err(|e| self.error("list volumes", e))?;
         for volume in volumes.volumes.iter().flatten() {
-            if let Some((instance, record)) = up::up_record_of_volume(volume) {
+            let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
+            if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
-            } else if let Some((pool, record)) = up::rollout_record_of_volume(volume) {
+            } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
                 rollouts.insert(pool, record);
             }
         }

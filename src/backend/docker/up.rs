@@ -30,34 +30,23 @@ pub fn rollout_record_name(pool: &str) -> String {
     format!("poolctl-rollout-{pool}")
 }
 
-/// The rollout record in a list entry, by pool; `None` for an entry that is not one.
+/// The rollout record named `name` with `labels`, made at `created` (seconds since the Unix
+/// epoch), by pool; `None` for anything that is not one. A volume now, a container for an
+/// earlier poolctl: read the same.
 pub(super) fn rollout_record_from(
-    names: Option<&Vec<String>>,
-    labels: Option<&HashMap<String, String>>,
-    created: Option<i64>,
+    name: &str,
+    labels: &HashMap<String, String>,
+    created: i64,
 ) -> Option<(String, RolloutRecord)> {
-    let labels = labels?;
     let template_hash = labels.get(labels::ROLLOUT_OF)?.clone();
-    let name = names?.first()?.trim_start_matches('/');
     let pool = name.strip_prefix("poolctl-rollout-")?.to_owned();
     let rolled_back_from = labels.get(labels::ROLLED_BACK_FROM).cloned();
-    Some((pool, RolloutRecord { template_hash, since: created.unwrap_or_default(), rolled_back_from }))
+    Some((pool, RolloutRecord { template_hash, since: created, rolled_back_from }))
 }
 
-/// The rollout record a volume is, by pool; `None` for a volume that is not one.
-pub(super) fn rollout_record_of_volume(volume: &Volume) -> Option<(String, RolloutRecord)> {
-    let template_hash = volume.labels.get(labels::ROLLOUT_OF)?.clone();
-    let pool = volume.name.strip_prefix("poolctl-rollout-")?.to_owned();
-    let rolled_back_from = volume.labels.get(labels::ROLLED_BACK_FROM).cloned();
-    let since = time(volume.created_at.as_deref()).unwrap_or_default();
-    Some((pool, RolloutRecord { template_hash, since, rolled_back_from }))
-}
-
-/// The up record a volume is, by instance name; `None` for a volume that is not one.
-pub(super) fn up_record_of_volume(volume: &Volume) -> Option<(String, UpRecord)> {
-    let of = volume.labels.get(labels::UP_OF)?.clone();
-    let instance = volume.name.strip_prefix("poolctl-up-")?.to_owned();
-    Some((instance, UpRecord { of, created: time(volume.created_at.as_deref()).unwrap_or_default() }))
+/// When a record volume was made, in seconds since the Unix epoch.
+pub(super) fn volume_created(volume: &Volume) -> i64 {
+    time(volume.created_at.as_deref()).unwrap_or_default()
 }
 
 /// The name of the up record of `instance`.
@@ -73,16 +62,16 @@ pub(super) struct UpRecord {
     created: i64,
 }
 
-/// The up record in a list entry, by instance name; `None` for an entry that is not one.
+/// The up record named `name` with `labels`, made at `created`, by instance name; `None` for
+/// anything that is not one. A volume now, a container for an earlier poolctl: read the same.
 pub(super) fn up_record_from(
-    names: Option<&Vec<String>>,
-    labels: Option<&HashMap<String, String>>,
-    created: Option<i64>,
+    name: &str,
+    labels: &HashMap<String, String>,
+    created: i64,
 ) -> Option<(String, UpRecord)> {
-    let of = labels?.get(labels::UP_OF)?.clone();
-    let name = names?.first()?.trim_start_matches('/');
+    let of = labels.get(labels::UP_OF)?.clone();
     let instance = name.strip_prefix("poolctl-up-")?.to_owned();
-    Some((instance, UpRecord { of, created: created.unwrap_or_default() }))
+    Some((instance, UpRecord { of, created }))
 }
 
 /// Join the instances of a list with their up records: an instance that keeps them came up when
@@ -299,9 +288,8 @@ mod tests {
 
     #[test]
     fn a_record_vouches_only_for_the_container_it_names() {
-        let names = vec!["/poolctl-up-w-1".to_owned()];
         let labels = HashMap::from([(labels::UP_OF.to_owned(), "id-1".to_owned())]);
-        let (instance, record) = up_record_from(Some(&names), Some(&labels), Some(42)).unwrap();
+        let (instance, record) = up_record_from("poolctl-up-w-1", &labels, 42).unwrap();
         assert_eq!(instance, "w-1");
         let mut containers = vec![
             Container { came_up: None, ..crate::testing::build::container("w-1", "w", "h", 1) },
@@ -319,6 +307,6 @@ mod tests {
         join_up_records(&mut containers, &records);
         assert_eq!(containers[0].came_up, Some(42));
         assert_eq!(containers[1].came_up, None, "a record of another container of that name");
-        assert!(up_record_from(Some(&names), None, None).is_none());
+        assert!(up_record_from("poolctl-up-w-1", &HashMap::new(), 42).is_none());
     }
 }
