@@ -46,29 +46,63 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
     // Whether an instance that has not finished coming up is in the making depends on who holds
     // its pool's lock: read only for the pools of this plan that have such an instance.
     let planned = crate::plan::saved::planned_pools(desired, &world);
-    let starting: BTreeSet<&str> = world
+    let starting: BTreeSet<String> = world
         .containers
         .iter()
         .filter(|c| c.came_up.is_none() && planned.contains(c.pool.as_str()))
-        .map(|c| c.pool.as_str())
+        .map(|c| c.pool.clone())
         .collect();
     if !starting.is_empty() {
-        let locks = read_locks_of(starting, containers, &clusters).await;
+        let locks = read_locks_of(starting.iter().map(String::as_str), containers, &clusters).await;
         mark_locked(&mut world, &locks);
     }
-    let plan = crate::plan::plan(desired, &world, options);
+    let mut plan = crate::plan::plan(desired, &world, options.clone());
+    // A pool that looks stalled may be another run's, busy with a drain a budget holds up: the
+    // holder judges its own progress. Its lock is read only then.
+    let stalled: Vec<&str> = plan
+        .pools
+        .iter()
+        .filter(|p| p.degraded.is_some() && !starting.contains(&p.name))
+        .map(|p| p.name.as_str())
+        .collect();
+    if !stalled.is_empty() {
+        let now = SystemTime::now();
+        let locks = read_locks_of(stalled, containers, &clusters).await;
+        let held: Vec<String> = locks.into_iter().filter(|(_, h)| !h.expired(now)).map(|(p, _)| p).collect();
+        if !held.is_empty() {
+            world.locked.extend(held);
+            plan = crate::plan::plan(desired, &world, options);
+        }
+    }
     Ok(Preview { world, clusters, plan })
 }
 
-/// Tell the cluster of each Degraded pool of `plan` (its rollout stalled past its
-/// `progressDeadline`) so, as a Warning Event on the pool's Lease: `kubectl get events` shows
-/// it, and a repeat only counts up the Event's series. What `apply` and `watch` do; `plan`
-/// writes nothing.
-pub async fn tell_degraded<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String, K>) {
-    let tells = plan.pools.iter().filter_map(|pool| {
-        let why = pool.degraded.clone()?;
-        Some(clusters.get(&pool.name)?.tell_rollout("RolloutDegraded", why))
-    });
+/// What `plan` holds back that the cluster's users must hear of, by pool: its rollout stalled
+/// past its `progressDeadline` (`RolloutDegraded`), and going back to its previous template
+/// (`RollingBack`), or replacing none of its unhealthy instances because more are than
+/// `maxUnhealthy` allows (`RemediationHeld`). Each with the plan's words.
+pub fn conditions(plan: &Plan) -> Vec<(&str, &'static str, &str)> {
+    let mut said = Vec::new();
+    for pool in &plan.pools {
+        if let Some(why) = &pool.degraded {
+            let rolling_back = plan.rollbacks.iter().any(|r| r.name() == pool.name);
+            let reason = if rolling_back { "RollingBack" } else { "RolloutDegraded" };
+            said.push((pool.name.as_str(), reason, why.as_str()));
+        }
+        if let Some(why) = &pool.unhealthy_held {
+            said.push((pool.name.as_str(), "RemediationHeld", why.as_str()));
+        }
+    }
+    said
+}
+
+/// Tell the cluster of each pool what [`conditions`] finds in `plan`, as a Warning Event on
+/// the pool's Lease: `kubectl get events` shows it, and a repeat only counts up the Event's
+/// series. What `apply` and `watch` do; `plan` writes nothing.
+pub async fn tell_conditions<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String, K>) {
+    let tells = conditions(plan)
+        .into_iter()
+        .filter_map(|(pool, reason, why)| Some(clusters.get(pool)?.tell_rollout(reason, why.to_owned())));
     futures::future::join_all(tells).await;
 }
 

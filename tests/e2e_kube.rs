@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
+use crate::support::cli::Stream;
 use crate::support::docker::DockerEvent;
 use crate::support::fake_kube::{Event, EventKind, PdbBound, ReadyPolicy};
 use crate::support::rig::Rig;
@@ -144,6 +145,48 @@ async fn a_pdb_at_its_minimum_halts_the_drain_until_relaxed_and_orphans_are_dele
     let containers = rig.containers().await;
     assert_eq!(containers.len(), 1);
     assert!(!containers.contains_key(&old) && rig.fake.node(&old).is_none());
+}
+
+#[tokio::test]
+async fn a_drain_a_budget_holds_past_the_progress_deadline_is_progress_not_a_stall() {
+    let Some(rig) = Rig::new().await else { return };
+    // A deadline far shorter than the time the budget holds the first drain up, and a rollback
+    // that would tear the new instances down if that time counted as a stall.
+    let v1 = rig.spec().replicas(2).drain_timeout("1m").progress_deadline("3s").rollback();
+    rig.start(&v1).await;
+    rig.fake.add_app("default", "web", 2);
+    let placed = |s: &crate::support::fake_kube::Store| {
+        s.pods().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count() == 2
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(2));
+    rig.write(&v1.clone().env("VERSION", "2"));
+
+    // Watch carries it out: an explicit apply would try a stalled rollout again anyway.
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    let refused = |s: &crate::support::fake_kube::Store| s.evictions().iter().any(|e| e.status == 429);
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(refused)).await.expect("the budget holds the drain");
+    // The scenario: the budget holds the drain for twice the deadline.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    // Meanwhile another look does not call the busy rollout stalled: its run holds the lock.
+    let plan = rig.poolctl("plan", &[]).stdout;
+    assert!(!plan.contains("degraded") && !plan.contains("Degraded"), "{plan}");
+    rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
+
+    watch.wait_for(Stream::Stderr, "in sync");
+    watch.signal("TERM");
+    let said = format!("{}{}", watch.output(Stream::Stdout), watch.output(Stream::Stderr));
+    assert!(said.contains("Apply complete"), "{said}");
+    assert!(!said.contains("rolling back") && !said.contains("Degraded"), "{said}");
+    // On the new template, every instance; never told Degraded.
+    let v2 = rig.template_hash();
+    let run = rig.poolctl("plan", &["--detailed-exitcode"]);
+    assert_eq!(run.code, 0, "converged:\n{}", run.stdout);
+    let instances = rig.s.docker().containers().await;
+    assert_eq!(instances.len(), 2);
+    assert!(instances.iter().all(|c| c.template_hash == v2), "{instances:?}");
+    let told = rig.fake.events_about("Lease", &format!("poolctl-{}", rig.pool()));
+    assert!(told.iter().all(|e| e.reason.as_deref() != Some("RolloutDegraded")), "{told:#?}");
 }
 
 #[tokio::test]

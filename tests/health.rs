@@ -139,6 +139,11 @@ async fn three_of_three_past_their_timeout_replace_none_and_the_plan_says_why() 
     let text = rig.apply().expect_code(0).stdout;
     assert!(text.contains("the cluster, not the instances, looks at fault"), "{text}");
     assert_eq!(rig.containers().await.len(), 3, "nothing was replaced");
+    // `kubectl get events` says so too, on the pool's Lease, as a Warning.
+    let told = rig.fake.events_about("Lease", &format!("poolctl-{}", rig.pool()));
+    let held = told.iter().find(|e| e.reason.as_deref() == Some("RemediationHeld")).expect("an Event");
+    assert_eq!(held.type_.as_deref(), Some("Warning"), "{held:#?}");
+    assert!(held.note.as_deref().is_some_and(|n| n.contains("above maxUnhealthy 40%")), "{held:#?}");
 }
 
 #[tokio::test]
@@ -200,7 +205,8 @@ async fn an_apply_killed_in_a_failing_bootstrap_leaves_no_half_made_instance_cou
 /// and three more looks have gone by, then stop it: the containers Docker created from the
 /// moment it was Degraded, and the metrics it served then.
 async fn watch_past_degraded(rig: &Rig) -> (Vec<crate::support::docker::DockerEvent>, String) {
-    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0"]);
+    let (url, notices) = crate::service::receiver().await;
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms", "--listen", "127.0.0.1:0", "--notify", &url]);
     let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
     let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
     watch.wait_for(Stream::Stderr, "Degraded: no instance of template");
@@ -211,7 +217,21 @@ async fn watch_past_degraded(rig: &Rig) -> (Vec<crate::support::docker::DockerEv
         });
     }
     let (_, metrics) = crate::service::get(&addr, "/metrics").await;
+    // The receiver heard it once, with why, however many looks found it so.
+    let degraded = || {
+        let notices = notices.lock().unwrap();
+        notices.iter().filter(|n| n["result"] == "degraded").cloned().collect::<Vec<Value>>()
+    };
+    let heard = async {
+        while degraded().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, heard).await.expect("a notification says the pool is Degraded");
     watch.signal("TERM");
+    let degraded = degraded();
+    assert_eq!(degraded.len(), 1, "{degraded:#?}");
+    assert!(degraded[0]["error"].as_str().is_some_and(|e| e.contains("progressDeadline")), "{degraded:#?}");
     let created = rig.docker_events(since).into_iter().filter(|e| e.action == "create").collect();
     (created, metrics)
 }

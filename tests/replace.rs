@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::cli::Stream;
-use crate::support::fake_kube::EventKind;
+use crate::support::fake_kube::{EventKind, ReadyPolicy};
 use crate::support::rig::{LIMIT, Rig};
 use crate::support::scenario::Scenario;
 
@@ -108,10 +108,57 @@ async fn a_pre_drain_hook_holds_a_retirement_until_its_owner_removes_it() {
     };
     tokio::time::timeout(LIMIT, rig.fake.wait_until(cordoned)).await.expect("cordoned while the hook is set");
     apply.assert_alive();
+    // `kubectl describe node` says what the retirement waits for.
+    let waits = rig.fake.events_about("Node", &victim);
+    let waiting = waits.iter().find(|e| e.reason.as_deref() == Some("WaitingForHooks")).expect("an Event");
+    assert!(
+        waiting.note.as_deref().is_some_and(|n| n.contains("pre-drain hooks: backup (my-operator)")),
+        "{waiting:#?}"
+    );
     // The owner is done: the retirement goes on by itself.
     rig.fake.store().update_node(&victim, |n| {
         n.metadata.annotations.get_or_insert_with(BTreeMap::new).remove(hook);
     });
     assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
     assert!(!rig.containers().await.contains_key(&victim));
+}
+
+#[tokio::test]
+async fn a_pre_drain_hook_on_one_pools_node_does_not_hold_up_another_pools_rollout() {
+    let Some(rig) = Rig::new().await else { return };
+    let (a, b) = (rig.pool().to_owned(), format!("{}-b", rig.pool()));
+    let spec_a = rig.spec().replicas(1);
+    let spec_b = rig.spec().replicas(1).named(&b);
+    rig.write(&spec_a);
+    rig.s.write("other.yaml", &spec_b.to_string());
+    rig.apply().expect_code(0);
+    let of = |pool: &str| -> Vec<String> {
+        rig.fake.node_names().into_iter().filter(|n| n.rsplitn(3, '-').nth(2) == Some(pool)).collect()
+    };
+    let (a_old, b_old) = (of(&a).remove(0), of(&b).remove(0));
+    let hook = "pre-drain.delete.hook.poolctl.dev/backup";
+    rig.fake.store().update_node(&a_old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(hook.into(), "my-operator".into());
+    });
+    // Both pools change in one commit; b's new Node turns Ready a little later, so that a's
+    // retirement comes to its cluster's drain turn first.
+    rig.fake.set_ready_policy(&format!("{b}-"), ReadyPolicy::After(std::time::Duration::from_secs(2)));
+    rig.write(&spec_a.env("VERSION", "2"));
+    rig.s.write("other.yaml", &spec_b.env("VERSION", "2").to_string());
+
+    let mut apply = rig.s.spawn("apply", &["--yes"]);
+    apply
+        .wait_for(Stream::Stdout, &format!("{a_old}: waiting for its pre-drain hooks: backup (my-operator)"));
+    // While a's Node waits for its hook, b's rollout goes to its end: its old Node drained
+    // and deleted.
+    let b_done = |st: &crate::support::fake_kube::Store| st.node(&b_old).is_none();
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(b_done)).await.expect("b's old Node retired meanwhile");
+    apply.assert_alive();
+    assert!(rig.fake.node(&a_old).is_some(), "a's Node waits for its hook");
+
+    rig.fake.store().update_node(&a_old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).remove(hook);
+    });
+    assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
+    assert!(rig.fake.node(&a_old).is_none());
 }

@@ -72,7 +72,7 @@ fn whole(
 
 /// A webhook receiver that refuses its first request (so that poolctl must retry) and keeps
 /// the documents of the others; its URL carries a token, as a real webhook's does.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+pub(crate) async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
     type Seen = (Arc<Mutex<Vec<Value>>>, Arc<Mutex<u32>>);
     async fn hook(State((docs, calls)): State<Seen>, Json(doc): Json<Value>) -> StatusCode {
         let mut calls = calls.lock().unwrap();

@@ -239,6 +239,14 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.instance(name).record_up(name, labels).await
     }
 
+    async fn record_progress(
+        &self,
+        pool: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.pool(pool).record_progress(pool, labels).await
+    }
+
     /// Every endpoint's: a pool's record lives where its containers are created.
     fn rollouts(&self) -> BTreeMap<String, crate::model::RolloutRecord> {
         self.all().iter().flat_map(|(_, backend)| backend.rollouts()).collect()

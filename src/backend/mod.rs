@@ -214,6 +214,13 @@ pub trait Containers: Sync {
     /// Remove what poolctl keeps about `pool` beside its instances (its rollout record): the
     /// pool is torn down, and leaves nothing behind.
     fn forget_pool(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Record that `pool`'s rollout stepped forward now (a Node cordoned or drained, an instance
+    /// stopped or removed), with `labels`: see [`crate::model::RolloutRecord::progressed`].
+    fn record_progress(
+        &self,
+        pool: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// The rollout records, by pool, that the last [`Containers::list`] showed: they come back
     /// in the same call (see [`crate::model::RolloutRecord`]).
     fn rollouts(&self) -> BTreeMap<String, RolloutRecord>;
@@ -298,10 +305,21 @@ pub trait Cluster: Sync {
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Tell the cluster's users how the pool's rollout goes (a Kubernetes Event): `reason` is
-    /// `RolloutStarted`, `RolloutSucceeded`, `RolloutFailed` or `RolloutDegraded`. Best effort: it
-    /// never fails.
+    /// `RolloutStarted`, `RolloutSucceeded`, `RolloutFailed`, `RolloutDegraded`, `RollingBack` or
+    /// `RemediationHeld`. Best effort: it never fails.
     fn tell_rollout(&self, reason: &'static str, note: String) -> impl Future<Output = ()> + Send {
         let _ = (reason, note);
+        async {}
+    }
+    /// Tell the cluster's users what the retirement of Node `node` waits for (a Kubernetes
+    /// Event on it): `reason` is `WaitingForHooks` or `WaitingForVolumes`. Best effort.
+    fn tell_node_waits(
+        &self,
+        node: &str,
+        reason: &'static str,
+        note: String,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (node, reason, note);
         async {}
     }
 }

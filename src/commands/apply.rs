@@ -45,7 +45,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
     if !config.dry_run {
-        crate::rollout::tell_degraded(plan, &planned.preview.clusters).await;
+        crate::rollout::tell_conditions(plan, &planned.preview.clusters).await;
     }
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
     match progress_ui.format {

@@ -192,6 +192,9 @@ pub struct Executor<'a, C, K> {
     /// PodDisruptionBudgets get violated (cluster-api#3300). tokio's mutex is fair, so Nodes take
     /// their turns in the order they asked.
     drain_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The drain turns held, by the Node that holds its cluster's: a Node whose pre-drain hooks
+    /// hold its drain gives its turn up while it waits, so that the wait holds only that Node.
+    turns_held: Mutex<HashMap<String, tokio::sync::OwnedMutexGuard<()>>>,
     /// The creation chains of the batch each pool is carrying out (see [`Creations`]).
     creations: Mutex<HashMap<String, Arc<Creations>>>,
     /// Asked before every irreversible call ([`Executor::with_lock_guard`]; none by default).
@@ -251,6 +254,15 @@ impl Creations {
 }
 
 impl<'a, C, K> Executor<'a, C, K> {
+    /// Give the drain turn `node` holds, if it holds one, to the next Node.
+    fn give_turn(&self, node: &str) {
+        self.turns_held().remove(node);
+    }
+
+    fn turns_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::sync::OwnedMutexGuard<()>>> {
+        self.turns_held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn new(
         desired: &'a Desired,
         containers: &'a C,
@@ -268,6 +280,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             ui: ProgressUi::default(),
             numbering: Mutex::default(),
             drain_turns: Mutex::default(),
+            turns_held: Mutex::default(),
             creations: Mutex::default(),
             lock_guard: LockGuard::unguarded(),
             own_node: None,
@@ -558,14 +571,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         creations: &Creations,
     ) -> (Vec<StepOutcome>, Vec<&'s Step>) {
         let mut outcomes = Vec::new();
-        let mut turn = None;
+        let Some(&(_, first)) = chain.first() else { return (outcomes, Vec::new()) };
+        // However the chain ends, its Node's turn goes to the next.
+        let _gives_back = GiveTurnBack { executor: self, node: first.instance.as_str() };
         for (i, &(n, step)) in chain.iter().enumerate() {
             if matches!(step.action, Action::Cordon | Action::Drain(_)) {
-                if turn.is_none() {
-                    turn = Some(self.drain_turn(&pool.name).lock_owned().await);
-                }
+                self.take_turn(&pool.name, step.instance.as_str()).await;
             } else {
-                turn = None;
+                self.give_turn(step.instance.as_str());
                 creations.all_ended().await;
             }
             if failed.load(Ordering::SeqCst) || self.interrupt.is_set() {
@@ -651,12 +664,26 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let (result, elapsed) =
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
         crate::metrics::record(|m| m.step_took(verb, elapsed));
+        if result.is_ok() && step.action.is_retirement() && !retires_current(pool, step) {
+            self.record_progress(&pool.name).await;
+        }
         StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.to_string(),
             verb,
             elapsed,
             error: result.err(),
+        }
+    }
+
+    /// Record that the rollout of `pool_name` stepped forward: time a budget, a hook or the
+    /// drain turn held a retirement up does not count as a stall (`progressDeadline`). Only a
+    /// declared pool's: a pruned one has no rollout. A record that cannot be written is said and
+    /// costs nothing but an earlier judgment.
+    async fn record_progress(&self, pool_name: &str) {
+        let Ok(pool) = self.pool(pool_name) else { return };
+        if let Err(e) = self.containers.record_progress(pool_name, &up_record_labels(pool)).await {
+            self.say(&format!("could not record the progress of pool {pool_name}: {e}"));
         }
     }
 
@@ -765,7 +792,18 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
             Action::Drain(_) => {
-                self.wait_for_hooks(pool_name, name, "pre-drain").await?;
+                // Another controller's hook may hold this Node for long: meanwhile its cluster's
+                // drain turn goes to other Nodes, this pool's or another's, and is taken again
+                // for this drain.
+                let waited = std::sync::atomic::AtomicBool::new(false);
+                let aside = || {
+                    waited.store(true, Ordering::Relaxed);
+                    self.give_turn(name);
+                };
+                self.wait_for_hooks_aside(pool_name, name, "pre-drain", &aside).await?;
+                if waited.load(Ordering::Relaxed) {
+                    self.take_turn(pool_name, name).await;
+                }
                 self.drain_unless_excluded(pool_name, name).await?;
             }
             Action::Stop => self.stop_after_drain(pool_name, name).await?,
@@ -798,20 +836,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// that crashes a second after it starts fails here, every old instance still serving.
     async fn stay_up(&self, pool: &DesiredPool, name: &str, node: bool) -> Result<(), StepError> {
         let rollout = &pool.pool.spec.rollout;
-        let seconds = rollout.min_ready_seconds;
-        let window = Duration::from_secs(u64::from(seconds)) + rollout.monitor.get();
+        let min_ready = rollout.min_ready_seconds;
+        let window = min_ready.get() + rollout.monitor.get();
         if window.is_zero() {
             return Ok(());
         }
         let shown = crate::spec::Duration::from(window);
-        if seconds > 0 {
+        if min_ready.get().is_zero() {
             self.say(&format!(
-                "{name}: up; waiting {seconds}s (minReadySeconds) and {} (monitor) before it counts as up",
-                rollout.monitor
+                "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
             ));
         } else {
             self.say(&format!(
-                "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
+                "{name}: up; waiting {min_ready} (minReadySeconds) and {} (monitor) before it counts as up",
+                rollout.monitor
             ));
         }
         // The Node is looked at once a second: one that is not Ready at some look starts the
@@ -960,7 +998,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, name, Hold::Volumes, limit).await? {
+        match self.wait_while_held(cluster, name, Hold::Volumes, limit, &|| ()).await? {
             None => Ok(()),
             Some((volumes, after)) => Err(StepError::VolumeDetach { name: name.to_owned(), volumes, after }),
         }
@@ -970,9 +1008,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// another controller (a backup, a storage operator) set them and removes each when it is
     /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
     async fn wait_for_hooks(&self, pool: &str, name: &str, kind: &str) -> Result<(), StepError> {
+        self.wait_for_hooks_aside(pool, name, kind, &|| ()).await
+    }
+
+    /// [`Executor::wait_for_hooks`], calling `aside` whenever the hooks hold the Node.
+    async fn wait_for_hooks_aside(
+        &self,
+        pool: &str,
+        name: &str,
+        kind: &str,
+        aside: &(dyn Fn() + Sync),
+    ) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, name, Hold::Hooks(kind), limit).await? {
+        match self.wait_while_held(cluster, name, Hold::Hooks(kind), limit, aside).await? {
             None => Ok(()),
             Some((hooks, after)) => {
                 Err(StepError::Hooks { name: name.to_owned(), kind: kind.to_owned(), hooks, after })
@@ -981,15 +1030,16 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     /// Wait, looking once a second, while `hold` holds the Node's retirement, saying what
-    /// holds it whenever that changes. `None` once nothing does; what last did and `limit` once
-    /// the wait has lasted `limit`. An interrupt stops the wait, the retirement not carried
-    /// further.
+    /// holds it whenever that changes, and calling `aside` before each wait. `None` once
+    /// nothing does; what last did and `limit` once the wait has lasted `limit`. An interrupt
+    /// stops the wait, the retirement not carried further.
     async fn wait_while_held(
         &self,
         cluster: &K,
         name: &str,
         hold: Hold<'_>,
         limit: Option<Duration>,
+        aside: &(dyn Fn() + Sync),
     ) -> Result<Option<(String, Duration)>, StepError> {
         let what = match hold {
             Hold::Hooks(kind) => format!("its {kind} hooks"),
@@ -1020,12 +1070,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             let now = now.join(", ");
             if now != said {
+                let reason = match hold {
+                    Hold::Hooks(_) => "WaitingForHooks",
+                    Hold::Volumes => "WaitingForVolumes",
+                };
+                cluster
+                    .tell_node_waits(name, reason, format!("its retirement waits for {what}: {now}"))
+                    .await;
                 self.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
             if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
                 return Ok(Some((said, limit)));
             }
+            aside();
             if self.interrupt.is_set() {
                 return Err(StepError::HooksInterrupted {
                     name: name.to_owned(),
@@ -1067,6 +1125,15 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
 
+    /// Take the drain turn of `pool`'s cluster for the Node `node`, unless it holds it.
+    async fn take_turn(&self, pool: &str, node: &str) {
+        if self.turns_held().contains_key(node) {
+            return;
+        }
+        let turn = self.drain_turn(pool).lock_owned().await;
+        self.turns_held().insert(node.to_owned(), turn);
+    }
+
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {
         self.clusters.get(pool).ok_or_else(|| StepError::NoCluster(pool.into()))
     }
@@ -1074,6 +1141,27 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
 /// The labels of an instance's up record: its pool's, and the template's own, so that whatever
 /// finds (or removes) the pool's containers by one of those finds the record too.
+/// Gives the drain turn a retired instance's Node holds back when its chain ends, however.
+struct GiveTurnBack<'e, 'a, C, K> {
+    executor: &'e Executor<'a, C, K>,
+    node: &'e str,
+}
+
+impl<C, K> Drop for GiveTurnBack<'_, '_, C, K> {
+    fn drop(&mut self) {
+        self.executor.give_turn(self.node);
+    }
+}
+
+/// Whether `step` retires an instance of the template the pool rolls out to (an attempt that
+/// never came up, a surplus): a step, but not one towards that template, so it is no progress.
+/// Otherwise, it retires an outdated instance: the rollout stepped forward.
+fn retires_current(pool: &PoolPlan, step: &Step) -> bool {
+    pool.instances
+        .iter()
+        .any(|i| i.name == step.instance && Some(&i.template_hash) == pool.template_hash.as_ref())
+}
+
 fn up_record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     let mut labels = pool.pool.spec.template.labels.clone();
     labels.insert(labels::POOL.into(), pool.name().into());

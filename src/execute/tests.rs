@@ -127,6 +127,33 @@ async fn runs_every_step_in_plan_order_with_progress() {
 }
 
 #[tokio::test]
+async fn retiring_an_outdated_instance_is_progress_and_removing_a_failed_attempt_is_not() {
+    let record = |progressed| crate::model::RolloutRecord {
+        template_hash: "new".into(),
+        since: 1,
+        rolled_back_from: None,
+        progressed,
+    };
+    let progressed = |fake: &FakeWorld| fake.sim().world.rollouts["w"].progressed;
+    let instance = crate::testing::build::instance_status;
+    let fake = FakeWorld::default();
+    fake.sim().world.rollouts.insert("w".into(), record(None));
+    fake.sim().world.containers.push(container("f1", "w", "new", 1));
+    let mut plan = rolling_plan();
+    plan.pools[0].steps = vec![step(0, "f1", Action::Remove)];
+    plan.pools[0].instances = vec![instance("f1", "new")];
+    let (report, _) = run(&fake, &desired(0, None), &plan, &Interrupt::default()).await;
+    assert!(report.complete());
+    assert_eq!(progressed(&fake), None, "an attempt of the new template removed is no step towards it");
+
+    plan.pools[0].steps = vec![step(0, "o1", Action::Stop), step(0, "o1", Action::Remove)];
+    plan.pools[0].instances = vec![instance("o1", "old")];
+    let (report, _) = run(&fake, &desired(0, None), &plan, &Interrupt::default()).await;
+    assert!(report.complete());
+    assert!(progressed(&fake).is_some(), "an outdated instance retired is");
+}
+
+#[tokio::test]
 async fn creations_of_a_batch_overlap() {
     let fake = FakeWorld::default();
     let (report, _) = run(&fake, &desired(0, None), &rolling_plan(), &Interrupt::default()).await;
@@ -496,7 +523,8 @@ fn position(calls: &[String], call: &str) -> usize {
 /// One new container-only instance of pool `w`, whose `minReadySeconds` is `seconds`.
 fn one_new_with_min_ready(seconds: u32) -> (Desired, Plan) {
     let mut desired = desired(0, None);
-    desired.pools[0].pool.spec.rollout.min_ready_seconds = seconds;
+    desired.pools[0].pool.spec.rollout.min_ready_seconds =
+        crate::spec::Duration::from_secs(u64::from(seconds));
     let mut plan = rolling_plan();
     plan.pools[0].steps = vec![
         step(

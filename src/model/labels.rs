@@ -57,6 +57,10 @@ pub const UP_OF: &str = "poolctl.dev/up-of";
 /// the template hash its last rollout was to; the record's creation time is when that rollout
 /// began.
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
+/// On a pool's progress record (`poolctl-progress-<pool>`, a Docker volume): the pool. The
+/// record's creation time is when its rollout last stepped forward (a Node cordoned or drained,
+/// an instance stopped or removed), written again at each such step.
+pub const PROGRESS_OF: &str = "poolctl.dev/progress-of";
 /// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
 /// Annotation on a Node: its retirement does not wait for its volumes to detach.

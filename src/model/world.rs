@@ -63,6 +63,10 @@ pub struct RolloutRecord {
     /// Set when this is a rollback (`failureAction: rollback`): the template whose rollout
     /// stalled, which is not tried again until the source changes or an `apply` retries it.
     pub rolled_back_from: Option<String>,
+    /// When the pool's rollout last stepped forward other than by an instance coming up (a Node
+    /// cordoned or drained, an instance stopped or removed), in seconds since the Unix epoch:
+    /// a rollout busy retiring, however slowly a budget lets it, is not stalled.
+    pub progressed: Option<i64>,
 }
 
 /// One container of a pool, as Docker reports it.

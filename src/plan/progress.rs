@@ -97,7 +97,8 @@ fn attempts<'w>(dp: &DesiredPool, world: &'w World) -> Vec<&'w Container> {
 /// current template, it is still under way (an instance runs another template, or an instance
 /// of this one is being made and has not come up: a new pool, a scale-up, a replacement), and
 /// no instance of that template came up within `progressDeadline` of the record or of the last
-/// one that did; or the record says the pool was rolled back from that template. Every kind of
+/// one that did or the last retirement step (see [`crate::model::RolloutRecord::progressed`]);
+/// or the record says the pool was rolled back from that template. Every kind of
 /// rollout has the deadline; a converged pool has nothing under way, and never stalls.
 fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
     let record = world.rollouts.get(dp.name())?;
@@ -111,13 +112,22 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
     if &record.template_hash != hash {
         return None;
     }
+    // Another run holds the pool's lock: it is under way (a drain a budget holds, say), and
+    // the holder judges its own progress between its batches.
+    if world.locked.contains(dp.name()) {
+        return None;
+    }
     let mine: Vec<&Container> = world.containers.iter().filter(|c| c.pool == dp.name()).collect();
     let current = |c: &&&Container| &c.template_hash == hash && c.elsewhere.is_none();
     if mine.iter().all(|c| current(&c)) && attempts(dp, world).is_empty() {
         return None;
     }
+    // Progress is any step forward: an instance of the template up, or a retirement step done.
+    // Time a budget or a hook holds a drain is not a stall: the step ends, and counts, when
+    // the drain does.
     let last_up = mine.iter().filter(current).filter_map(|c| c.came_up).max();
-    let progress = last_up.map_or(record.since, |up| up.max(record.since));
+    let progress = [Some(record.since), last_up, record.progressed].into_iter().flatten().max();
+    let progress = progress.unwrap_or(record.since);
     let deadline = dp.pool.spec.rollout.progress_deadline;
     let limit = i64::try_from(deadline.get().as_secs()).unwrap_or(i64::MAX);
     if world.now.saturating_sub(progress) <= limit {

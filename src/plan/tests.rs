@@ -1396,6 +1396,7 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
         template_hash: "new".into(),
         since: NOON - 660,
         rolled_back_from: None,
+        progressed: None,
     };
     let world = World {
         now: NOON,
@@ -1432,6 +1433,16 @@ fn a_rollout_that_makes_no_progress_stops_creating_and_says_degraded() {
     let first = again.steps().find(|(_, s)| matches!(s.action, Action::Create { .. })).expect("a creation");
     assert!(matches!(first.1.action, Action::Create { starts_rollout: true, .. }), "{:?}", first.1);
     assert!(pool_plan(&again, "w").degraded.is_none());
+
+    // A retirement step within the deadline is progress too (a drain a budget held for
+    // longer than the deadline, say)...
+    let mut retiring_slowly = world.clone();
+    retiring_slowly.rollouts.get_mut("w").unwrap().progressed = Some(NOON - 30);
+    assert!(pool_plan(&plan_of(&desired, &retiring_slowly), "w").degraded.is_none());
+    // ...and a rollout another run is carrying out (it holds the lock) is that run's to judge.
+    let mut busy = world.clone();
+    busy.locked.insert("w".to_owned());
+    assert!(pool_plan(&plan_of(&desired, &busy), "w").degraded.is_none());
 
     // Within the deadline of the last instance that came up, the rollout goes on.
     let mut progressing = world.clone();
@@ -1492,6 +1503,7 @@ fn a_stalled_rollout_with_failure_action_rollback_goes_back_to_the_previous_temp
         template_hash: new_hash.clone(),
         since: NOON - 960,
         rolled_back_from: None,
+        progressed: None,
     };
     let world = World {
         now: NOON,
@@ -1533,6 +1545,7 @@ fn a_stalled_rollout_with_failure_action_rollback_goes_back_to_the_previous_temp
                 template_hash: old_hash.clone(),
                 since: NOON,
                 rolled_back_from: Some(new_hash.clone()),
+                progressed: None,
             },
         )]
         .into(),

@@ -134,6 +134,48 @@ impl JsonSchema for Duration {
     }
 }
 
+/// A duration that may also be written as a whole number of seconds (`30` is `30s`), for a
+/// field Kubernetes users know in seconds (a Deployment's `minReadySeconds`).
+pub(super) fn seconds_or_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    struct Visitor;
+
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a whole number of seconds or a duration such as 30s, 5m or 1h30m")
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
+            n.checked_mul(1_000)
+                .map(Duration::from_millis)
+                .ok_or_else(|| E::custom(format!("{n} seconds is out of range")))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+            let n = u64::try_from(n).map_err(|_| E::custom(format!("{n}: a duration cannot be negative")))?;
+            self.visit_u64(n)
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+            s.parse().map_err(E::custom)
+        }
+    }
+
+    deserializer.deserialize_any(Visitor)
+}
+
+/// The schema of [`seconds_or_duration`].
+pub(super) fn seconds_or_duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}
+        ],
+        "description": "A whole number of seconds, or a duration such as 30s, 5m or 1h30m (units ms, s, m, h)."
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -560,9 +560,14 @@ pub struct Rollout {
     pub after: Option<String>,
     /// How long a new instance must have been up (its container running and healthy, its Node
     /// Ready) before it counts as up and the rollout goes on (default 0), as a Deployment's
-    /// `minReadySeconds`.
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
-    pub min_ready_seconds: u32,
+    /// `minReadySeconds`; a whole number of seconds as there, or a duration (`1m`).
+    #[serde(
+        default,
+        deserialize_with = "duration::seconds_or_duration",
+        skip_serializing_if = "is_zero_duration"
+    )]
+    #[schemars(schema_with = "duration::seconds_or_duration_schema")]
+    pub min_ready_seconds: Duration,
     /// How long a new instance is watched once it came up (after `minReadySeconds`) before it
     /// counts as up and anything old is retired: its container must keep running, and at the
     /// end still run (and be healthy, where its image has a HEALTHCHECK) with its Node Ready
@@ -584,8 +589,8 @@ pub struct Rollout {
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero_u32(n: &u32) -> bool {
-    *n == 0
+fn is_zero_duration(d: &Duration) -> bool {
+    d.get().is_zero()
 }
 
 impl Rollout {
@@ -660,7 +665,7 @@ impl Default for Rollout {
             failure_action: FailureAction::default(),
             delete_policy: DeletePolicy::default(),
             after: None,
-            min_ready_seconds: 0,
+            min_ready_seconds: Duration::from_secs(0),
             monitor: Self::default_monitor(),
             hook_timeout: None,
             volume_detach_timeout: None,

@@ -263,8 +263,7 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
                 .to_owned(),
         ));
     }
-    let stay_up =
-        std::time::Duration::from_secs(u64::from(rollout.min_ready_seconds)) + rollout.monitor.get();
+    let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
     let deadline = rollout.progress_deadline.get();
     if !deadline.is_zero() && deadline <= stay_up {
         errors.push((
@@ -904,6 +903,17 @@ mod tests {
         let fine =
             errors("  template:\n    image: i\n  rollout:\n    progressDeadline: 1m\n    monitor: 0s\n");
         assert!(fine.is_empty(), "{fine:?}");
+        // minReadySeconds takes a duration as every other field does, and seconds as a
+        // Deployment's; both count against the deadline.
+        let as_duration = errors(
+            "  template:\n    image: i\n  rollout:\n    progressDeadline: 1m\n    minReadySeconds: 1m\n",
+        );
+        assert!(
+            as_duration.iter().any(|e| e.contains("spec.rollout.progressDeadline: 1m is no longer than")),
+            "{as_duration:?}"
+        );
+        let negative = errors("  template:\n    image: i\n  rollout:\n    minReadySeconds: -1\n");
+        assert!(negative.iter().any(|e| e.contains("cannot be negative")), "{negative:?}");
     }
 
     fn sorted(mut errors: Vec<String>) -> Vec<String> {

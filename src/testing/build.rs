@@ -144,6 +144,27 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
     }
 }
 
+/// An instance of a plan, to be retired, of template `hash`, with nothing else to say.
+pub(crate) fn instance_status(name: &str, hash: &str) -> crate::plan::InstanceStatus {
+    crate::plan::InstanceStatus {
+        name: name.into(),
+        template_hash: hash.to_owned(),
+        container: "running",
+        node: None,
+        cordoned: false,
+        retiring: false,
+        elsewhere: None,
+        fate: crate::plan::Fate::Retire,
+        replace: None,
+        drain_excluded: false,
+        hooks: Vec::new(),
+        health: None,
+        proof: crate::plan::Proof { container: None, node: None },
+        left: None,
+        refused: None,
+    }
+}
+
 /// The container, created as a Node: it carries the cluster labels.
 pub(crate) fn labelled(mut c: Container) -> Container {
     c.cluster =

@@ -534,6 +534,18 @@ impl Containers for FakeWorld {
         self.sim().world.rollouts.clone()
     }
 
+    /// Bookkeeping beside a retirement step, not a call of its own in [`FakeWorld::calls`]:
+    /// the order tests read is the steps'.
+    async fn record_progress(&self, pool: &str, _: &BTreeMap<String, String>) -> Result<(), BackendError> {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        if let Some(record) = self.sim().world.rollouts.get_mut(pool) {
+            record.progressed = Some(now);
+        }
+        Ok(())
+    }
+
     async fn record_rollout(
         &self,
         pool: &str,

@@ -144,8 +144,12 @@ impl SimWorld {
     /// Record that the pool's rollout to `template_hash` begins now.
     pub(crate) fn record_rollout(&mut self, pool: &str, template_hash: &str, from: Option<&str>, since: i64) {
         let rolled_back_from = from.map(str::to_owned);
-        let record =
-            crate::model::RolloutRecord { template_hash: template_hash.to_owned(), since, rolled_back_from };
+        let record = crate::model::RolloutRecord {
+            template_hash: template_hash.to_owned(),
+            since,
+            rolled_back_from,
+            progressed: None,
+        };
         self.world.rollouts.insert(pool.to_owned(), record);
     }
 

@@ -510,12 +510,20 @@ impl Containers for DockerBackend {
                 containers.extend(container_from_summary(summary));
             }
         }
+        let mut progressed = Vec::new();
         for volume in volumes.volumes.iter().flatten() {
             let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
             if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
                 rollouts.insert(pool, record);
+            } else if let Some(pool) = up::progress_record_of(name, labels) {
+                progressed.push((pool, created));
+            }
+        }
+        for (pool, at) in progressed {
+            if let Some(record) = rollouts.get_mut(&pool) {
+                record.progressed = Some(at);
             }
         }
         *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
@@ -759,6 +767,14 @@ impl Containers for DockerBackend {
 
     async fn record_up(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<(), BackendError> {
         self.write_up_record(name, labels).await
+    }
+
+    async fn record_progress(
+        &self,
+        pool: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.write_progress_record(pool, labels).await
     }
 
     fn rollouts(&self) -> BTreeMap<String, RolloutRecord> {

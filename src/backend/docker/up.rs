@@ -41,7 +41,18 @@ pub(super) fn rollout_record_from(
     let template_hash = labels.get(labels::ROLLOUT_OF)?.clone();
     let pool = name.strip_prefix("poolctl-rollout-")?.to_owned();
     let rolled_back_from = labels.get(labels::ROLLED_BACK_FROM).cloned();
-    Some((pool, RolloutRecord { template_hash, since: created, rolled_back_from }))
+    Some((pool, RolloutRecord { template_hash, since: created, rolled_back_from, progressed: None }))
+}
+
+/// The name of the progress record of `pool`.
+pub(super) fn progress_record_name(pool: &str) -> String {
+    format!("poolctl-progress-{pool}")
+}
+
+/// The pool whose progress record is the volume `name` with `labels`; `None` for anything else.
+pub(super) fn progress_record_of(name: &str, labels: &HashMap<String, String>) -> Option<String> {
+    let pool = name.strip_prefix("poolctl-progress-")?;
+    (labels.get(labels::PROGRESS_OF).map(String::as_str) == Some(pool)).then(|| pool.to_owned())
 }
 
 /// When a record volume was made, in seconds since the Unix epoch.
@@ -199,6 +210,25 @@ impl DockerBackend {
             .map_err(|e| self.error(&format!("record the rollout of pool {pool}"), e))
     }
 
+    /// Write `pool`'s progress record: its rollout stepped forward now. The volume is made
+    /// anew, its creation time being the record; lost between the two calls, the rollout's
+    /// progress falls back to its start and its instances' coming up, the cautious side.
+    pub(super) async fn write_progress_record(
+        &self,
+        pool: &str,
+        record_labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let name = progress_record_name(pool);
+        self.remove_volume(&name).await?;
+        let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
+        labels.insert(labels::PROGRESS_OF.to_owned(), pool.to_owned());
+        let request = VolumeCreateRequest { name: Some(name), labels: Some(labels), ..Default::default() };
+        self.call(self.docker.create_volume(request))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(&format!("record the progress of pool {pool}"), e))
+    }
+
     /// Remove the up record of `instance`, if there is one.
     pub(super) async fn remove_up_record(&self, instance: &str) -> Result<(), BackendError> {
         let name = up_record_name(instance);
@@ -206,9 +236,10 @@ impl DockerBackend {
         self.remove_legacy(&name).await
     }
 
-    /// Remove `pool`'s rollout record, if there is one: the pool is gone.
+    /// Remove `pool`'s rollout and progress records, if there are: the pool is gone.
     pub(super) async fn remove_rollout_record(&self, pool: &str) -> Result<(), BackendError> {
         let name = rollout_record_name(pool);
+        self.remove_volume(&progress_record_name(pool)).await?;
         self.remove_volume(&name).await?;
         self.remove_legacy(&name).await
     }

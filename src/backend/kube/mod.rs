@@ -522,6 +522,12 @@ impl Cluster for KubeCluster {
     }
 
     async fn tell_rollout(&self, reason: &'static str, note: String) {
-        self.tell_pool(reason, note, matches!(reason, "RolloutFailed" | "RolloutDegraded")).await;
+        let warning =
+            matches!(reason, "RolloutFailed" | "RolloutDegraded" | "RollingBack" | "RemediationHeld");
+        self.tell_pool(reason, note, warning).await;
+    }
+
+    async fn tell_node_waits(&self, node: &str, reason: &'static str, said: String) {
+        self.tell_node(node, reason, said, false).await;
     }
 }

@@ -60,6 +60,9 @@ pub(super) struct HealthLog {
     /// world's clock, and when (by this process's monotonic clock) that plan was made. Never
     /// this process's wall clock, which may be off from the world's.
     pub next_check: Option<(std::time::Instant, i64)>,
+    /// What the last plan held back (see [`crate::rollout::conditions`]), by pool and reason:
+    /// told when it begins, not at every look.
+    told: BTreeSet<(String, &'static str)>,
 }
 
 impl HealthLog {
@@ -85,6 +88,23 @@ impl HealthLog {
         self.degraded = plan.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone()).collect();
         self.next_check =
             plan.next_check().map(|at| (std::time::Instant::now(), at.saturating_sub(plan.now)));
+    }
+
+    /// What `plan` holds back that the last plan did not: a pool turned Degraded, rolling
+    /// back, or held by `maxUnhealthy`, as (pool, reason, why). Its words change from look to
+    /// look (the last failure's "1 second ago"): that is no news.
+    fn newly_held(&mut self, plan: &Plan) -> Vec<(String, &'static str, String)> {
+        let now: BTreeSet<(String, &'static str)> = crate::rollout::conditions(plan)
+            .iter()
+            .map(|(pool, reason, _)| ((*pool).to_owned(), *reason))
+            .collect();
+        let new = crate::rollout::conditions(plan)
+            .into_iter()
+            .filter(|(pool, reason, _)| !self.told.contains(&((*pool).to_owned(), *reason)))
+            .map(|(pool, reason, why)| (pool.to_owned(), reason, why.to_owned()))
+            .collect();
+        self.told = now;
+        new
     }
 }
 
@@ -128,14 +148,23 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         record_instances(plan);
         let changed = plan.changed_pools();
         results.extend(plan.pools.iter().map(|p| (p.name.clone(), result_of(&changed, &p.name, "failed"))));
-        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(plan);
+        let held = {
+            let mut health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            health.update(plan);
+            health.newly_held(plan)
+        };
         for pool in &plan.pools {
             if let Some(why) = &pool.degraded {
                 warn!("pool {}: {why}", pool.name);
             }
         }
         if !self.dry_run {
-            crate::rollout::tell_degraded(plan, &preview.clusters).await;
+            crate::rollout::tell_conditions(plan, &preview.clusters).await;
+            for (pool, reason, why) in held {
+                let mut notice = Notice::new(&pool, self.revision, Notice::result_of(reason));
+                notice.error = Some(why);
+                self.notify(notice);
+            }
         }
         let s = plan.summary;
         if !plan.has_changes() {

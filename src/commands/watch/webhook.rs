@@ -28,7 +28,9 @@ pub(super) struct Notice {
     pub pool: String,
     /// The source's revision: the commit id, or the digest of a directory's files.
     pub revision: String,
-    /// `started`, `succeeded` or `failed`.
+    /// `started`, `succeeded` or `failed`; or, when a plan holds a pool back, `degraded` (its
+    /// rollout stalled), `rolling_back` or `remediation_held` (above `maxUnhealthy`), with
+    /// why in `error`.
     pub result: &'static str,
     /// Steps carried out so far.
     pub steps_done: usize,
@@ -41,6 +43,15 @@ pub(super) struct Notice {
 }
 
 impl Notice {
+    /// The result that tells a condition of [`crate::rollout::conditions`] by its reason.
+    pub(super) fn result_of(reason: &str) -> &'static str {
+        match reason {
+            "RollingBack" => "rolling_back",
+            "RemediationHeld" => "remediation_held",
+            _ => "degraded",
+        }
+    }
+
     pub(super) fn new(pool: &str, revision: &str, result: &'static str) -> Self {
         Self {
             pool: pool.to_owned(),
