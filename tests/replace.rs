@@ -162,3 +162,32 @@ async fn a_pre_drain_hook_on_one_pools_node_does_not_hold_up_another_pools_rollo
     assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
     assert!(rig.fake.node(&a_old).is_none());
 }
+
+#[tokio::test]
+async fn a_newer_commit_while_a_retirement_waits_for_its_hook_supersedes_the_rollout_without_failing_it() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
+    let hook = "pre-drain.delete.hook.poolctl.dev/backup";
+    rig.fake.store().update_node(&old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(hook.into(), "my-operator".into());
+    });
+    rig.write(&v1.clone().env("VERSION", "2"));
+    let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
+    watch.wait_for(Stream::Stdout, &format!("{old}: waiting for its pre-drain hooks: backup (my-operator)"));
+
+    // A newer commit arrives during the wait: the rollout stops there, superseded, not failed.
+    rig.write(&v1.clone().env("VERSION", "3"));
+    watch.wait_for(Stream::Stdout, "Apply superseded");
+    rig.fake.store().update_node(&old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).remove(hook);
+    });
+    watch.applied();
+    watch.signal("TERM");
+    let said = format!("{}{}", watch.output(Stream::Stdout), watch.output(Stream::Stderr));
+    assert!(!said.contains("FAILED") && !said.contains("failed"), "{said}");
+    assert!(said.contains(&format!("drain {old} stopped")), "{said}");
+    let v3 = rig.template_hash();
+    let instances = rig.containers().await;
+    assert!(instances.len() == 1 && instances.values().all(|(up, hash)| *up && *hash == v3), "{instances:?}");
+}

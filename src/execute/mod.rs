@@ -585,6 +585,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
             }
             let outcome = self.run_step(pool, step, n, total).await;
+            if matches!(outcome.error, Some(StepError::HooksInterrupted { .. })) {
+                // Stopped while it waited, as asked (a signal, a newer desired state): not a
+                // failure, and not done; the next run takes it up where it is.
+                return (outcomes, chain[i..].iter().map(|&(_, s)| s).collect());
+            }
             let ok = outcome.error.is_none();
             outcomes.push(outcome);
             if !ok {

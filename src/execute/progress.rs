@@ -226,6 +226,15 @@ impl<C, K> Executor<'_, C, K> {
         match (&result, self.ui.format) {
             (Ok(_), ProgressFormat::Json) => self.emit(&json!({"event": "done", "step": n, "total": total,
                 "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs})),
+            // Stopped at the rollout's request while it waited: no failure; the next run goes on.
+            (Err(e @ StepError::HooksInterrupted { .. }), ProgressFormat::Json) => {
+                self.emit(&json!({"event": "stopped", "step": n, "total": total,
+                "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs,
+                "reason": e.to_string()}));
+            }
+            (Err(e @ StepError::HooksInterrupted { .. }), ProgressFormat::Text) => {
+                self.say(&format!("{label} stopped ({secs:.1}s): {e}; the next run goes on from here"));
+            }
             (Err(e), ProgressFormat::Json) => {
                 self.emit(&json!({"event": "failed", "step": n, "total": total,
                 "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs,
