@@ -41,3 +41,22 @@ async fn a_template_that_crashes_after_it_starts_retires_nothing_and_reverting_i
     s.run("apply", &["--yes"]).expect_code(0);
     assert!(s.containers().await.is_empty(), "replicas 0 removes every instance");
 }
+
+#[tokio::test]
+async fn a_healthcheck_that_fails_within_the_monitor_window_starts_it_again() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    // Healthy at once; from 2s its HEALTHCHECK fails (unhealthy after three misses, about 5s),
+    // and passes again from 9s: a flap inside a 12s window whose end would look healthy.
+    let script = "touch /tmp/ready; sleep 2; rm /tmp/ready; sleep 7; touch /tmp/ready; exec sleep 100000";
+    let pool = s
+        .pool()
+        .image(crate::support::docker::HEALTHY_IMAGE)
+        .command(&["sh", "-c", script])
+        .monitor(Some("12s"));
+    s.write_pool(&pool);
+    let apply = s.run("apply", &["--yes"]).expect_code(0);
+    // Watched, not looked at once at the end: the flap was seen, and the window started again.
+    let again = apply.stdout.lines().find(|l| l.contains("watching it stay up for 12s again"));
+    let again = again.unwrap_or_else(|| panic!("the flap was not seen:\n{}", apply.stdout));
+    assert!(again.contains("its container is not up") && again.contains("unhealthy"), "{again}");
+}

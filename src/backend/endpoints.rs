@@ -211,6 +211,10 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.instance(name).may_run(name).await
     }
 
+    async fn up_now(&self, name: &str) -> Result<Option<String>, BackendError> {
+        self.instance(name).up_now(name).await
+    }
+
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
         self.instance(name).wait_up(name, timeout).await
     }

@@ -189,6 +189,9 @@ pub trait Containers: Sync {
     /// Whether the container runs (or is paused or restarting) at this moment, as Docker
     /// reports it: one inspect. A missing container does not run.
     fn may_run(&self, name: &str) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Whether the container is up at this moment (running and, if its image has a
+    /// HEALTHCHECK, healthy): `None` if it is, why not otherwise. One inspect.
+    fn up_now(&self, name: &str) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
     /// Wait until the container runs and, if its image has a HEALTHCHECK, is healthy.
     fn wait_up(&self, name: &str, timeout: Duration)
     -> impl Future<Output = Result<(), BackendError>> + Send;

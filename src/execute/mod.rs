@@ -857,42 +857,58 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 rollout.monitor
             ));
         }
-        // The Node is looked at once a second: one that is not Ready at some look starts the
-        // window again (a flap is not staying up), for as long as `readyTimeout` allows.
+        // The container and the Node are looked at once a second: a container not up (its
+        // HEALTHCHECK failing) or a Node not Ready at some look starts the window again (a flap
+        // is not staying up), for as long as `readyTimeout` allows (a container-only pool: none).
         let cluster = if node { Some(self.cluster(pool.name())?) } else { None };
         let patience = pool.pool.spec.node.as_ref().map_or(Duration::ZERO, |n| n.ready_timeout.get());
         let watched = async {
             let started = tokio::time::Instant::now();
-            let (mut since, mut was_ready) = (started, true);
+            let (mut since, mut was_up) = (started, true);
             loop {
                 let left = window.saturating_sub(since.elapsed());
                 if left.is_zero() {
-                    return Ok::<bool, BackendError>(true);
+                    return Ok::<Option<Flap>, BackendError>(None);
                 }
                 tokio::time::sleep(left.min(Duration::from_secs(1))).await;
-                let Some(cluster) = cluster else { continue };
-                let ready = cluster.node(name).await?.is_some_and(|n| n.ready);
-                if !ready {
-                    if started.elapsed() >= window + patience {
-                        return Ok(false);
-                    }
-                    // Said once a flap, not at every look while it lasts.
-                    if was_ready {
-                        self.say(&format!(
-                            "{name}: its Node is not Ready; watching it stay up for {shown} again"
-                        ));
-                    }
-                    since = tokio::time::Instant::now();
+                let flap = match self.containers.up_now(name).await? {
+                    Some(why) => Some(Flap::Container(why)),
+                    None => match cluster {
+                        Some(cluster) if !cluster.node(name).await?.is_some_and(|n| n.ready) => {
+                            Some(Flap::Node)
+                        }
+                        _ => None,
+                    },
+                };
+                let Some(flap) = flap else {
+                    was_up = true;
+                    continue;
+                };
+                if started.elapsed() >= window + patience {
+                    return Ok(Some(flap));
                 }
-                was_ready = ready;
+                // Said once a flap, not at every look while it lasts.
+                if was_up {
+                    let what = match &flap {
+                        Flap::Container(why) => format!("its container is not up ({why})"),
+                        Flap::Node => "its Node is not Ready".to_owned(),
+                    };
+                    self.say(&format!("{name}: {what}; watching it stay up for {shown} again"));
+                }
+                (since, was_up) = (tokio::time::Instant::now(), false);
             }
         };
-        let stayed = self.while_running(name, watched).await.map_err(|e| match e {
+        let gave_up = self.while_running(name, watched).await.map_err(|e| match e {
             StepError::ContainerStopped { name, how } => StepError::DidNotStayUp { name, how, window },
             other => other,
         })?;
-        if !stayed {
-            return Err(StepError::NotReadyForLong { name: name.to_owned(), window });
+        match gave_up {
+            None => {}
+            Some(Flap::Node) => return Err(StepError::NotReadyForLong { name: name.to_owned(), window }),
+            Some(Flap::Container(why)) => {
+                let what = format!("container {name} is not up ({why})");
+                return Err(StepError::Unhealthy { name: name.to_owned(), what, window });
+            }
         }
         // Still up at the end: a HEALTHCHECK that failed within the window fails the step.
         self.containers.wait_up(name, STILL_UP).await.map_err(|e| match e {
@@ -1146,6 +1162,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
 /// The labels of an instance's up record: its pool's, and the template's own, so that whatever
 /// finds (or removes) the pool's containers by one of those finds the record too.
+/// What was not up at a look within the window a new instance must stay up.
+enum Flap {
+    /// The container: why, as Docker says (its HEALTHCHECK failing, restarting).
+    Container(String),
+    /// The Node: not Ready.
+    Node,
+}
+
 /// Gives the drain turn a retired instance's Node holds back when its chain ends, however.
 struct GiveTurnBack<'e, 'a, C, K> {
     executor: &'e Executor<'a, C, K>,

@@ -482,6 +482,15 @@ impl Containers for FakeWorld {
         Ok(self.sim().container(name).is_some_and(|c| c.state.may_run()))
     }
 
+    /// A look, not a call of its own in [`FakeWorld::calls`]: the window's looks are many.
+    async fn up_now(&self, name: &str) -> Result<Option<String>, BackendError> {
+        Ok(match self.sim().container(name) {
+            Some(c) if c.is_up() => None,
+            Some(c) => Some(c.state.as_str().to_owned()),
+            None => Some("no longer exists".to_owned()),
+        })
+    }
+
     async fn wait_up(&self, name: &str, _: Duration) -> Result<(), BackendError> {
         self.call(format!("wait-up {name}"), |sim| match sim.container(name) {
             Some(c) if c.is_up() => Ok(()),

@@ -684,6 +684,13 @@ impl Containers for DockerBackend {
         Ok(runs)
     }
 
+    async fn up_now(&self, name: &str) -> Result<Option<String>, BackendError> {
+        Ok(match Self::judge(self.inspect(name).await?.as_ref()) {
+            Judgement::Up => None,
+            Judgement::Waiting(why) | Judgement::Failed(why) => Some(why),
+        })
+    }
+
     async fn wait_up(&self, name: &str, timeout: Duration) -> Result<(), BackendError> {
         let mut last = String::from("not inspected yet");
         match tokio::time::timeout(timeout, self.wait_up_inner(name, &mut last)).await {
