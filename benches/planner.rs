@@ -183,6 +183,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
             state: ContainerState::Running,
             health: Health::None,
             created: 1_700_000_000 + i64::try_from(i).expect("a small size"),
+            created_precise: 0,
             came_up: Some(1_700_000_000 + i64::try_from(i).expect("a small size")),
             since: None,
             status: "Up 2 hours".to_owned(),

@@ -328,6 +328,7 @@ pub fn new_container(
     // Sensitive values are there as digests only.
     all_labels.insert(labels::TEMPLATE.into(), crate::spec::canonical_template(spec));
     all_labels.insert(labels::SCOPE.into(), origin.scope());
+    all_labels.insert(labels::CREATED_AT.into(), k8s_openapi::jiff::Timestamp::now().to_string());
     // Its coming up is recorded (see `Containers::record_up`): until then it is starting.
     all_labels.insert(labels::RECORDS_UP.into(), "1".into());
     all_labels.insert(labels::SOURCE.into(), format!("{origin} file {}", pool.file));

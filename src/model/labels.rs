@@ -57,6 +57,10 @@ pub const UP_OF: &str = "poolctl.dev/up-of";
 /// the template hash its last rollout was to; the record's creation time is when that rollout
 /// began.
 pub const ROLLOUT_OF: &str = "poolctl.dev/rollout-of";
+/// On an instance container: when poolctl made it, to the nanosecond (RFC 3339). Docker's list
+/// says when to the second only: this orders the containers of a pool made within the same
+/// second (a batch side by side) for `deletePolicy`, without an inspect each.
+pub const CREATED_AT: &str = "poolctl.dev/created-at";
 /// On a pool's progress record (`poolctl-progress-<pool>`, a Docker volume): the pool. The
 /// record's creation time is when its rollout last stepped forward (a Node cordoned or drained,
 /// an instance stopped or removed), written again at each such step.

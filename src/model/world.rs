@@ -81,6 +81,11 @@ pub struct Container {
     pub health: Health,
     /// Creation time, in seconds since the Unix epoch.
     pub created: i64,
+    /// When poolctl made it, in nanoseconds since the Unix epoch by its own clock (label
+    /// `poolctl.dev/created-at`; 0 without): orders containers of a pool that Docker says were
+    /// made within the same second, for `deletePolicy`.
+    #[serde(skip)]
+    pub created_precise: i128,
     /// When the world recorded that it finished coming up (its bootstrap, join and Ready wait
     /// done), in seconds since the Unix epoch; `None` while it has not. A container created
     /// before poolctl kept that record counts as having come up when it was created.

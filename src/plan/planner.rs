@@ -337,8 +337,9 @@ struct Instance<'a> {
 }
 
 impl Instance<'_> {
-    fn created(&self) -> i64 {
-        self.container.map_or(i64::MIN, |c| c.created)
+    /// When its container was made: Docker's second, then poolctl's nanosecond within it.
+    fn created(&self) -> (i128, i128) {
+        self.container.map_or((i128::from(i64::MIN), 0), |c| (i128::from(c.created), c.created_precise))
     }
 }
 
@@ -459,12 +460,12 @@ fn plan_pool(
     let policy = target.pool.map(|dp| dp.pool.spec.rollout.delete_policy).unwrap_or_default();
     let order = |i: &Instance<'_>| match policy {
         DeletePolicy::Oldest => i.created(),
-        DeletePolicy::Newest => i.created().saturating_neg(),
+        DeletePolicy::Newest => (-i.created().0, -i.created().1),
         DeletePolicy::Random => {
             use std::hash::{Hash, Hasher};
             let mut h = rustc_hash::FxHasher::default();
             i.name.hash(&mut h);
-            i64::from_ne_bytes(h.finish().to_ne_bytes())
+            (i128::from(h.finish()), 0)
         }
     };
 

@@ -1644,6 +1644,19 @@ fn the_delete_policy_chooses_which_instances_a_scale_down_retires() {
     let random = with(crate::spec::DeletePolicy::Random);
     assert_eq!(random.len(), 2);
     assert_eq!(with(crate::spec::DeletePolicy::Random), random, "the same plan made again retires the same");
+
+    // Made within the same second (a batch side by side): the nanoseconds decide, not the name.
+    let at = |name: &str, nanos: i128| crate::model::Container {
+        created_precise: 5_000_000_000 + nanos,
+        ..container(name, "w", "h", 5)
+    };
+    let world = world_of(vec![at("w-a", 900), at("w-b", 100), at("w-c", 500)]);
+    let mut dp = PoolArgs { hash: Some("h"), ..PoolArgs::new("w", 1) }.build();
+    dp.pool.spec.rollout.delete_policy = crate::spec::DeletePolicy::Oldest;
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let mut gone = retired(pool_plan(&plan, "w"));
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-b", "w-c"], "the newest, w-a, is kept");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ pub(crate) fn container(name: &str, pool: &str, hash: &str, created: i64) -> Con
         state: ContainerState::Running,
         health: Health::None,
         created,
+        created_precise: 0,
         came_up: Some(created),
         since: None,
         status: "Up 1 second".to_owned(),

@@ -113,6 +113,7 @@ impl SimWorld {
             state: ContainerState::Running,
             health: Health::None,
             created: self.clock,
+            created_precise: 0,
             came_up: None,
             since: None,
             status: "Up 1 second".to_owned(),

@@ -42,6 +42,7 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         state,
         health: health_from_status(s.status.as_deref().unwrap_or_default()),
         created,
+        created_precise: labels.get(labels::CREATED_AT).map_or(0, |t| super::up::nanos_since_epoch(t)),
         // Joined with the up records of the same list by `DockerBackend::list`; a container
         // made before poolctl kept them came up when it was created, as far as anyone knows.
         came_up: (!labels.contains_key(labels::RECORDS_UP)).then_some(created),
@@ -136,6 +137,7 @@ mod tests {
                 state: ContainerState::Running,
                 health: Health::Unhealthy,
                 created: 1_700_000_000,
+                created_precise: 0,
                 came_up: Some(1_700_000_000),
                 since: None,
                 status: "Up 5 minutes (unhealthy)".to_owned(),

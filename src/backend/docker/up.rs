@@ -142,6 +142,12 @@ pub(super) fn since(inspect: &ContainerInspectResponse) -> Option<i64> {
 
 /// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
 /// (`0001-01-01T00:00:00Z`) is no time.
+/// An RFC 3339 time (`...T10:00:00.123456789Z`) in nanoseconds since the Unix epoch; 0 for one
+/// that does not read.
+pub(super) fn nanos_since_epoch(text: &str) -> i128 {
+    text.parse::<Timestamp>().map_or(0, Timestamp::as_nanosecond)
+}
+
 pub(super) fn time(text: Option<&str>) -> Option<i64> {
     let at: Timestamp = text?.parse().ok()?;
     let secs = at.as_second();
@@ -315,6 +321,14 @@ mod tests {
         // Ten waits of 0.1, 0.2, ... 51.2 s: 102.3 s.
         assert_eq!(since(&inspect), Some(finished.as_second() - 102));
         assert_eq!(time(Some("0001-01-01T00:00:00Z")), None, "Docker's zero time is no time");
+    }
+
+    #[test]
+    fn a_creation_time_label_reads_to_the_nanosecond() {
+        let at = nanos_since_epoch("2026-12-05T10:00:00.123456789Z");
+        assert_eq!(at % 1_000_000_000, 123_456_789);
+        assert_eq!(at / 1_000_000_000, 1_796_464_800);
+        assert_eq!(nanos_since_epoch("not a time"), 0);
     }
 
     #[test]
