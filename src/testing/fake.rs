@@ -416,6 +416,7 @@ impl Containers for FakeWorld {
     async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
         self.call(format!("forget {pool}"), |sim| {
             sim.world.rollouts.remove(pool);
+            sim.world.history.remove(pool);
             Ok(())
         })
         .await
@@ -541,12 +542,42 @@ impl Containers for FakeWorld {
         rolled_back_from: Option<&str>,
         _: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        // Observing the fake stamps the world with the real clock: so is the record.
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let now = wall_clock();
         self.call(format!("record-rollout {pool}"), |sim| {
             sim.record_rollout(pool, template_hash, rolled_back_from, now);
+            Ok(())
+        })
+        .await
+    }
+
+    fn history(&self) -> BTreeMap<String, Vec<crate::model::Revision>> {
+        self.sim().world.history.clone()
+    }
+
+    async fn record_revision(
+        &self,
+        pool: &str,
+        revision: &crate::model::Revision,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let now = wall_clock();
+        self.call(format!("record-revision {pool} {}", revision.number), |sim| {
+            sim.record_revision(pool, revision.clone(), now);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn record_revision_end(
+        &self,
+        pool: &str,
+        number: u64,
+        result: crate::model::RolloutResult,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let now = wall_clock();
+        self.call(format!("record-revision-end {pool} {number} {result}"), |sim| {
+            sim.record_revision_end(pool, number, result, now);
             Ok(())
         })
         .await
@@ -786,4 +817,10 @@ impl Cluster for FakeCluster {
             })
             .await
     }
+}
+
+/// Observing the fake stamps the world with the real clock: so are its records.
+fn wall_clock() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    i64::try_from(now).unwrap_or(i64::MAX)
 }

@@ -149,6 +149,34 @@ impl SimWorld {
         self.world.rollouts.insert(pool.to_owned(), record);
     }
 
+    /// Record that the pool's rollout of `revision` begins at `since`, keeping the last
+    /// [`crate::model::REVISION_HISTORY_LIMIT`] revisions, as the Docker backend does.
+    pub(crate) fn record_revision(&mut self, pool: &str, mut revision: crate::model::Revision, since: i64) {
+        (revision.started, revision.end) = (since, None);
+        let history = self.world.history.entry(pool.to_owned()).or_default();
+        if history.iter().any(|r| r.number == revision.number) {
+            return;
+        }
+        let number = revision.number;
+        history.push(revision);
+        history.retain(|r| r.number.saturating_add(crate::model::REVISION_HISTORY_LIMIT) > number);
+        history.sort_by_key(|r| r.number);
+    }
+
+    /// Record that revision `number` of the pool ended at `at`; the first end recorded stands.
+    pub(crate) fn record_revision_end(
+        &mut self,
+        pool: &str,
+        number: u64,
+        result: crate::model::RolloutResult,
+        at: i64,
+    ) {
+        let history = self.world.history.entry(pool.to_owned()).or_default();
+        if let Some(revision) = history.iter_mut().find(|r| r.number == number && r.end.is_none()) {
+            revision.end = Some(crate::model::RevisionEnd { result, at });
+        }
+    }
+
     /// Record that the instance came up, as the executor does last.
     pub(crate) fn record_up(&mut self, name: &str) -> bool {
         let now = self.clock;
