@@ -47,12 +47,25 @@ impl SimWorld {
     pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { image, template_hash, starts_rollout, rollback_from, .. } => {
+            Action::Create { image, template_hash, starts_rollout, rollback_from, revision, .. } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
                 if *starts_rollout {
                     // The world's clock, where the test set one.
                     let now = self.world.now.max(self.clock);
                     self.record_rollout(pool, template_hash, rollback_from.as_deref(), now);
+                    if let Some(number) = *revision {
+                        let revision = crate::model::Revision {
+                            number,
+                            template_hash: template_hash.clone(),
+                            template: None,
+                            source: None,
+                            commit: None,
+                            started: now,
+                            rolled_back_from: rollback_from.clone(),
+                            end: None,
+                        };
+                        self.record_revision(pool, revision, now);
+                    }
                 }
                 let scope = self.scope.clone();
                 let container = Container {
@@ -314,6 +327,7 @@ mod tests {
             k3s_server: None,
             starts_rollout: false,
             rollback_from: None,
+            revision: None,
         };
         sim.apply_step("k", &step("k-1", create));
         assert_eq!((sim.alive("k"), sim.up("k", true, false)), (1, 0), "no Node registered yet");
