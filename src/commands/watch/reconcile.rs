@@ -136,6 +136,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         }
         if !self.dry_run {
             crate::rollout::tell_degraded(plan, &preview.clusters).await;
+            crate::rollout::record_ends(plan, desired, self.containers).await;
         }
         let s = plan.summary;
         if !plan.has_changes() {
