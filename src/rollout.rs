@@ -72,14 +72,25 @@ pub async fn tell_degraded<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String, 
     futures::future::join_all(tells).await;
 }
 
-/// Record the ends of revisions that `plan` finds ([`PoolPlan::revision_end`]): a rollout that
-/// completed, stalled or was rolled back. What `apply` and `watch` do with the plans they make,
-/// and a rollout with the world it leaves; `plan` writes nothing. An end is written once and
-/// stands, so two runs that find the same end write it once. Best effort: an end that cannot be
-/// written is said, and the next plan finds it again.
+/// Record the ends of revisions that `plan`, made without the locks, finds
+/// ([`PoolPlan::revision_end`]): what the world shows, a rollout that completed or stalled. What
+/// `apply` and `watch` do with the plan they start from; `plan` writes nothing. A rollback is
+/// not recorded here but by the rollout that carries it out: it is a decision, which a
+/// cancelled `apply --rollback` never made, and once recorded it holds.
 pub async fn record_ends<C: Containers>(plan: &Plan, desired: &Desired, containers: &C) {
+    record_ends_of(plan, desired, containers, false).await;
+}
+
+/// Record the ends of revisions that `plan` finds, the rollbacks it decides too when
+/// `rollbacks` (a plan made under the locks, carried out). An end is written once and stands,
+/// so two runs that find the same end write it once. Best effort: an end that cannot be written
+/// is said, and the next plan finds it again.
+async fn record_ends_of<C: Containers>(plan: &Plan, desired: &Desired, containers: &C, rollbacks: bool) {
     let ends = plan.pools.iter().filter_map(|pool| {
         let (number, result) = pool.revision_end?;
+        if result == crate::model::RolloutResult::RolledBack && !rollbacks {
+            return None;
+        }
         let labels = desired.pools.iter().find(|p| p.name() == pool.name).map_or_else(
             || BTreeMap::from([(crate::model::labels::POOL.to_owned(), pool.name.clone())]),
             crate::execute::record_labels,
@@ -254,7 +265,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         .await;
         // What the plan made under the locks found ended (a stalled rollout tried again or
         // rolled back) is recorded before its new revision begins.
-        record_ends(plan, self.desired, self.containers).await;
+        record_ends_of(plan, self.desired, self.containers, true).await;
         let result = self.carry_out_batches(plan, guard).await;
         self.tell(plan, |pool| match &result {
             Ok(report) => {
@@ -334,7 +345,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     && plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty())
             });
             // A rollback decided now ends the revision it gives up.
-            record_ends(&current, self.desired, self.containers).await;
+            record_ends_of(&current, self.desired, self.containers, true).await;
             if !current.has_changes() {
                 settled = true;
                 break;
@@ -367,7 +378,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         };
         let mut settled = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
         settled.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
-        record_ends(&settled, self.desired, self.containers).await;
+        record_ends_of(&settled, self.desired, self.containers, true).await;
     }
 }
 

@@ -101,11 +101,17 @@ impl Progress {
                 }
                 Err(cannot) => {
                     let why = match stall {
-                        Stall::Deadline(why) | Stall::RolledBack(why) => why,
+                        Stall::Deadline(why) => {
+                            // It stalled, and stays where it stands.
+                            progress
+                                .ended
+                                .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::Degraded));
+                            why
+                        }
+                        Stall::RolledBack(why) => why,
                         Stall::ByHand => "apply --rollback".to_owned(),
                     };
-                    progress.stalled.insert(name.clone(), format!("{why}; cannot roll back: {cannot}"));
-                    progress.ended.insert(name, (dp.template_hash.clone(), RolloutResult::Degraded));
+                    progress.stalled.insert(name, format!("{why}; cannot roll back: {cannot}"));
                     continue;
                 }
             };

@@ -781,3 +781,58 @@ async fn a_rollback_decided_between_batches_builds_the_next_batch_from_the_templ
         [Some(RolloutResult::Complete), Some(RolloutResult::RolledBack), Some(RolloutResult::Complete)]
     );
 }
+
+/// A rollback is a decision: the plan shown before a rollout (which `apply` may not carry out,
+/// answered no) does not record it; the rollout that carries it out does, before its first
+/// batch retires the failed attempt that was the only sign of the stall.
+#[tokio::test]
+async fn a_rollback_is_recorded_by_the_rollout_that_carries_it_out_not_by_the_preview() {
+    use crate::model::{ContainerState, Revision, RevisionEnd, RolloutRecord, RolloutResult};
+    let args = |image| PoolArgs { image, surge: 0, unavailable: 1, ..PoolArgs::new("w", 1) };
+    let a = args("busybox:1").build();
+    let mut b = args("busybox:2").build();
+    b.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let revision = |number, dp: &crate::model::DesiredPool, end| Revision {
+        number,
+        template_hash: dp.template_hash.clone(),
+        template: Some(crate::spec::canonical_template(&dp.pool.spec)),
+        source: None,
+        commit: None,
+        started: 1,
+        rolled_back_from: None,
+        end,
+    };
+    let mut failed = container("w-b-1", "w", &b.template_hash, 3);
+    (failed.state, failed.came_up) = (ContainerState::Exited, None);
+    let mut world = world_of(vec![failed]);
+    let complete = Some(RevisionEnd { result: RolloutResult::Complete, at: 2 });
+    world.history.insert("w".to_owned(), vec![revision(1, &a, complete), revision(2, &b, None)]);
+    // Its rollout began long ago, by the world's clock, and nothing of it came up.
+    let record = RolloutRecord { template_hash: b.template_hash.clone(), since: 3, rolled_back_from: None };
+    world.rollouts.insert("w".to_owned(), record);
+    let fake = FakeWorld::new(world);
+    let desired = desired(vec![b.clone()]);
+
+    let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    assert_eq!(plan.pools[0].revision_end, Some((2, RolloutResult::RolledBack)));
+    record_ends(&plan, &desired, &fake).await;
+    assert_eq!(fake.world().history["w"][1].end, None, "not by the preview");
+
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete(), "{text}");
+    let world = fake.world();
+    let calls = fake.calls();
+    let ended = position(&calls, &format!("record-revision-end w 2 {}", RolloutResult::RolledBack));
+    assert!(ended < position(&calls, "remove w-b-1"), "recorded before the attempt goes: {calls:?}");
+    assert_eq!(world.containers.len(), 1);
+    assert_eq!(
+        (world.containers[0].template_hash.as_str(), world.containers[0].image.as_str()),
+        (a.template_hash.as_str(), "busybox:1")
+    );
+    let ends: Vec<Option<RolloutResult>> =
+        world.history["w"].iter().map(|r| r.end.map(|e| e.result)).collect();
+    assert_eq!(
+        ends,
+        [Some(RolloutResult::Complete), Some(RolloutResult::RolledBack), Some(RolloutResult::Complete)]
+    );
+}
