@@ -378,7 +378,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         };
         let mut settled = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
         settled.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
-        record_ends_of(&settled, self.desired, self.containers, true).await;
+        // No batch follows to carry a rollback out: what the world shows, nothing more.
+        record_ends_of(&settled, self.desired, self.containers, false).await;
     }
 }
 
