@@ -159,12 +159,19 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     // The history remembers a rollback from the moment it is decided: before its first instance
     // is made, the rollback retires the failed attempts (first of all with `maxSurge: 0`), and
     // they were the only sign that the rollout stalled.
+    // So does the rollback's own revision, should the rollout record be lost.
     let last = world.history.get(dp.name()).and_then(|h| h.last());
     let rolled_back = |r: &&Revision| r.end.is_some_and(|e| e.result == RolloutResult::RolledBack);
     if let Some(last) = last.filter(|r| &r.template_hash == hash).filter(rolled_back) {
         return Some(Stall::RolledBack(format!(
             "Degraded: the rollout to template {hash} (revision {}) was rolled back",
             last.number
+        )));
+    }
+    if let Some(last) = last.filter(|r| r.rolled_back_from.as_ref() == Some(hash)) {
+        return Some(Stall::RolledBack(format!(
+            "Degraded: the rollout to template {hash} was rolled back to {} (revision {})",
+            last.template_hash, last.number
         )));
     }
     let record = world.rollouts.get(dp.name())?;

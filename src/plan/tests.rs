@@ -2194,6 +2194,9 @@ fn apply_rollback_goes_back_by_hand_and_stays_there_until_apply_tries_again() {
     assert!(!plan.has_changes(), "{:?}", verbs(w));
     assert_eq!(w.revision_end, Some((3, Complete)));
     assert!(w.degraded.as_deref().is_some_and(|d| d.contains("was rolled back to")), "{:?}", w.degraded);
+    // The history alone says so too, should the rollout record be lost.
+    let unrecorded = World { rollouts: BTreeMap::new(), ..rolled.clone() };
+    assert!(!plan_of(&desired, &unrecorded).has_changes());
     // A plain apply tries the source's template again: revision 4.
     let retry = PlanOptions { retry_stalled: true, ..PlanOptions::default() };
     let plan = crate::plan::plan(&desired, &rolled, retry);
