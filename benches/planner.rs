@@ -171,6 +171,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
         pdbs: Vec::with_capacity(if nodes { PDBS } else { 0 }),
         locked: std::collections::BTreeSet::new(),
         rollouts: BTreeMap::new(),
+        history: BTreeMap::new(),
         listed: std::collections::BTreeSet::from([HOST.to_owned()]),
     };
     for i in 0..size {

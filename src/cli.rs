@@ -80,6 +80,14 @@ pub enum Command {
     /// Reads only: takes no lock and changes nothing. -w keeps it up to date until Ctrl-C.
     #[command(after_help = EXIT_STATUS)]
     Status(StatusArgs),
+    /// Show a pool's rollout history, as `kubectl rollout history` does: each rollout of a
+    /// template (revision, template hash, commit or source, start, end, result).
+    ///
+    /// The world keeps the history (records beside the pool's instances, on its Docker
+    /// endpoint), the last 10 revisions of each pool. Reads only: takes no lock and changes
+    /// nothing.
+    #[command(after_help = EXIT_STATUS)]
+    History(HistoryArgs),
     /// Check a source's pool files offline (no Docker, no cluster); exit 1 with every error.
     #[command(after_help = EXIT_STATUS)]
     Validate(SourceArgs),
@@ -223,8 +231,32 @@ pub struct ApplyArgs {
     #[arg(long = "pool", value_name = "NAME", conflicts_with = "plan_file")]
     pub pools: Vec<String>,
 
+    /// Roll this pool back (repeatable) to the last template that was rolled out completely,
+    /// from its history (`poolctl history POOL`), as failureAction: rollback does when a
+    /// rollout stalls. The pool stays there until the source changes or an apply without
+    /// --rollback tries the source's template again.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_name = "POOL", conflicts_with = "plan_file")]
+    pub rollback: Vec<String>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The pool whose history to show.
+    #[arg(value_name = "POOL")]
+    pub pool: String,
+
+    /// The source that declares the pool (it says which Docker endpoint the pool lives on).
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

@@ -68,6 +68,7 @@ pub enum Task {
     /// Check a source offline.
     Validate(Source),
     Unlock(UnlockConfig),
+    History(HistoryConfig),
     /// Print the JSON Schema of the pool file.
     Schema,
     /// Print a completion script for this shell.
@@ -178,6 +179,14 @@ pub struct StatusConfig {
     pub pools: std::collections::BTreeSet<String>,
 }
 
+/// `poolctl history`.
+#[derive(Debug, Clone)]
+pub struct HistoryConfig {
+    pub pool: String,
+    pub source: Source,
+    pub format: Format,
+}
+
 /// `poolctl unlock`.
 #[derive(Debug, Clone)]
 pub struct UnlockConfig {
@@ -215,6 +224,7 @@ impl Config {
                     options: PlanOptions {
                         retry_stalled: true,
                         pools: args.pools.into_iter().collect(),
+                        rollback: args.rollback.into_iter().collect(),
                         ..options(&args.planning)
                     },
                     yes: args.yes,
@@ -240,6 +250,11 @@ impl Config {
                 pools: args.pools.into_iter().collect(),
             }),
             Command::Validate(args) => Task::Validate(Source::from_args(&args)?),
+            Command::History(args) => Task::History(HistoryConfig {
+                source: Source::from_args(&args.source)?,
+                pool: args.pool,
+                format: format(args.output),
+            }),
             Command::Unlock(args) => Task::Unlock(UnlockConfig {
                 source: Source::from_args(&args.source)?,
                 pool: args.pool,

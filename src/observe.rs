@@ -237,6 +237,7 @@ async fn observe_with<C: Containers, K: Cluster>(
         now,
         containers: listed,
         rollouts: containers.rollouts(),
+        history: containers.history(),
         listed: containers.hosts().into_iter().collect(),
         ..World::default()
     };
@@ -359,6 +360,7 @@ mod tests {
             pdbs: Vec::new(),
             locked: std::collections::BTreeSet::new(),
             rollouts: BTreeMap::new(),
+            history: BTreeMap::new(),
             listed: std::collections::BTreeSet::new(),
         };
         (desired, FakeWorld::new(world))

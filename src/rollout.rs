@@ -106,6 +106,42 @@ pub async fn tell_conditions<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String
     futures::future::join_all(tells).await;
 }
 
+/// Record the ends of revisions that `plan`, made without the locks, finds
+/// ([`PoolPlan::revision_end`]): what the world shows, a rollout that completed or stalled. What
+/// `apply` and `watch` do with the plan they start from; `plan` writes nothing. A rollback is
+/// not recorded here but by the rollout that carries it out: it is a decision, which a
+/// cancelled `apply --rollback` never made, and once recorded it holds.
+pub async fn record_ends<C: Containers>(plan: &Plan, desired: &Desired, containers: &C) {
+    record_ends_of(plan, desired, containers, false).await;
+}
+
+/// Record the ends of revisions that `plan` finds, the rollbacks it decides too when
+/// `rollbacks` (a plan made under the locks, carried out). An end is written once and stands,
+/// so two runs that find the same end write it once. Best effort: an end that cannot be written
+/// is said, and the next plan finds it again.
+async fn record_ends_of<C: Containers>(plan: &Plan, desired: &Desired, containers: &C, rollbacks: bool) {
+    let ends = plan.pools.iter().filter_map(|pool| {
+        let (number, result) = pool.revision_end?;
+        if result == crate::model::RolloutResult::RolledBack && !rollbacks {
+            return None;
+        }
+        let labels = desired.pools.iter().find(|p| p.name() == pool.name).map_or_else(
+            || BTreeMap::from([(crate::model::labels::POOL.to_owned(), pool.name.clone())]),
+            crate::execute::record_labels,
+        );
+        Some(async move {
+            match containers.record_revision_end(&pool.name, number, result, &labels).await {
+                Ok(()) => tracing::info!("pool {}: revision {number} {result}", pool.name),
+                Err(e) => tracing::warn!(
+                    "pool {}: cannot record that revision {number} ended {result}: {e}",
+                    pool.name
+                ),
+            }
+        })
+    });
+    futures::future::join_all(ends).await;
+}
+
 /// The locks held on the pools a plan of `desired` in `world` covers, read without taking any.
 /// One that cannot be read is reported and taken as held: an instance in the making is waited
 /// for rather than replaced.
@@ -261,6 +297,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             Some(("RolloutStarted", note))
         })
         .await;
+        // What the plan made under the locks found ended (a stalled rollout tried again or
+        // rolled back) is recorded before its new revision begins.
+        record_ends_of(plan, self.desired, self.containers, true).await;
         let result = self.carry_out_batches(plan, guard).await;
         self.tell(plan, |pool| match &result {
             Ok(report) => {
@@ -289,12 +328,14 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
     }
 
     async fn carry_out_batches(&self, plan: &Plan, guard: &LockGuard) -> Result<Report, RolloutError> {
-        // A pool rolled back is created from its previous template.
-        let desired = plan.desired_for(self.desired);
-        let executor = Executor::new(&desired, self.containers, self.clusters, self.progress, self.interrupt)
-            .with_ui(self.ui)
-            .with_lock_guard(guard.clone())
-            .on_node(self.options.own_node.clone());
+        // Each batch is built from the desired state of the plan it comes from: a pool rolled
+        // back, from the template it goes back to, also when the rollback is decided between
+        // two batches (see `Executor::run_batch`).
+        let executor =
+            Executor::new(self.desired, self.containers, self.clusters, self.progress, self.interrupt)
+                .with_ui(self.ui)
+                .with_lock_guard(guard.clone())
+                .on_node(self.options.own_node.clone());
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most
@@ -305,6 +346,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         executor.number_plan(plan);
         // Pools with a failed step: they stop there, the others go on to the end.
         let mut failed: BTreeSet<String> = BTreeSet::new();
+        // Whether a plan was made from the world the last batch left (its ends recorded).
+        let mut settled = false;
         for round in 1.. {
             let (batch, mut rest) = current.split_first_batch();
             executor.announce_batch(&batch);
@@ -335,7 +378,10 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 !failed.contains(&p.name)
                     && plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty())
             });
+            // A rollback decided now ends the revision it gives up.
+            record_ends_of(&current, self.desired, self.containers, true).await;
             if !current.has_changes() {
+                settled = true;
                 break;
             }
             if round >= max_rounds {
@@ -343,7 +389,31 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             }
             executor.renumber(&rest, &current, report.attempted.len());
         }
+        if report.stop_reason.is_none() && !settled {
+            self.record_history(plan).await;
+        }
         Ok(report)
+    }
+
+    /// Record how the revisions this rollout carried ended, as the world its last batch left
+    /// says (a pool whose revision every replica now runs and serves completed it), when that
+    /// batch left nothing that made the rollout look at the world again: it is looked at once
+    /// more, if some pool has a revision under way.
+    async fn record_history(&self, plan: &Plan) {
+        if !plan.pools.iter().any(|p| p.revision.is_some() && !p.steps.is_empty()) {
+            return;
+        }
+        let world = match observe_again(self.containers, self.clusters).await {
+            Ok(world) => world,
+            Err(e) => {
+                tracing::warn!("cannot observe the world once the rollout is done: {e}");
+                return;
+            }
+        };
+        let mut settled = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
+        settled.pools.retain(|p| plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty()));
+        // No batch follows to carry a rollback out: what the world shows, nothing more.
+        record_ends_of(&settled, self.desired, self.containers, false).await;
     }
 }
 

@@ -21,6 +21,7 @@ mod fake_kube;
 mod fake_kube_faults;
 mod faults;
 mod health;
+mod history;
 mod in_cluster;
 mod join;
 mod joining;

@@ -190,7 +190,7 @@ async fn with_its_records_lost_a_rollout_never_has_fewer_than_replicas_ready_nod
     let v1 = rig.spec();
     rig.start(&v1).await;
     let records = docker_names(&["volume", "ls"], rig.s.docker().case_label());
-    assert_eq!(records.len(), 4, "three up records and a rollout record: {records:?}");
+    assert_eq!(records.len(), 6, "three up records, a rollout record, a revision and its end: {records:?}");
     let removed = std::process::Command::new("docker")
         .args(["volume", "rm", "--force"])
         .args(&records)
@@ -238,7 +238,7 @@ async fn records_survive_a_prune_docker_ps_shows_only_instances_and_a_teardown_l
     assert_eq!(instances.len(), 3);
     assert_eq!(docker_names(&["ps", "-a"], case), instances, "docker ps -a shows the instances only");
     let records = docker_names(&["volume", "ls"], case);
-    assert_eq!(records.len(), 4, "three up records and the rollout record: {records:?}");
+    assert_eq!(records.len(), 6, "three up records, the rollout record, a revision and its end: {records:?}");
 
     let filter = format!("label={}={}", case.0, case.1);
     let pruned = std::process::Command::new("docker")

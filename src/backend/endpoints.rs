@@ -265,6 +265,41 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     ) -> Result<(), BackendError> {
         self.pool(pool).record_rollout(pool, template_hash, rolled_back_from, labels).await
     }
+
+    /// Each pool's from the endpoint it lives on, where it writes its revisions; a pool that
+    /// has none there keeps what another endpoint shows (where it lived before it moved).
+    fn history(&self) -> BTreeMap<String, Vec<crate::model::Revision>> {
+        let mut history: BTreeMap<String, Vec<crate::model::Revision>> = BTreeMap::new();
+        for (_, backend) in self.all() {
+            history.extend(backend.history());
+        }
+        let pools: Vec<String> = history.keys().cloned().collect();
+        for pool in pools {
+            if let Some(own) = self.pool(&pool).history().remove(&pool) {
+                history.insert(pool, own);
+            }
+        }
+        history
+    }
+
+    async fn record_revision(
+        &self,
+        pool: &str,
+        revision: &crate::model::Revision,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.pool(pool).record_revision(pool, revision, labels).await
+    }
+
+    async fn record_revision_end(
+        &self,
+        pool: &str,
+        number: u64,
+        result: crate::model::RolloutResult,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.pool(pool).record_revision_end(pool, number, result, labels).await
+    }
 }
 
 /// A pool's lock lives on the pool's endpoint, beside its containers.

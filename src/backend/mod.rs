@@ -9,7 +9,8 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::model::{
-    ClusterIdentity, ClusterRef, Container, InstanceRef, LockHolder, Node, Pdb, Pod, RolloutRecord,
+    ClusterIdentity, ClusterRef, Container, InstanceRef, LockHolder, Node, Pdb, Pod, Revision, RolloutRecord,
+    RolloutResult,
 };
 use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
@@ -214,8 +215,8 @@ pub trait Containers: Sync {
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// Remove what poolctl keeps about `pool` beside its instances (its rollout record): the
-    /// pool is torn down, and leaves nothing behind.
+    /// Remove what poolctl keeps about `pool` beside its instances (its rollout record and its
+    /// history): the pool is torn down, and leaves nothing behind.
     fn forget_pool(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Record that `pool`'s rollout stepped forward now (a Node cordoned or drained, an instance
     /// stopped or removed), with `labels`: see [`crate::model::RolloutRecord::progressed`].
@@ -234,6 +235,29 @@ pub trait Containers: Sync {
         pool: &str,
         template_hash: &str,
         rolled_back_from: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The rollout history, by pool, that the last [`Containers::list`] showed, each pool's
+    /// revisions oldest first: its records come back in the same call (see
+    /// [`crate::model::Revision`]).
+    fn history(&self) -> BTreeMap<String, Vec<Revision>>;
+    /// Record that `pool`'s rollout of `revision` (its number, template and origin; its start
+    /// and end are ignored) begins now, with `labels`; the pool's revisions older than
+    /// [`crate::model::REVISION_HISTORY_LIMIT`] before it go. A revision record is written once
+    /// and never changed.
+    fn record_revision(
+        &self,
+        pool: &str,
+        revision: &Revision,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Record that `pool`'s revision `number` ended now with `result`, with `labels`. The first
+    /// end recorded stands: recording another changes nothing.
+    fn record_revision_end(
+        &self,
+        pool: &str,
+        number: u64,
+        result: RolloutResult,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

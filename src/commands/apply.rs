@@ -16,8 +16,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::common::{
-    Planned, check_pools, check_replace, compute, confirm, connect_docker, held_locks, load_source,
-    write_stdout,
+    Planned, check_named, check_pools, check_replace, compute, confirm, connect_docker, held_locks,
+    load_source, write_stdout,
 };
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
@@ -41,11 +41,14 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     let source = config.source.as_ref().expect("clap requires --source without a plan file");
     let desired = load_source(source)?;
     check_pools(&desired, &config.options.pools)?;
+    check_named(&desired, &config.options.rollback, "--rollback")?;
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
+    check_rollback(&planned)?;
     if !config.dry_run {
         crate::rollout::tell_conditions(plan, &planned.preview.clusters).await;
+        crate::rollout::record_ends(plan, &planned.desired, &*planned.docker).await;
     }
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
     match progress_ui.format {
@@ -107,6 +110,25 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
         }
     };
     session.roll_out(&planned, pools, check).await
+}
+
+/// Refuse an `--rollback` that has nothing to roll back to, saying why, before anything is shown
+/// as if it would happen.
+fn check_rollback(planned: &Planned) -> Result<()> {
+    let plan = &planned.preview.plan;
+    for pool in &planned.options.rollback {
+        if plan.rollbacks.iter().any(|r| r.name() == pool) {
+            continue;
+        }
+        let Some(dp) = planned.desired.pools.iter().find(|p| p.name() == pool) else { continue };
+        if let Err(why) = crate::plan::rollback_target(dp, &planned.preview.world) {
+            bail!(
+                "cannot roll back pool {pool}: {why}; nothing was changed (`poolctl history {pool}` shows what was \
+                 rolled out)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `apply PLAN_FILE`: carry out exactly the saved plan, or refuse it, changing nothing, when

@@ -73,12 +73,17 @@ pub(super) async fn compute(
 /// Refuse a `--pool` that names no pool of the source, listing those it has: a typo must not
 /// read as "nothing to do".
 pub(super) fn check_pools(desired: &Desired, pools: &BTreeSet<String>) -> Result<()> {
+    check_named(desired, pools, "--pool")
+}
+
+/// Refuse a pool named by `flag` (`--pool`, `--rollback`) that the source does not declare.
+pub(super) fn check_named(desired: &Desired, pools: &BTreeSet<String>, flag: &str) -> Result<()> {
     let mut declared: Vec<&str> = desired.pools.iter().map(DesiredPool::name).collect();
     declared.sort_unstable();
     for name in pools {
         if !declared.contains(&name.as_str()) {
             bail!(
-                "--pool {name}: the source {} declares no pool of that name; it declares: {}",
+                "{flag} {name}: the source {} declares no pool of that name; it declares: {}",
                 desired.origin,
                 declared.join(", ")
             );

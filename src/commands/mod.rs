@@ -1,4 +1,4 @@
-//! The commands: plan, apply, status, validate, watch, unlock, schema and completions, each a
+//! The commands: plan, apply, status, history, validate, watch, unlock, schema and completions, each a
 //! small file over the stages (source -> observe -> plan -> rollout). This is the CLI edge,
 //! where library errors gain context and become exit statuses; a command takes the checked
 //! [`Config`] and the run's [`crate::backend::Connections`], never a clap type or a concrete
@@ -7,6 +7,7 @@
 mod apply;
 mod common;
 mod exit;
+mod history;
 mod plan;
 mod status;
 mod unlock;
@@ -36,6 +37,7 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Task::Unlock(unlock) => unlock::unlock_command(&unlock).await,
+        Task::History(history) => history::history_command(&history, ui).await,
         Task::Version(format) => {
             let version = env!("CARGO_PKG_VERSION");
             // A build may record its commit (`POOLCTL_GIT_COMMIT=$(git rev-parse HEAD) cargo build`).

@@ -30,7 +30,7 @@ use futures::future::join_all;
 use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::cancel::Interrupt;
 use crate::lock::LockGuard;
-use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, labels};
+use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::spec::{EnvValue, SecretEnv};
 
@@ -175,6 +175,11 @@ const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
     desired: &'a Desired,
+    /// The declared pools as the plan being carried out builds them, by name: `desired`'s, with
+    /// a pool rolled back at the template it goes back to. Set from each plan the executor is
+    /// handed ([`Executor::preflight`], [`Executor::run_batch`]): a rollback decided between
+    /// two batches builds the next one from the right template.
+    pools: Mutex<HashMap<String, Arc<DesiredPool>>>,
     containers: &'a C,
     /// The cluster of each pool whose instances are Nodes, by pool name.
     clusters: &'a BTreeMap<String, K>,
@@ -272,6 +277,7 @@ impl<'a, C, K> Executor<'a, C, K> {
     ) -> Self {
         Self {
             desired,
+            pools: Mutex::new(pools_of(desired)),
             containers,
             clusters,
             progress,
@@ -309,6 +315,11 @@ impl<'a, C, K> Executor<'a, C, K> {
         self.ui = ui;
         self
     }
+}
+
+/// The pools of `desired`, by name, shared.
+fn pools_of(desired: &Desired) -> HashMap<String, Arc<DesiredPool>> {
+    desired.pools.iter().map(|p| (p.name().to_owned(), Arc::new(p.clone()))).collect()
 }
 
 /// The container a new instance of `pool` runs, with poolctl's labels; `cluster` is the
@@ -403,6 +414,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// missing ones) and every network exists, where each pool's containers are created, and that
     /// every container a join goes through runs.
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
+        self.carry(plan);
+        let declared = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut images: Vec<(&str, &str)> = Vec::new();
         let mut networks: Vec<(&str, &str)> = Vec::new();
         let mut joins: Vec<(&str, &str)> = Vec::new();
@@ -412,7 +425,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if !images.contains(&image) {
                     images.push(image);
                 }
-                let spec = self.pool(&pool.name).ok().map(|p| &p.pool.spec);
+                let spec = declared.get(&pool.name).map(|p| &p.pool.spec);
                 let template = spec.map(|s| &s.template);
                 let all = template.into_iter().flat_map(|t| t.network.iter().chain(&t.extra_networks));
                 for n in all.map(|n| (pool.name.as_str(), n.as_str())) {
@@ -467,7 +480,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let Some(ours) = self.clusters.get(pool).and_then(|c| c.identity().uid.clone()) else {
             return Ok(());
         };
-        let Some(spec) = self.pool(pool).ok().and_then(|p| p.pool.spec.join.as_ref()) else { return Ok(()) };
+        let declared = self.pool(pool).ok();
+        let Some(spec) = declared.as_deref().and_then(|p| p.pool.spec.join.as_ref()) else { return Ok(()) };
         let theirs = join::cluster_uid(self.containers, spec).await.map_err(|source| {
             PreflightError::JoinClusterUnknown { pool: pool.into(), container: container.into(), source }
         })?;
@@ -482,6 +496,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// at its first failed step (no step of it starts once one has failed; steps already under
     /// way finish) and the other pools go on; an interrupt stops them all.
     pub async fn run_batch(&self, plan: &Plan) -> Report {
+        self.carry(plan);
         let total = plan.steps().count();
         let offsets = plan.pools.iter().scan(0, |offset, pool| {
             let at = *offset;
@@ -688,7 +703,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// costs nothing but an earlier judgment.
     async fn record_progress(&self, pool_name: &str) {
         let Ok(pool) = self.pool(pool_name) else { return };
-        if let Err(e) = self.containers.record_progress(pool_name, &up_record_labels(pool)).await {
+        if let Err(e) = self.containers.record_progress(pool_name, &record_labels(&pool)).await {
             self.say(&format!("could not record the progress of pool {pool_name}: {e}"));
         }
     }
@@ -702,7 +717,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             return Err(StepError::UnreadSecret { pool: pool_name.into(), key: key.clone() });
         }
         let cluster = self.clusters.get(pool_name);
-        let mut container = new_container(pool, &self.desired.origin, name, cluster.map(Cluster::identity));
+        let origin = &self.desired.origin;
+        let mut container = new_container(&pool, origin, name, cluster.map(Cluster::identity));
         if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
             container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
         }
@@ -710,9 +726,26 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         // record only dates the rollout (its progress deadline), and a create that
         // happens without it is found by the next plan as any unfinished instance is.
         let record = async {
-            if let Action::Create { starts_rollout: true, template_hash, rollback_from, .. } = &step.action {
-                let (labels, from) = (up_record_labels(pool), rollback_from.as_deref());
+            if let Action::Create { starts_rollout: true, template_hash, rollback_from, revision, .. } =
+                &step.action
+            {
+                let (labels, from) = (record_labels(&pool), rollback_from.as_deref());
                 self.containers.record_rollout(pool_name, template_hash, from, &labels).await?;
+                // The history keeps the template itself, so that a rollback can rebuild it
+                // when no instance of it is left.
+                if let Some(number) = *revision {
+                    let revision = Revision {
+                        number,
+                        template_hash: template_hash.clone(),
+                        template: Some(crate::spec::canonical_template(&pool.pool.spec)),
+                        source: Some(format!("{origin} file {}", pool.file)),
+                        commit: origin.commit().map(str::to_owned),
+                        started: 0,
+                        rolled_back_from: rollback_from.clone(),
+                        end: None,
+                    };
+                    self.containers.record_revision(pool_name, &revision, &labels).await?;
+                }
             }
             Ok::<(), BackendError>(())
         };
@@ -782,12 +815,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     let reference = self.containers.instance_ref(name);
                     configure_node(cluster, pool_name, spec, name, reference.as_ref()).await?;
                 }
-                self.stay_up(pool, name, *node).await?;
+                self.stay_up(&pool, name, *node).await?;
                 if let Some(creations) = self.creations_of(pool_name) {
                     creations.came_up(name);
                 }
                 // Last: from now on the instance counts as serving whenever it is up.
-                self.containers.record_up(name, &up_record_labels(pool)).await?;
+                self.containers.record_up(name, &record_labels(&pool)).await?;
             }
             Action::Configure(preview) => {
                 let pool = self.pool(pool_name)?;
@@ -1116,12 +1149,16 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
     }
 
-    fn pool(&self, name: &str) -> Result<&DesiredPool, StepError> {
-        self.desired
-            .pools
-            .iter()
-            .find(|p| p.name() == name)
-            .ok_or_else(|| StepError::UnknownPool(name.into()))
+    fn pool(&self, name: &str) -> Result<Arc<DesiredPool>, StepError> {
+        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pools.get(name).cloned().ok_or_else(|| StepError::UnknownPool(name.into()))
+    }
+
+    /// Build from here on as `plan` says: the declared pools, with those it rolls back at the
+    /// template they go back to.
+    fn carry(&self, plan: &Plan) {
+        let pools = pools_of(&plan.desired_for(self.desired));
+        *self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pools;
     }
 
     /// The rollout settings of a pool; a pruned pool is no longer declared and retires with
@@ -1161,8 +1198,6 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 }
 
-/// The labels of an instance's up record: its pool's, and the template's own, so that whatever
-/// finds (or removes) the pool's containers by one of those finds the record too.
 /// What was not up at a look within the window a new instance must stay up.
 enum Flap {
     /// The container: why, as Docker says (its HEALTHCHECK failing, restarting).
@@ -1192,7 +1227,10 @@ fn retires_current(pool: &PoolPlan, step: &Step) -> bool {
         .any(|i| i.name == step.instance && Some(&i.template_hash) == pool.template_hash.as_ref())
 }
 
-fn up_record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
+/// The labels of a pool's records (an instance's up record, the pool's rollout and revision
+/// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
+/// containers by one of those finds the record too.
+pub(crate) fn record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     let mut labels = pool.pool.spec.template.labels.clone();
     labels.insert(labels::POOL.into(), pool.name().into());
     labels

@@ -33,6 +33,7 @@ fn rolling_plan() -> Plan {
         k3s_server: None,
         starts_rollout: false,
         rollback_from: None,
+        revision: None,
     };
     let ready = || Action::AwaitReady { node: false };
     let steps = vec![
@@ -65,6 +66,8 @@ fn rolling_plan() -> Plan {
             unhealthy_held: None,
             degraded: None,
             next_check: None,
+            revision: None,
+            revision_end: None,
             steps,
         }],
         summary: Summary::default(),
@@ -494,6 +497,7 @@ async fn await_ready_fails_at_once_when_the_container_stops_while_its_node_is_aw
                 k3s_server: None,
                 starts_rollout: false,
                 rollback_from: None,
+                revision: None,
             },
         ),
         step(0, "n1", Action::AwaitReady { node: true }),
@@ -536,6 +540,7 @@ fn one_new_with_min_ready(seconds: u32) -> (Desired, Plan) {
                 k3s_server: None,
                 starts_rollout: false,
                 rollback_from: None,
+                revision: None,
             },
         ),
         step(0, "n1", Action::AwaitReady { node: false }),

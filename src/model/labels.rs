@@ -85,3 +85,12 @@ pub const CONTAINER_ID: &str = "poolctl.dev/container-id";
 pub const DOCKER_HOST: &str = "poolctl.dev/docker-host";
 /// On a rollout record of a rollback: the template whose rollout stalled.
 pub const ROLLED_BACK_FROM: &str = "poolctl.dev/rolled-back-from";
+/// On a revision record (`poolctl-rev-<pool>-<n>`, a Docker volume, as an up record is) and on
+/// its end record (`poolctl-rev-<pool>-<n>-end`): the revision's number. A revision record
+/// carries the template it rolled out in [`TEMPLATE_HASH`] and [`TEMPLATE`], where it came from
+/// in [`SOURCE`] and [`COMMIT`], and, for a rollback, [`ROLLED_BACK_FROM`]; its creation time is
+/// when that rollout began.
+pub const REVISION: &str = "poolctl.dev/revision";
+/// On a revision's end record: how its rollout ended (`Complete`, `Degraded`, `RolledBack`);
+/// the record's creation time is when.
+pub const REVISION_RESULT: &str = "poolctl.dev/revision-result";

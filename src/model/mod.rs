@@ -3,12 +3,14 @@
 //! accessors; everything else depends on this, and this depends only on [`crate::spec`].
 
 mod desired;
+mod history;
 pub mod labels;
 mod lock;
 mod selector;
 mod world;
 
 pub use desired::{Desired, DesiredPool, Origin};
+pub use history::{REVISION_HISTORY_LIMIT, Revision, RevisionEnd, RolloutResult, ends, rollback_target};
 pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{

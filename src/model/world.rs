@@ -29,6 +29,9 @@ pub struct World {
     /// The rollout record of each pool that has one: which template its last rollout was to,
     /// and since when (see [`RolloutRecord`]).
     pub rollouts: BTreeMap<String, RolloutRecord>,
+    /// The rollout history of each pool that has one, its revisions oldest first (see
+    /// [`crate::model::Revision`]): what a rollback goes back to.
+    pub history: BTreeMap<String, Vec<crate::model::Revision>>,
     /// The addresses of the Docker daemons this observation listed: a container missing from
     /// `containers` is known to be gone only from these. Any other daemon was not looked at,
     /// and what lives there is out of view, not gone.

@@ -18,6 +18,7 @@ use crate::model::Origin;
 
 pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
+pub use progress::rollback_target;
 pub(crate) use render::table;
 pub use render::{
     HeldLocks, JSON_FORMAT_VERSION, render_json, render_json_locked, render_json_saved, render_text,
@@ -90,8 +91,8 @@ pub struct Plan {
     /// The seed its new instance names came from, once one was needed.
     #[serde(skip)]
     pub seed: Option<u64>,
-    /// The pools that go back to their previous template (`failureAction: rollback`), as that
-    /// template: what the executor creates their instances from.
+    /// The pools that go back to an earlier template (`failureAction: rollback`, `apply
+    /// --rollback`), as that template: what the executor creates their instances from.
     #[serde(skip)]
     pub rollbacks: Vec<crate::model::DesiredPool>,
     /// The world's "now" it was made at (seconds since the Unix epoch, by the world's clock):
@@ -131,8 +132,8 @@ impl Plan {
         self.pools.iter().filter_map(|p| p.next_check).min()
     }
 
-    /// `desired` as this plan carries it out: with the pools it rolls back at their previous
-    /// template.
+    /// `desired` as this plan carries it out: with the pools it rolls back at the template they
+    /// go back to.
     pub fn desired_for<'d>(&self, desired: &'d Desired) -> std::borrow::Cow<'d, Desired> {
         if self.rollbacks.is_empty() {
             return std::borrow::Cow::Borrowed(desired);
@@ -253,6 +254,14 @@ pub struct PoolPlan {
     /// epoch), if the world says.
     #[serde(skip)]
     pub next_check: Option<i64>,
+    /// The revision of the pool's history this plan rolls out and whose end is not recorded:
+    /// the one its first creation begins, or the one under way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    /// The end of the pool's last revision the world shows, not recorded yet: its number and
+    /// result. `apply` and `watch` record it ([`crate::rollout::record_ends`]); `plan` only shows.
+    #[serde(skip)]
+    pub revision_end: Option<(u64, crate::model::RolloutResult)>,
     pub steps: Vec<Step>,
 }
 
@@ -445,6 +454,11 @@ pub enum Action {
         /// A rollback's first creation: the template whose rollout stalled.
         #[serde(skip_serializing_if = "Option::is_none")]
         rollback_from: Option<String>,
+        /// The first creation of a new revision of the pool's history (a new template, a
+        /// rollback, or a rollout tried again): the revision it records, numbered as the plan
+        /// decided from the history it saw.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        revision: Option<u64>,
     },
     /// Run the pool's bootstrap commands in the new container.
     Bootstrap { commands: usize },

@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, InstanceRef, Node, Pdb, Pod, World, is_instance_name, labels};
-use crate::model::{Desired, DesiredPool};
+use crate::model::{Desired, DesiredPool, Revision, RolloutResult};
 use crate::spec::{DeletePolicy, HASH_LEN, canonical_template};
 
 use super::health::{Assessment, Standing, assess, silent_for};
@@ -31,6 +31,11 @@ pub struct PlanOptions {
     /// Try again a rollout that passed its `progressDeadline` (an explicit `apply` does; `plan`
     /// and `watch` do not): its clock starts anew.
     pub retry_stalled: bool,
+    /// Pools to roll back by hand (`apply --rollback POOL`), as `failureAction: rollback` does
+    /// when a rollout stalls: to the last template that was rolled out completely, recorded as
+    /// rolled back from the spec's, so that it is not tried again until the source changes or
+    /// an `apply` tries it.
+    pub rollback: BTreeSet<String>,
     /// Instances to replace although they are current (`--replace NAME`), as Terraform's
     /// `-replace`: surge first, through the whole safe retirement.
     pub replace: BTreeSet<String>,
@@ -514,18 +519,20 @@ fn plan_pool(
         steps.push(Step { batch: 1, instance: instance.shared.clone(), action });
     }
     let resumed = all.iter().filter(|i| kept.contains(i.name) && i.health.resumable).count();
+    let history = world.world.history.get(target.name).map_or(&[][..], Vec::as_slice);
+    let starts = progress.starts.contains(target.name);
     let creations = Creations {
         paused: progress.paused(target.name),
-        starts: progress.starts.contains(target.name),
+        starts,
         // A rollback's record names the template it gave up.
-        rollback_from: progress
-            .rollbacks
-            .iter()
-            .any(|r| r.name() == target.name)
-            .then(|| world.world.rollouts.get(target.name).map(|r| r.template_hash.clone()))
-            .flatten(),
+        rollback_from: progress.rolled_back_from(target.name).map(str::to_owned),
+        revision: target
+            .hash
+            .filter(|_| starts)
+            .and_then(|hash| new_revision(history, hash, progress, target.name)),
     };
     rollout(target, &all, (kept.len(), resumed), retirees, world, names, &creations, &mut steps);
+    let (revision, revision_end) = revision_of(target, &all, &steps, history, progress);
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
@@ -549,8 +556,52 @@ fn plan_pool(
         unhealthy_held: held,
         degraded: progress.stalled.get(target.name).cloned(),
         next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
+        revision,
+        revision_end,
         steps,
     }
+}
+
+/// The number of the revision a rollout of template `hash` begins, if it begins one: the pool's
+/// first, a template other than its last revision's, or the last one's template again after it
+/// ended without completing (`apply` trying a stalled rollout again). A scale-up or the
+/// replacement of a dead instance goes on within the last revision.
+fn new_revision(history: &[Revision], hash: &str, progress: &Progress, pool: &str) -> Option<u64> {
+    let Some(last) = history.last() else { return Some(1) };
+    let again =
+        progress.retried.contains(pool) || last.end.is_some_and(|e| e.result != RolloutResult::Complete);
+    (last.template_hash != hash || again).then(|| last.number.saturating_add(1))
+}
+
+/// The revision the pool's plan rolls out, while its end is not recorded (the one its first
+/// creation begins, or the last one, under way, of its target template), and the end to record
+/// of its last revision, if the plan finds one: `Complete` once every replica runs its template
+/// and serves with nothing left to do, or how its stalled rollout ended.
+fn revision_of(
+    target: &Target<'_>,
+    all: &[Instance<'_>],
+    steps: &[Step],
+    history: &[Revision],
+    progress: &Progress,
+) -> (Option<u64>, Option<(u64, RolloutResult)>) {
+    let begun = steps.iter().find_map(|s| match s.action {
+        Action::Create { revision, .. } => revision,
+        _ => None,
+    });
+    let open = history.last().filter(|r| r.end.is_none());
+    let converged = target.pool.is_some()
+        && steps.is_empty()
+        && all.len() == target.replicas
+        && all.iter().all(|i| target.is_current(i) && i.up && i.left.is_none());
+    let end = open.and_then(|r| match progress.ended.get(target.name) {
+        Some((hash, result)) if *hash == r.template_hash => Some((r.number, *result)),
+        _ if converged && Some(r.template_hash.as_str()) == target.hash => {
+            Some((r.number, RolloutResult::Complete))
+        }
+        _ => None,
+    });
+    let under_way = open.filter(|r| Some(r.template_hash.as_str()) == target.hash && end.is_none());
+    (begun.or(under_way.map(|r| r.number)), end)
 }
 
 /// Why the instance is replaced although it may be current, if it is: `--replace`, its Node's
@@ -577,6 +628,8 @@ struct Creations {
     starts: bool,
     /// For a rollback: the template it gives up, which its record names.
     rollback_from: Option<String>,
+    /// The revision of the pool's history the first creation begins, if it begins one.
+    revision: Option<u64>,
 }
 
 /// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
@@ -677,6 +730,8 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         unhealthy_held: None,
         degraded: None,
         next_check: None,
+        revision: None,
+        revision_end: None,
         steps: Vec::new(),
     }
 }
@@ -727,6 +782,7 @@ fn rollout(
                     template_hash: dp.template_hash.clone(),
                     k3s_server: join.and_then(|j| j.k3s.as_ref()).map(|k3s| k3s.server.clone()),
                     rollback_from: creations.rollback_from.clone().filter(|_| starts_rollout),
+                    revision: creations.revision.filter(|_| starts_rollout),
                     starts_rollout: std::mem::take(&mut starts_rollout),
                 };
                 push(name, action);

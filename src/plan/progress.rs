@@ -1,15 +1,16 @@
 //! A rollout's progress, as a Deployment's `progressDeadlineSeconds` reads it, from the world
 //! alone: the pool's rollout record (when its rollout to a template began) and its instances'
 //! up records. A stalled rollout creates nothing more (`failureAction: pause`), or goes back to
-//! the template the pool ran before (`failureAction: rollback`), rebuilt from its instances'
-//! labels.
+//! the last template that was fully rolled out (`failureAction: rollback`, or `apply --rollback`
+//! by hand), rebuilt from the pool's history (see [`crate::model::Revision`]); for a pool whose
+//! history has none, from its instances' labels.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
 use super::PlanOptions;
-use crate::model::{Container, ContainerState, Desired, DesiredPool, World};
+use crate::model::{Container, ContainerState, Desired, DesiredPool, Revision, RolloutResult, World};
 use crate::spec::{BootstrapStep, FailureAction, Join, Template};
 
 /// What the rollout records make of the declared pools.
@@ -17,11 +18,27 @@ use crate::spec::{BootstrapStep, FailureAction, Join, Template};
 pub(super) struct Progress {
     /// The pools whose rollout stalled (or was rolled back), and why, as the plan says it.
     pub stalled: BTreeMap<String, String>,
-    /// The pools that go back to their previous template, as that template.
+    /// The pools that go back to an earlier template, as that template.
     pub rollbacks: Vec<DesiredPool>,
     /// The pools whose first creation begins a rollout (a new template, a rollback, or a
     /// stalled rollout `apply` tries again): it writes the record.
     pub starts: BTreeSet<String>,
+    /// The pools whose stalled rollout `apply` tries again: a new revision of their history.
+    pub retried: BTreeSet<String>,
+    /// The pools whose rollout of the spec's template ended without completing: that template's
+    /// hash, and how (`Degraded`, `RolledBack`).
+    pub ended: BTreeMap<String, (String, RolloutResult)>,
+}
+
+/// Why a rollout does not go on.
+enum Stall {
+    /// It made no progress within its `progressDeadline`.
+    Deadline(String),
+    /// It was rolled back (by `failureAction: rollback` or `apply --rollback`), and stays so
+    /// until the source changes or `apply` tries it again.
+    RolledBack(String),
+    /// `apply --rollback` gives it up now.
+    ByHand,
 }
 
 impl Progress {
@@ -29,47 +46,77 @@ impl Progress {
     pub(super) fn of(desired: &Desired, world: &World, options: &PlanOptions) -> Self {
         let mut progress = Self::default();
         for dp in &desired.pools {
+            let name = dp.name().to_owned();
             let record = world.rollouts.get(dp.name());
-            let stalled = stall(dp, world);
-            let target_hash = match stalled {
-                Some(_) if options.retry_stalled => {
-                    progress.starts.insert(dp.name().to_owned());
-                    continue;
-                }
+            let by_hand = options.rollback.contains(dp.name());
+            let stalled = if by_hand { Some(Stall::ByHand) } else { stall(dp, world) };
+            let stall = match stalled {
                 None => {
                     // A new template, or the first attempt since the pool last converged (a new
                     // pool, a scale-up, a replacement of a dead instance): the clock starts.
                     if record.is_none_or(|r| r.template_hash != dp.template_hash)
                         || attempts(dp, world).is_empty()
                     {
-                        progress.starts.insert(dp.name().to_owned());
+                        progress.starts.insert(name);
                     }
                     continue;
                 }
-                Some(why) if dp.pool.spec.rollout.failure_action == FailureAction::Rollback => {
-                    match previous(dp, world) {
-                        Ok(previous) => {
-                            let hash = previous.template_hash.clone();
-                            let why =
-                                format!("{why}; rolling back to template {hash} (failureAction: rollback)");
-                            progress.stalled.insert(dp.name().to_owned(), why);
-                            progress.rollbacks.push(previous);
-                            hash
-                        }
-                        Err(cannot) => {
-                            let why = format!("{why}; cannot roll back: {cannot}");
-                            progress.stalled.insert(dp.name().to_owned(), why);
-                            continue;
-                        }
+                Some(stall) if options.retry_stalled && !matches!(stall, Stall::ByHand) => {
+                    if let Stall::Deadline(_) = stall {
+                        progress
+                            .ended
+                            .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::Degraded));
                     }
+                    progress.starts.insert(name.clone());
+                    progress.retried.insert(name);
+                    continue;
                 }
-                Some(why) => {
-                    progress.stalled.insert(dp.name().to_owned(), why);
+                Some(Stall::Deadline(why))
+                    if dp.pool.spec.rollout.failure_action != FailureAction::Rollback =>
+                {
+                    progress.stalled.insert(name.clone(), why);
+                    progress.ended.insert(name, (dp.template_hash.clone(), RolloutResult::Degraded));
+                    continue;
+                }
+                Some(stall) => stall,
+            };
+            // Rolled back, or to be: the pool goes to (or stays on) the last template rolled
+            // out completely.
+            let target_hash = match rollback_target(dp, world) {
+                Ok(previous) => {
+                    let hash = previous.template_hash.clone();
+                    let why = match stall {
+                        Stall::Deadline(why) => {
+                            format!("{why}; rolling back to template {hash} (failureAction: rollback)")
+                        }
+                        Stall::RolledBack(why) => why,
+                        Stall::ByHand => format!("rolling back to template {hash} (apply --rollback)"),
+                    };
+                    progress.stalled.insert(name.clone(), why);
+                    progress
+                        .ended
+                        .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::RolledBack));
+                    progress.rollbacks.push(previous);
+                    hash
+                }
+                Err(cannot) => {
+                    let why = match stall {
+                        Stall::Deadline(why) => {
+                            // It stalled, and stays where it stands.
+                            progress
+                                .ended
+                                .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::Degraded));
+                            why
+                        }
+                        Stall::RolledBack(why) => why,
+                        Stall::ByHand => "apply --rollback".to_owned(),
+                    };
+                    progress.stalled.insert(name, format!("{why}; cannot roll back: {cannot}"));
                     continue;
                 }
             };
             if record.is_none_or(|r| r.template_hash != target_hash) {
-                progress.starts.insert(dp.name().to_owned());
+                progress.starts.insert(name);
             }
         }
         progress
@@ -78,6 +125,14 @@ impl Progress {
     /// Whether the pool creates nothing: stalled, and not rolled back.
     pub(super) fn paused(&self, pool: &str) -> bool {
         self.stalled.contains_key(pool) && !self.rollbacks.iter().any(|r| r.name() == pool)
+    }
+
+    /// For a pool rolled back: the spec's template, which it gives up.
+    pub(super) fn rolled_back_from(&self, pool: &str) -> Option<&str> {
+        self.ended
+            .get(pool)
+            .filter(|(_, result)| *result == RolloutResult::RolledBack)
+            .map(|(hash, _)| hash.as_str())
     }
 }
 
@@ -100,14 +155,32 @@ fn attempts<'w>(dp: &DesiredPool, world: &'w World) -> Vec<&'w Container> {
 /// one that did or the last retirement step (see [`crate::model::RolloutRecord::progressed`]);
 /// or the record says the pool was rolled back from that template. Every kind of
 /// rollout has the deadline; a converged pool has nothing under way, and never stalls.
-fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
-    let record = world.rollouts.get(dp.name())?;
+fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     let hash = &dp.template_hash;
+    // The history remembers a rollback from the moment it is decided: before its first instance
+    // is made, the rollback retires the failed attempts (first of all with `maxSurge: 0`), and
+    // they were the only sign that the rollout stalled.
+    // So does the rollback's own revision, should the rollout record be lost.
+    let last = world.history.get(dp.name()).and_then(|h| h.last());
+    let rolled_back = |r: &&Revision| r.end.is_some_and(|e| e.result == RolloutResult::RolledBack);
+    if let Some(last) = last.filter(|r| &r.template_hash == hash).filter(rolled_back) {
+        return Some(Stall::RolledBack(format!(
+            "Degraded: the rollout to template {hash} (revision {}) was rolled back",
+            last.number
+        )));
+    }
+    if let Some(last) = last.filter(|r| r.rolled_back_from.as_ref() == Some(hash)) {
+        return Some(Stall::RolledBack(format!(
+            "Degraded: the rollout to template {hash} was rolled back to {} (revision {})",
+            last.template_hash, last.number
+        )));
+    }
+    let record = world.rollouts.get(dp.name())?;
     if record.rolled_back_from.as_ref() == Some(hash) {
-        return Some(format!(
-            "Degraded: the rollout to template {hash} stalled and was rolled back to {}",
+        return Some(Stall::RolledBack(format!(
+            "Degraded: the rollout to template {hash} was rolled back to {}",
             record.template_hash
-        ));
+        )));
     }
     if &record.template_hash != hash {
         return None;
@@ -142,10 +215,10 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<String> {
         .unwrap_or_default();
     let since = u64::try_from(progress).unwrap_or(0);
     let since = crate::model::timestamp(std::time::UNIX_EPOCH + std::time::Duration::from_secs(since));
-    Some(format!(
+    Some(Stall::Deadline(format!(
         "Degraded: no instance of template {hash} came up within progressDeadline {deadline} (since {since}){failing}; \
          creating none, the old instances keep serving; the next source change or `poolctl apply` tries again"
-    ))
+    )))
 }
 
 /// What became of an attempt that never came up.
@@ -157,18 +230,33 @@ fn failure(c: &Container) -> String {
     }
 }
 
+/// The template a rollback of `dp` goes back to: the last one its history says was rolled out
+/// completely, other than the spec's; for a pool whose history has none (a pool from before
+/// poolctl kept it, or whose history was removed), the most common template among its
+/// instances that do not run the spec's, rebuilt from their labels. A template with sensitive
+/// values cannot be rebuilt: no record keeps them.
+pub fn rollback_target(dp: &DesiredPool, world: &World) -> Result<DesiredPool, String> {
+    let history = world.history.get(dp.name()).map_or(&[][..], Vec::as_slice);
+    let Some(revision) = crate::model::rollback_target(history, &dp.template_hash) else {
+        return previous(dp, world).map_err(|e| {
+            if history.is_empty() {
+                e
+            } else {
+                format!("no revision of another template was rolled out completely, and {e}")
+            }
+        });
+    };
+    let (hash, number) = (&revision.template_hash, revision.number);
+    let json = revision
+        .template
+        .as_deref()
+        .ok_or_else(|| format!("revision {number} (template {hash}) does not record its template"))?;
+    rebuild(dp, hash, json).map_err(|e| format!("revision {number}: {e}"))
+}
+
 /// The template the pool ran before, rebuilt from its instances' labels: the most common
-/// template among the instances that do not run the spec's. A template with sensitive values
-/// cannot be: no label keeps them.
+/// template among the instances that do not run the spec's.
 fn previous(dp: &DesiredPool, world: &World) -> Result<DesiredPool, String> {
-    #[derive(Deserialize)]
-    struct Hashed {
-        template: Template,
-        #[serde(default)]
-        bootstrap: Vec<BootstrapStep>,
-        #[serde(default)]
-        join: Option<Join>,
-    }
     let mut outdated: BTreeMap<&str, (usize, Option<&str>)> = BTreeMap::new();
     for c in world.containers.iter().filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash) {
         let entry = outdated.entry(&c.template_hash).or_default();
@@ -180,10 +268,24 @@ fn previous(dp: &DesiredPool, world: &World) -> Result<DesiredPool, String> {
         .max_by(|a, b| a.1.0.cmp(&b.1.0).then_with(|| b.0.cmp(a.0)))
         .ok_or("no instance runs an earlier template")?;
     let json = json.ok_or_else(|| format!("the instances of template {hash} do not record it"))?;
+    rebuild(dp, hash, json)
+}
+
+/// `dp` with the template (and bootstrap and join) of `json`, the canonical template JSON of
+/// template `hash` as a record keeps it.
+fn rebuild(dp: &DesiredPool, hash: &str, json: &str) -> Result<DesiredPool, String> {
+    #[derive(Deserialize)]
+    struct Hashed {
+        template: Template,
+        #[serde(default)]
+        bootstrap: Vec<BootstrapStep>,
+        #[serde(default)]
+        join: Option<Join>,
+    }
     let hashed: Hashed = serde_json::from_str(json)
         .map_err(|e| format!("the record of template {hash} does not read: {e}"))?;
     if hashed.template.env.values().any(|v| v.canonical().starts_with("(sensitive")) {
-        return Err(format!("template {hash} has sensitive values, which no label keeps"));
+        return Err(format!("template {hash} has sensitive values, which no record keeps"));
     }
     let mut pool = dp.pool.clone();
     (pool.spec.template, pool.spec.bootstrap, pool.spec.join) =

@@ -68,6 +68,7 @@ impl SavedOptions {
             prune: self.prune,
             adopt: self.adopt,
             retry_stalled: false,
+            rollback: std::collections::BTreeSet::new(),
             replace,
             pools,
             own_node: None,

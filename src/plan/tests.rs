@@ -1906,3 +1906,338 @@ fn the_plan_shows_that_the_node_poolctl_runs_on_will_not_be_retired() {
         assert_eq!(kept, unmarked, "own Node {own}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The history: revisions, their ends, and what a rollback goes back to
+
+/// A revision of pool `w`'s history: template `spec` (its hash and JSON), begun at `started`.
+fn revision_of(
+    number: u64,
+    spec: &crate::model::DesiredPool,
+    started: i64,
+    end: Option<crate::model::RolloutResult>,
+) -> crate::model::Revision {
+    crate::model::Revision {
+        number,
+        template_hash: spec.template_hash.clone(),
+        template: Some(crate::spec::canonical_template(&spec.pool.spec)),
+        source: None,
+        commit: None,
+        started,
+        rolled_back_from: None,
+        end: end.map(|result| crate::model::RevisionEnd { result, at: started + 30 }),
+    }
+}
+
+/// The creations of a pool's plan, as `(template hash, image, revision, rollback_from)`.
+fn creations(pool: &PoolPlan) -> Vec<(String, String, Option<u64>, Option<String>)> {
+    pool.steps
+        .iter()
+        .filter_map(|s| match &s.action {
+            Action::Create { template_hash, image, revision, rollback_from, .. } => {
+                Some((template_hash.clone(), image.clone(), *revision, rollback_from.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One replica, `maxSurge: 0`, `maxUnavailable: 1`, `failureAction: rollback`: template `a`
+/// (busybox:1) was rolled out completely (revision 1); the rollout of `b` (busybox:2, revision
+/// 2) retired the only `a` instance first, and its one attempt never came up, 11m ago.
+fn single_replica_stalled() -> (Desired, World, crate::model::DesiredPool, crate::model::DesiredPool) {
+    let args = |image| PoolArgs { image, surge: 0, unavailable: 1, ..PoolArgs::new("w", 1) };
+    let a = args("busybox:1").build();
+    let mut b = args("busybox:2").build();
+    b.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let mut failed = container("w-b-1", "w", &b.template_hash, NOON - 660);
+    (failed.came_up, failed.state, failed.status) =
+        (None, ContainerState::Exited, "Exited (3) 10 minutes ago".to_owned());
+    let record = crate::model::RolloutRecord {
+        template_hash: b.template_hash.clone(),
+        since: NOON - 660,
+        rolled_back_from: None,
+        progressed: None,
+    };
+    let world = World {
+        now: NOON,
+        containers: vec![failed],
+        rollouts: [("w".to_owned(), record)].into(),
+        history: [(
+            "w".to_owned(),
+            vec![
+                revision_of(1, &a, NOON - 3600, Some(crate::model::RolloutResult::Complete)),
+                revision_of(2, &b, NOON - 660, None),
+            ],
+        )]
+        .into(),
+        ..World::default()
+    };
+    (desired(vec![b.clone()]), world, a, b)
+}
+
+#[test]
+fn a_rollback_goes_back_to_the_last_complete_revision_when_no_instance_of_it_survives() {
+    use crate::model::RolloutResult;
+    let (desired, world, a, b) = single_replica_stalled();
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let why = w.degraded.as_deref().expect("degraded");
+    assert!(
+        why.contains(&format!("rolling back to template {} (failureAction: rollback)", a.template_hash)),
+        "{why}"
+    );
+    // Revision 3 goes back to `a`, rebuilt from the history: no instance of it is left.
+    assert_eq!(
+        creations(w),
+        [(a.template_hash.clone(), "busybox:1".to_owned(), Some(3), Some(b.template_hash.clone()))]
+    );
+    assert_eq!(retired(w), ["w-b-1"]);
+    assert_eq!(plan.desired_for(&desired).pools[0].pool.spec.template.image, "busybox:1");
+    // And `b`'s revision ends rolled back; the rollback is the revision under way.
+    assert_eq!((w.revision, w.revision_end), (Some(3), Some((2, RolloutResult::RolledBack))));
+
+    // Its first batch retires the failed attempt, the only sign that the rollout stalled; the
+    // history remembers the rollback, and the plan made after that batch still goes back.
+    let mut retired_first = world.clone();
+    retired_first.containers.clear();
+    retired_first.history.get_mut("w").unwrap()[1].end =
+        Some(crate::model::RevisionEnd { result: RolloutResult::RolledBack, at: NOON });
+    let plan = plan_of(&desired, &retired_first);
+    let w = pool_plan(&plan, "w");
+    assert!(
+        w.degraded.as_deref().is_some_and(|d| d.contains("(revision 2) was rolled back")),
+        "{:?}",
+        w.degraded
+    );
+    assert_eq!(
+        creations(w),
+        [(a.template_hash.clone(), "busybox:1".to_owned(), Some(3), Some(b.template_hash.clone()))]
+    );
+
+    // Without the history, the instances' labels are all there is, and none runs `a`.
+    let forgotten = World { history: BTreeMap::new(), ..world.clone() };
+    let plan = plan_of(&desired, &forgotten);
+    let why = pool_plan(&plan, "w").degraded.clone().expect("degraded");
+    assert!(why.contains("cannot roll back: no instance runs an earlier template"), "{why}");
+    assert!(creations(pool_plan(&plan, "w")).is_empty());
+}
+
+#[test]
+fn the_rollback_target_is_the_latest_complete_revision_not_the_most_common_template() {
+    // Revisions: `a` complete, `c` complete, `b` stalled. Two `a` instances survive (the most
+    // common template, and the smaller hash on a tie), one `c`: the history says `c`.
+    let args = |image, replicas| PoolArgs { image, ..PoolArgs::new("w", replicas) };
+    let (a, c) = (args("busybox:1", 3).build(), args("busybox:3", 3).build());
+    let mut b = args("busybox:2", 3).build();
+    b.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let old = |name: &str, dp: &crate::model::DesiredPool, created| crate::model::Container {
+        template: Some(crate::spec::canonical_template(&dp.pool.spec)),
+        ..container(name, "w", &dp.template_hash, created)
+    };
+    let world = World {
+        now: NOON,
+        containers: vec![old("w-a-1", &a, 1), old("w-a-2", &a, 2), old("w-c-1", &c, 3)],
+        rollouts: [(
+            "w".to_owned(),
+            crate::model::RolloutRecord {
+                template_hash: b.template_hash.clone(),
+                since: NOON - 900,
+                rolled_back_from: None,
+                progressed: None,
+            },
+        )]
+        .into(),
+        history: [(
+            "w".to_owned(),
+            vec![
+                revision_of(1, &a, NOON - 9000, Some(crate::model::RolloutResult::Complete)),
+                revision_of(2, &c, NOON - 5000, Some(crate::model::RolloutResult::Complete)),
+                revision_of(3, &b, NOON - 900, None),
+            ],
+        )]
+        .into(),
+        ..World::default()
+    };
+    let desired = desired(vec![b]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(w.template_hash.as_deref(), Some(c.template_hash.as_str()), "{:?}", w.degraded);
+    assert!(creations(w).iter().all(|(hash, image, ..)| *hash == c.template_hash && image == "busybox:3"));
+    assert_eq!(creations(w)[0].2, Some(4));
+}
+
+#[test]
+fn revisions_are_numbered_from_the_history_and_end_complete_once_the_pool_converged() {
+    use crate::model::RolloutResult::{Complete, Degraded};
+    let a = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 2) }.build();
+    let b = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 2) }.build();
+    let revisions = |list: Vec<crate::model::Revision>| -> BTreeMap<String, Vec<crate::model::Revision>> {
+        [("w".to_owned(), list)].into()
+    };
+    let up = |name: &str, dp: &crate::model::DesiredPool| crate::model::Container {
+        came_up: Some(NOON - 100),
+        ..container(name, "w", &dp.template_hash, NOON - 200)
+    };
+
+    // A new pool begins revision 1 with its first creation, and only that one.
+    let plan = plan_of(&desired(vec![a.clone()]), &World { now: NOON, ..World::default() });
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creations(w).iter().map(|c| c.2).collect::<Vec<_>>(), [Some(1), None]);
+    assert_eq!((w.revision, w.revision_end), (Some(1), None));
+
+    // Converged on it: revision 1 is complete, which `apply` and `watch` record.
+    let converged = World {
+        now: NOON,
+        containers: vec![up("w-a-1", &a), up("w-a-2", &a)],
+        history: revisions(vec![revision_of(1, &a, NOON - 300, None)]),
+        ..World::default()
+    };
+    let plan = plan_of(&desired(vec![a.clone()]), &converged);
+    assert!(!plan.has_changes());
+    assert_eq!(pool_plan(&plan, "w").revision_end, Some((1, Complete)));
+    // Once recorded, nothing more: the plan of a converged pool changes nothing.
+    let mut recorded = converged.clone();
+    recorded.history.get_mut("w").unwrap()[0].end =
+        Some(crate::model::RevisionEnd { result: Complete, at: NOON });
+    let plan = plan_of(&desired(vec![a.clone()]), &recorded);
+    assert_eq!((pool_plan(&plan, "w").revision, pool_plan(&plan, "w").revision_end), (None, None));
+    // Half-way, nothing ends yet.
+    let mut half = recorded.clone();
+    half.containers[1] = up("w-b-1", &b);
+    half.history.get_mut("w").unwrap().push(revision_of(2, &b, NOON - 300, None));
+    let plan = plan_of(&desired(vec![b.clone()]), &half);
+    assert_eq!((pool_plan(&plan, "w").revision, pool_plan(&plan, "w").revision_end), (Some(2), None));
+
+    // A new template is revision 2; a scale-up of the same template is no new revision.
+    let plan = plan_of(&desired(vec![b.clone()]), &recorded);
+    assert_eq!(creations(pool_plan(&plan, "w"))[0].2, Some(2));
+    let mut three = a.clone();
+    three.pool.spec.replicas = 3;
+    let plan = plan_of(&desired(vec![three]), &recorded);
+    let w = pool_plan(&plan, "w");
+    assert!(
+        matches!(w.steps[0].action, Action::Create { starts_rollout: true, revision: None, .. }),
+        "{w:?}"
+    );
+
+    // A stalled rollout that pauses ends Degraded; `apply` trying it again is a new revision.
+    let mut stalled = recorded.clone();
+    let mut failed = container("w-b-1", "w", &b.template_hash, NOON - 900);
+    (failed.came_up, failed.state) = (None, ContainerState::Exited);
+    stalled.containers.push(failed);
+    stalled.history.get_mut("w").unwrap().push(revision_of(2, &b, NOON - 900, None));
+    stalled.rollouts.insert(
+        "w".to_owned(),
+        crate::model::RolloutRecord {
+            template_hash: b.template_hash.clone(),
+            since: NOON - 900,
+            rolled_back_from: None,
+            progressed: None,
+        },
+    );
+    let plan = plan_of(&desired(vec![b.clone()]), &stalled);
+    assert_eq!(pool_plan(&plan, "w").revision_end, Some((2, Degraded)));
+    assert!(creations(pool_plan(&plan, "w")).is_empty());
+    let retry = PlanOptions { retry_stalled: true, ..PlanOptions::default() };
+    let plan = crate::plan::plan(&desired(vec![b.clone()]), &stalled, retry);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(w.revision_end, Some((2, Degraded)));
+    assert_eq!(creations(w)[0].2, Some(3));
+}
+
+#[test]
+fn apply_rollback_goes_back_by_hand_and_stays_there_until_apply_tries_again() {
+    use crate::model::RolloutResult::Complete;
+    // `b` rolled out completely after `a`; nothing stalled.
+    let a = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 2) }.build();
+    let b = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 2) }.build();
+    let up = |name: &str, dp: &crate::model::DesiredPool| crate::model::Container {
+        came_up: Some(NOON - 100),
+        ..container(name, "w", &dp.template_hash, NOON - 200)
+    };
+    let world = World {
+        now: NOON,
+        containers: vec![up("w-b-1", &b), up("w-b-2", &b)],
+        rollouts: [(
+            "w".to_owned(),
+            crate::model::RolloutRecord {
+                template_hash: b.template_hash.clone(),
+                since: NOON - 300,
+                rolled_back_from: None,
+                progressed: None,
+            },
+        )]
+        .into(),
+        history: [(
+            "w".to_owned(),
+            vec![
+                revision_of(1, &a, NOON - 3600, Some(Complete)),
+                revision_of(2, &b, NOON - 300, Some(Complete)),
+            ],
+        )]
+        .into(),
+        ..World::default()
+    };
+    let desired = desired(vec![b.clone()]);
+    assert!(!plan_of(&desired, &world).has_changes());
+    let by_hand =
+        PlanOptions { rollback: ["w".to_owned()].into(), retry_stalled: true, ..PlanOptions::default() };
+    let plan = crate::plan::plan(&desired, &world, by_hand.clone());
+    let w = pool_plan(&plan, "w");
+    assert!(w.degraded.as_deref().is_some_and(|d| d.contains("(apply --rollback)")), "{:?}", w.degraded);
+    assert_eq!(
+        creations(w)[0],
+        (a.template_hash.clone(), "busybox:1".to_owned(), Some(3), Some(b.template_hash.clone()))
+    );
+    assert_eq!(w.revision_end, None, "revision 2 completed: that stands");
+
+    // Rolled back: with `failureAction: pause` too, the pool stays on `a`, converged, and its
+    // rollback revision completes.
+    let rolled = World {
+        containers: vec![up("w-a-3", &a), up("w-a-4", &a)],
+        rollouts: [(
+            "w".to_owned(),
+            crate::model::RolloutRecord {
+                template_hash: a.template_hash.clone(),
+                since: NOON - 60,
+                rolled_back_from: Some(b.template_hash.clone()),
+                progressed: None,
+            },
+        )]
+        .into(),
+        history: [(
+            "w".to_owned(),
+            vec![
+                revision_of(1, &a, NOON - 3600, Some(Complete)),
+                revision_of(2, &b, NOON - 300, Some(Complete)),
+                crate::model::Revision {
+                    rolled_back_from: Some(b.template_hash.clone()),
+                    ..revision_of(3, &a, NOON - 60, None)
+                },
+            ],
+        )]
+        .into(),
+        ..world.clone()
+    };
+    let plan = plan_of(&desired, &rolled);
+    let w = pool_plan(&plan, "w");
+    assert!(!plan.has_changes(), "{:?}", verbs(w));
+    assert_eq!(w.revision_end, Some((3, Complete)));
+    assert!(w.degraded.as_deref().is_some_and(|d| d.contains("was rolled back to")), "{:?}", w.degraded);
+    // The history alone says so too, should the rollout record be lost.
+    let unrecorded = World { rollouts: BTreeMap::new(), ..rolled.clone() };
+    assert!(!plan_of(&desired, &unrecorded).has_changes());
+    // A plain apply tries the source's template again: revision 4.
+    let retry = PlanOptions { retry_stalled: true, ..PlanOptions::default() };
+    let plan = crate::plan::plan(&desired, &rolled, retry);
+    assert_eq!(creations(pool_plan(&plan, "w"))[0].0, b.template_hash);
+    assert_eq!(creations(pool_plan(&plan, "w"))[0].2, Some(4));
+
+    // Nothing complete to go back to: said, and the command refuses it.
+    let fresh = World { history: BTreeMap::new(), ..world };
+    let why = crate::plan::rollback_target(&desired.pools[0], &fresh).unwrap_err();
+    assert_eq!(why, "no instance runs an earlier template");
+    let plan = crate::plan::plan(&desired, &fresh, by_hand);
+    assert!(plan.rollbacks.is_empty() && creations(pool_plan(&plan, "w")).is_empty());
+}

@@ -2,7 +2,7 @@
 //! made again under them, the batches and the looks at the world in between, and what the
 //! executor checks against the live world while it carries a plan out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -707,4 +707,138 @@ async fn no_container_is_stopped_or_removed_once_the_lock_was_not_renewed_within
     assert!(!calls.iter().any(|c| c.starts_with("stop ") || c.starts_with("remove ")), "{calls:?}");
     let names: Vec<String> = fake.world().containers.into_iter().map(|c| c.name).collect();
     assert!(names.contains(&"w-a".to_owned()) && names.contains(&"w-b".to_owned()), "{names:?}");
+}
+
+/// A rollback decided between two batches (issue 27, item 4): the first batch of the rollout to
+/// `b` creates an instance of it and retires one of `a`; meanwhile that new instance dies and the
+/// rollout's clock runs out, so the plan made again rolls back to `a`, the last template rolled
+/// out completely. The next batch's instance is built from `a`'s template, rebuilt from the
+/// history, not from the plan the rollout began with.
+#[tokio::test]
+async fn a_rollback_decided_between_batches_builds_the_next_batch_from_the_template_it_goes_back_to() {
+    use crate::model::{ContainerState, Revision, RevisionEnd, RolloutResult};
+    let args = |image| PoolArgs { image, ..PoolArgs::new("w", 2) };
+    let a = args("busybox:1").build();
+    let mut b = args("busybox:2").build();
+    b.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let old = |name: &str, created| container(name, "w", &a.template_hash, created);
+    let mut world = world_of(vec![old("w-a-1", 1), old("w-a-2", 2)]);
+    let first = Revision {
+        number: 1,
+        template_hash: a.template_hash.clone(),
+        template: Some(crate::spec::canonical_template(&a.pool.spec)),
+        source: None,
+        commit: None,
+        started: 1,
+        rolled_back_from: None,
+        end: Some(RevisionEnd { result: RolloutResult::Complete, at: 2 }),
+    };
+    world.history.insert("w".to_owned(), vec![first]);
+    let fake = FakeWorld::new(world);
+    let desired = desired(vec![b.clone()]);
+    let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    let batches: BTreeSet<u32> = plan.pools[0].steps.iter().map(|s| s.batch).collect();
+    assert_eq!(batches.len(), 2, "{:?}", plan.pools[0].steps);
+
+    fake.hold("remove w-a-1");
+    let meanwhile = async {
+        fake.until(|calls| calls.iter().any(|c| c == "+remove w-a-1")).await;
+        {
+            let mut sim = fake.sim();
+            let new = sim.world.containers.iter_mut().find(|c| c.template_hash == b.template_hash).unwrap();
+            (new.state, new.came_up) = (ContainerState::Exited, None);
+        }
+        // An hour passes: the rollout's last step forward is older than its deadline.
+        fake.pass(3600);
+        fake.release("remove w-a-1");
+    };
+    let ((report, text), ()) = tokio::join!(execute_all(&fake, &desired, &plan), meanwhile);
+    let report = report.unwrap();
+    assert!(report.failure().is_none(), "{text}");
+
+    let world = fake.world();
+    let made: Vec<&Container> =
+        world.containers.iter().filter(|c| c.name != "w-a-2" && c.template_hash == a.template_hash).collect();
+    assert_eq!(made.len(), 1, "{:?}", world.containers);
+    assert_eq!(made[0].image, "busybox:1", "built from the template it goes back to");
+    assert!(!world.containers.iter().any(|c| c.template_hash == b.template_hash), "{:?}", world.containers);
+    let history: Vec<(u64, &str, Option<&str>)> = world.history["w"]
+        .iter()
+        .map(|r| (r.number, r.template_hash.as_str(), r.rolled_back_from.as_deref()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, a.template_hash.as_str(), None),
+            (2, b.template_hash.as_str(), None),
+            (3, a.template_hash.as_str(), Some(b.template_hash.as_str()))
+        ]
+    );
+    // The rollback ended `b`'s revision, and, once the pool served from `a` again, completed its own.
+    let ends: Vec<Option<RolloutResult>> =
+        world.history["w"].iter().map(|r| r.end.map(|e| e.result)).collect();
+    assert_eq!(
+        ends,
+        [Some(RolloutResult::Complete), Some(RolloutResult::RolledBack), Some(RolloutResult::Complete)]
+    );
+}
+
+/// A rollback is a decision: the plan shown before a rollout (which `apply` may not carry out,
+/// answered no) does not record it; the rollout that carries it out does, before its first
+/// batch retires the failed attempt that was the only sign of the stall.
+#[tokio::test]
+async fn a_rollback_is_recorded_by_the_rollout_that_carries_it_out_not_by_the_preview() {
+    use crate::model::{ContainerState, Revision, RevisionEnd, RolloutRecord, RolloutResult};
+    let args = |image| PoolArgs { image, surge: 0, unavailable: 1, ..PoolArgs::new("w", 1) };
+    let a = args("busybox:1").build();
+    let mut b = args("busybox:2").build();
+    b.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let revision = |number, dp: &crate::model::DesiredPool, end| Revision {
+        number,
+        template_hash: dp.template_hash.clone(),
+        template: Some(crate::spec::canonical_template(&dp.pool.spec)),
+        source: None,
+        commit: None,
+        started: 1,
+        rolled_back_from: None,
+        end,
+    };
+    let mut failed = container("w-b-1", "w", &b.template_hash, 3);
+    (failed.state, failed.came_up) = (ContainerState::Exited, None);
+    let mut world = world_of(vec![failed]);
+    let complete = Some(RevisionEnd { result: RolloutResult::Complete, at: 2 });
+    world.history.insert("w".to_owned(), vec![revision(1, &a, complete), revision(2, &b, None)]);
+    // Its rollout began long ago, by the world's clock, and nothing of it came up.
+    let record = RolloutRecord {
+        template_hash: b.template_hash.clone(),
+        since: 3,
+        rolled_back_from: None,
+        progressed: None,
+    };
+    world.rollouts.insert("w".to_owned(), record);
+    let fake = FakeWorld::new(world);
+    let desired = desired(vec![b.clone()]);
+
+    let plan = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
+    assert_eq!(plan.pools[0].revision_end, Some((2, RolloutResult::RolledBack)));
+    record_ends(&plan, &desired, &fake).await;
+    assert_eq!(fake.world().history["w"][1].end, None, "not by the preview");
+
+    let (report, text) = execute_all(&fake, &desired, &plan).await;
+    assert!(report.unwrap().complete(), "{text}");
+    let world = fake.world();
+    let calls = fake.calls();
+    let ended = position(&calls, &format!("record-revision-end w 2 {}", RolloutResult::RolledBack));
+    assert!(ended < position(&calls, "remove w-b-1"), "recorded before the attempt goes: {calls:?}");
+    assert_eq!(world.containers.len(), 1);
+    assert_eq!(
+        (world.containers[0].template_hash.as_str(), world.containers[0].image.as_str()),
+        (a.template_hash.as_str(), "busybox:1")
+    );
+    let ends: Vec<Option<RolloutResult>> =
+        world.history["w"].iter().map(|r| r.end.map(|e| e.result)).collect();
+    assert_eq!(
+        ends,
+        [Some(RolloutResult::Complete), Some(RolloutResult::RolledBack), Some(RolloutResult::Complete)]
+    );
 }

@@ -40,6 +40,9 @@ struct Inner {
     joining: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Every name noted as joining, with how many calls had been made by then.
     noted: Mutex<Vec<(String, usize)>>,
+    /// Seconds the daemon's clock ([`Containers::clock`]) is ahead of this process's: time that
+    /// passes for the world at once, as far as every record's age goes.
+    ahead: std::sync::atomic::AtomicI64,
 }
 
 /// What the fake does besides answering.
@@ -236,6 +239,13 @@ impl FakeWorld {
         self.sim().world.clone()
     }
 
+    /// Let `secs` pass for the world at once: every record written so far (and, since the
+    /// fake writes them by this process's clock, every one written after) looks that much
+    /// older to a plan.
+    pub(crate) fn pass(&self, secs: i64) {
+        self.0.ahead.fetch_add(secs, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub(crate) fn sim(&self) -> MutexGuard<'_, SimWorld> {
         self.0.sim.lock().unwrap()
     }
@@ -416,6 +426,7 @@ impl Containers for FakeWorld {
     async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
         self.call(format!("forget {pool}"), |sim| {
             sim.world.rollouts.remove(pool);
+            sim.world.history.remove(pool);
             Ok(())
         })
         .await
@@ -480,6 +491,13 @@ impl Containers for FakeWorld {
 
     async fn may_run(&self, name: &str) -> Result<bool, BackendError> {
         Ok(self.sim().container(name).is_some_and(|c| c.state.may_run()))
+    }
+
+    async fn clock(&self) -> Option<i64> {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let ahead = self.0.ahead.load(std::sync::atomic::Ordering::SeqCst);
+        Some(i64::try_from(now).unwrap_or(i64::MAX).saturating_add(ahead))
     }
 
     /// A look, not a call of its own in [`FakeWorld::calls`]: the window's looks are many.
@@ -562,12 +580,42 @@ impl Containers for FakeWorld {
         rolled_back_from: Option<&str>,
         _: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        // Observing the fake stamps the world with the real clock: so is the record.
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let now = wall_clock();
         self.call(format!("record-rollout {pool}"), |sim| {
             sim.record_rollout(pool, template_hash, rolled_back_from, now);
+            Ok(())
+        })
+        .await
+    }
+
+    fn history(&self) -> BTreeMap<String, Vec<crate::model::Revision>> {
+        self.sim().world.history.clone()
+    }
+
+    async fn record_revision(
+        &self,
+        pool: &str,
+        revision: &crate::model::Revision,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let now = wall_clock();
+        self.call(format!("record-revision {pool} {}", revision.number), |sim| {
+            sim.record_revision(pool, revision.clone(), now);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn record_revision_end(
+        &self,
+        pool: &str,
+        number: u64,
+        result: crate::model::RolloutResult,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let now = wall_clock();
+        self.call(format!("record-revision-end {pool} {number} {result}"), |sim| {
+            sim.record_revision_end(pool, number, result, now);
             Ok(())
         })
         .await
@@ -807,4 +855,10 @@ impl Cluster for FakeCluster {
             })
             .await
     }
+}
+
+/// Observing the fake stamps the world with the real clock: so are its records.
+fn wall_clock() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    i64::try_from(now).unwrap_or(i64::MAX)
 }

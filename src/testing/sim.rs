@@ -47,12 +47,25 @@ impl SimWorld {
     pub(crate) fn apply_step(&mut self, pool: &str, step: &Step) {
         let name = step.instance.as_str();
         match &step.action {
-            Action::Create { image, template_hash, starts_rollout, rollback_from, .. } => {
+            Action::Create { image, template_hash, starts_rollout, rollback_from, revision, .. } => {
                 assert!(self.container(name).is_none(), "create {name}: the name is taken");
                 if *starts_rollout {
                     // The world's clock, where the test set one.
                     let now = self.world.now.max(self.clock);
                     self.record_rollout(pool, template_hash, rollback_from.as_deref(), now);
+                    if let Some(number) = *revision {
+                        let revision = crate::model::Revision {
+                            number,
+                            template_hash: template_hash.clone(),
+                            template: None,
+                            source: None,
+                            commit: None,
+                            started: now,
+                            rolled_back_from: rollback_from.clone(),
+                            end: None,
+                        };
+                        self.record_revision(pool, revision, now);
+                    }
                 }
                 let scope = self.scope.clone();
                 let container = Container {
@@ -152,6 +165,34 @@ impl SimWorld {
             progressed: None,
         };
         self.world.rollouts.insert(pool.to_owned(), record);
+    }
+
+    /// Record that the pool's rollout of `revision` begins at `since`, keeping the last
+    /// [`crate::model::REVISION_HISTORY_LIMIT`] revisions, as the Docker backend does.
+    pub(crate) fn record_revision(&mut self, pool: &str, mut revision: crate::model::Revision, since: i64) {
+        (revision.started, revision.end) = (since, None);
+        let history = self.world.history.entry(pool.to_owned()).or_default();
+        if history.iter().any(|r| r.number == revision.number) {
+            return;
+        }
+        let number = revision.number;
+        history.push(revision);
+        history.retain(|r| r.number.saturating_add(crate::model::REVISION_HISTORY_LIMIT) > number);
+        history.sort_by_key(|r| r.number);
+    }
+
+    /// Record that revision `number` of the pool ended at `at`; the first end recorded stands.
+    pub(crate) fn record_revision_end(
+        &mut self,
+        pool: &str,
+        number: u64,
+        result: crate::model::RolloutResult,
+        at: i64,
+    ) {
+        let history = self.world.history.entry(pool.to_owned()).or_default();
+        if let Some(revision) = history.iter_mut().find(|r| r.number == number && r.end.is_none()) {
+            revision.end = Some(crate::model::RevisionEnd { result, at });
+        }
     }
 
     /// Record that the instance came up, as the executor does last.
@@ -291,6 +332,7 @@ mod tests {
             k3s_server: None,
             starts_rollout: false,
             rollback_from: None,
+            revision: None,
         };
         sim.apply_step("k", &step("k-1", create));
         assert_eq!((sim.alive("k"), sim.up("k", true, false)), (1, 0), "no Node registered yet");

@@ -179,6 +179,7 @@ pub struct PoolYaml {
     node_taints: Vec<(String, String, String)>,
     ready_timeout: String,
     drain_timeout: String,
+    max_surge: u32,
     max_unavailable: u32,
     stop_grace_period: String,
     /// `spec.health` lines, as written under `health:`.
@@ -218,6 +219,7 @@ impl PoolYaml {
             node_taints: Vec::new(),
             ready_timeout: "10s".to_owned(),
             drain_timeout: "5s".to_owned(),
+            max_surge: 1,
             max_unavailable: 0,
             stop_grace_period: "2s".to_owned(),
             health: Vec::new(),
@@ -379,6 +381,12 @@ impl PoolYaml {
     }
 
     #[must_use]
+    pub fn max_surge(mut self, max_surge: u32) -> Self {
+        self.max_surge = max_surge;
+        self
+    }
+
+    #[must_use]
     pub fn max_unavailable(mut self, max_unavailable: u32) -> Self {
         self.max_unavailable = max_unavailable;
         self
@@ -458,8 +466,8 @@ impl fmt::Display for PoolYaml {
         }
         writeln!(
             f,
-            "  rollout:\n    maxSurge: 1\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
-            self.max_unavailable, self.stop_grace_period, self.drain_timeout
+            "  rollout:\n    maxSurge: {}\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
+            self.max_surge, self.max_unavailable, self.stop_grace_period, self.drain_timeout
         )?;
         if let Some(monitor) = &self.monitor {
             writeln!(f, "    monitor: {monitor}")?;

@@ -25,7 +25,7 @@ use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
-use crate::model::{Container, Desired, InstanceRef, RolloutRecord, labels};
+use crate::model::{Container, Desired, InstanceRef, Revision, RolloutRecord, RolloutResult, labels};
 use crate::spec::{Secret, TemplateFile};
 
 mod archive;
@@ -34,6 +34,7 @@ mod copy;
 mod create;
 pub mod endpoint;
 mod events;
+mod history;
 mod lock;
 mod up;
 
@@ -43,6 +44,7 @@ pub use copy::{CopyError, resolve_copies};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{DRIFT_EVENTS, container_events};
+pub use history::revision_record_name;
 pub use lock::lock_name;
 pub use up::{rollout_record_name, up_record_name};
 
@@ -113,6 +115,8 @@ pub struct DockerBackend {
     timeouts: Timeouts,
     /// The rollout records the last list showed, by pool (see [`Containers::rollouts`]).
     rollouts: std::sync::Mutex<BTreeMap<String, RolloutRecord>>,
+    /// The rollout history the last list showed, by pool (see [`Containers::history`]).
+    history: std::sync::Mutex<BTreeMap<String, Vec<Revision>>>,
     /// The records the last list showed kept as containers, by an earlier poolctl: removed
     /// with what they record.
     legacy_records: std::sync::Mutex<HashSet<String>>,
@@ -144,6 +148,7 @@ impl DockerBackend {
             calls: AtomicU64::new(1),
             timeouts,
             rollouts: std::sync::Mutex::default(),
+            history: std::sync::Mutex::default(),
             legacy_records: std::sync::Mutex::default(),
             slots: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
         })
@@ -488,6 +493,7 @@ impl Containers for DockerBackend {
         let volumes = volumes.map_err(|e| self.error("list volumes", e))?;
         let mut records = HashMap::new();
         let mut rollouts = BTreeMap::new();
+        let mut history = Vec::new();
         let mut legacy = HashSet::new();
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
@@ -519,6 +525,8 @@ impl Containers for DockerBackend {
                 rollouts.insert(pool, record);
             } else if let Some(pool) = up::progress_record_of(name, labels) {
                 progressed.push((pool, created));
+            } else if let Some(record) = history::history_record_from(name, labels, created) {
+                history.push(record);
             }
         }
         for (pool, at) in progressed {
@@ -526,6 +534,7 @@ impl Containers for DockerBackend {
                 record.progressed = Some(at);
             }
         }
+        *self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = history::assemble(history);
         *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         up::join_up_records(&mut containers, &records);
@@ -769,6 +778,7 @@ impl Containers for DockerBackend {
     }
 
     async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_history(pool).await?;
         self.remove_rollout_record(pool).await
     }
 
@@ -796,6 +806,29 @@ impl Containers for DockerBackend {
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
         self.write_rollout_record(pool, template_hash, rolled_back_from, labels).await
+    }
+
+    fn history(&self) -> BTreeMap<String, Vec<Revision>> {
+        self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn record_revision(
+        &self,
+        pool: &str,
+        revision: &Revision,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.write_revision(pool, revision, labels).await
+    }
+
+    async fn record_revision_end(
+        &self,
+        pool: &str,
+        number: u64,
+        result: RolloutResult,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.write_revision_end(pool, number, result, labels).await
     }
 }
 

@@ -250,7 +250,7 @@ impl DockerBackend {
         self.remove_legacy(&name).await
     }
 
-    async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
+    pub(super) async fn remove_volume(&self, name: &str) -> Result<(), BackendError> {
         match self.call(self.docker.remove_volume(name, Some(RemoveVolumeOptions { force: true }))).await {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(404) => Ok(()),

@@ -165,6 +165,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 notice.error = Some(why);
                 self.notify(notice);
             }
+            crate::rollout::record_ends(plan, desired, self.containers).await;
         }
         let s = plan.summary;
         if !plan.has_changes() {
