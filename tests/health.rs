@@ -86,6 +86,9 @@ async fn a_node_past_its_timeout_is_replaced_its_replacement_ready_before_it_is_
     let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
     watch.wait_for(Stream::Stderr, "in sync");
     hold_unknown(&rig, std::slice::from_ref(&held));
+    // A volume stays attached to it: its silent kubelet can never detach it, so (as Cluster API
+    // does) its retirement does not wait for that.
+    rig.fake.store().volume_attachments = vec![("csi-held".to_owned(), held.clone())];
 
     // Watch sees it unavailable, then unhealthy once 5s have passed since the Node's
     // lastTransitionTime, and replaces it.
@@ -99,6 +102,11 @@ async fn a_node_past_its_timeout_is_replaced_its_replacement_ready_before_it_is_
     };
     tokio::time::timeout(LIMIT, removed).await.expect("the held container is removed");
     watch.signal("TERM");
+    let said = watch.output(Stream::Stdout);
+    assert!(
+        said.contains(&format!("{held}: unreachable (Ready=Unknown): not waiting for its volumes")),
+        "{said}"
+    );
     let events = rig.events_after(seq);
     let cordoned = events
         .iter()
