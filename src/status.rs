@@ -81,6 +81,10 @@ pub struct InstanceView {
     /// Why it does not serve, for how long, and what a plan does about it (as in the plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::plan::HealthNote>,
+    /// While it is being retired: what the world shows its retirement waits for (deletion hooks
+    /// on its Node, a PodDisruptionBudget that allows no disruption of a pod to evict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits: Option<String>,
 }
 
 impl Status {
@@ -145,6 +149,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
                 retiring: i.retiring,
                 up: container.is_some_and(|c| is_up(c, node, nodes, false)),
                 health: i.health.clone(),
+                waits: i.retiring.then(|| retirement_waits(pool, i)).flatten(),
             }
         })
         .collect();
@@ -165,6 +170,24 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         unhealthy_held: pool.unhealthy_held.clone(),
         degraded: pool.degraded.clone(),
     }
+}
+
+/// What the world shows the retirement of `instance` waits for: the deletion hooks on its Node,
+/// and the budgets that allow no disruption of a pod its drain evicts. `None` when nothing does.
+fn retirement_waits(pool: &PoolPlan, instance: &crate::plan::InstanceStatus) -> Option<String> {
+    let mut waits = Vec::new();
+    if !instance.hooks.is_empty() {
+        waits.push(format!("its hooks ({})", instance.hooks.join(", ")));
+    }
+    let steps = pool.steps.iter().chain(pool.paused.iter().flat_map(|p| &p.steps));
+    for step in steps.filter(|s| s.instance == instance.name) {
+        if let crate::plan::Action::Drain(preview) = &step.action {
+            waits.extend(
+                preview.blocking_pdbs.iter().map(|pdb| format!("PDB {pdb}, which allows 0 disruptions")),
+            );
+        }
+    }
+    (!waits.is_empty()).then(|| format!("its retirement waits for {}", waits.join("; ")))
 }
 
 /// Write the status as tables, one per pool, each under a line that sums the pool up.
@@ -199,6 +222,9 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
                 let note = crate::plan::describe_health(note);
                 let note = if note.starts_with("unhealthy") { style.red(&note) } else { style.yellow(&note) };
                 writeln!(out, "  {}: {note}", instance.name)?;
+            }
+            if let Some(waits) = &instance.waits {
+                writeln!(out, "  {}: {}", instance.name, style.yellow(waits))?;
             }
         }
         if let Some(why) = &pool.unhealthy_held {

@@ -171,6 +171,12 @@ async fn a_drain_a_budget_holds_past_the_progress_deadline_is_progress_not_a_sta
     // Meanwhile another look does not call the busy rollout stalled: its run holds the lock.
     let plan = rig.poolctl("plan", &[]).stdout;
     assert!(!plan.contains("degraded") && !plan.contains("Degraded"), "{plan}");
+    // And `status` says what it waits for.
+    let status = rig.poolctl("status", &[]).stdout;
+    assert!(
+        status.contains("its retirement waits for PDB default/web-pdb, which allows 0 disruptions"),
+        "{status}"
+    );
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
 
     watch.wait_for(Stream::Stderr, "in sync");

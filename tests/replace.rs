@@ -108,7 +108,15 @@ async fn a_pre_drain_hook_holds_a_retirement_until_its_owner_removes_it() {
     };
     tokio::time::timeout(LIMIT, rig.fake.wait_until(cordoned)).await.expect("cordoned while the hook is set");
     apply.assert_alive();
-    // `kubectl describe node` says what the retirement waits for.
+    // `poolctl status` says what the retirement waits for, from the world alone.
+    let status = rig.poolctl("status", &[]).expect_code(0).stdout;
+    assert!(
+        status.contains(&format!(
+            "{victim}: its retirement waits for its hooks (pre-drain backup (my-operator))"
+        )),
+        "{status}"
+    );
+    // So does `kubectl describe node`.
     let waits = rig.fake.events_about("Node", &victim);
     let waiting = waits.iter().find(|e| e.reason.as_deref() == Some("WaitingForHooks")).expect("an Event");
     assert!(

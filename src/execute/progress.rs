@@ -289,7 +289,8 @@ impl<C, K> Executor<'_, C, K> {
                 format!("{} {}s, waiting for {waits}", r.label, r.started.elapsed().as_secs())
             })
             .collect();
-        self.ui.style.dim(&parts.join(" | "))
+        let width = terminal_size::terminal_size().map(|(w, _)| usize::from(w.0));
+        self.ui.style.dim(&fit(parts.join(" | "), width))
     }
 
     fn redraw_live(&self) {
@@ -304,6 +305,19 @@ impl<C, K> Executor<'_, C, K> {
         let _ = writeln!(out, "{event}");
         let _ = out.flush();
     }
+}
+
+/// `line` cut to fit one row of a terminal `width` columns wide, marked `…` where it was cut:
+/// a longer line wraps, and the `\r` that redraws it reaches back to its last row only, leaving
+/// stale rows above. Unknown width: as it is.
+fn fit(line: String, width: Option<usize>) -> String {
+    let Some(room) = width.and_then(|w| w.checked_sub(1)).filter(|r| *r > 1) else { return line };
+    if line.chars().count() <= room {
+        return line;
+    }
+    let mut cut: String = line.chars().take(room - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// What a step waits for when its backend noted nothing more precise.
@@ -405,5 +419,16 @@ mod tests {
         );
         let same = said(|e| e.renumber(&rest, &rest, 8));
         assert_eq!(same.trim(), "-- looked at the world again: 8 steps to go, as planned");
+    }
+
+    #[test]
+    fn the_live_line_fits_one_row_of_the_terminal() {
+        let line = "[3/12] drain workers-1a2b3c4d5e-k2x9p 12s, waiting for 1 pod left to evict".to_owned();
+        assert_eq!(fit(line.clone(), None), line, "no terminal width: as it is");
+        assert_eq!(fit(line.clone(), Some(200)), line);
+        let cut = fit(line, Some(30));
+        assert_eq!(cut.chars().count(), 29, "{cut}");
+        assert!(cut.starts_with("[3/12] drain workers") && cut.ends_with('…'), "{cut}");
+        assert_eq!(fit("abc".to_owned(), Some(1)), "abc", "no room to cut in");
     }
 }
