@@ -311,7 +311,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     .complete()
                     .then(|| ("RolloutSucceeded", format!("{} done", crate::execute::report::steps(done))))
             }
-            Err(e) => Some(("RolloutFailed", crate::backend::kube::cause_chain(e))),
+            Err(e) => Some(("RolloutFailed", crate::backend::cause_chain(e))),
         })
         .await;
         result

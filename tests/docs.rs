@@ -495,3 +495,43 @@ fn the_readme_plan_is_the_planners_snapshot() {
     let shown = readme.split("```\n").find(|block| block.starts_with("Source: pools/")).expect("the plan");
     assert_eq!(shown.trim_end(), body.trim_end(), "README.md's plan is not src/plan/snapshots' node rollout");
 }
+
+/// Every file or directory docs/architecture.md places a stage in (the `where` column of the
+/// table under "Where the code lives") exists under `src/`, so that the page stays true to the
+/// tree.
+#[test]
+fn the_architecture_page_names_modules_that_exist() {
+    let text = read(Path::new("docs/architecture.md"));
+    let table = text
+        .lines()
+        .skip_while(|l| *l != "## Where the code lives")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "));
+    let mut named = 0;
+    for line in table.filter(|l| l.starts_with("| ") && !l.starts_with("| ---")) {
+        let Some(cell) = line.split(" | ").nth(1) else { continue };
+        let (spans, _) = code_spans(cell);
+        for span in spans {
+            let path = root().join("src").join(span.trim_end_matches('/'));
+            assert!(path.exists(), "docs/architecture.md names src/{span}, which does not exist");
+            named += 1;
+        }
+    }
+    assert!(named >= 15, "the table was not read: {named} paths");
+}
+
+/// Commands reach the backends through `backend/`'s facade: none names a concrete backend.
+#[test]
+fn no_command_names_a_concrete_backend() {
+    let mut files = vec![root().join("src/commands")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let code = fs::read_to_string(&path).unwrap();
+            for concrete in ["backend::docker", "backend::kube"] {
+                assert!(!code.contains(concrete), "{} names {concrete}", path.display());
+            }
+        }
+    }
+}

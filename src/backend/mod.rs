@@ -15,6 +15,11 @@ use crate::model::{
 use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
 pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
+/// What the commands need of the concrete backends, named here so that they depend on this
+/// facade only: `copyFrom` resolved on a pool's Docker endpoint, and an error's causes worded
+/// once, as the backends' errors word them.
+pub use docker::{CopyError, resolve_copies};
+pub(crate) use kube::cause_chain;
 
 mod connections;
 pub mod docker;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
-use crate::backend::docker::resolve_copies;
+use crate::backend::resolve_copies;
 use crate::backend::{ClusterClient, Connections, Docker, Locks};
 use crate::config::Source;
 use crate::lock::inspect_locks;

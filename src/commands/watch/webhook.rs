@@ -137,7 +137,7 @@ async fn deliver(url: Uri, mut rx: mpsc::Receiver<Notice>) {
                     break;
                 }
                 Ok(Ok(answer)) => format!("it answered {}", answer.status()),
-                Ok(Err(e)) => crate::backend::kube::cause_chain(&e),
+                Ok(Err(e)) => crate::backend::cause_chain(&e),
                 Err(_) => format!("no answer in {}s", DEADLINE.as_secs()),
             };
             if attempt == ATTEMPTS {
