@@ -520,18 +520,39 @@ fn the_architecture_page_names_modules_that_exist() {
     assert!(named >= 15, "the table was not read: {named} paths");
 }
 
-/// Commands reach the backends through `backend/`'s facade: none names a concrete backend.
-#[test]
-fn no_command_names_a_concrete_backend() {
-    let mut files = vec![root().join("src/commands")];
+/// The Rust files under `src/<dir>`, with their code.
+fn sources_under(dir: &str) -> Vec<(PathBuf, String)> {
+    let (mut files, mut found) = (vec![root().join("src").join(dir)], Vec::new());
     while let Some(path) = files.pop() {
         if path.is_dir() {
             files.extend(fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
         } else if path.extension().is_some_and(|e| e == "rs") {
             let code = fs::read_to_string(&path).unwrap();
-            for concrete in ["backend::docker", "backend::kube"] {
-                assert!(!code.contains(concrete), "{} names {concrete}", path.display());
-            }
+            found.push((path, code));
         }
+    }
+    assert!(!found.is_empty(), "no sources under src/{dir}");
+    found
+}
+
+/// Commands reach the backends through `backend/`'s facade: none names a concrete backend.
+#[test]
+fn no_command_names_a_concrete_backend() {
+    for (path, code) in sources_under("commands") {
+        for concrete in ["backend::docker", "backend::kube"] {
+            assert!(!code.contains(concrete), "{} names {concrete}", path.display());
+        }
+    }
+}
+
+/// The pool file's types stand alone: `model` imports `spec`, never the reverse.
+#[test]
+fn the_spec_imports_nothing_of_the_model() {
+    for (path, code) in sources_under("spec") {
+        assert!(
+            !code.contains("crate::model") && !code.contains("super::model"),
+            "{} imports the model",
+            path.display()
+        );
     }
 }

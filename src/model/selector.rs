@@ -31,6 +31,15 @@ pub enum Operator {
 }
 
 impl LabelSelector {
+    /// The selector the API server would make of a pool file's pod selector; `None` when it
+    /// would refuse it. Here rather than in `spec`, which imports nothing of the model.
+    pub fn of_pods(pods: &crate::spec::PodSelector) -> Option<Self> {
+        Self::from_parts(
+            &pods.match_labels,
+            pods.match_expressions.iter().map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
+        )
+    }
+
     /// Builds a selector from `matchLabels` and `matchExpressions` entries (key, operator as the
     /// API spells it, values). `None` when the API server could not turn it into a selector
     /// (`metav1.LabelSelectorAsSelector` fails): an unknown operator, `In` or `NotIn` without

@@ -408,8 +408,10 @@ impl Pod {
         let namespace = rule.namespaces.is_empty() || rule.namespaces.contains(&self.namespace);
         // A selector the API server would refuse is refused by validation; should one get here,
         // it selects nothing, as the API server's own reading of such a selector does.
-        let labels =
-            rule.pods.as_ref().is_none_or(|p| p.to_selector().is_some_and(|s| s.matches(&self.labels)));
+        let labels = rule
+            .pods
+            .as_ref()
+            .is_none_or(|p| LabelSelector::of_pods(p).is_some_and(|s| s.matches(&self.labels)));
         namespace && labels
     }
 

@@ -182,16 +182,6 @@ pub struct SelectorRequirement {
     pub values: Vec<String>,
 }
 
-impl PodSelector {
-    /// The selector the API server would make of it; `None` when it would refuse it.
-    pub fn to_selector(&self) -> Option<crate::model::LabelSelector> {
-        crate::model::LabelSelector::from_parts(
-            &self.match_labels,
-            self.match_expressions.iter().map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_slice())),
-        )
-    }
-}
-
 /// The container template. Everything here is covered by the template hash.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
