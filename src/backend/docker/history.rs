@@ -11,8 +11,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use bollard::models::VolumeCreateRequest;
-
 use super::DockerBackend;
 use crate::backend::BackendError;
 use crate::model::{REVISION_HISTORY_LIMIT, Revision, RevisionEnd, RolloutResult, labels};
@@ -122,10 +120,7 @@ impl DockerBackend {
             }
         }
         let doing = format!("record revision {number} of pool {pool}");
-        let request =
-            VolumeCreateRequest { name: Some(name.clone()), labels: Some(labels), ..Default::default() };
-        // Docker answers a create of an existing volume with that volume, as it is.
-        let made = self.call(self.docker.create_volume(request)).await.map_err(|e| self.error(&doing, e))?;
+        let made = self.create_record(&name, labels, &doing).await?;
         let same = made.labels.get(labels::REVISION) == Some(&number)
             && made.labels.get(labels::TEMPLATE_HASH) == Some(&revision.template_hash);
         if !same {
@@ -155,15 +150,8 @@ impl DockerBackend {
         labels.insert(labels::POOL.to_owned(), pool.to_owned());
         labels.insert(labels::REVISION.to_owned(), number.to_string());
         labels.insert(labels::REVISION_RESULT.to_owned(), result.as_str().to_owned());
-        let request = VolumeCreateRequest {
-            name: Some(end_record_name(pool, number)),
-            labels: Some(labels),
-            ..Default::default()
-        };
-        self.call(self.docker.create_volume(request))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.error(&format!("record the end of revision {number} of pool {pool}"), e))
+        let doing = format!("record the end of revision {number} of pool {pool}");
+        self.create_record(&end_record_name(pool, number), labels, &doing).await.map(drop)
     }
 
     /// Remove every revision of `pool` the last list showed: the pool is gone.

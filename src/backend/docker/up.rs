@@ -174,14 +174,7 @@ impl DockerBackend {
         labels.insert(labels::UP_OF.to_owned(), id.clone());
         let name = up_record_name(instance);
         for attempt in 0..2 {
-            // Docker answers a create of an existing volume with that volume, as it is.
-            let request = VolumeCreateRequest {
-                name: Some(name.clone()),
-                labels: Some(labels.clone()),
-                ..Default::default()
-            };
-            let made =
-                self.call(self.docker.create_volume(request)).await.map_err(|e| self.error(&doing(), e))?;
+            let made = self.create_record(&name, labels.clone(), &doing()).await?;
             if made.labels.get(labels::UP_OF) == Some(&id) {
                 return Ok(());
             }
@@ -209,11 +202,7 @@ impl DockerBackend {
         if let Some(from) = rolled_back_from {
             labels.insert(labels::ROLLED_BACK_FROM.to_owned(), from.to_owned());
         }
-        let request = VolumeCreateRequest { name: Some(name), labels: Some(labels), ..Default::default() };
-        self.call(self.docker.create_volume(request))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.error(&format!("record the rollout of pool {pool}"), e))
+        self.create_record(&name, labels, &format!("record the rollout of pool {pool}")).await.map(drop)
     }
 
     /// Write `pool`'s progress record: its rollout stepped forward now. The volume is made
@@ -228,11 +217,21 @@ impl DockerBackend {
         self.remove_volume(&name).await?;
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
         labels.insert(labels::PROGRESS_OF.to_owned(), pool.to_owned());
-        let request = VolumeCreateRequest { name: Some(name), labels: Some(labels), ..Default::default() };
-        self.call(self.docker.create_volume(request))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.error(&format!("record the progress of pool {pool}"), e))
+        self.create_record(&name, labels, &format!("record the progress of pool {pool}")).await.map(drop)
+    }
+
+    /// Make the record volume `name` with `labels`, saying `doing` should it fail, and return it
+    /// as Docker has it: Docker answers a create of an existing volume with that volume, as it
+    /// is, so a caller whose record must say what it wrote compares its labels.
+    pub(super) async fn create_record(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+        doing: &str,
+    ) -> Result<Volume, BackendError> {
+        let request =
+            VolumeCreateRequest { name: Some(name.to_owned()), labels: Some(labels), ..Default::default() };
+        self.call(self.docker.create_volume(request)).await.map_err(|e| self.error(doing, e))
     }
 
     /// Remove the up record of `instance`, if there is one.
