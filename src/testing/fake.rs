@@ -494,10 +494,8 @@ impl Containers for FakeWorld {
     }
 
     async fn clock(&self) -> Option<i64> {
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let ahead = self.0.ahead.load(std::sync::atomic::Ordering::SeqCst);
-        Some(i64::try_from(now).unwrap_or(i64::MAX).saturating_add(ahead))
+        Some(wall_clock().saturating_add(ahead))
     }
 
     /// A look, not a call of its own in [`FakeWorld::calls`]: the window's looks are many.
@@ -564,9 +562,7 @@ impl Containers for FakeWorld {
     /// Bookkeeping beside a retirement step, not a call of its own in [`FakeWorld::calls`]:
     /// the order tests read is the steps'.
     async fn record_progress(&self, pool: &str, _: &BTreeMap<String, String>) -> Result<(), BackendError> {
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let now = wall_clock();
         if let Some(record) = self.sim().world.rollouts.get_mut(pool) {
             record.progressed = Some(now);
         }
