@@ -284,25 +284,15 @@ async fn a_stalled_rollout_with_rollback_ends_on_the_previous_template() {
     let Some(rig) = Rig::new().await else { return };
     let old = rig.start(&rig.spec().replicas(2)).await;
     let v1 = rig.template_hash();
-    // Version 2's first instance comes up; the next never turns Ready.
+    // Version 2's first instance comes up; the next never turns Ready. The deadline leaves a
+    // loaded machine time to make and start the first one.
     let v2 =
-        rig.spec().replicas(2).env("VERSION", "2").ready_timeout("2s").progress_deadline("3s").rollback();
+        rig.spec().replicas(2).env("VERSION", "2").ready_timeout("3s").progress_deadline("8s").rollback();
     rig.write(&v2);
     let v2_hash = rig.template_hash();
     let prefix = format!("{}-{v2_hash}-", rig.pool());
-    rig.fake.set_ready_policy(&prefix, ReadyPolicy::After(std::time::Duration::ZERO));
+    rig.fake.set_ready_policy(&prefix, ReadyPolicy::First(1));
     let mut watch = rig.s.spawn("watch", &["--resync", "500ms"]);
-    let first_up = |st: &crate::support::fake_kube::Store| {
-        st.nodes().any(|n| {
-            n.metadata.name.as_deref().is_some_and(|name| name.starts_with(&prefix))
-                && n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-    };
-    tokio::time::timeout(LIMIT, rig.fake.wait_until(first_up)).await.expect("the first v2 Node is Ready");
-    rig.fake.set_ready_policy(&prefix, ReadyPolicy::Never);
     watch.wait_for(Stream::Stderr, &format!("rolling back to template {v1}"));
 
     // Watch brings the pool back: two running instances of version 1, none of version 2.

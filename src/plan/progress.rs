@@ -52,11 +52,7 @@ impl Progress {
             let stalled = if by_hand { Some(Stall::ByHand) } else { stall(dp, world) };
             let stall = match stalled {
                 None => {
-                    // A new template, or the first attempt since the pool last converged (a new
-                    // pool, a scale-up, a replacement of a dead instance): the clock starts.
-                    if record.is_none_or(|r| r.template_hash != dp.template_hash)
-                        || attempts(dp, world).is_empty()
-                    {
+                    if starts(dp, world) {
                         progress.starts.insert(name);
                     }
                     continue;
@@ -134,6 +130,27 @@ impl Progress {
             .filter(|(_, result)| *result == RolloutResult::RolledBack)
             .map(|(hash, _)| hash.as_str())
     }
+}
+
+/// Whether the pool's next creation starts its rollout's clock anew: a new template, or the
+/// first attempt since the pool last converged (a scale-up, the replacement of a dead instance).
+/// A retry of a rollout under way keeps its clock, though its failed attempt may already be gone:
+/// else a template that never comes up would be retried for ever, never past its deadline.
+fn starts(dp: &DesiredPool, world: &World) -> bool {
+    let Some(record) = world.rollouts.get(dp.name()).filter(|r| r.template_hash == dp.template_hash) else {
+        return true;
+    };
+    let last = world.history.get(dp.name()).and_then(|h| h.last());
+    // The history says when the pool last converged on the template: the record written before
+    // then dated a rollout that is over.
+    if let Some(revision) = last.filter(|r| r.template_hash == dp.template_hash) {
+        return revision.end.is_some_and(|e| e.result == RolloutResult::Complete && e.at >= record.since);
+    }
+    // No history to tell (it was lost, or poolctl kept none then): the pool is converged when
+    // every instance runs the template and none is being made.
+    let current = |c: &Container| c.template_hash == dp.template_hash && c.elsewhere.is_none();
+    let mut mine = world.containers.iter().filter(|c| c.pool == dp.name());
+    mine.all(current) && attempts(dp, world).is_empty()
 }
 
 /// The pool's instances of its current template that are being made and have not come up: no

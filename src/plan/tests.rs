@@ -2241,3 +2241,68 @@ fn apply_rollback_goes_back_by_hand_and_stays_there_until_apply_tries_again() {
     let plan = crate::plan::plan(&desired, &fresh, by_hand);
     assert!(plan.rollbacks.is_empty() && creations(pool_plan(&plan, "w")).is_empty());
 }
+
+#[test]
+fn a_retry_of_a_rollout_under_way_keeps_its_clock() {
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 2) }.build();
+    let new = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 2) }.build();
+    let (old_hash, new_hash) = (old.template_hash.clone(), new.template_hash.clone());
+    // One new instance came up and one old one is left; the last attempt failed and was
+    // stopped, or already removed: either way the rollout is under way, not starting.
+    let mut failed = container("w-new-2", "w", &new_hash, NOON - 5);
+    (failed.came_up, failed.state, failed.status) =
+        (None, ContainerState::Exited, "Exited (0) 5 seconds ago".to_owned());
+    let mut up = container("w-new-1", "w", &new_hash, NOON - 15);
+    up.came_up = Some(NOON - 14);
+    let record = crate::model::RolloutRecord {
+        template_hash: new_hash.clone(),
+        since: NOON - 20,
+        rolled_back_from: None,
+        progressed: None,
+    };
+    let world = World {
+        now: NOON,
+        containers: vec![container("w-old-2", "w", &old_hash, 2), up.clone(), failed],
+        rollouts: [("w".to_owned(), record)].into(),
+        ..World::default()
+    };
+    let desired = desired(vec![new]);
+    let revision = |end: Option<i64>| crate::model::Revision {
+        number: 3,
+        template_hash: new_hash.clone(),
+        template: None,
+        source: None,
+        commit: None,
+        started: NOON - 20,
+        rolled_back_from: None,
+        end: end.map(|at| crate::model::RevisionEnd { result: crate::model::RolloutResult::Complete, at }),
+    };
+    let first_create = |world: &World| {
+        let plan = plan_of(&desired, world);
+        let starts = plan.steps().find_map(|(_, s)| match s.action {
+            Action::Create { starts_rollout, .. } => Some(starts_rollout),
+            _ => None,
+        });
+        starts.unwrap_or_else(|| panic!("a creation: {:?}", verbs(pool_plan(&plan, "w"))))
+    };
+    let mut removed = world.clone();
+    removed.containers.retain(|c| c.name != "w-new-2");
+    let mut with_history = removed.clone();
+    with_history.history.insert("w".to_owned(), vec![revision(None)]);
+    for world in [&world, &removed, &with_history] {
+        assert!(!first_create(world), "{:?}", world.containers);
+    }
+    // A pool of new instances only whose attempt was removed: the open revision says the
+    // rollout is under way.
+    let mut fresh = with_history.clone();
+    fresh.containers.retain(|c| c.template_hash == new_hash);
+    assert!(!first_create(&fresh));
+    // The pool converged (its revision Complete after the record) and scales up: a new clock.
+    let mut converged = fresh.clone();
+    converged.containers = vec![up.clone(), crate::model::Container { name: "w-new-3".into(), ..up }];
+    converged.history.insert("w".to_owned(), vec![revision(Some(NOON - 10))]);
+    let mut scaled = desired.clone();
+    scaled.pools[0].pool.spec.replicas = 3;
+    let plan = plan_of(&scaled, &converged);
+    assert!(plan.steps().any(|(_, s)| matches!(s.action, Action::Create { starts_rollout: true, .. })));
+}

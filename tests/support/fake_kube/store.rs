@@ -177,6 +177,9 @@ pub struct EvictionRecord {
 pub enum ReadyPolicy {
     After(Duration),
     Never,
+    /// The first `n` Nodes of the prefix turn Ready at once, every later one never: a template
+    /// whose first instances come up and whose next ones fail, whatever the timing.
+    First(usize),
 }
 
 /// A request fault queued by a test.
@@ -332,6 +335,8 @@ pub struct Store {
     traps: BTreeMap<PodKey, u16>,
     kubelet: BTreeMap<String, KubeletNode>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
+    /// For each prefix with [`ReadyPolicy::First`]: the Nodes it let turn Ready.
+    granted: BTreeMap<String, BTreeSet<String>>,
     /// When each Node was last deleted, so that the kubelet does not register it again from a
     /// Docker list made before the deletion.
     deleted_nodes: HashMap<String, Instant>,
@@ -544,6 +549,7 @@ impl Store {
             traps: BTreeMap::new(),
             kubelet: BTreeMap::new(),
             prefix_policies: Vec::new(),
+            granted: BTreeMap::new(),
             deleted_nodes: HashMap::new(),
             kubelet_rounds: 0,
             last_published: HashMap::new(),
@@ -1401,12 +1407,28 @@ impl Store {
     }
 
     fn ready_policy(&self, name: &str) -> ReadyPolicy {
-        // The longest matching prefix wins, so a test can carve out exceptions.
+        self.prefix_policy(name).map_or(self.opts.ready_policy, |(_, pol)| pol)
+    }
+
+    /// The policy of the longest prefix of `name` that has one, so a test can carve out
+    /// exceptions.
+    fn prefix_policy(&self, name: &str) -> Option<(String, ReadyPolicy)> {
         self.prefix_policies
             .iter()
             .filter(|(p, _)| name.starts_with(p.as_str()))
             .max_by_key(|(p, _)| p.len())
-            .map_or(self.opts.ready_policy, |(_, pol)| *pol)
+            .cloned()
+    }
+
+    /// Whether a [`ReadyPolicy::First`] lets the Node `name` turn Ready; the first ask of each
+    /// of the first `n` Nodes takes a place.
+    fn grant(&mut self, name: &str) -> bool {
+        let Some((prefix, ReadyPolicy::First(n))) = self.prefix_policy(name) else { return false };
+        let granted = self.granted.entry(prefix).or_default();
+        if granted.contains(name) {
+            return true;
+        }
+        granted.len() < n && granted.insert(name.to_owned())
     }
 
     /// One kubelet round: `running` are the names of the pool containers that run now.
@@ -1431,6 +1453,7 @@ impl Store {
             let ready = match self.ready_policy(name) {
                 ReadyPolicy::After(d) => now >= registered_at + d,
                 ReadyPolicy::Never => false,
+                ReadyPolicy::First(_) => self.grant(name),
             };
             // Only the transition to Ready is the kubelet's to make here; a test may have set
             // other conditions, and heartbeats would only add noise to watches.
@@ -1466,7 +1489,7 @@ impl Store {
             .filter(|(name, k)| k.running && self.nodes.get(*name).is_some_and(|n| !node_ready(n)))
             .filter_map(|(name, k)| match self.ready_policy(name) {
                 ReadyPolicy::After(d) => Some(k.registered_at + d),
-                ReadyPolicy::Never => None,
+                ReadyPolicy::Never | ReadyPolicy::First(_) => None,
             })
             .min()
     }
