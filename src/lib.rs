@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod report;
 pub mod rollout;
 pub mod source;
 pub mod spec;

@@ -42,7 +42,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::io::Write;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -54,6 +53,7 @@ use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockRecord, Locks};
 use crate::cancel::{Interrupt, StopReason};
 use crate::model::{LockHolder, Node};
+use crate::rollout::event::{Event, Sink};
 
 /// How long a lock outlives its holder's last renewal, unless [`LEASE_ENV`] says otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -393,8 +393,8 @@ pub struct PoolLocks<'a, C, K> {
     containers: &'a C,
     clusters: &'a BTreeMap<String, K>,
     settings: &'a LockSettings,
-    /// Where progress lines go (stdout for the CLI).
-    progress: &'a Mutex<Box<dyn Write + Send>>,
+    /// Where what the locks say goes (waiting for one, one lost).
+    sink: &'a dyn Sink,
     held: Vec<Held>,
     /// What the executor asks before an irreversible call.
     guard: LockGuard,
@@ -419,9 +419,9 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         containers: &'a C,
         clusters: &'a BTreeMap<String, K>,
         settings: &'a LockSettings,
-        progress: &'a Mutex<Box<dyn Write + Send>>,
+        sink: &'a dyn Sink,
     ) -> Self {
-        Self { containers, clusters, settings, progress, held: Vec::new(), guard: LockGuard::guarding() }
+        Self { containers, clusters, settings, sink, held: Vec::new(), guard: LockGuard::guarding() }
     }
 
     /// The handle that says whether each lock is known to be held (see [`LockGuard`]).
@@ -449,7 +449,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             pools.iter().filter(|p| !self.pools().contains(p.as_str())).cloned().collect();
         for pool in missing {
             let (record, renewed) = self.acquire_one(&pool, deadline, interrupt).await?;
-            crate::metrics::record(|m| m.lock_held(&pool, true));
+            self.sink.event(&Event::Lock { pool: &pool, held: true });
             self.guard.renewed(&pool, renewed, self.settings.renew_deadline());
             self.held.push(Held { pool, record, renewed, lost: false });
         }
@@ -550,8 +550,8 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     /// that a backend that is slow to answer for one pool (its cluster's API server) delays
     /// no other pool's renewal.
     async fn keep_renewed(&mut self, interrupt: &Interrupt) {
-        let (containers, clusters, settings, progress) =
-            (self.containers, self.clusters, self.settings, self.progress);
+        let (containers, clusters, settings, sink) =
+            (self.containers, self.clusters, self.settings, self.sink);
         let guard = &self.guard;
         let renewing = self.held.iter_mut().filter(|h| !h.lost).map(|held| {
             let place = place(containers, clusters, &held.pool);
@@ -559,15 +559,12 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 let why = renew_until_lost(&place, held, settings, guard).await;
                 guard.lost(&held.pool);
                 held.lost = true;
-                crate::metrics::record(|m| m.lock_held(&held.pool, false));
+                sink.event(&Event::Lock { pool: &held.pool, held: false });
                 interrupt.stop(StopReason::LockLost);
-                say(
-                    progress,
-                    &format!(
-                        "lost the lock of pool {}: {why}; stopping at the next step boundary",
-                        held.pool
-                    ),
-                );
+                sink.say(&format!(
+                    "lost the lock of pool {}: {why}; stopping at the next step boundary",
+                    held.pool
+                ));
             }
         });
         futures::future::join_all(renewing).await;
@@ -577,7 +574,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     pub async fn release(self) {
         for Held { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
             self.guard.lost(pool);
-            crate::metrics::record(|m| m.lock_held(pool, false));
+            self.sink.event(&Event::Lock { pool, held: false });
             if let Some(cluster) = self.clusters.get(pool)
                 && let Err(e) = self.settle_joining(cluster, record).await
             {
@@ -628,7 +625,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
     }
 
     fn say(&self, line: &str) {
-        say(self.progress, line);
+        self.sink.say(line);
     }
 }
 
@@ -695,14 +692,6 @@ fn show(d: Duration) -> crate::spec::Duration {
     crate::spec::Duration::from(d)
 }
 
-fn say(progress: &Mutex<Box<dyn Write + Send>>, line: &str) {
-    tracing::debug!("{line}");
-    let mut out = progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Progress is best effort, as the executor's.
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -710,17 +699,9 @@ mod tests {
     use super::*;
     use crate::backend::Connect;
     use crate::model::ClusterRef;
-    use crate::testing::SharedBuf;
     use crate::testing::build::{container, node};
     use crate::testing::fake::{FakeCluster, FakeWorld};
-
-    /// A progress writer and what it received.
-    type Progress = Mutex<Box<dyn Write + Send>>;
-
-    fn progress() -> (Progress, Arc<Mutex<Vec<u8>>>) {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        (Mutex::new(Box::new(SharedBuf(buf.clone()))), buf)
-    }
+    use crate::testing::progress;
 
     fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
         String::from_utf8(buf.lock().unwrap().clone()).unwrap()
@@ -1125,7 +1106,7 @@ mod tests {
         fake: &'a FakeWorld,
         clusters: &'a BTreeMap<String, FakeCluster>,
         settings: &'a LockSettings,
-        out: &'a Progress,
+        out: &'a crate::report::Progress,
     ) -> PoolLocks<'a, FakeWorld, FakeCluster> {
         let mut locks = PoolLocks::new(fake, clusters, settings, out);
         locks.acquire(&pools(), &Interrupt::default()).await.unwrap();

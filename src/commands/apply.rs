@@ -8,9 +8,9 @@
 //! it differs from the confirmed one, it is shown, and carried out only with `--yes`.
 
 use std::collections::BTreeSet;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -23,13 +23,14 @@ use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
 use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::{ApplyConfig, Format, Source, Ui};
-use crate::execute::{ProgressFormat, ProgressUi, Report};
+use crate::execute::Report;
 use crate::lock::{LockFailure, LockSettings};
 use crate::model::Origin;
 use crate::plan::saved::{self, SavedPlan};
 use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
+use crate::report::{Progress, ProgressFormat, ProgressUi};
 use crate::rollout::{Outcome, Rollout, RolloutError};
 use crate::style::Style;
 
@@ -233,10 +234,8 @@ fn stale(file: &Path, changes: &[String]) -> anyhow::Error {
 struct Session {
     settings: LockSettings,
     interrupt: Arc<Interrupt>,
-    /// The executor's progress (it writes JSON events itself with `-o json`).
-    progress: Mutex<Box<dyn Write + Send>>,
-    /// The locks' lines (waiting for one, one lost): JSON `message` events with `-o json`.
-    lock_progress: Mutex<Box<dyn Write + Send>>,
+    /// Where the rollout's progress goes: stdout, as lines, a live line or JSON events.
+    progress: Progress,
     ui: ProgressUi,
 }
 
@@ -245,17 +244,7 @@ impl Session {
         let settings = LockSettings::new("apply", config.lock_timeout)?;
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
-        let lock_progress: Box<dyn Write + Send> = match ui.format {
-            ProgressFormat::Text => Box::new(io::stdout()),
-            ProgressFormat::Json => Box::new(JsonMessages::default()),
-        };
-        Ok(Self {
-            settings,
-            interrupt,
-            progress: Mutex::new(Box::new(io::stdout())),
-            lock_progress: Mutex::new(lock_progress),
-            ui,
-        })
+        Ok(Self { settings, interrupt, progress: Progress::new(Box::new(io::stdout()), ui), ui })
     }
 
     /// Roll `planned` out over the locks of `pools`, `check` deciding whether the plan made
@@ -273,9 +262,7 @@ impl Session {
             options: planned.options.clone(),
             locks: &self.settings,
             interrupt: &self.interrupt,
-            progress: &self.progress,
-            lock_progress: &self.lock_progress,
-            ui: self.ui,
+            sink: &self.progress,
         };
         match Box::pin(rollout.run(pools, check)).await.map_err(rollout_failure)?? {
             Outcome::NothingLeft => {
@@ -327,29 +314,6 @@ fn tell(ui: ProgressUi, text: &str) -> Result<()> {
             let event = serde_json::json!({"event": "message", "message": text.trim()});
             write_stdout(|out| writeln!(out, "{event}"))
         }
-    }
-}
-
-/// Stdout that turns each line written into a JSON `message` event.
-#[derive(Default)]
-struct JsonMessages {
-    pending: Vec<u8>,
-}
-
-impl Write for JsonMessages {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.pending.extend_from_slice(buf);
-        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let text = String::from_utf8_lossy(&line).trim().to_owned();
-            let event = serde_json::json!({"event": "message", "message": text});
-            writeln!(io::stdout(), "{event}")?;
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        io::stdout().flush()
     }
 }
 

@@ -20,7 +20,6 @@ mod ready;
 pub(crate) mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,9 +31,10 @@ use crate::cancel::Interrupt;
 use crate::lock::LockGuard;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
+use crate::rollout::event::Sink;
 use crate::spec::{EnvValue, SecretEnv};
 
-pub use progress::{ProgressFormat, ProgressUi};
+pub(crate) use progress::indent;
 pub use report::{Report, StepOutcome};
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
@@ -183,13 +183,11 @@ pub struct Executor<'a, C, K> {
     containers: &'a C,
     /// The cluster of each pool whose instances are Nodes, by pool name.
     clusters: &'a BTreeMap<String, K>,
-    /// Where progress lines go (stdout for the CLI).
-    progress: &'a Mutex<Box<dyn Write + Send>>,
+    /// Where what the run says goes.
+    sink: &'a dyn Sink,
     interrupt: &'a Interrupt,
     /// The Nodes this run drained, so that a Stop does not drain them again.
     drained: Mutex<HashSet<String>>,
-    /// How progress is shown ([`Executor::with_ui`]; plain lines by default).
-    ui: ProgressUi,
     /// The number each step carries, as the plan text shows it.
     numbering: Mutex<progress::Numbering>,
     /// Held from a Node's cordon to the end of its drain, one per cluster, whichever pools share
@@ -272,7 +270,7 @@ impl<'a, C, K> Executor<'a, C, K> {
         desired: &'a Desired,
         containers: &'a C,
         clusters: &'a BTreeMap<String, K>,
-        progress: &'a Mutex<Box<dyn Write + Send>>,
+        sink: &'a dyn Sink,
         interrupt: &'a Interrupt,
     ) -> Self {
         Self {
@@ -280,10 +278,9 @@ impl<'a, C, K> Executor<'a, C, K> {
             pools: Mutex::new(pools_of(desired)),
             containers,
             clusters,
-            progress,
+            sink,
             interrupt,
             drained: Mutex::default(),
-            ui: ProgressUi::default(),
             numbering: Mutex::default(),
             drain_turns: Mutex::default(),
             turns_held: Mutex::default(),
@@ -306,13 +303,6 @@ impl<'a, C, K> Executor<'a, C, K> {
     #[must_use]
     pub fn on_node(mut self, own: Option<String>) -> Self {
         self.own_node = own;
-        self
-    }
-
-    /// Show progress as `ui` says (a live line, JSON events, colour, bootstrap output).
-    #[must_use]
-    pub fn with_ui(mut self, ui: ProgressUi) -> Self {
-        self.ui = ui;
         self
     }
 }
@@ -684,7 +674,6 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let number = self.number_of(&pool.name, step, n, total);
         let (result, elapsed) =
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
-        crate::metrics::record(|m| m.step_took(verb, elapsed));
         if result.is_ok() && step.action.is_retirement() && !retires_current(pool, step) {
             self.record_progress(&pool.name).await;
         }

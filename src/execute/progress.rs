@@ -1,56 +1,18 @@
 //! Progress that follows the plan: each step numbered as the plan text numbers it, across
-//! batches, also when the rollout re-plans between them (then saying why the count changed);
-//! long steps saying what they wait for; as plain lines, a live line on a terminal, or one JSON
-//! object per event (`apply -o json`).
+//! batches, also when the rollout re-plans between them (then saying why the count changed), and
+//! long steps saying what they wait for, as [`Event`]s for the rollout's sink.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::Write;
 use std::time::{Duration, Instant};
-
-use serde_json::json;
 
 use super::{Executor, StepError};
 use crate::backend::waiting;
 use crate::plan::{Action, Plan, PoolPlan, Step};
-use crate::style::Style;
+use crate::rollout::event::{Event, StepEnd, StepId};
 
-/// How progress is shown.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ProgressFormat {
-    /// Lines of text: `[5/12] drain workers-... done (3.2s)`.
-    #[default]
-    Text,
-    /// One JSON object per line and event (`start`, `waiting`, `done`, `failed`, `message`,
-    /// `replanned`), for scripts and CI.
-    Json,
-}
-
-/// How the user wants progress.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProgressUi {
-    pub format: ProgressFormat,
-    /// Stdout is a terminal: a live line shows the steps under way, redrawn every second.
-    pub live: bool,
-    pub style: Style,
-    /// `-v`: a successful bootstrap's output too, indented under its step.
-    pub verbose: bool,
-}
-
-/// How often a long step says what it waits for: every second on a live line; in plain lines
-/// every 5 s, when what it waits for changed or half a minute passed.
-const LIVE_TICK: Duration = Duration::from_secs(1);
-const PLAIN_TICK: Duration = Duration::from_secs(5);
-const PLAIN_REPEAT: Duration = Duration::from_secs(30);
-
-/// A step under way, as the live line shows it.
-#[derive(Debug)]
-struct Running {
-    label: String,
-    instance: String,
-    waits: String,
-    started: Instant,
-}
+/// How often a step under way says what it waits for.
+const TICK: Duration = Duration::from_secs(1);
 
 /// A step's identity across plans: pool, instance, action.
 type Key = (String, String, &'static str);
@@ -66,9 +28,6 @@ pub(super) struct Numbering {
     total: usize,
     /// More than one pool has steps: they run side by side, so each line names its pool.
     several_pools: bool,
-    /// The steps under way, by number: what the live line shows (label, instance, what it
-    /// waits for unless its backend says better, since when).
-    running: std::collections::BTreeMap<usize, Running>,
 }
 
 impl Numbering {
@@ -77,12 +36,7 @@ impl Numbering {
         let numbers: HashMap<Key, usize> =
             plan.steps().enumerate().map(|(i, (pool, step))| (key(&pool.name, step), done + i + 1)).collect();
         let several_pools = plan.pools.iter().filter(|p| !p.steps.is_empty()).count() > 1;
-        Self {
-            total: done + numbers.len(),
-            numbers,
-            several_pools,
-            running: std::collections::BTreeMap::new(),
-        }
+        Self { total: done + numbers.len(), numbers, several_pools }
     }
 }
 
@@ -99,7 +53,7 @@ impl<C, K> Executor<'_, C, K> {
         let skeleton = |p: &Plan| p.steps().map(|(pool, s)| key(&pool.name, s)).collect::<Vec<_>>();
         let (before, after) = (skeleton(was), skeleton(rest));
         if before == after {
-            self.say(&format!("-- looked at the world again: {} steps to go, as planned", after.len()));
+            self.sink.event(&Event::AsPlanned { left: after.len() });
             return;
         }
         let old_total = self.numbering().total;
@@ -118,16 +72,8 @@ impl<C, K> Executor<'_, C, K> {
             why.push("the same steps in another order".to_owned());
         }
         let why = why.join("; ");
-        if self.ui.format == ProgressFormat::Json {
-            self.emit(&json!({"event": "replanned", "total": new_total, "was": old_total, "why": why}));
-            return;
-        }
-        self.say(&format!(
-            "-- looked at the world again, and the plan changed: {new_total} steps in all (was {old_total}): \
-             {why}; the {} left are numbered {}-{new_total}",
-            after.len(),
-            done + 1
-        ));
+        let (left, first) = (after.len(), done + 1);
+        self.sink.event(&Event::Replanned { total: new_total, was: old_total, left, first, why: &why });
     }
 
     fn numbering(&self) -> std::sync::MutexGuard<'_, Numbering> {
@@ -164,7 +110,7 @@ impl<C, K> Executor<'_, C, K> {
         }
     }
 
-    /// Run `work`, the step `[n/total] verb instance`, saying what it waits for while it runs.
+    /// Run `work`, the step numbered `n` of `total`, saying what it waits for while it runs.
     pub(super) async fn step_with_progress<T>(
         &self,
         pool: &PoolPlan,
@@ -172,152 +118,48 @@ impl<C, K> Executor<'_, C, K> {
         (n, total): (usize, usize),
         work: impl Future<Output = Result<T, StepError>>,
     ) -> (Result<T, StepError>, Duration) {
-        let verb = step.action.verb();
-        let label = if self.numbering().several_pools {
-            format!("[{n}/{total}] {}: {verb} {}", pool.name, step.instance)
-        } else {
-            format!("[{n}/{total}] {verb} {}", step.instance)
+        let instance = step.instance.to_string();
+        let id = StepId {
+            n,
+            total,
+            pool: &pool.name,
+            instance: &instance,
+            verb: step.action.verb(),
+            several_pools: self.numbering().several_pools,
         };
         let started = Instant::now();
-        match self.ui.format {
-            ProgressFormat::Json => self.emit(&json!({"event": "start", "step": n, "total": total,
-                "pool": pool.name, "instance": step.instance, "action": verb})),
-            ProgressFormat::Text if self.ui.live => {
-                let waits = generic_wait(&step.action);
-                let running =
-                    Running { label: label.clone(), instance: step.instance.to_string(), waits, started };
-                self.numbering().running.insert(n, running);
-                self.redraw_live();
-            }
-            ProgressFormat::Text => self.say(&format!("{label} ...")),
-        }
+        self.sink.event(&Event::Started(id));
         let mut work = std::pin::pin!(work);
-        let tick = if self.ui.live { LIVE_TICK } else { PLAIN_TICK };
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
-        let (mut last_said, mut said_at) = (None::<String>, started);
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
         let result = loop {
             tokio::select! {
                 result = &mut work => break result,
                 _ = ticks.tick() => {
-                    if self.ui.live {
-                        self.redraw_live();
-                        continue;
-                    }
                     let waits = waiting::of(&step.instance).unwrap_or_else(|| generic_wait(&step.action));
-                    if last_said.as_deref() != Some(waits.as_str()) || said_at.elapsed() >= PLAIN_REPEAT {
-                        let secs = started.elapsed().as_secs();
-                        match self.ui.format {
-                            ProgressFormat::Json => self.emit(&json!({"event": "waiting", "step": n, "total": total,
-                                "pool": pool.name, "instance": step.instance, "action": verb,
-                                "seconds": secs, "for": waits})),
-                            ProgressFormat::Text => self.say(&format!("{label}: {secs}s, waiting for {waits}")),
-                        }
-                        (last_said, said_at) = (Some(waits), Instant::now());
-                    }
+                    self.sink.event(&Event::Waiting { step: id, elapsed: started.elapsed(), waits: &waits });
                 }
             }
         };
         waiting::clear(&step.instance);
         let elapsed = started.elapsed();
-        if self.ui.live {
-            self.numbering().running.remove(&n);
-        }
-        let secs = elapsed.as_secs_f64();
-        match (&result, self.ui.format) {
-            (Ok(_), ProgressFormat::Json) => self.emit(&json!({"event": "done", "step": n, "total": total,
-                "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs})),
-            // Stopped at the rollout's request while it waited: no failure; the next run goes on.
-            (Err(e @ StepError::HooksInterrupted { .. }), ProgressFormat::Json) => {
-                self.emit(&json!({"event": "stopped", "step": n, "total": total,
-                "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs,
-                "reason": e.to_string()}));
-            }
-            (Err(e @ StepError::HooksInterrupted { .. }), ProgressFormat::Text) => {
-                self.say(&format!("{label} stopped ({secs:.1}s): {e}; the next run goes on from here"));
-            }
-            (Err(e), ProgressFormat::Json) => {
-                self.emit(&json!({"event": "failed", "step": n, "total": total,
-                "pool": pool.name, "instance": step.instance, "action": verb, "seconds": secs,
-                "error": e.to_string()}));
-            }
-            (Ok(_), ProgressFormat::Text) => {
-                self.say(&format!("{label} {} ({secs:.1}s)", self.ui.style.green("done")));
-            }
-            (Err(e), ProgressFormat::Text) => {
-                self.say(&format!("{label} {} ({secs:.1}s): {e}", self.ui.style.red("FAILED")));
-            }
-        }
+        let end = match &result {
+            Ok(_) => StepEnd::Done,
+            Err(e @ StepError::HooksInterrupted { .. }) => StepEnd::Stopped(e),
+            Err(e) => StepEnd::Failed(e),
+        };
+        self.sink.event(&Event::Ended { step: id, elapsed, end });
         (result, elapsed)
     }
 
-    /// A bootstrap command's output, indented under its step: with `-v`, or when it failed
-    /// (then the error shows it).
+    /// A bootstrap command's output, for a sink that shows it under its step.
     pub(super) fn bootstrap_output(&self, instance: &str, argv: &[String], output: &str) {
-        if !self.ui.verbose || output.trim().is_empty() || self.ui.format == ProgressFormat::Json {
-            return;
-        }
-        self.say(&format!("      {instance}: {argv:?}:\n{}", indent(output.trim_end(), "        ")));
+        self.sink.event(&Event::BootstrapOutput { instance, argv, output });
     }
 
-    /// Write one line of progress, under the live line if there is one.
+    /// Say one line.
     pub(super) fn say(&self, line: &str) {
-        tracing::debug!("{line}");
-        if self.ui.format == ProgressFormat::Json {
-            self.emit(&json!({"event": "message", "message": line}));
-            return;
-        }
-        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Progress is best effort: a closed stdout must not fail the rollout halfway.
-        if self.ui.live {
-            let _ = write!(out, "\r\x1b[K");
-        }
-        let _ = writeln!(out, "{line}");
-        if self.ui.live {
-            let _ = write!(out, "{}", self.live_line());
-        }
-        let _ = out.flush();
+        self.sink.say(line);
     }
-
-    /// The steps under way, with how long they have run and what they wait for.
-    fn live_line(&self) -> String {
-        let numbering = self.numbering();
-        let parts: Vec<String> = numbering
-            .running
-            .values()
-            .map(|r| {
-                let waits = waiting::of(&r.instance).unwrap_or_else(|| r.waits.clone());
-                format!("{} {}s, waiting for {waits}", r.label, r.started.elapsed().as_secs())
-            })
-            .collect();
-        let width = terminal_size::terminal_size().map(|(w, _)| usize::from(w.0));
-        self.ui.style.dim(&fit(parts.join(" | "), width))
-    }
-
-    fn redraw_live(&self) {
-        let line = self.live_line();
-        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = write!(out, "\r\x1b[K{line}");
-        let _ = out.flush();
-    }
-
-    fn emit(&self, event: &serde_json::Value) {
-        let mut out = self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = writeln!(out, "{event}");
-        let _ = out.flush();
-    }
-}
-
-/// `line` cut to fit one row of a terminal `width` columns wide, marked `…` where it was cut:
-/// a longer line wraps, and the `\r` that redraws it reaches back to its last row only, leaving
-/// stale rows above. Unknown width: as it is.
-fn fit(line: String, width: Option<usize>) -> String {
-    let Some(room) = width.and_then(|w| w.checked_sub(1)).filter(|r| *r > 1) else { return line };
-    if line.chars().count() <= room {
-        return line;
-    }
-    let mut cut: String = line.chars().take(room - 1).collect();
-    cut.push('…');
-    cut
 }
 
 /// What a step waits for when its backend noted nothing more precise.
@@ -347,7 +189,7 @@ fn shorten(items: &[String]) -> String {
 }
 
 /// Every line of `text` after `prefix`.
-pub(super) fn indent(text: &str, prefix: &str) -> String {
+pub(crate) fn indent(text: &str, prefix: &str) -> String {
     text.lines().map(|l| format!("{prefix}{l}")).collect::<Vec<_>>().join("\n")
 }
 
@@ -360,6 +202,7 @@ mod tests {
     use crate::execute::Interrupt;
     use crate::model::World;
     use crate::plan::PlanOptions;
+    use crate::report::{Progress, ProgressUi};
     use crate::testing::SharedBuf;
     use crate::testing::build::{PoolArgs, container, desired, world_of};
     use crate::testing::fake::{FakeCluster, FakeWorld};
@@ -367,7 +210,7 @@ mod tests {
     /// Runs `f` with an executor whose progress lands in the returned text.
     fn said(f: impl FnOnce(&Executor<'_, FakeWorld, FakeCluster>)) -> String {
         let buf = Arc::new(Mutex::new(Vec::new()));
-        let out: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(SharedBuf(buf.clone())));
+        let out = Progress::new(Box::new(SharedBuf(buf.clone())), ProgressUi::default());
         let (fake, clusters, interrupt) = (FakeWorld::default(), BTreeMap::new(), Interrupt::default());
         let d = desired(Vec::new());
         f(&Executor::new(&d, &fake, &clusters, &out, &interrupt));
@@ -419,16 +262,5 @@ mod tests {
         );
         let same = said(|e| e.renumber(&rest, &rest, 8));
         assert_eq!(same.trim(), "-- looked at the world again: 8 steps to go, as planned");
-    }
-
-    #[test]
-    fn the_live_line_fits_one_row_of_the_terminal() {
-        let line = "[3/12] drain workers-1a2b3c4d5e-k2x9p 12s, waiting for 1 pod left to evict".to_owned();
-        assert_eq!(fit(line.clone(), None), line, "no terminal width: as it is");
-        assert_eq!(fit(line.clone(), Some(200)), line);
-        let cut = fit(line, Some(30));
-        assert_eq!(cut.chars().count(), 29, "{cut}");
-        assert!(cut.starts_with("[3/12] drain workers") && cut.ends_with('…'), "{cut}");
-        assert_eq!(fit("abc".to_owned(), Some(1)), "abc", "no room to cut in");
     }
 }

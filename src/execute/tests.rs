@@ -1,7 +1,7 @@
 //! Executor tests against the fake world, which records every call.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::*;
 use crate::backend::Connect;
@@ -9,7 +9,6 @@ use crate::cancel::StopReason;
 use crate::model::{ClusterRef, Container, World};
 use crate::plan::{DrainPreview, PlanOptions, PoolStatus, Summary};
 use crate::spec::BootstrapStep;
-use crate::testing::SharedBuf;
 use crate::testing::build::{PoolArgs, container, node, node_spec, pod};
 use crate::testing::fake::{FakeCluster, FakeWorld};
 
@@ -92,8 +91,7 @@ async fn with_executor<T>(
             clusters.insert(pool.name().to_owned(), fake.connect(&cluster, pool.name()).await.unwrap());
         }
     }
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let progress: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(SharedBuf(buffer.clone())));
+    let (progress, buffer) = crate::testing::progress();
     let executor = Executor::new(desired, fake, &clusters, &progress, interrupt);
     let result = f(&executor).await;
     let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
@@ -577,7 +575,7 @@ async fn a_container_that_stops_within_min_ready_seconds_never_counts_as_up() {
 async fn run_on_node(fake: &FakeWorld, desired: &Desired, plan: &Plan, own: &str) -> (Report, String) {
     let interrupt = Interrupt::default();
     let execute = async |e: &Executor<'_, FakeWorld, FakeCluster>| {
-        let on_node = Executor::new(e.desired, fake, e.clusters, e.progress, &interrupt);
+        let on_node = Executor::new(e.desired, fake, e.clusters, e.sink, &interrupt);
         on_node.on_node(Some(own.to_owned())).run_batch(plan).await
     };
     with_executor(fake, desired, &interrupt, execute).await

@@ -3,23 +3,15 @@
 //! executor checks against the live world while it carries a plan out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::backend::Connect;
 use crate::model::{ClusterRef, Container, Origin};
 use crate::plan::Fate;
-use crate::testing::SharedBuf;
 use crate::testing::build::{PoolArgs, container, desired, node, pod, routed, two_pools, world_of};
 use crate::testing::fake::{FakeCluster, FakeWorld};
-
-type Progress = Mutex<Box<dyn Write + Send>>;
-
-fn progress() -> (Progress, Arc<Mutex<Vec<u8>>>) {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    (Mutex::new(Box::new(SharedBuf(buf.clone()))), buf)
-}
+use crate::testing::progress;
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -62,9 +54,7 @@ async fn with_rollout<T>(
         options: PlanOptions::default(),
         locks: &locks,
         interrupt,
-        progress: &out,
-        lock_progress: &out,
-        ui: ProgressUi::default(),
+        sink: &out,
     };
     let result = f(&rollout).await;
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
@@ -390,9 +380,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         options: options.clone(),
         locks: &locks,
         interrupt: &Interrupt::default(),
-        progress: &out,
-        lock_progress: &out,
-        ui: ProgressUi::default(),
+        sink: &out,
     };
     assert!(rollout.carry_out(&plan, &LockGuard::unguarded()).await.unwrap().complete());
     let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
@@ -659,7 +647,7 @@ async fn a_failed_pool_stops_alone_and_the_others_finish() {
 /// their renew deadline (48s of the 60s lease): the rollout no longer knows it holds them.
 async fn execute_under_stale_locks(fake: &FakeWorld, desired: &Desired, plan: &Plan) -> (Report, String) {
     let (report, text) = with_rollout(fake, desired, &Interrupt::default(), async |r| {
-        let mut locks = PoolLocks::new(r.containers, r.clusters, r.locks, r.lock_progress);
+        let mut locks = PoolLocks::new(r.containers, r.clusters, r.locks, r.sink);
         locks.acquire(&plan.changed_pools(), r.interrupt).await.unwrap();
         let guard = locks.guard();
         tokio::time::advance(r.locks.renew_deadline()).await;

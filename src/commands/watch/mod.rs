@@ -20,7 +20,7 @@ mod serve;
 mod webhook;
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -523,7 +523,7 @@ async fn reconcile(
             return Ended::Failed;
         }
     };
-    let out: Mutex<Box<dyn Write + Send>> = Mutex::new(Box::new(io::stdout()));
+    let out = crate::report::Progress::stdout();
     let reconcile = Reconcile {
         containers: &*docker,
         connect: connections.clusters(),

@@ -14,11 +14,12 @@ use super::machine::{Ended, Trigger};
 use super::webhook::{Notice, Notifier};
 use crate::backend::{Connect, Containers, Locks};
 use crate::cancel::{Interrupt, StopReason};
-use crate::execute::{ProgressUi, Report, StepOutcome};
+use crate::execute::{Report, StepOutcome};
 use crate::lock::{LockFailure, LockSettings};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
+use crate::report::{Metrics, Progress};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
 /// The shortest and longest wait of a standby replica before it looks at a held lock again.
@@ -32,7 +33,7 @@ pub(super) struct Reconcile<'a, C, N> {
     pub options: PlanOptions,
     pub dry_run: bool,
     /// Where the plan and the progress lines go (stdout).
-    pub out: &'a Mutex<Box<dyn Write + Send>>,
+    pub out: &'a Progress,
     /// What the last reconciles saw of the instances' health.
     pub health: &'a Mutex<HealthLog>,
     /// Where rollouts are announced (`--notify`).
@@ -220,9 +221,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             options: self.options.clone(),
             locks: self.locks,
             interrupt,
-            progress: self.out,
-            lock_progress: self.out,
-            ui: ProgressUi::default(),
+            sink: &(self.out, &Metrics),
         };
         // Announced once the locks are held and the plan made under them changes something.
         let announce = |locked: &Plan, _: &_| {
@@ -321,8 +320,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 
     /// Output is best effort: a closed stdout must not stop the watch.
     fn print(&self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) {
-        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = f(&mut *out).and_then(|()| out.flush());
+        self.out.print(f);
     }
 }
 
@@ -381,8 +379,8 @@ mod tests {
     use crate::testing::build::{PoolArgs, desired};
     use crate::testing::fake::FakeWorld;
 
-    fn output() -> Mutex<Box<dyn Write + Send>> {
-        Mutex::new(Box::new(std::io::sink()))
+    fn output() -> Progress {
+        Progress::new(Box::new(std::io::sink()), crate::report::ProgressUi::default())
     }
 
     /// A health log for a test's reconciles, for as long as the test runs.
@@ -396,10 +394,7 @@ mod tests {
     }
 
     /// A reconcile that carries its plans out against the fake world.
-    fn applying<'a>(
-        fake: &'a FakeWorld,
-        out: &'a Mutex<Box<dyn Write + Send>>,
-    ) -> Reconcile<'a, FakeWorld, FakeWorld> {
+    fn applying<'a>(fake: &'a FakeWorld, out: &'a Progress) -> Reconcile<'a, FakeWorld, FakeWorld> {
         Reconcile {
             containers: fake,
             connect: fake,

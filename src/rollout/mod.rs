@@ -9,17 +9,19 @@
 //! waiting for another run, that plan is typically empty.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
 use crate::cancel::Interrupt;
-use crate::execute::{Executor, PreflightError, ProgressUi, Report};
+use crate::execute::{Executor, PreflightError, Report};
 use crate::lock::{LockFailure, LockGuard, LockSettings, PoolLocks, inspect_locks};
 use crate::model::{Desired, LockHolder, World};
 use crate::observe::{ObserveError, Observed, observe, observe_again};
 use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
+
+pub mod event;
+
+use event::Sink;
 
 /// How many times the locks are topped up when the plan made under them changes other pools.
 const MAX_LOCK_ROUNDS: usize = 3;
@@ -223,12 +225,8 @@ pub struct Rollout<'a, C, K> {
     pub locks: &'a LockSettings,
     /// Stops the rollout at the next step boundary (a signal, a newer desired state, a lost lock).
     pub interrupt: &'a Interrupt,
-    /// Where the executor's progress goes.
-    pub progress: &'a Mutex<Box<dyn Write + Send>>,
-    /// Where the locks' lines go (waiting for one, one lost).
-    pub lock_progress: &'a Mutex<Box<dyn Write + Send>>,
-    /// How the executor shows progress.
-    pub ui: ProgressUi,
+    /// Where what the rollout says goes: its steps, its locks (waiting for one, one lost).
+    pub sink: &'a dyn Sink,
 }
 
 impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
@@ -241,7 +239,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         pools: BTreeSet<String>,
         check: impl FnOnce(&Plan, &World) -> Result<(), E>,
     ) -> Result<Result<Outcome, E>, RolloutError> {
-        let mut locks = PoolLocks::new(self.containers, self.clusters, self.locks, self.lock_progress);
+        let mut locks = PoolLocks::new(self.containers, self.clusters, self.locks, self.sink);
         let result = async {
             let (plan, world) = self.lock_and_plan(&mut locks, pools).await?;
             if let Err(refused) = check(&plan, &world) {
@@ -331,11 +329,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         // Each batch is built from the desired state of the plan it comes from: a pool rolled
         // back, from the template it goes back to, also when the rollback is decided between
         // two batches (see `Executor::run_batch`).
-        let executor =
-            Executor::new(self.desired, self.containers, self.clusters, self.progress, self.interrupt)
-                .with_ui(self.ui)
-                .with_lock_guard(guard.clone())
-                .on_node(self.options.own_node.clone());
+        let executor = Executor::new(self.desired, self.containers, self.clusters, self.sink, self.interrupt)
+            .with_lock_guard(guard.clone())
+            .on_node(self.options.own_node.clone());
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most
