@@ -232,8 +232,8 @@ impl Metrics {
     }
 
     /// An eviction asked for ended `evicted`, `refused` or `failed`.
-    pub fn eviction(&self, result: &str) {
-        self.evictions.get_or_create(&ResultLabels { result: result.to_owned() }).inc();
+    pub fn evictions(&self, result: &str, count: u64) {
+        self.evictions.get_or_create(&ResultLabels { result: result.to_owned() }).inc_by(count);
     }
 }
 
@@ -259,7 +259,7 @@ mod tests {
         metrics.source("main@fedcba987654");
         metrics.lock_held("w", true);
         metrics.degraded("w", true);
-        metrics.eviction("refused");
+        metrics.evictions("refused", 1);
         let text = metrics.encode();
         for line in [
             r#"poolctl_reconcile_total{pool="w",trigger="start",result="applied"} 1"#,

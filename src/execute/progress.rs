@@ -141,6 +141,9 @@ impl<C, K> Executor<'_, C, K> {
             }
         };
         waiting::clear(&step.instance);
+        for (result, count) in waiting::take_evictions(&step.instance) {
+            self.sink.event(&Event::Evictions { step: id, result, count });
+        }
         let elapsed = started.elapsed();
         let end = match &result {
             Ok(_) => StepEnd::Done,

@@ -3,7 +3,7 @@
 
 use crate::rollout::event::{Event, Sink};
 
-/// Records each step's duration and each lock held or given up.
+/// Records each step's duration, its drain's evictions, and each lock held or given up.
 pub struct Metrics;
 
 impl Sink for Metrics {
@@ -11,6 +11,7 @@ impl Sink for Metrics {
         match *event {
             Event::Ended { step, elapsed, .. } => crate::metrics::record(|m| m.step_took(step.verb, elapsed)),
             Event::Lock { pool, held } => crate::metrics::record(|m| m.lock_held(pool, held)),
+            Event::Evictions { result, count, .. } => crate::metrics::record(|m| m.evictions(result, count)),
             _ => {}
         }
     }

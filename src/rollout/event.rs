@@ -45,6 +45,9 @@ pub enum Event<'a> {
     /// The rollout looked at the world again and the plan changed: `total` steps in all (was
     /// `was`), the `left` ones numbered from `first`, and why.
     Replanned { total: usize, was: usize, left: usize, first: usize, why: &'a str },
+    /// The step's drain made `count` evictions that ended as `result` (`evicted`, `refused`,
+    /// `failed`).
+    Evictions { step: StepId<'a>, result: &'a str, count: u64 },
     /// The run took the lock of `pool` (`held`), or gave it up or lost it.
     Lock { pool: &'a str, held: bool },
     /// What a bootstrap command printed, for a sink that shows it (`-v`).

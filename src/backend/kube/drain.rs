@@ -247,19 +247,19 @@ impl KubeCluster {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
                 // some API server versions): that is not an eviction.
                 Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
-                    crate::metrics::record(|m| m.eviction("failed"));
+                    crate::backend::waiting::evicted(left.node, "failed");
                     let message = v.get("message").and_then(|m| m.as_str()).unwrap_or("no message");
                     return Err(format!("{id}: {}", self.refused(seen, message, deadline).await));
                 }
                 Ok(_) => {
-                    crate::metrics::record(|m| m.eviction("evicted"));
+                    crate::backend::waiting::evicted(left.node, "evicted");
                     break;
                 }
                 // 404: gone already. 409: the UID precondition failed, so the pod of that name
                 // is a replacement and the one we meant to evict is gone.
                 Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 429 => {
-                    crate::metrics::record(|m| m.eviction("refused"));
+                    crate::backend::waiting::evicted(left.node, "refused");
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
                     left.note(Some(&format!("{id} refused: {message}")));
@@ -281,7 +281,7 @@ impl KubeCluster {
                         || (status.code == 500
                             && status.message.contains("more than one PodDisruptionBudget")) =>
                 {
-                    crate::metrics::record(|m| m.eviction("failed"));
+                    crate::backend::waiting::evicted(left.node, "failed");
                     return Err(format!("{id}: {}", self.refused(seen, &status.message, deadline).await));
                 }
                 Err(e) if classify(&e) == Class::Transient => {
@@ -291,7 +291,7 @@ impl KubeCluster {
                     backoff.wait_until(deadline).await;
                 }
                 Err(e) => {
-                    crate::metrics::record(|m| m.eviction("failed"));
+                    crate::backend::waiting::evicted(left.node, "failed");
                     return Err(format!("{id}: eviction failed: {}", reason(&e)));
                 }
             }
