@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 
 use poolctl::backend::docker::create_body;
 use poolctl::backend::kube::KubeCluster;
-use poolctl::execute::new_container;
 use poolctl::model::labels;
+use poolctl::rollout::execute::new_container;
 use poolctl::source::{self, SourceSpec};
 
 use crate::support::docker::DockerEvent;

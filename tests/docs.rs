@@ -556,3 +556,72 @@ fn the_spec_imports_nothing_of_the_model() {
         );
     }
 }
+
+/// The top-level modules of `src/` depend on each other one way: no chain of `crate::` paths
+/// (outside comments and tests) leads from a module back to itself.
+#[test]
+fn the_modules_of_src_form_no_cycle() {
+    let src = root().join("src");
+    let mut modules: Vec<String> = fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_stem()?.to_str()?.to_owned();
+            (p.is_dir() || p.extension().is_some_and(|e| e == "rs")).then_some(name)
+        })
+        .filter(|m| !["lib", "main", "testing"].contains(&m.as_str()))
+        .collect();
+    modules.sort();
+    modules.dedup();
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in &modules {
+        let mut files = Vec::new();
+        if src.join(format!("{module}.rs")).exists() {
+            let path = src.join(format!("{module}.rs"));
+            files.push((path.clone(), fs::read_to_string(path).unwrap()));
+        }
+        if src.join(module).is_dir() {
+            files.extend(sources_under(module));
+        }
+        let imports = uses.entry(module.clone()).or_default();
+        for (path, code) in files {
+            if path.file_name().is_some_and(|f| f == "tests.rs") {
+                continue;
+            }
+            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("crate::") {
+                    let name: String = line[at + 7..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if name != *module && modules.contains(&name) {
+                        imports.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    // Depth-first from each module: reaching it again is a cycle, named with its path.
+    for start in &modules {
+        let mut stack: Vec<Vec<&String>> = vec![vec![start]];
+        let mut seen = BTreeSet::new();
+        while let Some(path) = stack.pop() {
+            let last = *path.last().unwrap();
+            for next in &uses[last] {
+                assert!(
+                    next != start,
+                    "a module cycle: {} -> {next}",
+                    path.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" -> ")
+                );
+                if seen.insert(next) {
+                    stack.push([path.clone(), vec![next]].concat());
+                }
+            }
+        }
+    }
+    assert!(
+        uses["rollout"].contains("backend") && uses["commands"].contains("rollout"),
+        "the scan sees the uses: {uses:?}"
+    );
+}

@@ -14,7 +14,7 @@ use poolctl::model::{DrainAction, Pdb, Pod};
 use poolctl::spec::DrainBehavior::{Drain, Skip};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
-use poolctl::lock::LockGuard;
+use poolctl::backend::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);

@@ -11,7 +11,7 @@ use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder, Store};
-use poolctl::lock::LockGuard;
+use poolctl::backend::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);

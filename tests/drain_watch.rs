@@ -8,7 +8,7 @@ use poolctl::backend::Cluster;
 use poolctl::backend::kube::KubeCluster;
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
-use poolctl::lock::LockGuard;
+use poolctl::backend::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);

@@ -10,7 +10,7 @@ use poolctl::spec::Taint;
 use serde_json::Value;
 
 use crate::support::fake_kube::{EventKind, FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder};
-use poolctl::lock::LockGuard;
+use poolctl::backend::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);

@@ -14,7 +14,7 @@ use crate::support::docker::docker;
 use crate::support::fake_kube::{
     Access, ClientCert, FakeKube, FakeKubeOptions, PodSpecBuilder, ServerCert, Silence, Trust,
 };
-use poolctl::lock::LockGuard;
+use poolctl::backend::LockGuard;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);

@@ -10,8 +10,8 @@ use std::time::Duration;
 use poolctl::backend::Containers;
 use poolctl::backend::docker::{DockerBackend, DockerEnv, Timeouts, endpoint, resolve_copies};
 use poolctl::backend::endpoints::Endpoints;
-use poolctl::execute::new_container;
 use poolctl::model::{Desired, DesiredPool, Origin, labels};
+use poolctl::rollout::execute::new_container;
 use poolctl::spec::{
     Pool, SpecError, Template, TemplateFile, load_documents, load_files, template_hash, validate_pools,
 };

@@ -19,11 +19,13 @@ pub use connections::{ClusterClient, Clusters, Connections, Docker, Events};
 /// facade only: `copyFrom` resolved on a pool's Docker endpoint, and an error's causes worded
 /// once, as the backends' errors word them.
 pub use docker::{CopyError, resolve_copies};
+pub use guard::LockGuard;
 pub(crate) use kube::cause_chain;
 
 mod connections;
 pub mod docker;
 pub mod endpoints;
+mod guard;
 pub mod kube;
 pub mod retry;
 pub mod waiting;
@@ -329,7 +331,7 @@ pub trait Cluster: Sync {
         node: &str,
         timeout: Duration,
         rules: &[crate::spec::DrainRule],
-        guard: &crate::lock::LockGuard,
+        guard: &LockGuard,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// What still holds volumes on the Node: its `status.volumesAttached` and the
     /// `storage.k8s.io/v1` `VolumeAttachments` that name it. Empty once every volume is detached.
@@ -374,7 +376,7 @@ pub trait Connect: Sync {
 ///
 /// Two reads of a lock that compare equal saw the same record: every renewal changes it (a
 /// Lease's renewTime and resourceVersion, a lock container's expiry). That is what a standby
-/// watches to judge that a holder stopped renewing (see [`crate::lock`]).
+/// watches to judge that a holder stopped renewing (see [`crate::rollout::lock`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockRecord {
     pub holder: LockHolder,
@@ -407,7 +409,7 @@ pub enum LockError {
 /// lapses unless its holder renews it, so that one left by a killed run blocks others briefly.
 ///
 /// The backends never judge whether a lock expired: that takes comparing this machine's clock
-/// with the holder's. The caller judges it by what it observed ([`crate::lock`]) and names the
+/// with the holder's. The caller judges it by what it observed ([`crate::rollout::lock`]) and names the
 /// very record it saw stay unchanged for a lease; only that record is taken over.
 pub trait Locks: Sync {
     /// Take `pool`'s lock as `who` for `lease`: a free one, or the lock that is still exactly

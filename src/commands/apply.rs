@@ -21,16 +21,16 @@ use super::common::{
 };
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::Connections;
-use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::{ApplyConfig, Format, Source, Ui};
-use crate::execute::Report;
-use crate::lock::{LockFailure, LockSettings};
 use crate::model::Origin;
 use crate::plan::saved::{self, SavedPlan};
 use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
 use crate::report::{Progress, ProgressFormat, ProgressUi};
+use crate::rollout::cancel::{Interrupt, Signals, StopReason};
+use crate::rollout::execute::Report;
+use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Rollout, RolloutError};
 use crate::style::Style;
 
@@ -318,7 +318,7 @@ fn tell(ui: ProgressUi, text: &str) -> Result<()> {
 }
 
 /// The last JSON event of `apply -o json`: how the rollout ended.
-fn end_event(report: &crate::execute::Report) -> serde_json::Value {
+fn end_event(report: &crate::rollout::execute::Report) -> serde_json::Value {
     let failed: Vec<serde_json::Value> = report
         .attempted
         .iter()

@@ -10,9 +10,9 @@ use anyhow::{Context, Result, bail};
 use crate::backend::resolve_copies;
 use crate::backend::{ClusterClient, Connections, Docker, Locks};
 use crate::config::Source;
-use crate::lock::inspect_locks;
 use crate::model::{Desired, DesiredPool, LockHolder};
 use crate::plan::{Plan, PlanOptions};
+use crate::rollout::lock::inspect_locks;
 use crate::rollout::{Preview, preview};
 use crate::source;
 

@@ -14,8 +14,8 @@ use super::exit::Exit;
 use crate::backend::{Connections, Docker, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
 use crate::model::{Desired, World};
-use crate::observe::{observe, observe_again};
 use crate::plan::PlanOptions;
+use crate::rollout::observe::{observe, observe_again};
 use crate::rollout::{mark_locked, read_locks};
 use crate::status::{Status, render_json, render_text, status};
 

@@ -10,8 +10,8 @@ use super::common::{confirm, load_source, write_stdout};
 use super::exit::Exit;
 use crate::backend::{Connect, Connections, Containers, LockError};
 use crate::config::UnlockConfig;
-use crate::lock::{break_lock, inspect_lock};
-use crate::observe::cluster_refs;
+use crate::rollout::lock::{break_lock, inspect_lock};
+use crate::rollout::observe::cluster_refs;
 
 pub(super) async fn unlock_command(config: &UnlockConfig) -> Result<Exit> {
     let pool = config.pool.as_str();

@@ -16,7 +16,7 @@ pub struct LockHolder {
     /// When it lapses unless renewed, by the holder's own clock. Only a figure to show: the
     /// clock of another machine may be far off, so no run decides by it whether the lock
     /// lapsed; a standby takes a lock over once it saw it unchanged for a lease by its own
-    /// monotonic clock (see [`crate::lock`]).
+    /// monotonic clock (see [`crate::rollout::lock`]).
     pub expires: SystemTime,
 }
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::execute::indent;
 use crate::rollout::event::{Event, Sink, StepEnd, StepId};
+use crate::rollout::execute::indent;
 use crate::style::Style;
 
 /// How progress is shown.

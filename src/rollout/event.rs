@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::execute::StepError;
+use crate::rollout::execute::StepError;
 
 /// A step of the plan as progress names it: its number in the plan text, and of how many.
 #[derive(Debug, Clone, Copy)]

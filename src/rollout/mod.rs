@@ -11,15 +11,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use crate::backend::LockGuard;
 use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
-use crate::cancel::Interrupt;
-use crate::execute::{Executor, PreflightError, Report};
-use crate::lock::{LockFailure, LockGuard, LockSettings, PoolLocks, inspect_locks};
 use crate::model::{Desired, LockHolder, World};
-use crate::observe::{ObserveError, Observed, observe, observe_again};
 use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
+use crate::rollout::cancel::Interrupt;
+use crate::rollout::execute::{Executor, PreflightError, Report};
+use crate::rollout::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
+use crate::rollout::observe::{ObserveError, Observed, observe, observe_again};
 
+pub mod cancel;
 pub mod event;
+pub mod execute;
+pub mod lock;
+pub mod observe;
 
 use event::Sink;
 
@@ -129,7 +134,7 @@ async fn record_ends_of<C: Containers>(plan: &Plan, desired: &Desired, container
         }
         let labels = desired.pools.iter().find(|p| p.name() == pool.name).map_or_else(
             || BTreeMap::from([(crate::model::labels::POOL.to_owned(), pool.name.clone())]),
-            crate::execute::record_labels,
+            crate::rollout::execute::record_labels,
         );
         Some(async move {
             match containers.record_revision_end(&pool.name, number, result, &labels).await {
@@ -305,9 +310,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     return Some(("RolloutFailed", f.failure_line()));
                 }
                 let done = report.attempted.iter().filter(|s| s.pool == pool.name).count();
-                report
-                    .complete()
-                    .then(|| ("RolloutSucceeded", format!("{} done", crate::execute::report::steps(done))))
+                report.complete().then(|| {
+                    ("RolloutSucceeded", format!("{} done", crate::rollout::execute::report::steps(done)))
+                })
             }
             Err(e) => Some(("RolloutFailed", crate::backend::cause_chain(e))),
         })

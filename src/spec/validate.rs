@@ -493,7 +493,7 @@ fn bound_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     errors
 }
 
-/// Where a join writes the credential inside a new container (see `crate::execute`): no mount
+/// Where a join writes the credential inside a new container (see `crate::rollout::execute`): no mount
 /// of the template may hide it.
 pub const JOIN_DIR: &str = "/etc/poolctl";
 

@@ -12,11 +12,11 @@ use crate::backend::{
     BackendError, Cluster, Connect, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer,
     NewFile, Stopped, lock_expiry,
 };
-use crate::cancel::Interrupt;
 use crate::model::{
     ClusterIdentity, ClusterRef, Container, ContainerState, InstanceRef, LockHolder, Node, Pdb, Pod, World,
     labels,
 };
+use crate::rollout::cancel::Interrupt;
 use crate::spec::{Secret, Taint};
 
 /// Docker and every cluster at once, in memory. Clones share the world.
@@ -828,7 +828,7 @@ impl Cluster for FakeCluster {
         node: &str,
         _: Duration,
         _: &[crate::spec::DrainRule],
-        guard: &crate::lock::LockGuard,
+        guard: &crate::backend::LockGuard,
     ) -> Result<(), BackendError> {
         self.world
             .call(format!("drain {node}"), |sim| {

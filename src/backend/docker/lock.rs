@@ -11,7 +11,7 @@
 //! renewal changes what a standby reads. The lease the holder renews for is a label too.
 //!
 //! A lock is taken over only when the caller names the record it saw unchanged for a lease
-//! (see [`crate::lock`]): the container is inspected again, and removed by its ID only if it is
+//! (see [`crate::rollout::lock`]): the container is inspected again, and removed by its ID only if it is
 //! still that record (same ID, same expiry), then the name is taken like a free one. Docker has
 //! no conditional remove, so a renewal could in principle land between that inspect and the
 //! remove; it would be one its holder cannot count on, since the holder gives a lock up at its

@@ -24,8 +24,8 @@ use super::convert::{DaemonSets, daemon_set_of, pdb_from, pod_from};
 use super::errors::{Class, classify, reason};
 use super::gone::{Contact, Departures};
 use crate::backend::BackendError;
+use crate::backend::LockGuard;
 use crate::backend::retry::Backoff;
-use crate::lock::LockGuard;
 use crate::model::{DrainAction, Pod};
 use crate::spec::DrainRule;
 

@@ -450,7 +450,7 @@ impl Cluster for KubeCluster {
         node: &str,
         timeout: Duration,
         rules: &[crate::spec::DrainRule],
-        guard: &crate::lock::LockGuard,
+        guard: &crate::backend::LockGuard,
     ) -> Result<(), BackendError> {
         self.wrote();
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";

@@ -33,10 +33,10 @@ use tracing::{debug, error, info, warn};
 use super::common::{connect_docker, source_failure, write_stdout};
 use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
-use crate::cancel::{Interrupt, Signals, StopReason};
 use crate::config::WatchConfig;
-use crate::lock::LockSettings;
 use crate::model::{Desired, World};
+use crate::rollout::cancel::{Interrupt, Signals, StopReason};
+use crate::rollout::lock::LockSettings;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
 use machine::{Decision, Ended, Event, SourceNews, Trigger, WatchState, fingerprint, next_action};
@@ -57,7 +57,7 @@ pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
     }
     let notifier = config.notify.clone().map(Notifier::start);
     // One for the whole watch: what a standby saw of another replica's locks carries over from
-    // one reconcile to the next (see `crate::lock`).
+    // one reconcile to the next (see `crate::rollout::lock`).
     let locks = Arc::new(LockSettings::new("watch", Duration::ZERO)?);
     Loop::new(config, probes, notifier, locks).run().await
 }

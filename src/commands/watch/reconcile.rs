@@ -13,13 +13,13 @@ use tracing::{error, info, warn};
 use super::machine::{Ended, Trigger};
 use super::webhook::{Notice, Notifier};
 use crate::backend::{Connect, Containers, Locks};
-use crate::cancel::{Interrupt, StopReason};
-use crate::execute::{Report, StepOutcome};
-use crate::lock::{LockFailure, LockSettings};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Progress};
+use crate::rollout::cancel::{Interrupt, StopReason};
+use crate::rollout::execute::{Report, StepOutcome};
+use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
 /// The shortest and longest wait of a standby replica before it looks at a held lock again.
@@ -464,7 +464,7 @@ mod tests {
         };
         // Not the holder's expiry a minute off by its clock: this replica looks again once it
         // would have seen the same record for a lease (its own, the record naming none).
-        assert_eq!(lapse, crate::lock::DEFAULT_LEASE);
+        assert_eq!(lapse, crate::rollout::lock::DEFAULT_LEASE);
         assert!(fake.world().containers.is_empty(), "{:?}", fake.world().containers);
         assert_eq!(fake.locks().into_keys().collect::<Vec<_>>(), ["docker/w"], "k's lock was given up");
 

@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
+use crate::backend::LockGuard;
 use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
-use crate::cancel::Interrupt;
-use crate::lock::LockGuard;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
+use crate::rollout::cancel::Interrupt;
 use crate::rollout::event::Sink;
 use crate::spec::{EnvValue, SecretEnv};
 
@@ -291,7 +291,7 @@ impl<'a, C, K> Executor<'a, C, K> {
     }
 
     /// Make no eviction, container stop or removal, nor Node deletion unless `guard` says the
-    /// pool's lock is known to be held; such a step fails instead (see [`crate::lock`]).
+    /// pool's lock is known to be held; such a step fails instead (see [`crate::rollout::lock`]).
     #[must_use]
     pub fn with_lock_guard(mut self, guard: LockGuard) -> Self {
         self.lock_guard = guard;

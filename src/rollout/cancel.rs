@@ -18,7 +18,7 @@ pub enum StopReason {
     Superseded = 1,
     /// The user asked to stop (Ctrl-C, SIGTERM). Outranks [`StopReason::Superseded`].
     Signal = 2,
-    /// The run lost the lock of a pool it changes (see [`crate::lock`]): another actor may be
+    /// The run lost the lock of a pool it changes (see [`crate::rollout::lock`]): another actor may be
     /// changing it now. Outranks the others.
     LockLost = 3,
 }

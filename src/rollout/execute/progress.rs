@@ -202,10 +202,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::execute::Interrupt;
     use crate::model::World;
     use crate::plan::PlanOptions;
     use crate::report::{Progress, ProgressUi};
+    use crate::rollout::execute::Interrupt;
     use crate::testing::SharedBuf;
     use crate::testing::build::{PoolArgs, container, desired, world_of};
     use crate::testing::fake::{FakeCluster, FakeWorld};

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::StepError;
-use crate::cancel::StopReason;
+use crate::rollout::cancel::StopReason;
 
 /// One step and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::Connect;
-use crate::cancel::StopReason;
 use crate::model::{ClusterRef, Container, World};
 use crate::plan::{DrainPreview, PlanOptions, PoolStatus, Summary};
+use crate::rollout::cancel::StopReason;
 use crate::spec::BootstrapStep;
 use crate::testing::build::{PoolArgs, container, node, node_spec, pod};
 use crate::testing::fake::{FakeCluster, FakeWorld};
