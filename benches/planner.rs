@@ -27,7 +27,7 @@ use poolctl::model::{
 use poolctl::model::{Desired, DesiredPool, Origin};
 use poolctl::plan::{PlanOptions, plan};
 use poolctl::spec::{
-    API_VERSION, EnvValue, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template,
+    API_VERSION, EnvValue, KIND_POOL, Metadata, NodeSpec, Pool, PoolSpec, RolloutSpec, Template,
     canonical_template, template_hash,
 };
 
@@ -116,7 +116,7 @@ fn spec(template: Template) -> PoolSpec {
         join: None,
         node: None,
         docker: None,
-        rollout: Rollout::default(),
+        rollout: RolloutSpec::default(),
         health: poolctl::spec::HealthSpec::default(),
         drain: poolctl::spec::DrainSpec::default(),
         paused: false,

@@ -53,6 +53,9 @@ pub struct PoolView {
     /// Set when the pool's rollout passed its `progressDeadline`: why nothing is created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    /// Set when `strategy: OnDelete` keeps outdated instances: how many, and how to replace one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_delete: Option<String>,
 }
 
 /// One instance, as observed.
@@ -85,6 +88,9 @@ pub struct InstanceView {
     /// on its Node, a PodDisruptionBudget that allows no disruption of a pod to evict).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waits: Option<String>,
+    /// Kept although outdated or one too many: its Node's owner holds it, by this annotation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub do_not_disrupt: Option<String>,
 }
 
 impl Status {
@@ -150,6 +156,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
                 up: container.is_some_and(|c| is_up(c, node, nodes, false)),
                 health: i.health.clone(),
                 waits: i.retiring.then(|| retirement_waits(pool, i)).flatten(),
+                do_not_disrupt: i.do_not_disrupt.map(str::to_owned),
             }
         })
         .collect();
@@ -168,6 +175,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         nodes,
         instances,
         unhealthy_held: pool.unhealthy_held.clone(),
+        on_delete: crate::plan::on_delete_note(pool),
         degraded: pool.degraded.clone(),
     }
 }
@@ -226,8 +234,15 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
             if let Some(waits) = &instance.waits {
                 writeln!(out, "  {}: {}", instance.name, style.yellow(waits))?;
             }
+            if let Some(annotation) = &instance.do_not_disrupt {
+                let why = format!("held: its Node carries {annotation}=true; not disrupted until it goes");
+                writeln!(out, "  {}: {}", instance.name, style.yellow(&why))?;
+            }
         }
         if let Some(why) = &pool.unhealthy_held {
+            writeln!(out, "  {}", style.yellow(why))?;
+        }
+        if let Some(why) = &pool.on_delete {
             writeln!(out, "  {}", style.yellow(why))?;
         }
         if let Some(why) = &pool.degraded {

@@ -199,3 +199,117 @@ async fn a_newer_commit_while_a_retirement_waits_for_its_hook_supersedes_the_rol
     let instances = rig.containers().await;
     assert!(instances.len() == 1 && instances.values().all(|(up, hash)| *up && *hash == v3), "{instances:?}");
 }
+
+/// `poolctl.dev/do-not-disrupt=true` on one Node of three: a template change replaces the
+/// other two and reports the third held, in plan and status; once the annotation goes, the
+/// next apply replaces it too.
+#[tokio::test]
+async fn a_node_its_owner_marked_do_not_disrupt_is_held_through_a_template_change() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let held = names[1].clone();
+    let annotate = |value: Option<&str>| {
+        rig.fake.store().update_node(&held, |n| {
+            let annotations = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match value {
+                Some(v) => annotations.insert("poolctl.dev/do-not-disrupt".into(), v.into()),
+                None => annotations.remove("poolctl.dev/do-not-disrupt"),
+            };
+        });
+    };
+    annotate(Some("true"));
+    rig.write(&rig.spec().env("VERSION", "2"));
+    let said = format!("{held}: held: its Node carries poolctl.dev/do-not-disrupt=true");
+    let plan = rig.poolctl("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&said), "{}", plan.stdout);
+    rig.poolctl("apply", &["--yes"]).expect_code(0);
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(containers.contains_key(&held), "{containers:?}");
+    assert!(names.iter().filter(|n| **n != held).all(|n| !containers.contains_key(n)), "{containers:?}");
+    let status = rig.poolctl("status", &[]).stdout;
+    assert!(status.contains(&said), "{status}");
+    rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    annotate(None);
+    rig.poolctl("apply", &["--yes"]).expect_code(0);
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(!containers.contains_key(&held), "{containers:?}");
+    rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(0);
+}
+
+/// `strategy: OnDelete`: a template change plans nothing and says how many instances are
+/// outdated; `--replace NAME` then creates exactly one instance, on the new template, and
+/// retires NAME once it is Ready.
+#[tokio::test]
+async fn on_delete_replaces_only_the_instance_named_with_the_new_template() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec().on_delete()).await;
+    rig.write(&rig.spec().on_delete().env("VERSION", "2"));
+    let new_hash = rig.template_hash();
+    let plan = rig.poolctl("plan", &["--detailed-exitcode"]).expect_code(0);
+    assert!(plan.stdout.contains("strategy OnDelete: 3 outdated instances keep running"), "{}", plan.stdout);
+    rig.poolctl("apply", &["--yes"]).expect_code(0);
+    assert_eq!(rig.containers().await.keys().cloned().collect::<Vec<_>>(), names, "nothing replaced");
+    let status = rig.poolctl("status", &[]).stdout;
+    assert!(status.contains("strategy OnDelete: 3 outdated instances keep running"), "{status}");
+
+    let victim = names[0].clone();
+    let seq = rig.last_seq();
+    rig.poolctl("apply", &["--yes", "--replace", &victim]).expect_code(0);
+    let containers = rig.containers().await;
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert!(!containers.contains_key(&victim), "{containers:?}");
+    let created: Vec<_> = containers.iter().filter(|(name, _)| !names.contains(name)).collect();
+    assert_eq!(created.len(), 1, "exactly one new instance: {containers:?}");
+    assert_eq!(created[0].1.1, new_hash, "on the new template");
+    let events = rig.events_after(seq);
+    let ready =
+        events.iter().position(|e| matches!(&e.kind, EventKind::NodeReady { node } if node == created[0].0));
+    let cordoned =
+        events.iter().position(|e| matches!(&e.kind, EventKind::NodeCordoned { node } if *node == victim));
+    assert!(ready.is_some_and(|r| cordoned.is_some_and(|c| r < c)), "surge first: {events:#?}");
+    let plan = rig.poolctl("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains("strategy OnDelete: 2 outdated instances keep running"), "{}", plan.stdout);
+}
+
+/// `maxAge`: watch wakes when the first instance expires (no resync in between) and replaces
+/// each expired instance surge first, its new Node Ready before the old one is cordoned.
+#[tokio::test]
+async fn watch_replaces_each_instance_older_than_max_age_surge_first() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec().replicas(2)).await;
+    rig.write(&rig.spec().replicas(2).max_age("4s"));
+    let seq = rig.last_seq();
+    let mut watch = rig.s.spawn("watch", &["--resync", "1h"]);
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let containers = rig.containers().await;
+        if names.iter().all(|n| !containers.contains_key(n)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not replaced: {containers:?}");
+        let rounds = rig.fake.store().kubelet_rounds();
+        let next = rig.fake.wait_until(move |st| st.kubelet_rounds() > rounds);
+        tokio::time::timeout(LIMIT, next).await.expect("the kubelet runs");
+    }
+    watch.signal("TERM");
+    let events = rig.events_after(seq);
+    for old in &names {
+        let cordoned = events
+            .iter()
+            .position(|e| matches!(&e.kind, EventKind::NodeCordoned { node } if node == old))
+            .unwrap_or_else(|| panic!("{old} was cordoned: {events:#?}"));
+        let new_ready = events[..cordoned]
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::NodeReady { node } if !names.contains(node)))
+            .count();
+        assert!(new_ready >= 1, "a new Node was Ready before {old} was cordoned: {events:#?}");
+    }
+    assert!(
+        watch.seen.iter().any(|l| l.contains("older than spec.rollout.maxAge")),
+        "the plan says why: {:?}",
+        watch.seen
+    );
+}

@@ -22,7 +22,7 @@ use super::{BackendError, Connect};
 use crate::model::{ClusterRef, Desired};
 
 /// Every Docker endpoint of a run's pools, as one [`super::Containers`] and [`super::Locks`].
-pub type Docker = Endpoints<DockerBackend>;
+pub type DockerEndpoints = Endpoints<DockerBackend>;
 
 /// Which Docker events to follow ([`Connections::follow_events`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ const CHANGES: &[&str] = &["create", "start", "die", "stop", "destroy", "health_
 /// The Docker endpoints and cluster clients of a run.
 pub struct Connections {
     /// The endpoints as resolved (the key), and their connections.
-    docker: Mutex<Option<(String, Arc<Docker>)>>,
+    docker: Mutex<Option<(String, Arc<DockerEndpoints>)>>,
     clusters: Clusters,
 }
 
@@ -73,7 +73,7 @@ impl Connections {
 
     /// The Docker endpoints the pools of `desired` live on, connected (each answered once); the
     /// ones connected before when the pools name the same endpoints.
-    pub async fn docker(&self, desired: &Desired) -> Result<Arc<Docker>, EndpointsError> {
+    pub async fn docker(&self, desired: &Desired) -> Result<Arc<DockerEndpoints>, EndpointsError> {
         let env = DockerEnv::from_process();
         let key = format!("{:?}", resolve_endpoints(desired, &env)?);
         let kept = self.docker.lock().unwrap_or_else(PoisonError::into_inner).clone();

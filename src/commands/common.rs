@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 
 use crate::backend::resolve_copies;
-use crate::backend::{ClusterClient, Connections, Docker, Locks};
+use crate::backend::{ClusterClient, Connections, DockerEndpoints, Locks};
 use crate::config::Source;
 use crate::model::{Desired, DesiredPool, LockHolder};
 use crate::plan::{Plan, PlanOptions};
@@ -52,7 +52,7 @@ pub(super) fn source_failure(source: &str, error: source::SourceError) -> anyhow
 pub(super) struct Planned {
     pub desired: Desired,
     /// Every Docker endpoint the pools live on.
-    pub docker: Arc<Docker>,
+    pub docker: Arc<DockerEndpoints>,
     pub preview: Preview<ClusterClient>,
     /// The choices it was made with.
     pub options: PlanOptions,
@@ -97,7 +97,7 @@ pub(super) fn check_named(desired: &Desired, pools: &BTreeSet<String>, flag: &st
 pub(super) async fn connect_docker(
     connections: &Connections,
     desired: Desired,
-) -> Result<(Desired, Arc<Docker>)> {
+) -> Result<(Desired, Arc<DockerEndpoints>)> {
     let docker = connections.docker(&desired).await?;
     let desired = resolve_copies(desired, &docker).await?;
     Ok((desired, docker))
@@ -118,7 +118,7 @@ pub(super) fn check_replace(plan: &Plan, options: &PlanOptions) -> Result<()> {
 /// reported and left out: showing a plan does not depend on it.
 pub(super) async fn held_locks<K: Locks>(
     plan: &Plan,
-    docker: &Docker,
+    docker: &DockerEndpoints,
     clusters: &BTreeMap<String, K>,
 ) -> BTreeMap<String, LockHolder> {
     let pools = plan.pools.iter().map(|p| p.name.as_str());

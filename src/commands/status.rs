@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::common::{check_pools, connect_docker, load_source, write_stdout};
 use super::exit::Exit;
-use crate::backend::{Connections, Docker, Events, Locks};
+use crate::backend::{Connections, DockerEndpoints, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
 use crate::model::{Desired, World};
 use crate::plan::PlanOptions;
@@ -75,7 +75,7 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
 async fn snapshot<K: Locks>(
     desired: &Desired,
     options: &PlanOptions,
-    docker: &Docker,
+    docker: &DockerEndpoints,
     clusters: &BTreeMap<String, K>,
     mut world: World,
 ) -> Status {

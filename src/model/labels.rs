@@ -69,6 +69,15 @@ pub const PROGRESS_OF: &str = "poolctl.dev/progress-of";
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
 /// Annotation on a Node: its retirement does not wait for its volumes to detach.
 pub const EXCLUDE_VOLUME_DETACH: &str = "poolctl.dev/exclude-wait-for-node-volume-detach";
+/// On a Node, `"true"`: the owner's choice that it is not disrupted by a rollout or a scale-down
+/// while it serves (a long job runs on it), as Karpenter's own annotation, which poolctl reads
+/// too ([`KARPENTER_DO_NOT_DISRUPT`]).
+pub const DO_NOT_DISRUPT: &str = "poolctl.dev/do-not-disrupt";
+pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// On a Node: an unhealthy instance is reported, not replaced, as Cluster API's
+/// [`CAPI_SKIP_REMEDIATION`] on a Machine, which poolctl reads on a Node too.
+pub const SKIP_REMEDIATION: &str = "poolctl.dev/skip-remediation";
+pub const CAPI_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
 /// The suffix of a deletion hook's annotation prefix: `pre-drain.delete.hook.poolctl.dev/` or
 /// `pre-terminate.delete.hook.poolctl.dev/`.
 pub const HOOK_SUFFIX: &str = ".delete.hook.poolctl.dev/";

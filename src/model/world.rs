@@ -255,6 +255,14 @@ pub struct RetirementMarks {
     /// `poolctl.dev/exclude-wait-for-node-volume-detach`: its retirement does not wait for its
     /// volumes to detach.
     pub exclude_volume_detach: bool,
+    /// `poolctl.dev/do-not-disrupt: "true"` (or Karpenter's `karpenter.sh/do-not-disrupt`): no
+    /// rollout nor scale-down retires it while it serves; the annotation named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub do_not_disrupt: Option<&'static str>,
+    /// `poolctl.dev/skip-remediation` (or Cluster API's `cluster.x-k8s.io/skip-remediation`):
+    /// unhealthy, it is reported, not replaced; the annotation named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_remediation: Option<&'static str>,
 }
 
 impl RetirementMarks {

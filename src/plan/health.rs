@@ -84,6 +84,19 @@ impl Assessment {
         *self = Self::up();
     }
 
+    /// Keep an unhealthy instance as if it were waiting: its Node's owner asked, by `annotation`,
+    /// that it be reported, not replaced.
+    pub(super) fn skip_remediation(&mut self, annotation: &'static str) {
+        self.hold();
+        if let Some(note) = &mut self.note {
+            note.action = if annotation == crate::model::labels::SKIP_REMEDIATION {
+                "held (poolctl.dev/skip-remediation)"
+            } else {
+                "held (cluster.x-k8s.io/skip-remediation)"
+            };
+        }
+    }
+
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
     /// `maxUnhealthy` allows, so the fault is taken to be the cluster's.
     pub(super) fn hold(&mut self) {

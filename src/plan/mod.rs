@@ -1,9 +1,9 @@
 //! The plan as data: what will happen to each pool, step by step, computed from (desired,
 //! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
 
+mod deadline;
 mod health;
 mod planner;
-mod progress;
 mod render;
 pub mod saved;
 #[cfg(test)]
@@ -16,13 +16,13 @@ use serde::Serialize;
 
 use crate::model::Origin;
 
+pub use deadline::rollback_target;
 pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
-pub use progress::rollback_target;
 pub(crate) use render::table;
 pub use render::{
-    HeldLocks, JSON_FORMAT_VERSION, render_json, render_json_locked, render_json_saved, render_text,
-    render_text_locked, render_text_styled,
+    HeldLocks, JSON_FORMAT_VERSION, on_delete_note, render_json, render_json_locked, render_json_saved,
+    render_text, render_text_locked, render_text_styled,
 };
 
 use crate::model::{Desired, World};
@@ -77,7 +77,7 @@ fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
         let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
         (s.retire, s.unchanged) = (s.retire - retired, s.unchanged + retired);
         s.held += steps.len();
-        pool.paused = Some(Held { steps });
+        pool.paused = Some(HeldBack { steps });
     }
     plan
 }
@@ -195,9 +195,13 @@ pub struct Summary {
     /// Instances replaced because they are unhealthy (counted in `retire` too).
     #[serde(skip_serializing_if = "is_zero")]
     pub unhealthy: usize,
-    /// Unhealthy instances not replaced, because more of their pool are than `maxUnhealthy`.
+    /// Unhealthy instances not replaced: more of their pool are than `maxUnhealthy`, or their
+    /// Node skips remediation.
     #[serde(skip_serializing_if = "is_zero")]
     pub unremediated: usize,
+    /// Outdated instances kept, not replaced (`strategy: OnDelete`, a Node's `do-not-disrupt`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub outdated_kept: usize,
     /// Pools whose rollout passed its `progressDeadline`.
     #[serde(skip_serializing_if = "is_zero")]
     pub degraded: usize,
@@ -229,7 +233,7 @@ pub struct PoolPlan {
     /// Set for a paused pool (`spec.paused`): the steps it would take, held back. Its `steps`
     /// are then empty, so that nothing carries them out.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub paused: Option<Held>,
+    pub paused: Option<HeldBack>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -247,6 +251,9 @@ pub struct PoolPlan {
     /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unhealthy_held: Option<String>,
+    /// Outdated instances the plan keeps (`strategy: OnDelete`, or a Node's `do-not-disrupt`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub outdated_kept: usize,
     /// Set when the pool's rollout passed its `progressDeadline`: why nothing is created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
@@ -267,7 +274,7 @@ pub struct PoolPlan {
 
 /// What a paused pool holds back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Held {
+pub struct HeldBack {
     /// The steps the plan would take if the pool were not paused, in order.
     pub steps: Vec<Step>,
 }
@@ -323,6 +330,10 @@ pub struct InstanceStatus {
     /// `poolctl.dev/replace=true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replace: Option<&'static str>,
+    /// Kept although the plan would have retired it (outdated, or one too many): its Node
+    /// carries this `do-not-disrupt` annotation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub do_not_disrupt: Option<&'static str>,
     /// Its Node carries `poolctl.dev/exclude-node-draining`: a retirement skips its drain.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub drain_excluded: bool,

@@ -12,10 +12,10 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, InstanceRef, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool, Revision, RolloutResult};
-use crate::spec::{DeletePolicy, HASH_LEN, canonical_template};
+use crate::spec::{DeletePolicy, HASH_LEN, Strategy, canonical_template};
 
+use super::deadline::Deadlines;
 use super::health::{Assessment, Standing, assess, silent_for};
-use super::progress::Progress;
 use super::{
     Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
     PoolStatus, Proof, Step, Summary, TemplateChange,
@@ -69,7 +69,7 @@ pub(super) enum Seed<'a> {
 /// instance names ([`super::seed`] when the plan is made afresh, the first plan's when a rollout
 /// plans again between its batches, so that the steps left keep the names it showed).
 pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed: Seed<'_>) -> Plan {
-    let progress = Progress::of(desired, world, options);
+    let progress = Deadlines::of(desired, world, options);
     let world = &Indexed::new(world);
     let mut names = Names::new(world.world, seed);
     let scope = desired.origin.scope();
@@ -135,10 +135,11 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
             match instance.health.as_ref().map(|h| h.action) {
                 Some("waiting") => summary.unavailable += 1,
                 Some("replace") if instance.fate == Fate::Retire => summary.unhealthy += 1,
-                Some("held") => summary.unremediated += 1,
+                Some(action) if action.starts_with("held") => summary.unremediated += 1,
                 _ => {}
             }
         }
+        summary.outdated_kept += pool.outdated_kept;
         summary.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
         summary.degraded += usize::from(pool.degraded.is_some());
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
@@ -443,7 +444,7 @@ fn plan_pool(
     target: &Target<'_>,
     world: &Indexed<'_>,
     names: &mut Names<'_>,
-    progress: &Progress,
+    progress: &Deadlines,
     replace: &BTreeSet<String>,
 ) -> PoolPlan {
     let mut all = instances(target, world);
@@ -457,10 +458,10 @@ fn plan_pool(
     }
     // `--replace NAME`, a Node labelled poolctl.dev/replace=true, or `spec.rollout.after` come
     // and gone past the instance's creation: replaced although current.
-    let after =
-        target.pool.and_then(|dp| dp.pool.spec.rollout.after_secs()).filter(|t| *t <= world.world.now);
-    let marked = |i: &Instance<'_>| marked_by(i, replace, after).is_some();
+    let (born_before, max_age) = replaced_before(target, world.world.now);
+    let marked = |i: &Instance<'_>| marked_by(i, replace, born_before).is_some();
     let held = hold_if_too_many_unhealthy(target, &mut all, &marked);
+    skip_remediation(target, &mut all, replace);
     // Which of more instances than needed go first: the delete policy's order, the last kept.
     let policy = target.pool.map(|dp| dp.pool.spec.rollout.delete_policy).unwrap_or_default();
     let order = |i: &Instance<'_>| match policy {
@@ -478,11 +479,18 @@ fn plan_pool(
     // (starting or unavailable within their timeouts): a waited-for instance takes a replica's
     // place, so it is not replaced, but it does not count as serving.
     let waited = |i: &Instance<'_>| i.health.standing == Standing::Waiting;
-    let mut candidates: Vec<&Instance<'_>> =
-        all.iter().filter(|i| (i.up || waited(i)) && target.is_current(i) && !marked(i)).collect();
+    // `strategy: OnDelete`: an outdated instance is kept as a current one is, and replaced only
+    // when marked, dead or unhealthy; a scale-down retires the outdated ones first.
+    let on_delete = target.pool.is_some_and(|dp| dp.pool.spec.rollout.strategy == Strategy::OnDelete);
+    let mut candidates: Vec<&Instance<'_>> = all
+        .iter()
+        .filter(|i| (i.up || waited(i)) && (target.is_current(i) || on_delete) && !marked(i))
+        .collect();
     // Of those waited for, one that looks up (resumable: only its record is missing) may serve.
-    candidates.sort_by_key(|i| std::cmp::Reverse((i.up, i.health.resumable, order(i), i.name)));
-    let kept: FxHashSet<&str> = candidates.iter().take(target.replicas).map(|i| i.name).collect();
+    candidates.sort_by_key(|i| {
+        std::cmp::Reverse((target.is_current(i), i.up, i.health.resumable, order(i), i.name))
+    });
+    let (kept, disrupt_held) = keep(target.replicas, &all, &candidates, replace);
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
     // availability: they clear room for the surge even when no up instance may go yet (an
@@ -547,15 +555,18 @@ fn plan_pool(
             .iter()
             .map(|i| {
                 let mut status = status(target, i, !leaving.contains(i.name));
-                if status.health.is_none() {
-                    status.replace = marked_by(i, replace, after);
+                if disrupt_held.contains(i.name) {
+                    status.do_not_disrupt = i.node.and_then(|n| n.retirement.do_not_disrupt);
+                } else if status.health.is_none() {
+                    status.replace = marked_by(i, replace, born_before);
                 }
                 status
             })
             .collect(),
         unhealthy_held: held,
+        outdated_kept: all.iter().filter(|i| !target.is_current(i) && kept.contains(i.name)).count(),
         degraded: progress.stalled.get(target.name).cloned(),
-        next_check: all.iter().filter(|i| waited(i)).filter_map(|i| i.health.deadline).min(),
+        next_check: next_check(&all, &kept, max_age),
         revision,
         revision_end,
         steps,
@@ -566,7 +577,7 @@ fn plan_pool(
 /// first, a template other than its last revision's, or the last one's template again after it
 /// ended without completing (`apply` trying a stalled rollout again). A scale-up or the
 /// replacement of a dead instance goes on within the last revision.
-fn new_revision(history: &[Revision], hash: &str, progress: &Progress, pool: &str) -> Option<u64> {
+fn new_revision(history: &[Revision], hash: &str, progress: &Deadlines, pool: &str) -> Option<u64> {
     let Some(last) = history.last() else { return Some(1) };
     let again =
         progress.retried.contains(pool) || last.end.is_some_and(|e| e.result != RolloutResult::Complete);
@@ -582,7 +593,7 @@ fn revision_of(
     all: &[Instance<'_>],
     steps: &[Step],
     history: &[Revision],
-    progress: &Progress,
+    progress: &Deadlines,
 ) -> (Option<u64>, Option<(u64, RolloutResult)>) {
     let begun = steps.iter().find_map(|s| match s.action {
         Action::Create { revision, .. } => revision,
@@ -604,16 +615,44 @@ fn revision_of(
     (begun.or(under_way.map(|r| r.number)), end)
 }
 
+/// The creation times before which an instance is replaced although it is current:
+/// `spec.rollout.after`, once come, and `maxAge` ago; with `maxAge` in seconds.
+fn replaced_before(target: &Target<'_>, now: i64) -> ((Option<i64>, Option<i64>), Option<i64>) {
+    let rollout = target.pool.map(|dp| &dp.pool.spec.rollout);
+    let after = rollout.and_then(crate::spec::RolloutSpec::after_secs).filter(|t| *t <= now);
+    let max_age =
+        rollout.and_then(|r| r.max_age).map(|age| i64::try_from(age.get().as_secs()).unwrap_or(i64::MAX));
+    ((after, max_age.map(|age| now.saturating_sub(age))), max_age)
+}
+
+/// When the plan should be made again (seconds since the Unix epoch): when the first instance
+/// waited for turns unhealthy, or the first instance kept expires (`maxAge`), a second past it.
+fn next_check(all: &[Instance<'_>], kept: &FxHashSet<&str>, max_age: Option<i64>) -> Option<i64> {
+    let waited =
+        all.iter().filter(|i| i.health.standing == Standing::Waiting).filter_map(|i| i.health.deadline);
+    let expiry = max_age.and_then(|age| {
+        let kept = all.iter().filter(|i| kept.contains(i.name)).filter_map(|i| i.container);
+        kept.map(|c| c.created.saturating_add(age).saturating_add(1)).min()
+    });
+    waited.chain(expiry).min()
+}
+
 /// Why the instance is replaced although it may be current, if it is: `--replace`, its Node's
-/// label `poolctl.dev/replace=true`, or `spec.rollout.after` (a time come, `after`, later than
-/// its creation).
-fn marked_by(i: &Instance<'_>, replace: &BTreeSet<String>, after: Option<i64>) -> Option<&'static str> {
+/// label `poolctl.dev/replace=true`, `spec.rollout.after` (a time come, `after`, later than its
+/// creation), or `spec.rollout.maxAge` (it was made before `expired`, that long ago).
+fn marked_by(
+    i: &Instance<'_>,
+    replace: &BTreeSet<String>,
+    (after, expired): (Option<i64>, Option<i64>),
+) -> Option<&'static str> {
     if replace.contains(i.name) {
         Some("--replace")
     } else if i.node.is_some_and(|n| n.config.labels.get(labels::REPLACE).is_some_and(|v| v == "true")) {
         Some("label poolctl.dev/replace=true")
     } else if after.is_some_and(|t| i.container.is_some_and(|c| c.created < t)) {
         Some("created before spec.rollout.after")
+    } else if expired.is_some_and(|t| i.container.is_some_and(|c| c.created <= t)) {
+        Some("older than spec.rollout.maxAge")
     } else {
         None
     }
@@ -678,6 +717,40 @@ fn hold_if_too_many_unhealthy(
     ))
 }
 
+/// The Node owner's `skip-remediation`: an unhealthy instance of the current template is
+/// reported, not replaced (an outdated one still goes with the rollout; `--replace` overrides).
+fn skip_remediation(target: &Target<'_>, all: &mut [Instance<'_>], replace: &BTreeSet<String>) {
+    for instance in all.iter_mut().filter(|i| i.health.standing == Standing::Unhealthy) {
+        let skip = instance.node.and_then(|n| n.retirement.skip_remediation);
+        if let Some(annotation) =
+            skip.filter(|_| target.is_current(instance) && !replace.contains(instance.name))
+        {
+            instance.health.skip_remediation(annotation);
+        }
+    }
+}
+
+/// The instances kept: the first `replicas` of `candidates`, in order, and before them every
+/// one that serves on a Node whose owner set `do-not-disrupt`, whatever its template, in a
+/// replica's place, until the annotation goes (only `--replace` overrides it). With them, those
+/// kept by the annotation alone, which the plan names held.
+fn keep<'a>(
+    replicas: usize,
+    all: &[Instance<'a>],
+    candidates: &[&Instance<'a>],
+    replace: &BTreeSet<String>,
+) -> (FxHashSet<&'a str>, FxHashSet<&'a str>) {
+    let undisrupted = |i: &Instance<'_>| {
+        i.up && !replace.contains(i.name) && i.node.is_some_and(|n| n.retirement.do_not_disrupt.is_some())
+    };
+    let first: FxHashSet<&str> = candidates.iter().take(replicas).map(|i| i.name).collect();
+    let mut kept: FxHashSet<&str> = all.iter().filter(|i| undisrupted(i)).map(|i| i.name).collect();
+    let held = kept.iter().copied().filter(|name| !first.contains(name)).collect();
+    let room = replicas.saturating_sub(kept.len());
+    kept.extend(candidates.iter().filter(|i| !undisrupted(i)).take(room).map(|i| i.name));
+    (kept, held)
+}
+
 /// The first batch's configure steps: the kept instances whose Node's labels or taints differ
 /// from the spec's. Labels and taints are desired state like the template, so a killed apply, a
 /// hand edit or a changed spec converges without replacing anything.
@@ -728,6 +801,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         copy_from: None,
         instances: all.iter().map(|i| status(target, i, true)).collect(),
         unhealthy_held: None,
+        outdated_kept: 0,
         degraded: None,
         next_check: None,
         revision: None,
@@ -942,6 +1016,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         elsewhere: instance.container.and_then(|c| c.elsewhere.clone()),
         fate: if keep { Fate::Keep } else { Fate::Retire },
         replace: None,
+        do_not_disrupt: None,
         drain_excluded: instance.node.is_some_and(|n| n.retirement.exclude_draining),
         hooks: instance
             .node

@@ -96,7 +96,10 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         health.push(format!("{} waited for (not serving, within their timeout)", s.unavailable));
     }
     if s.unremediated > 0 {
-        health.push(format!("{} unhealthy not replaced (above maxUnhealthy)", s.unremediated));
+        health.push(format!("{} unhealthy held, not replaced", s.unremediated));
+    }
+    if s.outdated_kept > 0 {
+        health.push(format!("{} outdated kept, not replaced", s.outdated_kept));
     }
     if s.degraded > 0 {
         health.push(format!(
@@ -196,6 +199,7 @@ fn pool_text(
         && troubled.is_empty()
         && left.is_empty()
         && pool.degraded.is_none()
+        && pool.outdated_kept == 0
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
@@ -240,6 +244,7 @@ fn pool_text(
             style.yellow(&format!("replaced although current ({by})"))
         )?;
     }
+    write_kept(pool, style, out)?;
     for instance in left {
         let why = format!("left alone: {}", instance.left.as_deref().unwrap_or_default());
         writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
@@ -361,6 +366,7 @@ fn pool_header(pool: &PoolPlan) -> String {
                 None if pool.steps.is_empty() && pool.instances.iter().any(|i| i.health.is_some()) => {
                     ", waiting"
                 }
+                None if pool.steps.is_empty() && pool.outdated_kept > 0 => ", outdated instances kept",
                 None if pool.steps.is_empty() => ", up to date",
                 None => "",
             };
@@ -480,4 +486,35 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "{INDENT}drain will wait: PDB {pdb} allows 0 disruptions")?;
     }
     Ok(())
+}
+
+/// The outdated instances the plan keeps, and why: a Node's `do-not-disrupt`, or the pool's
+/// `strategy: OnDelete`.
+fn write_kept(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    for instance in pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()) {
+        let annotation = instance.do_not_disrupt.unwrap_or_default();
+        let why = format!("held: its Node carries {annotation}=true; not disrupted until it goes");
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
+    }
+    if let Some(why) = on_delete_note(pool) {
+        writeln!(out, "  {}", style.yellow(&why))?;
+    }
+    Ok(())
+}
+
+/// What `strategy: OnDelete` leaves as it is, and the way to replace it, when it leaves any.
+pub fn on_delete_note(pool: &PoolPlan) -> Option<String> {
+    let marked_by_owner = pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()).count();
+    let kept = pool.outdated_kept.saturating_sub(marked_by_owner);
+    (kept > 0).then(|| {
+        let n = if kept == 1 {
+            "1 outdated instance keeps".to_owned()
+        } else {
+            format!("{kept} outdated instances keep")
+        };
+        format!(
+            "strategy OnDelete: {n} running; each is replaced when marked (`poolctl apply --replace NAME`, \
+             the label poolctl.dev/replace=true) or gone"
+        )
+    })
 }

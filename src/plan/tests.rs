@@ -2306,3 +2306,190 @@ fn a_retry_of_a_rollout_under_way_keeps_its_clock() {
     let plan = plan_of(&scaled, &converged);
     assert!(plan.steps().any(|(_, s)| matches!(s.action, Action::Create { starts_rollout: true, .. })));
 }
+
+#[test]
+fn a_node_its_owner_marked_do_not_disrupt_is_kept_through_a_rollout_and_a_scale_down() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 3) }.build();
+    let mut world = World { now: NOON, ..World::default() };
+    for i in 1..=3 {
+        let name = format!("k-{i}");
+        world.containers.push(container(&name, "k", "0ld", i));
+        world.nodes.push(node(&name, "k"));
+    }
+    world.nodes[1].retirement.do_not_disrupt = Some("poolctl.dev/do-not-disrupt");
+    let desired = desired(vec![dp]);
+    let plan = plan_of(&desired, &world);
+    let k = pool_plan(&plan, "k");
+    assert_eq!(k.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count(), 2);
+    let mut gone = retired(k);
+    gone.sort_unstable();
+    assert_eq!(gone, ["k-1", "k-3"], "the other two are replaced");
+    let held = k.instances.iter().find(|i| i.name == "k-2").unwrap();
+    assert_eq!((held.fate, held.do_not_disrupt), (Fate::Keep, Some("poolctl.dev/do-not-disrupt")));
+    assert!(
+        text_of(&plan).contains("k-2: held: its Node carries poolctl.dev/do-not-disrupt=true"),
+        "{}",
+        text_of(&plan)
+    );
+    // Karpenter's annotation holds it as well; `--replace` overrides either.
+    let mut karpenter = world.clone();
+    karpenter.nodes[1].retirement.do_not_disrupt = Some("karpenter.sh/do-not-disrupt");
+    assert!(!retired(pool_plan(&plan_of(&desired, &karpenter), "k")).contains(&"k-2"));
+    let options = PlanOptions { replace: ["k-2".to_owned()].into(), ..PlanOptions::default() };
+    assert!(retired(pool_plan(&crate::plan::plan(&desired, &world, options), "k")).contains(&"k-2"));
+    // Without the annotation, the next plan replaces it.
+    let mut lifted = world.clone();
+    lifted.nodes[1].retirement.do_not_disrupt = None;
+    assert_eq!(retired(pool_plan(&plan_of(&desired, &lifted), "k")).len(), 3);
+
+    // A scale-down keeps it too, though it is the oldest.
+    let mut current = world.clone();
+    let hash = desired.pools[0].template_hash.clone();
+    for c in &mut current.containers {
+        c.template_hash.clone_from(&hash);
+    }
+    current.nodes[1].retirement.do_not_disrupt = None;
+    current.nodes[0].retirement.do_not_disrupt = Some("poolctl.dev/do-not-disrupt");
+    let mut fewer = desired.clone();
+    fewer.pools[0].pool.spec.replicas = 1;
+    let plan = plan_of(&fewer, &current);
+    let mut gone = retired(pool_plan(&plan, "k"));
+    gone.sort_unstable();
+    assert_eq!(gone, ["k-2", "k-3"]);
+    // An unhealthy instance on such a Node is replaced all the same: it does not serve.
+    let mut sick = current.clone();
+    sick.nodes[0].ready = false;
+    sick.nodes[0].conditions = vec![crate::model::NodeCondition::ready("False", NOON - 3600)];
+    assert!(retired(pool_plan(&plan_of(&desired, &sick), "k")).contains(&"k-1"));
+}
+
+#[test]
+fn an_unhealthy_instance_whose_node_skips_remediation_is_reported_not_replaced() {
+    let (desired, mut world) = node_pool_at(3, &[("True", 600), ("False", 3600), ("True", 600)], None);
+    let replaced = plan_of(&desired, &world);
+    assert!(retired(pool_plan(&replaced, "k")).contains(&"k-1"), "without the annotation it is replaced");
+    for annotation in ["poolctl.dev/skip-remediation", "cluster.x-k8s.io/skip-remediation"] {
+        world.nodes[1].retirement.skip_remediation = Some(annotation);
+        let plan = plan_of(&desired, &world);
+        let k = pool_plan(&plan, "k");
+        assert!(k.steps.is_empty(), "{:?}", verbs(k));
+        let note = k.instances[1].health.as_ref().expect("a health note");
+        assert_eq!(note.action, format!("held ({annotation})"));
+        assert_eq!(plan.summary.unremediated, 1);
+        let text = text_of(&plan);
+        assert!(
+            text.contains(&format!("k-1: unhealthy: Ready=False for 1h (timeout 5m): held ({annotation})")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_rollout_that_leaves_only_a_held_instance_is_not_stalled() {
+    let dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build();
+    let hash = dp.template_hash.clone();
+    let mut new = container("k-new", "k", &hash, NOON - 3600);
+    new.came_up = Some(NOON - 3590);
+    let mut world = World {
+        now: NOON,
+        containers: vec![container("k-old", "k", "0ld", 1), new],
+        nodes: vec![node("k-old", "k"), node("k-new", "k")],
+        rollouts: [(
+            "k".to_owned(),
+            crate::model::RolloutRecord {
+                template_hash: hash,
+                since: NOON - 3600,
+                rolled_back_from: None,
+                progressed: None,
+            },
+        )]
+        .into(),
+        ..World::default()
+    };
+    world.nodes[0].retirement.do_not_disrupt = Some("poolctl.dev/do-not-disrupt");
+    let desired = desired(vec![dp]);
+    let plan = plan_of(&desired, &world);
+    let k = pool_plan(&plan, "k");
+    assert!(k.degraded.is_none(), "{:?}", k.degraded);
+    assert!(k.steps.is_empty(), "{:?}", verbs(k));
+    // The annotation gone, an hour after the last step, the rollout goes on: its clock is the
+    // owner's, not the deadline's.
+    world.nodes[0].retirement.do_not_disrupt = None;
+    let plan = plan_of(&desired, &world);
+    assert!(retired(pool_plan(&plan, "k")).contains(&"k-old"));
+}
+
+#[test]
+fn on_delete_replaces_no_outdated_instance_until_it_is_marked_dead_or_surplus() {
+    let mut dp = PoolArgs { nodes: true, ..PoolArgs::new("k", 3) }.build();
+    dp.pool.spec.rollout.strategy = crate::spec::Strategy::OnDelete;
+    let hash = dp.template_hash.clone();
+    let mut world = World { now: NOON, ..World::default() };
+    for i in 1..=3 {
+        let name = format!("k-{i}");
+        world.containers.push(container(&name, "k", "0ld", i));
+        world.nodes.push(node(&name, "k"));
+    }
+    let desired = desired(vec![dp]);
+    let plan = plan_of(&desired, &world);
+    let k = pool_plan(&plan, "k");
+    assert!(k.steps.is_empty(), "a new template alone replaces nothing: {:?}", verbs(k));
+    assert_eq!(k.outdated_kept, 3);
+    assert!(
+        text_of(&plan).contains("strategy OnDelete: 3 outdated instances keep running"),
+        "{}",
+        text_of(&plan)
+    );
+    assert!(!plan.has_changes());
+
+    // `--replace k-2`: exactly one new instance, of the new template, before k-2 goes.
+    let options = PlanOptions { replace: ["k-2".to_owned()].into(), ..PlanOptions::default() };
+    let plan = crate::plan::plan(&desired, &world, options);
+    let k = pool_plan(&plan, "k");
+    let v: Vec<&str> = verbs(k).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "cordon", "drain", "stop", "delete-node", "remove"]);
+    assert!(matches!(&k.steps[0].action, Action::Create { template_hash, .. } if *template_hash == hash));
+    assert_eq!(retired(k), ["k-2"]);
+
+    // A dead instance is replaced with the new template; a scale-up adds new ones.
+    let mut dead = world.clone();
+    dead.containers[0].state = ContainerState::Exited;
+    dead.nodes.remove(0);
+    let k_plan = plan_of(&desired, &dead);
+    assert_eq!(retired(pool_plan(&k_plan, "k")), ["k-1"]);
+    let mut more = desired.clone();
+    more.pools[0].pool.spec.replicas = 4;
+    let plan = plan_of(&more, &world);
+    assert!(retired(pool_plan(&plan, "k")).is_empty());
+    assert_eq!(plan.steps().filter(|(_, s)| matches!(s.action, Action::Create { .. })).count(), 1);
+    // A scale-down retires the outdated first.
+    let mut mixed = world.clone();
+    mixed.containers[0].template_hash.clone_from(&hash);
+    let mut fewer = desired.clone();
+    fewer.pools[0].pool.spec.replicas = 1;
+    let plan = plan_of(&fewer, &mixed);
+    let mut gone = retired(pool_plan(&plan, "k"));
+    gone.sort_unstable();
+    assert_eq!(gone, ["k-2", "k-3"]);
+}
+
+#[test]
+fn an_instance_older_than_max_age_is_replaced_surge_first_and_the_next_expiry_is_the_next_check() {
+    let mut dp = PoolArgs::new("w", 2).build();
+    dp.pool.spec.rollout.max_age = Some(crate::spec::Duration::from_secs(600));
+    let hash = dp.template_hash.clone();
+    let world = World {
+        now: NOON,
+        containers: vec![container("w-1", "w", &hash, NOON - 900), container("w-2", "w", &hash, NOON - 300)],
+        ..World::default()
+    };
+    let desired = desired(vec![dp]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let v: Vec<&str> = verbs(w).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "stop", "remove"], "surge first");
+    assert_eq!(retired(w), ["w-1"]);
+    assert!(text_of(&plan).contains("w-1: replaced although current (older than spec.rollout.maxAge)"));
+    // w-2 expires at NOON + 300: the watch looks again then (a second later, to be past it).
+    assert_eq!(plan.next_check(), Some(NOON + 301));
+}

@@ -339,13 +339,13 @@ pub struct PoolLocks<'a, C, K> {
     settings: &'a LockSettings,
     /// Where what the locks say goes (waiting for one, one lost).
     sink: &'a dyn Sink,
-    held: Vec<Held>,
+    held: Vec<HeldLock>,
     /// What the executor asks before an irreversible call.
     guard: LockGuard,
 }
 
 /// One lock taken by this run.
-struct Held {
+struct HeldLock {
     pool: String,
     record: LockRecord,
     /// When the call that took or last renewed it started. The backend counts the lease from
@@ -395,7 +395,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             let (record, renewed) = self.acquire_one(&pool, deadline, interrupt).await?;
             self.sink.event(&Event::Lock { pool: &pool, held: true });
             self.guard.renewed(&pool, renewed, self.settings.renew_deadline());
-            self.held.push(Held { pool, record, renewed, lost: false });
+            self.held.push(HeldLock { pool, record, renewed, lost: false });
         }
         Ok(())
     }
@@ -516,7 +516,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
 
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
-        for Held { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
+        for HeldLock { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
             self.guard.lost(pool);
             self.sink.event(&Event::Lock { pool, held: false });
             if let Some(cluster) = self.clusters.get(pool)
@@ -584,7 +584,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
 /// [`LockSettings::renew_deadline`]).
 async fn renew_until_lost<C: Locks, K: Locks>(
     place: &Place<'_, C, K>,
-    held: &mut Held,
+    held: &mut HeldLock,
     settings: &LockSettings,
     guard: &LockGuard,
 ) -> String {

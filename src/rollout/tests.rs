@@ -414,8 +414,7 @@ fn marked_old_node(
 fn hook(kind: &str) -> crate::model::RetirementMarks {
     crate::model::RetirementMarks {
         hooks: vec![(format!("{kind}.delete.hook.poolctl.dev/backup"), "my-operator".to_owned())],
-        exclude_draining: false,
-        exclude_volume_detach: false,
+        ..crate::model::RetirementMarks::default()
     }
 }
 

@@ -54,7 +54,7 @@ pub(super) fn hex_prefix(digest: &[u8], len: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Rollout, Secret, SecretEnv, ValueFrom};
+    use crate::spec::{RolloutSpec, Secret, SecretEnv, ValueFrom};
 
     fn template(yaml: &str) -> Template {
         serde_saphyr::from_str(yaml).expect("a template")
@@ -68,7 +68,7 @@ mod tests {
             join,
             node: None,
             docker: None,
-            rollout: Rollout::default(),
+            rollout: RolloutSpec::default(),
             health: crate::spec::HealthSpec::default(),
             drain: crate::spec::DrainSpec::default(),
             paused: false,

@@ -98,7 +98,7 @@ pub struct PoolSpec {
     pub docker: Option<DockerSpec>,
     /// How instances are replaced.
     #[serde(default)]
-    pub rollout: Rollout,
+    pub rollout: RolloutSpec,
     /// When an instance that does not serve is replaced, and when it is waited for (as Cluster
     /// API's `MachineHealthCheck`). Not covered by the template hash.
     #[serde(default)]
@@ -510,27 +510,34 @@ pub struct Taint {
 /// Rollout settings. None of them changes the template hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Rollout {
+#[schemars(rename = "Rollout")]
+pub struct RolloutSpec {
+    /// When a new template replaces the instances: `RollingUpdate` (default) replaces every
+    /// outdated one, surge first; `OnDelete` replaces none by itself, as a `StatefulSet`'s or a
+    /// Cluster API `MachineSet`'s `OnDelete`: an instance marked for replacement (`--replace`, the
+    /// `poolctl.dev/replace` label), a dead one and a scale-up get the new template.
+    #[serde(default, skip_serializing_if = "Strategy::is_rolling_update")]
+    pub strategy: Strategy,
     /// How many instances may exist above `replicas` during a rollout: a count (default 1, at
     /// most 1000) or a percentage of replicas, rounded up (`25%`).
-    #[serde(default = "Rollout::default_max_surge")]
+    #[serde(default = "RolloutSpec::default_max_surge")]
     pub max_surge: IntOrPercent,
     /// How many instances may be unavailable below `replicas` during a rollout: a count
     /// (default 0, at most 1000) or a percentage of replicas up to 100%, rounded down (`25%`).
-    #[serde(default = "Rollout::default_max_unavailable")]
+    #[serde(default = "RolloutSpec::default_max_unavailable")]
     pub max_unavailable: IntOrPercent,
     /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
-    #[serde(default = "Rollout::default_stop_grace_period")]
+    #[serde(default = "RolloutSpec::default_stop_grace_period")]
     pub stop_grace_period: Duration,
     /// How long draining one Node may take before the rollout halts (default 5m).
-    #[serde(default = "Rollout::default_drain_timeout")]
+    #[serde(default = "RolloutSpec::default_drain_timeout")]
     pub drain_timeout: Duration,
     /// How long a rollout to a new template may go without a new instance coming up (they
     /// crash, never turn Ready, fail their bootstrap) before it stops creating more: the old
     /// instances keep serving and the pool is `Degraded` until the source changes or an
     /// explicit `poolctl apply` tries again (default 10m), as a Deployment's
     /// `progressDeadlineSeconds`.
-    #[serde(default = "Rollout::default_progress_deadline")]
+    #[serde(default = "RolloutSpec::default_progress_deadline")]
     pub progress_deadline: Duration,
     /// What a rollout past its `progressDeadline` does: `pause` (default) creates nothing more
     /// and leaves the pool half-new; `rollback` brings the pool back to the last template that
@@ -548,6 +555,11 @@ pub struct Rollout {
     /// to roll the whole pool without changing its template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// Replace every instance older than this (by the Docker daemon's clock), surge first, as
+    /// Karpenter's `expireAfter`: a node that lives too long drifts from a fresh one. Unset by
+    /// default: instances live until their template changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<Duration>,
     /// How long a new instance must have been up (its container running and healthy, its Node
     /// Ready) before it counts as up and the rollout goes on (default 0), as a Deployment's
     /// `minReadySeconds`; a whole number of seconds as there, or a duration (`1m`).
@@ -563,7 +575,7 @@ pub struct Rollout {
     /// end still run (and be healthy, where its image has a HEALTHCHECK) with its Node Ready
     /// (default `5s`, as Docker Swarm's `monitor`). A new template that crashes within it fails
     /// the rollout with every old instance still serving. `0s` turns the watch off.
-    #[serde(default = "Rollout::default_monitor")]
+    #[serde(default = "RolloutSpec::default_monitor")]
     pub monitor: Duration,
     /// How long a retirement may wait for a Node's deletion hooks (its
     /// `pre-drain.delete.hook.poolctl.dev/*` and `pre-terminate.delete.hook.poolctl.dev/*`
@@ -583,7 +595,7 @@ fn is_zero_duration(d: &Duration) -> bool {
     d.get().is_zero()
 }
 
-impl Rollout {
+impl RolloutSpec {
     /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
     /// a malformed one).
     pub fn after_secs(&self) -> Option<i64> {
@@ -602,6 +614,21 @@ pub enum DeletePolicy {
     Random,
 }
 
+/// When a new template replaces the instances (`spec.rollout.strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Strategy {
+    #[default]
+    RollingUpdate,
+    OnDelete,
+}
+
+impl Strategy {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_rolling_update(&self) -> bool {
+        *self == Self::RollingUpdate
+    }
+}
+
 /// What a stalled rollout does (`spec.rollout.failureAction`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -613,7 +640,7 @@ pub enum FailureAction {
     Rollback,
 }
 
-impl Rollout {
+impl RolloutSpec {
     /// `maxSurge` as a number of instances for a pool of `replicas`.
     pub fn surge(&self, replicas: i64) -> i64 {
         self.max_surge.resolve(replicas, Rounding::Up)
@@ -644,9 +671,10 @@ impl Rollout {
     }
 }
 
-impl Default for Rollout {
+impl Default for RolloutSpec {
     fn default() -> Self {
         Self {
+            strategy: Strategy::default(),
             max_surge: Self::default_max_surge(),
             max_unavailable: Self::default_max_unavailable(),
             stop_grace_period: Self::default_stop_grace_period(),
@@ -655,6 +683,7 @@ impl Default for Rollout {
             failure_action: FailureAction::default(),
             delete_policy: DeletePolicy::default(),
             after: None,
+            max_age: None,
             min_ready_seconds: Duration::from_secs(0),
             monitor: Self::default_monitor(),
             hook_timeout: None,

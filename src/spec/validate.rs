@@ -245,6 +245,19 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
             errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
         }
     }
+    if let Some(age) = rollout.max_age {
+        let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
+        if age.get() <= stay_up {
+            errors.push((
+                FieldPath::of("spec.rollout.maxAge"),
+                format!(
+                    "{age} is no longer than a new instance must stay up before it counts ({} of \
+                     minReadySeconds and monitor): every instance would expire before it served",
+                    super::Duration::from(stay_up)
+                ),
+            ));
+        }
+    }
     if rollout.monitor.get() > MAX_WAIT {
         let most = super::Duration::from(MAX_WAIT);
         errors.push((
@@ -914,6 +927,16 @@ mod tests {
         );
         let negative = errors("  template:\n    image: i\n  rollout:\n    minReadySeconds: -1\n");
         assert!(negative.iter().any(|e| e.contains("cannot be negative")), "{negative:?}");
+        // An instance must be able to serve before it expires.
+        let expired = errors("  template:\n    image: i\n  rollout:\n    maxAge: 5s\n    monitor: 5s\n");
+        assert!(
+            expired
+                .iter()
+                .any(|e| e.starts_with("a.yaml:") && e.contains("spec.rollout.maxAge: 5s is no longer than")),
+            "{expired:?}"
+        );
+        let lives = errors("  template:\n    image: i\n  rollout:\n    maxAge: 720h\n");
+        assert!(lives.is_empty(), "{lives:?}");
     }
 
     fn sorted(mut errors: Vec<String>) -> Vec<String> {

@@ -8,7 +8,8 @@ use crate::model::{
     NodeCondition, NodeConfig, Origin, Pdb, Pod, World, labels,
 };
 use crate::spec::{
-    BootstrapStep, Duration, EnvValue, Metadata, NodeSpec, Pool, PoolSpec, Rollout, Template, template_hash,
+    BootstrapStep, Duration, EnvValue, Metadata, NodeSpec, Pool, PoolSpec, RolloutSpec, Template,
+    template_hash,
 };
 
 /// The address of the tests' one Docker daemon, which every observation lists.
@@ -83,12 +84,12 @@ impl PoolArgs {
             labels: BTreeMap::new(),
             taints: Vec::new(),
         });
-        let rollout = Rollout {
+        let rollout = RolloutSpec {
             max_surge: self.surge.into(),
             max_unavailable: self.unavailable.into(),
             // Unwatched, unless a test of the watch sets it: most tests count steps and calls.
             monitor: Duration::from_secs(0),
-            ..Rollout::default()
+            ..RolloutSpec::default()
         };
         let spec = PoolSpec {
             replicas: self.replicas,
@@ -157,6 +158,7 @@ pub(crate) fn instance_status(name: &str, hash: &str) -> crate::plan::InstanceSt
         elsewhere: None,
         fate: crate::plan::Fate::Retire,
         replace: None,
+        do_not_disrupt: None,
         drain_excluded: false,
         hooks: Vec::new(),
         health: None,

@@ -186,8 +186,12 @@ pub struct PoolYaml {
     health: Vec<String>,
     /// `spec.rollout.progressDeadline`, when set.
     progress_deadline: Option<String>,
+    /// `spec.rollout.maxAge`, when set.
+    max_age: Option<String>,
     /// `spec.rollout.failureAction: rollback`.
     rollback: bool,
+    /// `spec.rollout.strategy: OnDelete`.
+    on_delete: bool,
     /// `spec.rollout.deletePolicy`, when set.
     delete_policy: Option<String>,
     /// `spec.template.network`, when set.
@@ -224,7 +228,9 @@ impl PoolYaml {
             stop_grace_period: "2s".to_owned(),
             health: Vec::new(),
             progress_deadline: None,
+            max_age: None,
             rollback: false,
+            on_delete: false,
             delete_policy: None,
             network: None,
             docker_host: None,
@@ -275,10 +281,24 @@ impl PoolYaml {
         self
     }
 
+    /// `spec.rollout.strategy: OnDelete`.
+    #[must_use]
+    pub fn on_delete(mut self) -> Self {
+        self.on_delete = true;
+        self
+    }
+
     /// `spec.rollout.failureAction: rollback`.
     #[must_use]
     pub fn rollback(mut self) -> Self {
         self.rollback = true;
+        self
+    }
+
+    /// `spec.rollout.maxAge`.
+    #[must_use]
+    pub fn max_age(mut self, age: &str) -> Self {
+        self.max_age = Some(age.to_owned());
         self
     }
 
@@ -472,8 +492,14 @@ impl fmt::Display for PoolYaml {
         if let Some(monitor) = &self.monitor {
             writeln!(f, "    monitor: {monitor}")?;
         }
+        if let Some(age) = &self.max_age {
+            writeln!(f, "    maxAge: {age}")?;
+        }
         if let Some(deadline) = &self.progress_deadline {
             writeln!(f, "    progressDeadline: {deadline}")?;
+        }
+        if self.on_delete {
+            writeln!(f, "    strategy: OnDelete")?;
         }
         if self.rollback {
             writeln!(f, "    failureAction: rollback")?;

@@ -75,6 +75,13 @@ fn retirement_marks(annotations: Option<&std::collections::BTreeMap<String, Stri
         hooks,
         exclude_draining: annotations.contains_key(labels::EXCLUDE_DRAINING),
         exclude_volume_detach: annotations.contains_key(labels::EXCLUDE_VOLUME_DETACH),
+        do_not_disrupt: [labels::DO_NOT_DISRUPT, labels::KARPENTER_DO_NOT_DISRUPT]
+            .into_iter()
+            .find(|key| annotations.get(*key).is_some_and(|v| v == "true")),
+        // Cluster API reads its annotation by its presence, whatever its value.
+        skip_remediation: [labels::SKIP_REMEDIATION, labels::CAPI_SKIP_REMEDIATION]
+            .into_iter()
+            .find(|key| annotations.contains_key(*key)),
     }
 }
 

@@ -15,7 +15,7 @@
 //! retirement starts, so nothing exceeds `replicas + maxSurge` either.
 
 pub mod join;
-mod progress;
+mod numbering;
 mod ready;
 pub(crate) mod report;
 
@@ -34,7 +34,7 @@ use crate::rollout::cancel::Interrupt;
 use crate::rollout::event::Sink;
 use crate::spec::{EnvValue, SecretEnv};
 
-pub(crate) use progress::indent;
+pub(crate) use numbering::indent;
 pub use report::{Report, StepOutcome};
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
@@ -59,7 +59,7 @@ pub enum StepError {
     /// A bootstrap command exited non-zero; its output follows, indented.
     #[error(
         "bootstrap command {argv:?} exited with code {code}{}",
-        if output.is_empty() { String::new() } else { format!(", its output:\n{}", progress::indent(output, "      ")) }
+        if output.is_empty() { String::new() } else { format!(", its output:\n{}", numbering::indent(output, "      ")) }
     )]
     Bootstrap { argv: Vec<String>, code: i64, output: String },
     /// The plan names a pool the source does not declare (a bug, or a stale plan).
@@ -189,7 +189,7 @@ pub struct Executor<'a, C, K> {
     /// The Nodes this run drained, so that a Stop does not drain them again.
     drained: Mutex<HashSet<String>>,
     /// The number each step carries, as the plan text shows it.
-    numbering: Mutex<progress::Numbering>,
+    numbering: Mutex<numbering::Numbering>,
     /// Held from a Node's cordon to the end of its drain, one per cluster, whichever pools share
     /// it: drains run one Node at a time per cluster, since concurrent drains are how
     /// PodDisruptionBudgets get violated (cluster-api#3300). tokio's mutex is fair, so Nodes take
@@ -198,8 +198,8 @@ pub struct Executor<'a, C, K> {
     /// The drain turns held, by the Node that holds its cluster's: a Node whose pre-drain hooks
     /// hold its drain gives its turn up while it waits, so that the wait holds only that Node.
     turns_held: Mutex<HashMap<String, tokio::sync::OwnedMutexGuard<()>>>,
-    /// The creation chains of the batch each pool is carrying out (see [`Creations`]).
-    creations: Mutex<HashMap<String, Arc<Creations>>>,
+    /// The creation chains of the batch each pool is carrying out (see [`CreationChains`]).
+    creations: Mutex<HashMap<String, Arc<CreationChains>>>,
     /// Asked before every irreversible call ([`Executor::with_lock_guard`]; none by default).
     lock_guard: LockGuard,
     /// The Node this poolctl runs on ([`Executor::on_node`]), which it never retires.
@@ -212,7 +212,7 @@ pub struct Executor<'a, C, K> {
 /// every creation chain ended, each new instance's up record written. The record only makes
 /// durable what is true when the drain starts, so writing it while the old Node drains costs
 /// the rollout nothing, and no container stops before it is written.
-struct Creations {
+struct CreationChains {
     chains: usize,
     /// The chains (by instance) whose instance is up, or that ended.
     up: tokio::sync::watch::Sender<HashSet<String>>,
@@ -220,7 +220,7 @@ struct Creations {
     ended: tokio::sync::watch::Sender<HashSet<String>>,
 }
 
-impl Creations {
+impl CreationChains {
     fn new(chains: usize) -> Self {
         Self {
             chains,
@@ -520,8 +520,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 continue;
             }
             // The creation chains of a batch run side by side; each chain is sequential. The
-            // retirements follow them as `Creations` says.
-            let creations = Arc::new(Creations::new(group.creations.len()));
+            // retirements follow them as `CreationChains` says.
+            let creations = Arc::new(CreationChains::new(group.creations.len()));
             self.creations
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -574,7 +574,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         chain: &[Numbered<'s>],
         total: usize,
         failed: &AtomicBool,
-        creations: &Creations,
+        creations: &CreationChains,
     ) -> (Vec<StepOutcome>, Vec<&'s Step>) {
         let mut outcomes = Vec::new();
         let Some(&(_, first)) = chain.first() else { return (outcomes, Vec::new()) };
@@ -1152,12 +1152,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     /// The rollout settings of a pool; a pruned pool is no longer declared and retires with
     /// the defaults.
-    fn rollout_of(&self, pool: &str) -> crate::spec::Rollout {
+    fn rollout_of(&self, pool: &str) -> crate::spec::RolloutSpec {
         self.pool(pool).map(|p| p.pool.spec.rollout.clone()).unwrap_or_default()
     }
 
     /// The creation chains of the batch `pool` is carrying out.
-    fn creations_of(&self, pool: &str) -> Option<Arc<Creations>> {
+    fn creations_of(&self, pool: &str) -> Option<Arc<CreationChains>> {
         let creations = self.creations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         creations.get(pool).cloned()
     }

@@ -63,6 +63,7 @@ fn rolling_plan() -> Plan {
             copy_from: None,
             instances: Vec::new(),
             unhealthy_held: None,
+            outdated_kept: 0,
             degraded: None,
             next_check: None,
             revision: None,

@@ -15,7 +15,7 @@ use crate::spec::{BootstrapStep, FailureAction, Join, Template};
 
 /// What the rollout records make of the declared pools.
 #[derive(Debug, Default)]
-pub(super) struct Progress {
+pub(super) struct Deadlines {
     /// The pools whose rollout stalled (or was rolled back), and why, as the plan says it.
     pub stalled: BTreeMap<String, String>,
     /// The pools that go back to an earlier template, as that template.
@@ -41,7 +41,7 @@ enum Stall {
     ByHand,
 }
 
-impl Progress {
+impl Deadlines {
     /// Judge every declared pool of `desired` in `world`.
     pub(super) fn of(desired: &Desired, world: &World, options: &PlanOptions) -> Self {
         let mut progress = Self::default();
@@ -150,7 +150,12 @@ fn starts(dp: &DesiredPool, world: &World) -> bool {
     // every instance runs the template and none is being made.
     let current = |c: &Container| c.template_hash == dp.template_hash && c.elsewhere.is_none();
     let mut mine = world.containers.iter().filter(|c| c.pool == dp.name());
-    mine.all(current) && attempts(dp, world).is_empty()
+    mine.all(|c| current(c) || undisrupted(c, world)) && attempts(dp, world).is_empty()
+}
+
+/// Whether the instance serves on a Node whose owner asked that it not be disrupted.
+fn undisrupted(c: &Container, world: &World) -> bool {
+    world.nodes.iter().any(|n| n.name == c.name && n.ready && n.retirement.do_not_disrupt.is_some())
 }
 
 /// The pool's instances of its current template that are being made and have not come up: no
@@ -209,13 +214,23 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     }
     let mine: Vec<&Container> = world.containers.iter().filter(|c| c.pool == dp.name()).collect();
     let current = |c: &&&Container| &c.template_hash == hash && c.elsewhere.is_none();
-    if mine.iter().all(|c| current(&c)) && attempts(dp, world).is_empty() {
+    // An outdated instance its Node's owner holds (`do-not-disrupt`) is not the rollout's to
+    // finish: it waits for the owner, not for the deadline.
+    // An outdated instance its Node's owner holds (`do-not-disrupt`) is not the rollout's to
+    // finish: it waits for the owner, not for the deadline.
+    if mine.iter().all(|c| current(&c) || undisrupted(c, world)) && attempts(dp, world).is_empty() {
         return None;
     }
     // Progress is any step forward: an instance of the template up, or a retirement step done.
     // Time a budget or a hook holds a drain is not a stall: the step ends, and counts, when
     // the drain does.
     let last_up = mine.iter().filter(current).filter_map(|c| c.came_up).max();
+    // Instances of the template came up, and none is being made nor failed to be: the rollout
+    // is not failing, only not worked on (its next step waited for a run, or for an owner who
+    // held an instance); the outcome of its next attempt judges it.
+    if last_up.is_some() && attempts(dp, world).is_empty() {
+        return None;
+    }
     let progress = [Some(record.since), last_up, record.progressed].into_iter().flatten().max();
     let progress = progress.unwrap_or(record.since);
     let deadline = dp.pool.spec.rollout.progress_deadline;
