@@ -596,6 +596,10 @@ fn source_container(
         "NO_PROXY=localhost,10.0.0.0/8,.svc",
         "--env",
         "K3S_TOKEN=s3cret",
+        "--memory",
+        "64m",
+        "--cpus",
+        "0.5",
         "--sysctl",
         "net.ipv4.ip_forward=1",
         "--sysctl",
@@ -732,6 +736,8 @@ async fn copy_from_creates_instances_configured_as_the_source() {
         "/HostConfig/NetworkMode",
         "/HostConfig/Binds",
         "/Config/Volumes",
+        "/HostConfig/Memory",
+        "/HostConfig/NanoCpus",
     ];
     let expected: Vec<(&str, Value, &str)> =
         copied.iter().map(|p| (*p, src.pointer(p).cloned().unwrap_or(Value::Null), "copied")).collect();
@@ -742,6 +748,10 @@ async fn copy_from_creates_instances_configured_as_the_source() {
         json!({"net.ipv4.ip_forward": "1", "net.core.somaxconn": "1024"})
     );
     assert_eq!(src["HostConfig"]["Tmpfs"]["/scratch"], "size=64m,mode=1777");
+    assert_eq!(
+        (src["HostConfig"]["Memory"].as_i64(), src["HostConfig"]["NanoCpus"].as_i64()),
+        (Some(64 << 20), Some(500_000_000))
+    );
 
     let env = |c: &Value| -> Vec<String> {
         c["Config"]["Env"]

@@ -429,6 +429,26 @@ pub fn parse_memory(text: &str) -> Result<i64, String> {
     Ok(bytes)
 }
 
+/// A memory size in bytes as `--memory` writes it, in the largest unit that holds it exactly
+/// (`64m`, `1536m`, `2g`): what [`parse_memory`] reads back to the same bytes.
+pub fn show_memory(bytes: i64) -> String {
+    let units = [(40, "t"), (30, "g"), (20, "m"), (10, "k")];
+    units
+        .iter()
+        .find(|(shift, _)| bytes % (1_i64 << shift) == 0)
+        .map_or_else(|| format!("{bytes}b"), |(shift, unit)| format!("{}{unit}", bytes >> shift))
+}
+
+/// Nano-CPUs as `--cpus` writes them (`0.5`, `2`): what [`parse_cpus`] reads back.
+pub fn show_cpus(nanos: i64) -> String {
+    let (whole, fraction) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let fraction = format!("{fraction:09}");
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
+}
+
 /// Reads `cpus` as `docker run --cpus` does (`1.5` is one and a half CPUs), into the nano-CPUs
 /// the Docker API takes.
 pub fn parse_cpus(text: &str) -> Result<i64, String> {
@@ -708,6 +728,20 @@ mod tests {
         assert_eq!(parse_cpus("1.000000001"), Ok(1_000_000_001));
         for bad in ["", "0", "0.0", "-1", "1.0000000001", "1e3", ".5", "99999999999"] {
             assert!(parse_cpus(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn limits_a_container_has_are_written_back_as_they_read() {
+        for (bytes, shown) in
+            [(64 << 20, "64m"), (3 << 29, "1536m"), (2 << 30, "2g"), (1_181_116_006, "1181116006b")]
+        {
+            assert_eq!(show_memory(bytes), shown);
+            assert_eq!(parse_memory(shown), Ok(bytes));
+        }
+        for (nanos, shown) in [(2_000_000_000, "2"), (500_000_000, "0.5"), (1_000_000_001, "1.000000001")] {
+            assert_eq!(show_cpus(nanos), shown);
+            assert_eq!(parse_cpus(shown), Ok(nanos));
         }
     }
 

@@ -228,6 +228,9 @@ fn template_of(inspect: &ContainerInspectResponse, image: &ImageConfig) -> Templ
         sysctls: host.sysctls.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect(),
         extra_hosts: host.extra_hosts.clone().unwrap_or_default(),
         stop_signal: config.stop_signal.clone().filter(|s| Some(s) != image.stop_signal.as_ref()),
+        // 0 is Docker's "no limit".
+        memory: host.memory.filter(|m| *m > 0).map(spec::docker::show_memory),
+        cpus: host.nano_cpus.filter(|n| *n > 0).map(spec::docker::show_cpus),
         ..Template::default()
     }
 }
@@ -366,6 +369,8 @@ mod tests {
                 }]),
                 cap_add: strings(&["SYS_ADMIN"]),
                 sysctls: Some([("net.ipv4.ip_forward".to_owned(), "1".to_owned())].into()),
+                memory: Some(64 << 20),
+                nano_cpus: Some(500_000_000),
                 ..HostConfig::default()
             }),
             ..ContainerInspectResponse::default()
@@ -388,6 +393,7 @@ mod tests {
         assert_eq!(t.cap_add, ["SYS_ADMIN"]);
         assert_eq!(t.sysctls["net.ipv4.ip_forward"], "1");
         assert_eq!(t.stop_signal, None, "the image's own");
+        assert_eq!((t.memory.as_deref(), t.cpus.as_deref()), (Some("64m"), Some("0.5")), "the limits too");
     }
 
     #[test]
