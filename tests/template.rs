@@ -868,3 +868,66 @@ async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_change
     let stale = s.run_bare(&["apply", &file]).expect_code(1);
     assert!(stale.stderr.contains("is stale, nothing was changed"), "{}", stale.stderr);
 }
+
+/// A tag of the test's own, removed when the test ends, however it ends.
+struct Tag(String);
+
+impl Drop for Tag {
+    fn drop(&mut self) {
+        let removed = Command::new("docker").args(["image", "rm", &self.0]).output();
+        if !removed.is_ok_and(|o| o.status.success()) {
+            eprintln!("test cleanup: `docker image rm {}` failed; the tag may remain", self.0);
+        }
+    }
+}
+
+/// `imagePolicy: digest`: another image tagged under the pool's image name (as `kind load`
+/// of a new build does) makes the plan replace every instance, naming both IDs; the new
+/// instances are made from the new ID. (The second image has a HEALTHCHECK on /tmp/ready.)
+#[tokio::test]
+async fn an_image_re_tagged_under_the_pools_name_rolls_a_pool_that_follows_digests() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let tag = Tag(format!("{}:dev", d.pool));
+    docker_cli(&["tag", IMAGE, &tag.0]);
+    let id_of =
+        |image: &str| docker_cli(&["image", "inspect", "--format", "{{.Id}}", image]).trim().to_owned();
+    let (first, second) = (id_of(IMAGE), id_of(HEALTHY_IMAGE));
+    assert_ne!(first, second);
+    let labels: Vec<String> = d.labels().iter().map(|(k, v)| format!("      {k}: '{v}'")).collect();
+    s.write(
+        "pool.yaml",
+        &format!(
+            "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 2\n  \
+             template:\n    image: {}\n    imagePolicy: digest\n    command: [sh, -c, 'touch /tmp/ready; exec sleep 3600']\n    labels:\n{}\n  \
+             rollout:\n    stopGracePeriod: 1s\n",
+            d.pool,
+            tag.0,
+            labels.join("\n")
+        ),
+    );
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(before.len(), 2);
+    assert!(before.iter().all(|name| inspect(name)["Image"] == first.as_str()), "made from the ID");
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    docker_cli(&["tag", HEALTHY_IMAGE, &tag.0]);
+    let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
+    let moved = format!("image {} is now {second} (was {first})", tag.0);
+    assert!(plan.stdout.contains(&moved), "{}", plan.stdout);
+    assert!(plan.stdout.contains("2 to create, 2 to retire"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = s.running().await;
+    assert_eq!(after.len(), 2);
+    assert!(after.iter().all(|c| !before.contains(&c.name) && inspect(&c.name)["Image"] == second.as_str()));
+
+    // A pool file cannot set the ID itself.
+    s.write("pool.yaml", &format!("apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}\nspec:\n  replicas: 1\n  template:\n    image: {}\n    imageId: {first}\n", d.pool, tag.0));
+    let refused = s.run("validate", &[]).expect_code(1);
+    assert!(
+        refused.stderr.contains("spec.template.imageId: is read from the Docker endpoint"),
+        "{}",
+        refused.stderr
+    );
+}

@@ -304,6 +304,10 @@ pub struct TemplateChange {
     /// YAML of the old template (empty when unknown).
     pub old: String,
     pub new: String,
+    /// The image under the same name is another one now (`imagePolicy: digest`): `image X is
+    /// now sha256:... (was sha256:...)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_moved: Option<String>,
 }
 
 /// One existing instance, as observed, and its fate.

@@ -852,7 +852,7 @@ fn rollout(
             let join = spec.join.as_ref();
             for name in &new {
                 let action = Action::Create {
-                    image: spec.template.image.clone(),
+                    image: spec.template.image_ref().to_owned(),
                     template_hash: dp.template_hash.clone(),
                     k3s_server: join.and_then(|j| j.k3s.as_ref()).map(|k3s| k3s.server.clone()),
                     rollback_from: creations.rollback_from.clone().filter(|_| starts_rollout),
@@ -1060,12 +1060,21 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
     let (from_hash, containers) =
         outdated.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
     let spec = &dp.pool.spec;
-    let old = containers.iter().find_map(|c| c.template.as_deref().and_then(json_to_yaml));
+    let old_json = containers.iter().find_map(|c| c.template.as_deref());
+    // Read as JSON, not as a template: an earlier poolctl's template may not read as this one's.
+    let old: Option<serde_json::Value> = old_json.and_then(|j| serde_json::from_str(j).ok());
+    let image_moved =
+        old.map(|o| o["template"].clone()).filter(|o| o["image"] == spec.template.image.as_str());
+    let image_moved = image_moved.and_then(|o| {
+        let (was, now) = (o["imageId"].as_str()?.to_owned(), spec.template.image_id.as_deref()?);
+        (was != now).then(|| format!("image {} is now {now} (was {was})", spec.template.image))
+    });
     Some(TemplateChange {
         from_hash: from_hash.to_owned(),
         to_hash: dp.template_hash.clone(),
-        old: old.unwrap_or_default(),
+        old: old_json.and_then(json_to_yaml).unwrap_or_default(),
         new: json_to_yaml(&canonical_template(spec)).unwrap_or_default(),
+        image_moved,
     })
 }
 

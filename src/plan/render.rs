@@ -219,6 +219,9 @@ fn pool_text(
             };
             writeln!(out, "  {painted}")?;
         }
+        if let Some(moved) = &change.image_moved {
+            writeln!(out, "  {}", style.yellow(moved))?;
+        }
     }
     instances_text(pool, style, full, out)?;
     for instance in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {

@@ -77,6 +77,8 @@ pub fn merge(explicit: &Template, copied: &Template) -> Template {
     let or = |e: &Option<String>, c: &Option<String>| e.clone().or_else(|| c.clone());
     Template {
         image: if explicit.image.is_empty() { copied.image.clone() } else { explicit.image.clone() },
+        image_policy: explicit.image_policy,
+        image_id: None,
         command: explicit.command.clone().or_else(|| copied.command.clone()),
         entrypoint: explicit.entrypoint.clone().or_else(|| copied.entrypoint.clone()),
         env: merged_map(&copied.env, &explicit.env),

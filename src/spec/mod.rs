@@ -191,6 +191,16 @@ pub struct Template {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1))]
     pub image: String,
+    /// `digest`: the image's ID on the pool's Docker endpoint is part of the template, so that
+    /// an image re-tagged or re-pulled under the same name (`kind load` of a new build) rolls
+    /// the pool, and new containers are made from that very ID. `tag` (default): the name alone.
+    #[serde(default, skip_serializing_if = "ImagePolicy::is_tag")]
+    pub image_policy: ImagePolicy,
+    /// The image's ID as a plan read it (`imagePolicy: digest`): poolctl's to set, never written
+    /// in a pool file (validation refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub image_id: Option<String>,
     /// The container's command (Docker's CMD), as a list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
@@ -612,6 +622,29 @@ pub enum DeletePolicy {
     Newest,
     /// In an order fixed by the instances' names, so that a plan made again retires the same.
     Random,
+}
+
+/// What of the image is the template's (`spec.template.imagePolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImagePolicy {
+    #[default]
+    Tag,
+    Digest,
+}
+
+impl ImagePolicy {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_tag(&self) -> bool {
+        *self == Self::Tag
+    }
+}
+
+impl Template {
+    /// What a new container is made from: the image's ID when the plan read it, else its name.
+    pub fn image_ref(&self) -> &str {
+        self.image_id.as_deref().unwrap_or(&self.image)
+    }
 }
 
 /// When a new template replaces the instances (`spec.rollout.strategy`).

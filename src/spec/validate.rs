@@ -742,6 +742,10 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
     if let Some(problem) = t.user.as_deref().and_then(docker::user_problem) {
         errors.push((at.key("user"), problem));
     }
+    if t.image_id.is_some() {
+        let why = "is read from the Docker endpoint when a plan is made (imagePolicy: digest), not written";
+        errors.push((at.key("imageId"), why.to_owned()));
+    }
     if let Some(dir) = t.workdir.as_deref().filter(|d| !d.starts_with('/')) {
         errors.push((at.key("workdir"), format!("working directory {dir:?} must be absolute")));
     }

@@ -18,7 +18,7 @@ use super::{DockerBackend, archive};
 use crate::backend::BackendError;
 use crate::backend::endpoints::Endpoints;
 use crate::model::Desired;
-use crate::spec::{self, CgroupnsMode, CopiedFrom, Template, TemplateFile, UsernsMode};
+use crate::spec::{self, CgroupnsMode, CopiedFrom, ImagePolicy, Template, TemplateFile, UsernsMode};
 
 /// Where k3s reads the cluster's registry mirrors, which k3d writes into every node it makes
 /// (and copies from a node when it adds one).
@@ -42,6 +42,20 @@ pub enum CopyError {
     /// The container is missing or does not run.
     #[error("pool {pool}: spec.template.copyFrom: {why}")]
     Source { pool: String, why: String },
+    /// `imagePolicy: digest` and the image is not on the pool's endpoint.
+    #[error(
+        "pool {pool}: spec.template.imagePolicy: digest: image {image} is not on the Docker endpoint {host}: \
+         pull it (docker pull {image}) or load it (kind load docker-image {image}) first"
+    )]
+    NoImage { pool: String, image: String, host: String },
+    /// Docker did not answer as it should about the image.
+    #[error("pool {pool}: spec.template.imagePolicy: digest: cannot read image {image}")]
+    Image {
+        pool: String,
+        image: String,
+        #[source]
+        source: BackendError,
+    },
     /// Docker did not answer as it should.
     #[error("pool {pool}: spec.template.copyFrom: cannot read container {container}")]
     Docker {
@@ -52,7 +66,8 @@ pub enum CopyError {
     },
 }
 
-/// `desired` with each pool that has `copyFrom` at its effective template: the named container's
+/// `desired` with each pool that has `copyFrom` at its effective template, and each pool with
+/// `imagePolicy: digest` with its image's ID in it (hash taken again): the named container's
 /// settings on the pool's endpoint, with the template's own on top (see [`spec::merge`]), its
 /// hash taken again, and the container it came from noted.
 pub async fn resolve_copies(
@@ -72,6 +87,24 @@ pub async fn resolve_copies(
         pool.pool.spec.template = spec::merge(&pool.pool.spec.template, &template);
         pool.template_hash = spec::template_hash(&pool.pool.spec);
         pool.copied_from = Some(CopiedFrom { container: copy.container, id });
+    }
+    for pool in desired.pools.iter_mut().filter(|p| p.pool.spec.template.image_policy == ImagePolicy::Digest)
+    {
+        let backend = docker.of_pool_backend(pool.name());
+        let image = pool.pool.spec.template.image.clone();
+        let id = match backend.call(backend.docker.inspect_image(&image)).await {
+            Ok(inspected) => inspected.id.unwrap_or_default(),
+            Err(e) if super::status_of(&e) == Some(404) => {
+                let host = backend.host.clone();
+                return Err(CopyError::NoImage { pool: pool.name().to_owned(), image, host });
+            }
+            Err(e) => {
+                let source = backend.error(&format!("inspect image {image}"), e);
+                return Err(CopyError::Image { pool: pool.name().to_owned(), image, source });
+            }
+        };
+        pool.pool.spec.template.image_id = Some(id);
+        pool.template_hash = spec::template_hash(&pool.pool.spec);
     }
     Ok(desired)
 }

@@ -364,7 +364,7 @@ pub fn new_container(
     }
     NewContainer {
         name: name.into(),
-        image: t.image.clone(),
+        image: t.image_ref().to_owned(),
         command: t.command.clone(),
         entrypoint: t.entrypoint.clone(),
         env,
