@@ -12,6 +12,7 @@ use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 use poolctl::model::{DrainAction, Pdb, Pod};
 use poolctl::spec::DrainBehavior::{Drain, Skip};
+use poolctl::spec::DrainSpec;
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
 use poolctl::backend::LockGuard;
@@ -105,7 +106,9 @@ async fn a_pdb_that_selects_by_expressions_holds_the_drain_up() {
     assert!(shown["default/canary-1"].is_empty(), "NotIn leaves the canary out");
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/web-1") && what.contains("The disruption budget web"), "{what}");
     assert!(fake.pod("default", "web-1").is_some(), "no budget is bypassed");
@@ -134,7 +137,9 @@ async fn a_pod_under_two_pdbs_fails_the_drain_at_once_naming_both() {
 
     // The drain timeout is longer than the hang guard: only a drain that fails without waiting
     // for it gets an answer here.
-    let err = bounded(cluster.drain("n", 2 * LIMIT, &[], &LockGuard::unguarded())).await.unwrap_err();
+    let err = bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(
         message.contains("pod default/queue-0: not evicted: 2 PodDisruptionBudgets cover it (default/queue, default/shared)"),
@@ -162,7 +167,9 @@ async fn an_orphaned_daemonset_pod_is_evicted_and_a_managed_one_is_left() {
     assert_eq!(orphaned, [("logs-n", true), ("proxy-n", false)]);
     assert_eq!(preview(&cluster).await.into_keys().collect::<Vec<_>>(), ["kube-system/logs-n"]);
 
-    bounded(cluster.drain("n", Duration::from_secs(10), &[], &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .unwrap();
     assert_eq!(evicted(&fake), ["kube-system/logs-n"]);
     assert!(fake.pod("kube-system", "proxy-n").is_some(), "its DaemonSet would recreate it at once");
 }
@@ -180,7 +187,9 @@ async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_cov
     assert!(shown["free/anything"].is_empty());
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
     assert_eq!(evicted(&fake), ["free/anything"]);
@@ -213,7 +222,9 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
 
     // While they run, the drain waits for them (and says which), and evicts neither.
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(
         what.contains("pod default/job-1 (labelled cluster.x-k8s.io/drain=wait-completed): not evicted (wait-completed), and still running"),
@@ -231,7 +242,8 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     };
     let before = watches(&fake.store());
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
     let finish = async {
         fake.wait_until(|s| watches(s) > before).await;
         assert!(fake.complete_pod("default", "job-1", "Succeeded"));
@@ -265,13 +277,16 @@ async fn drain_rules_evict_group_by_group_each_gone_before_the_next_starts() {
         behavior,
         order,
     };
-    let rules = [
-        rule("ingress", &["ingress"], Drain, 1),
-        rule("logs", &[], Drain, 2),
-        // The first matching rule wins: the second never applies to the cache.
-        rule("cache", &["default"], Skip, 0),
-        rule("cache", &[], Drain, 3),
-    ];
+    let rules = DrainSpec {
+        rules: vec![
+            rule("ingress", &["ingress"], Drain, 1),
+            rule("logs", &[], Drain, 2),
+            // The first matching rule wins: the second never applies to the cache.
+            rule("cache", &["default"], Skip, 0),
+            rule("cache", &[], Drain, 3),
+        ],
+        ..DrainSpec::default()
+    };
 
     // While a budget holds the first group, no later group starts.
     fake.put_pdb_object(strict_pdb("default", "web", Some(by_labels(&[("app", "web")]))));
@@ -325,7 +340,9 @@ async fn no_pod_is_evicted_while_the_pool_s_lock_is_not_known_to_be_held() {
     fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").owned_by("ReplicaSet", "web"));
     // A run's guard without the pool's lock (lost, or not renewed within its deadline).
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::guarding())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::guarding()))
+            .await
+            .unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("pod default/web-1: not evicted: the lock of pool workers is not known to be held"),
@@ -333,4 +350,23 @@ async fn no_pod_is_evicted_while_the_pool_s_lock_is_not_known_to_be_held() {
     );
     assert!(fake.evictions().is_empty(), "{:?}", fake.evictions());
     assert!(fake.pod("default", "web-1").is_some());
+}
+
+/// `spec.drain.podGracePeriod` goes into each Eviction as `gracePeriodSeconds`, as
+/// `kubectl drain --grace-period` sends it; without it, no grace period is sent (the pod's own).
+#[tokio::test]
+async fn a_pod_grace_period_is_in_every_eviction_and_absent_without_one() {
+    let (fake, cluster) = setup();
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n"));
+    let drain = DrainSpec { pod_grace_period: Some("5s".parse().unwrap()), ..DrainSpec::default() };
+    bounded(cluster.drain("n", LIMIT, &drain, &LockGuard::unguarded())).await.unwrap();
+    let grace =
+        |e: &crate::support::fake_kube::EvictionRecord| e.body["deleteOptions"]["gracePeriodSeconds"].clone();
+    let sent: Vec<serde_json::Value> = fake.evictions().iter().map(grace).collect();
+    assert_eq!(sent, [serde_json::json!(5)]);
+
+    fake.add_pod(&PodSpecBuilder::new("default", "web-2", "n"));
+    bounded(cluster.drain("n", LIMIT, &DrainSpec::default(), &LockGuard::unguarded())).await.unwrap();
+    let last = fake.evictions().last().map(grace);
+    assert_eq!(last, Some(serde_json::Value::Null), "the pod's own grace period");
 }

@@ -12,6 +12,7 @@ use poolctl::backend::{BackendError, Cluster};
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder, Store};
 use poolctl::backend::LockGuard;
+use poolctl::spec::DrainSpec;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -107,7 +108,9 @@ async fn on_an_unreachable_node_an_evicted_pod_is_left_terminating_once_overdue(
 
     // The drain timeout is longer than the hang guard: only a drain that stops waiting for the
     // pod gets an answer here.
-    bounded(cluster.drain("n", 2 * LIMIT, &[], &LockGuard::unguarded())).await.expect("drained");
+    bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .expect("drained");
 
     assert_eq!(eviction_answers(&fake, "stuck"), [201], "evicted all the same");
     let pod = fake.pod("default", "stuck").expect("still there: nobody confirmed its end");
@@ -128,7 +131,8 @@ async fn on_a_node_whose_kubelet_answers_an_overdue_pod_is_waited_for_until_it_i
     let (logs, _guard) = Logs::capture();
 
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
     let end_it = async {
         fake.wait_until(evicted_and_watched).await;
         assert!(fake.finish_termination("default", "stuck"), "still terminating when its kubelet ends it");
@@ -149,7 +153,9 @@ async fn a_not_ready_node_still_has_a_kubelet_and_its_pods_are_waited_for_until_
     let (logs, _guard) = Logs::capture();
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/stuck: evicted but still present"), "{what}");
     assert_eq!(eviction_answers(&fake, "stuck"), [201]);
@@ -163,7 +169,8 @@ async fn a_node_that_becomes_unreachable_during_the_drain_is_read_again_and_its_
     let (logs, _guard) = Logs::capture();
 
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", 2 * LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", 2 * LIMIT, &no_rules, &guard);
     let silence = async {
         fake.wait_until(evicted_and_watched).await;
         fake.set_node_unreachable("n");
@@ -188,7 +195,9 @@ async fn an_unreachable_node_bypasses_no_pod_disruption_budget() {
     let (logs, _guard) = Logs::capture();
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("no PodDisruptionBudget was bypassed"), "{what}");
     assert!(

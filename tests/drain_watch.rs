@@ -9,6 +9,7 @@ use poolctl::backend::kube::KubeCluster;
 
 use crate::support::fake_kube::{FakeKube, FakeKubeOptions, PodSpecBuilder, RequestRecord};
 use poolctl::backend::LockGuard;
+use poolctl::spec::DrainSpec;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -49,7 +50,8 @@ async fn evicted_and_watched(fake: &FakeKube) {
 async fn a_drain_ends_when_its_watch_reports_the_pod_gone_without_asking_after_the_pod() {
     let (fake, cluster) = setup();
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
     let end_it = async {
         evicted_and_watched(&fake).await;
         assert!(fake.finish_termination("default", "slow"));
@@ -77,7 +79,8 @@ async fn a_drain_ends_when_its_watch_reports_the_pod_gone_without_asking_after_t
 async fn a_watch_cut_off_mid_drain_is_followed_by_a_new_look_and_the_drain_still_ends() {
     let (fake, cluster) = setup();
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
     let outage = async {
         evicted_and_watched(&fake).await;
         // Closes the open watch; nothing answers until the server is back.
@@ -109,7 +112,8 @@ async fn credentials_that_may_not_watch_pods_make_the_drain_list_them_again_inst
     let (fake, cluster) = setup();
     fake.refuse_watches(true);
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", LIMIT, &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
     let end_it = async {
         let refused = |s: &crate::support::fake_kube::Store| {
             let terminating =

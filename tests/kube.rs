@@ -6,7 +6,7 @@ use std::time::Duration;
 use poolctl::backend::kube::KubeCluster;
 use poolctl::backend::{BackendError, Cluster};
 use poolctl::model::InstanceRef;
-use poolctl::spec::Taint;
+use poolctl::spec::{DrainSpec, Taint};
 use serde_json::Value;
 
 use crate::support::fake_kube::{EventKind, FakeKube, FakeKubeOptions, PdbBound, PodSpecBuilder};
@@ -155,7 +155,9 @@ async fn drain_evicts_what_kubectl_would_with_a_policy_v1_eviction_and_waits_for
     fake.add_pod(&PodSpecBuilder::new("default", "done", "n").owner(Some("Job")).phase("Succeeded"));
     fake.add_pod(&PodSpecBuilder::new("default", "elsewhere", "other"));
 
-    bounded(cluster.drain("n", Duration::from_secs(10), &[], &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .unwrap();
 
     let mut evicted: Vec<String> =
         fake.evictions().iter().map(|e| format!("{}/{}", e.namespace, e.pod)).collect();
@@ -188,7 +190,9 @@ async fn drain_waits_for_a_terminating_pod_to_go() {
     let cluster = KubeCluster::from_config(fake.config(), POOL).unwrap();
     fake.add_node("n", true);
     fake.add_pod(&PodSpecBuilder::new("default", "slow", "n"));
-    bounded(cluster.drain("n", Duration::from_secs(10), &[], &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .unwrap();
     // The drain returned only once the pod was gone, not when the eviction was accepted.
     assert!(fake.pod("default", "slow").is_none());
     let events = fake.events();
@@ -204,7 +208,9 @@ async fn a_pdb_refusal_is_retried_until_the_drain_timeout_and_named_in_the_error
     fake.wait_until(|s| s.pods().count() == 1).await;
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Timeout { what, after } = &err else { panic!("expected a timeout, got {err:?}") };
     assert_eq!(*after, Duration::from_secs(2));
     assert!(what.contains("The disruption budget web-pdb needs 1 healthy pods"), "{what}");
@@ -223,7 +229,8 @@ async fn a_relaxed_pdb_lets_a_waiting_drain_finish() {
     fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
     fake.wait_until(|s| s.pods().count() == 1).await;
     let guard = LockGuard::unguarded();
-    let draining = cluster.drain("n", Duration::from_secs(30), &[], &guard);
+    let no_rules = DrainSpec::default();
+    let draining = cluster.drain("n", Duration::from_secs(30), &no_rules, &guard);
     let relax = async {
         fake.wait_until(|s| s.evictions().iter().any(|e| e.status == 429)).await;
         fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
@@ -242,7 +249,9 @@ async fn a_pod_under_two_pdbs_is_an_error_not_a_wait() {
     fake.put_pdb("default", "two", "x", PdbBound::MaxUnavailable(1));
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(30), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(30), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(message.contains("pod default/p") && message.contains("more than one PodDisruptionBudget"));
     assert_eq!(fake.evictions().len(), 1, "a 500 is not retried");
@@ -257,7 +266,9 @@ async fn a_2xx_eviction_answer_with_a_failure_status_is_an_error() {
     fake.set_eviction_trap("default", "trap", 200);
 
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(30), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(30), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(message.contains("pod default/trap: eviction failed"), "{message}");
     assert!(fake.pod("default", "trap").is_some(), "the pod was not evicted");
@@ -289,7 +300,9 @@ async fn an_api_that_stays_down_fails_the_drain_within_its_timeout() {
     let (fake, cluster) = setup();
     tokio::task::block_in_place(|| fake.set_api_down(true));
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(1), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(1), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
     assert!(err.to_string().contains(&fake.url().replace("http://", "")), "{err}");
 }

@@ -15,6 +15,7 @@ use crate::support::fake_kube::{
     Access, ClientCert, FakeKube, FakeKubeOptions, PodSpecBuilder, ServerCert, Silence, Trust,
 };
 use poolctl::backend::LockGuard;
+use poolctl::spec::DrainSpec;
 
 /// Guards against a hang only; no assertion depends on it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -149,7 +150,9 @@ async fn a_server_that_accepts_and_never_answers_fails_the_step_within_its_deadl
     // TLS done, the request read, no answer.
     fake.set_silence(Silence::AfterRequest);
     let err =
-        bounded(cluster.drain("n", Duration::from_secs(1), &[], &LockGuard::unguarded())).await.unwrap_err();
+        bounded(cluster.drain("n", Duration::from_secs(1), &DrainSpec::default(), &LockGuard::unguarded()))
+            .await
+            .unwrap_err();
     let BackendError::Unreachable { at, reason, .. } = &err else {
         panic!("expected no answer, got {err:?}")
     };
@@ -194,7 +197,9 @@ async fn a_window_of_500s_shorter_than_the_steps_deadline_is_ridden_out() {
     // server's trouble, not an answer.
     fake.add_pod(&PodSpecBuilder::new("default", "p", "n"));
     fake.fail_next(Some("POST"), "/api/v1/namespaces/default/pods/p/eviction", 2, 500);
-    bounded(cluster.drain("n", Duration::from_secs(20), &[], &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", Duration::from_secs(20), &DrainSpec::default(), &LockGuard::unguarded()))
+        .await
+        .unwrap();
     assert!(fake.pod("default", "p").is_none());
     let evictions: Vec<u16> = fake
         .requests_matching("POST", "/api/v1/namespaces/default/pods/p/eviction")

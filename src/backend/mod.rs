@@ -330,7 +330,7 @@ pub trait Cluster: Sync {
         &self,
         node: &str,
         timeout: Duration,
-        rules: &[crate::spec::DrainRule],
+        drain: &crate::spec::DrainSpec,
         guard: &LockGuard,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// What still holds volumes on the Node: its `status.volumesAttached` and the

@@ -124,11 +124,16 @@ pub struct DrainSpec {
     /// evicted in groups by `order`, lowest first, each group gone before the next starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<DrainRule>,
+    /// The grace period each evicted pod gets (`gracePeriodSeconds` of the Eviction), as
+    /// `kubectl drain --grace-period`: shorter than a pod's own `terminationGracePeriodSeconds`,
+    /// it ends sooner. Default: the pod's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_grace_period: Option<Duration>,
 }
 
 impl DrainSpec {
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.pod_grace_period.is_none()
     }
 }
 

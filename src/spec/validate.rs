@@ -245,6 +245,14 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
             errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
         }
     }
+    // 0s is allowed: `kubectl drain --grace-period 0` too asks for an immediate end.
+    if let Some(grace) = spec.drain.pod_grace_period.filter(|g| g.get() > MAX_WAIT) {
+        let most = super::Duration::from(MAX_WAIT);
+        errors.push((
+            FieldPath::of("spec.drain.podGracePeriod"),
+            format!("must be at most {most}, got {grace}"),
+        ));
+    }
     if let Some(age) = rollout.max_age {
         let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
         if age.get() <= stay_up {

@@ -827,7 +827,7 @@ impl Cluster for FakeCluster {
         &self,
         node: &str,
         _: Duration,
-        _: &[crate::spec::DrainRule],
+        _: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
     ) -> Result<(), BackendError> {
         self.world

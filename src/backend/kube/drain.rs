@@ -27,7 +27,7 @@ use crate::backend::BackendError;
 use crate::backend::LockGuard;
 use crate::backend::retry::Backoff;
 use crate::model::{DrainAction, Pod};
-use crate::spec::DrainRule;
+use crate::spec::DrainSpec;
 
 /// The pods of a drain not gone yet, for the progress line: how many, and the last refusal.
 struct Left<'a> {
@@ -58,9 +58,10 @@ impl KubeCluster {
         &self,
         node: &str,
         timeout: Duration,
-        rules: &[DrainRule],
+        drain: &DrainSpec,
         guard: &LockGuard,
     ) -> Result<(), BackendError> {
+        let (rules, grace) = (drain.rules.as_slice(), drain.pod_grace_period.map(|g| g.get().as_secs()));
         let deadline = Instant::now() + timeout;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -109,7 +110,8 @@ impl KubeCluster {
         // (as Cluster API's drain does), so an ingress or a log shipper can go last.
         let mut groups: BTreeMap<i64, Vec<BoxFuture<'_, Result<(), String>>>> = BTreeMap::new();
         for (raw, pod, order) in &targets {
-            let eviction = self.evict_and_wait(raw, pod, deadline, &departures, &left, guard).boxed();
+            let eviction =
+                self.evict_and_wait(raw, pod, (grace, deadline), &departures, &left, guard).boxed();
             groups.entry(*order).or_default().push(eviction);
         }
         for (_, pod, why, order) in &completing {
@@ -189,7 +191,8 @@ impl KubeCluster {
         &self,
         pod: &K8sPod,
         seen: &Pod,
-        deadline: Instant,
+        // The pod's grace period, if the pool sets one, and when the drain gives up.
+        (grace, deadline): (Option<u64>, Instant),
         departures: &Departures,
         left: &Left<'_>,
         guard: &LockGuard,
@@ -214,6 +217,7 @@ impl KubeCluster {
                         uid: Some(uid.clone()),
                         resource_version: None,
                     }),
+                    grace_period_seconds: grace.and_then(|g| i64::try_from(g).ok()),
                     ..Default::default()
                 }
             }),

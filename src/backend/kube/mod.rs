@@ -449,13 +449,13 @@ impl Cluster for KubeCluster {
         &self,
         node: &str,
         timeout: Duration,
-        rules: &[crate::spec::DrainRule],
+        drain: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
     ) -> Result<(), BackendError> {
         self.wrote();
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
         self.tell_node(node, "Draining", said.into(), false).await;
-        let drained = self.drain_node(node, timeout, rules, guard).await;
+        let drained = self.drain_node(node, timeout, drain, guard).await;
         let (reason, said, warning) = match &drained {
             Ok(()) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
             Err(e) => ("DrainFailed", format!("the drain did not finish: {e}"), true),

@@ -951,8 +951,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
-        let rules = self.pool(pool).map(|p| p.pool.spec.drain.rules.clone()).unwrap_or_default();
-        self.cluster(pool)?.drain(node, timeout, &rules, &self.lock_guard).await?;
+        let drain = self.pool(pool).map(|p| p.pool.spec.drain.clone()).unwrap_or_default();
+        self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
     }
