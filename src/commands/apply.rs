@@ -27,7 +27,7 @@ use crate::plan::saved::{self, SavedPlan};
 use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
-use crate::report::{Progress, ProgressFormat, ProgressUi};
+use crate::report::{Progress, ProgressFormat, ProgressUi, end_event, write_summary};
 use crate::rollout::cancel::{Interrupt, Signals, StopReason};
 use crate::rollout::execute::Report;
 use crate::rollout::lock::{LockFailure, LockSettings};
@@ -277,7 +277,7 @@ impl Session {
     /// Say how the rollout ended.
     fn ended(&self, report: &Report) -> Result<Exit> {
         match self.ui.format {
-            ProgressFormat::Text => write_stdout(|out| report.write_summary(out))?,
+            ProgressFormat::Text => write_stdout(|out| write_summary(report, out))?,
             ProgressFormat::Json => write_stdout(|out| writeln!(out, "{}", end_event(report)))?,
         }
         if report.complete() {
@@ -315,25 +315,6 @@ fn tell(ui: ProgressUi, text: &str) -> Result<()> {
             write_stdout(|out| writeln!(out, "{event}"))
         }
     }
-}
-
-/// The last JSON event of `apply -o json`: how the rollout ended.
-fn end_event(report: &crate::rollout::execute::Report) -> serde_json::Value {
-    let failed: Vec<serde_json::Value> = report
-        .attempted
-        .iter()
-        .filter_map(|o| {
-            let e = o.error.as_ref()?;
-            Some(serde_json::json!({"pool": o.pool, "instance": o.instance, "action": o.verb, "error": e.to_string()}))
-        })
-        .collect();
-    serde_json::json!({
-        "event": "end",
-        "complete": report.complete(),
-        "done": report.attempted.iter().filter(|o| o.error.is_none()).count(),
-        "failed": failed,
-        "not_started": report.not_started.len(),
-    })
 }
 
 /// A lock held by another run names the holder and the ways out.

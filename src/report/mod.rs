@@ -3,6 +3,8 @@
 
 mod metrics;
 mod progress;
+mod summary;
 
 pub use metrics::Metrics;
 pub use progress::{Progress, ProgressFormat, ProgressUi};
+pub use summary::{end_event, write_summary};

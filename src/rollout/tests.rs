@@ -637,7 +637,7 @@ async fn a_failed_pool_stops_alone_and_the_others_finish() {
     assert!(report.not_started.iter().all(|(pool, ..)| pool == "a"), "{:?}", report.not_started);
     assert!(!report.not_started.is_empty());
     let mut summary = Vec::new();
-    report.write_summary(&mut summary).unwrap();
+    crate::report::write_summary(&report, &mut summary).unwrap();
     let summary = String::from_utf8(summary).unwrap();
     assert!(summary.contains("  pool a: failed\n  pool b: done\n"), "{summary}");
 }

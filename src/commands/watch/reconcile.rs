@@ -224,17 +224,23 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             sink: &(self.out, &Metrics),
         };
         // Announced once the locks are held and the plan made under them changes something.
+        // The pools that plan finds Degraded: the deadline may have passed since the preview.
+        let mut degraded_under_locks = BTreeSet::new();
         let announce = |locked: &Plan, _: &_| {
             for pool in locked.changed_pools() {
                 self.notify(Notice::new(&pool, self.revision, "started"));
             }
+            let degraded = locked.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone());
+            degraded_under_locks.extend(degraded);
             Ok::<(), Infallible>(())
         };
         let carried = Box::pin(rollout.run(changed.clone(), announce)).await;
         match carried {
             Ok(Ok(Outcome::NothingLeft)) => {
-                info!("in sync once the locks were taken: another run made the changes");
-                set_results(results, |_| "in_sync");
+                info!("nothing left to do once the locks were taken");
+                let result =
+                    |pool: &str| if degraded_under_locks.contains(pool) { "degraded" } else { "in_sync" };
+                set_results(results, result);
                 Ended::Converged
             }
             Ok(Ok(Outcome::Done(report))) => {
@@ -299,7 +305,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 
     /// Print how a rollout ended, and what that means to the watch.
     fn ended(&self, report: &Report) -> Ended {
-        self.print(|out| report.write_summary(out));
+        self.print(|out| crate::report::write_summary(report, out));
         match report.stop_reason {
             _ if report.complete() => Ended::Converged,
             Some(StopReason::Superseded) if report.failure().is_none() => Ended::Superseded,

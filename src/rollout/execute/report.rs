@@ -1,6 +1,5 @@
 //! How a run ended: each step's outcome, what was never started and why the run stopped.
 
-use std::io::Write;
 use std::time::Duration;
 
 use super::StepError;
@@ -50,101 +49,9 @@ impl Report {
     pub fn interrupted(&self) -> bool {
         self.stop_reason == Some(StopReason::Signal)
     }
-
-    /// Write the closing summary: what was done, what failed and why, what was left.
-    pub fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let done = steps(self.attempted.iter().filter(|o| o.error.is_none()).count());
-        if self.complete() {
-            return writeln!(out, "Apply complete: {done} done.");
-        }
-        writeln!(out)?;
-        if self.stop_reason == Some(StopReason::Superseded) {
-            return writeln!(
-                out,
-                "Apply superseded by a newer desired state: {done} done, {} not started; re-planning.",
-                self.not_started.len()
-            );
-        }
-        if self.interrupted() {
-            writeln!(out, "Apply interrupted: {done} done, {} not started.", self.not_started.len())?;
-        } else if self.stop_reason == Some(StopReason::LockLost) {
-            let left = self.not_started.len();
-            writeln!(out, "Apply stopped, the lock was lost: {done} done, {left} not started.")?;
-        } else {
-            writeln!(out, "Apply halted: {done} done, {} not started.", self.not_started.len())?;
-        }
-        // Pools run side by side and a failure stops only its own: say how each ended.
-        let pools: std::collections::BTreeSet<&str> = self
-            .attempted
-            .iter()
-            .map(|o| o.pool.as_str())
-            .chain(self.not_started.iter().map(|(p, ..)| p.as_str()))
-            .collect();
-        if pools.len() > 1 {
-            for pool in pools {
-                let state = if self.attempted.iter().any(|o| o.pool == pool && o.error.is_some()) {
-                    "failed"
-                } else if self.not_started.iter().any(|(p, ..)| p == pool) {
-                    "not finished"
-                } else {
-                    "done"
-                };
-                writeln!(out, "  pool {pool}: {state}")?;
-            }
-        }
-        // What was done, by instance, in order: the progress lines above have the details.
-        let mut done_by_instance: Vec<(&str, Vec<&str>)> = Vec::new();
-        for o in self.attempted.iter().filter(|o| o.error.is_none()) {
-            match done_by_instance.iter_mut().find(|(name, _)| *name == o.instance) {
-                Some((_, verbs)) => verbs.push(o.verb),
-                None => done_by_instance.push((&o.instance, vec![o.verb])),
-            }
-        }
-        for (instance, verbs) in done_by_instance {
-            writeln!(out, "  done: {instance} ({})", verbs.join(", "))?;
-        }
-        for o in self.attempted.iter().filter(|o| o.error.is_some()) {
-            let e = o.error.as_ref().expect("filtered on errors");
-            writeln!(out, "  failed: {} {} ({}): {e}", o.verb, o.instance, o.pool)?;
-        }
-        for (pool, instance, verb) in &self.not_started {
-            writeln!(out, "  not started: {verb} {instance} ({pool})")?;
-        }
-        writeln!(
-            out,
-            "Instances not yet retired keep running. Run apply again to continue; the next plan \
-             replaces any instance that failed."
-        )
-    }
 }
 
 /// `1 step`, `3 steps`.
 pub(crate) fn steps(n: usize) -> String {
     if n == 1 { "1 step".to_owned() } else { format!("{n} steps") }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_step_is_one_step() {
-        let done = |n| {
-            let verb = "stop";
-            let attempted = (0..n)
-                .map(|i| StepOutcome {
-                    pool: "w".into(),
-                    instance: format!("w-{i}"),
-                    verb,
-                    error: None,
-                    elapsed: Duration::ZERO,
-                })
-                .collect();
-            let mut out = Vec::new();
-            Report { attempted, ..Report::default() }.write_summary(&mut out).unwrap();
-            String::from_utf8(out).unwrap()
-        };
-        assert_eq!(done(1), "Apply complete: 1 step done.\n");
-        assert_eq!(done(2), "Apply complete: 2 steps done.\n");
-    }
 }

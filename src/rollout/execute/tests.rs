@@ -181,7 +181,7 @@ async fn a_failed_creation_halts_before_any_retirement() {
     assert_eq!(report.not_started.len(), 8);
     assert!(text.contains("await-ready n2 FAILED"), "{text}");
     let mut summary = Vec::new();
-    report.write_summary(&mut summary).unwrap();
+    crate::report::write_summary(&report, &mut summary).unwrap();
     let summary = String::from_utf8(summary).unwrap();
     assert!(summary.contains("Apply halted: 3 steps done, 8 not started."), "{summary}");
     assert!(summary.contains("failed: await-ready n2 (w): wait-up n2 refused"), "{summary}");
@@ -398,7 +398,7 @@ async fn a_newer_desired_state_stops_at_the_next_boundary_without_a_failure() {
     assert!(report.failure().is_none());
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
     let mut summary = Vec::new();
-    report.write_summary(&mut summary).unwrap();
+    crate::report::write_summary(&report, &mut summary).unwrap();
     assert!(String::from_utf8(summary).unwrap().contains("superseded"), "{text}");
     // A signal outranks a supersede, and a supersede never hides a signal.
     interrupt.trigger();
