@@ -235,7 +235,7 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
                 writeln!(out, "  {}: {}", instance.name, style.yellow(waits))?;
             }
             if let Some(annotation) = &instance.do_not_disrupt {
-                let why = format!("held: its Node carries {annotation}=true; not disrupted until it goes");
+                let why = crate::plan::do_not_disrupt_note(annotation);
                 writeln!(out, "  {}: {}", instance.name, style.yellow(&why))?;
             }
         }

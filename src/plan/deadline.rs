@@ -216,9 +216,8 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     let current = |c: &&&Container| &c.template_hash == hash && c.elsewhere.is_none();
     // An outdated instance its Node's owner holds (`do-not-disrupt`) is not the rollout's to
     // finish: it waits for the owner, not for the deadline.
-    // An outdated instance its Node's owner holds (`do-not-disrupt`) is not the rollout's to
-    // finish: it waits for the owner, not for the deadline.
-    if mine.iter().all(|c| current(&c) || undisrupted(c, world)) && attempts(dp, world).is_empty() {
+    let idle = attempts(dp, world).is_empty();
+    if mine.iter().all(|c| current(&c) || undisrupted(c, world)) && idle {
         return None;
     }
     // Progress is any step forward: an instance of the template up, or a retirement step done.
@@ -228,7 +227,7 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     // Instances of the template came up, and none is being made nor failed to be: the rollout
     // is not failing, only not worked on (its next step waited for a run, or for an owner who
     // held an instance); the outcome of its next attempt judges it.
-    if last_up.is_some() && attempts(dp, world).is_empty() {
+    if last_up.is_some() && idle {
         return None;
     }
     let progress = [Some(record.since), last_up, record.progressed].into_iter().flatten().max();

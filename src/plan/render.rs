@@ -496,13 +496,18 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
 fn write_kept(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
     for instance in pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()) {
         let annotation = instance.do_not_disrupt.unwrap_or_default();
-        let why = format!("held: its Node carries {annotation}=true; not disrupted until it goes");
+        let why = do_not_disrupt_note(annotation);
         writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
     }
     if let Some(why) = on_delete_note(pool) {
         writeln!(out, "  {}", style.yellow(&why))?;
     }
     Ok(())
+}
+
+/// Why an instance its Node's owner holds is kept, as plan and status say it.
+pub fn do_not_disrupt_note(annotation: &str) -> String {
+    format!("held: its Node carries {annotation}=true; not disrupted until it goes")
 }
 
 /// What `strategy: OnDelete` leaves as it is, and the way to replace it, when it leaves any.

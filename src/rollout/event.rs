@@ -72,9 +72,4 @@ impl<A: Sink + ?Sized, B: Sink + ?Sized> Sink for (&A, &B) {
         self.0.event(event);
         self.1.event(event);
     }
-
-    fn say(&self, line: &str) {
-        tracing::debug!("{line}");
-        self.event(&Event::Message(line));
-    }
 }
