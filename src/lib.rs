@@ -2,7 +2,7 @@
 //! instance in the safe order (cordon, drain, stop, delete the Node, remove the container).
 //!
 //! The pipeline, each stage in one place, dependencies pointing one way, with no cycle between
-//! these modules (spec <- model <- {source, backend, plan} <- rollout <- report <- commands;
+//! these modules (spec <- model <- {source, backend, plan} <- rollout <- report <- watch <- commands;
 //! cli <- config <- commands):
 //! - [`spec`]: the pool file: types, parsing with locations, validation, the template hash.
 //! - [`model`]: the plain data every stage shares: desired state, the observed world, labels.
@@ -14,7 +14,10 @@
 //! - [`rollout`]: one rollout: lock, plan under the locks, run batch after batch, release; with
 //!   what it needs of its own: observing the world, the locks, cancellation, the executor, and
 //!   the events it says everything with.
-//! - [`report`]: the sinks of those events: progress lines, JSON, metrics.
+//! - [`report`]: the sinks of those events: progress lines, JSON, metrics; the webhook
+//!   notifications and the HTTP endpoints of `watch`; stdout.
+//! - [`watch`]: continuous reconciliation: a state machine that owns every timer, the loop
+//!   that feeds it, and one reconcile at a time over the rollout.
 //! - [`cli`]: the clap types; [`config`]: the command line made one checked value.
 //! - [`commands`]: plan, apply, status, validate, watch, unlock, over the stages above.
 //! - [`status`]: what `poolctl status` shows, built from a world and its plan.
@@ -34,6 +37,7 @@ pub mod source;
 pub mod spec;
 pub mod status;
 pub mod style;
+pub mod watch;
 
 #[cfg(test)]
 mod testing;

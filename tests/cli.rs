@@ -560,7 +560,7 @@ fn log_lines_say_what_happened_and_only_verbose_ones_say_where() {
     assert!(line.contains(" INFO watching "), "{line}");
     assert!(!plain.contains("poolctl::"), "no module path without -v:\n{plain}");
     let verbose = s.run("watch", &["-v"]).expect_code(1).stderr;
-    assert!(verbose.contains("INFO poolctl::commands::watch: watching "), "{verbose}");
+    assert!(verbose.contains("INFO poolctl::watch: watching "), "{verbose}");
 }
 
 #[test]

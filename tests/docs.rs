@@ -545,6 +545,20 @@ fn no_command_names_a_concrete_backend() {
     }
 }
 
+/// `watch` is a library (`src/watch/`); its command is the thin edge over it.
+#[test]
+fn the_watch_command_is_thin() {
+    let watch: Vec<_> = sources_under("commands")
+        .into_iter()
+        .filter(|(path, _)| {
+            path.components().any(|c| c.as_os_str().to_str().is_some_and(|c| c.starts_with("watch")))
+        })
+        .collect();
+    assert!(!watch.is_empty(), "no watch command under src/commands");
+    let lines: usize = watch.iter().map(|(_, code)| code.lines().count()).sum();
+    assert!(lines <= 150, "the watch command's files under src/commands hold {lines} lines (at most 150)");
+}
+
 /// The pool file's types stand alone: `model` imports `spec`, never the reverse.
 #[test]
 fn the_spec_imports_nothing_of_the_model() {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
 
 use super::docker::{
-    DRIFT_EVENTS, DockerBackend, DockerEnv, EndpointsError, connect_endpoints, container_events,
-    resolve_endpoints,
+    CopyError, DRIFT_EVENTS, DockerBackend, DockerEnv, EndpointsError, connect_endpoints, container_events,
+    resolve_copies, resolve_endpoints,
 };
 use super::endpoints::Endpoints;
 use super::kube::{KeptConnect, KubeCluster, KubeConnect};
@@ -35,6 +35,15 @@ pub enum Events {
 
 /// The Docker events that change what `status` shows.
 const CHANGES: &[&str] = &["create", "start", "die", "stop", "destroy", "health_status", "pause", "unpause"];
+
+/// Why the Docker endpoints of a desired state could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Endpoints(#[from] EndpointsError),
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+}
 
 /// The Docker endpoints and cluster clients of a run.
 pub struct Connections {
@@ -85,6 +94,17 @@ impl Connections {
         let docker = Arc::new(connect_endpoints(desired, &env).await?);
         *self.docker.lock().unwrap_or_else(PoisonError::into_inner) = Some((key, Arc::clone(&docker)));
         Ok(docker)
+    }
+
+    /// Connect to the Docker endpoints of `desired`'s pools, and copy into each template the
+    /// settings of the container its `copyFrom` names: what every command that plans does first.
+    pub async fn connect_docker(
+        &self,
+        desired: Desired,
+    ) -> Result<(Desired, Arc<DockerEndpoints>), ConnectError> {
+        let docker = self.docker(&desired).await?;
+        let desired = resolve_copies(desired, &docker).await?;
+        Ok((desired, docker))
     }
 
     /// How the pools' clusters are connected.

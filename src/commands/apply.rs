@@ -7,7 +7,6 @@
 //! one carried out: after waiting for another run (`--lock-timeout`) it is typically empty. If
 //! it differs from the confirmed one, it is shown, and carried out only with `--yes`.
 
-use std::collections::BTreeSet;
 use std::io::{self, IsTerminal};
 use std::path::Path;
 use std::sync::Arc;
@@ -16,10 +15,9 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::common::{
-    Planned, check_named, check_pools, check_replace, compute, confirm, connect_docker, held_locks,
-    load_source, write_stdout,
+    Planned, check_named, check_pools, check_replace, compute, confirm, held_locks, load_source,
 };
-use super::exit::{EXIT_INTERRUPTED, Exit};
+use super::exit::Exit;
 use crate::backend::Connections;
 use crate::config::{ApplyConfig, Format, Source, Ui};
 use crate::model::Origin;
@@ -27,7 +25,9 @@ use crate::plan::saved::{self, SavedPlan};
 use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
+use crate::report::write_stdout;
 use crate::report::{Progress, ProgressFormat, ProgressUi, end_event, write_summary};
+use crate::rollout::cancel::EXIT_INTERRUPTED;
 use crate::rollout::cancel::{Interrupt, Signals, StopReason};
 use crate::rollout::execute::Report;
 use crate::rollout::lock::{LockFailure, LockSettings};
@@ -74,8 +74,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     }
     // A pool another run is changing shows instances in the making, waited for: its lock is
     // waited for too (`--lock-timeout`), and the plan made under it carried out.
-    let busy: BTreeSet<String> =
-        plan.waiting_pools().into_iter().filter(|p| planned.preview.world.locked.contains(p)).collect();
+    let busy = planned.preview.busy_pools();
     if !plan.has_changes() && busy.is_empty() {
         return Ok(Exit::Success);
     }
@@ -89,8 +88,6 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             &format!("\nAnother run is changing {}: planning again once it is done.", pools.join(", ")),
         )?;
     }
-    let mut pools = plan.changed_pools();
-    pools.extend(busy);
 
     let session = Session::start(config, progress_ui)?;
     // The plan made under the locks is carried out; it was not the one confirmed if the world
@@ -110,14 +107,14 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
             )
         }
     };
-    session.roll_out(&planned, pools, check).await
+    session.roll_out(&planned, check).await
 }
 
 /// Refuse an `--rollback` that has nothing to roll back to, saying why, before anything is shown
 /// as if it would happen.
 fn check_rollback(planned: &Planned) -> Result<()> {
     let plan = &planned.preview.plan;
-    for pool in &planned.options.rollback {
+    for pool in &planned.preview.options.rollback {
         if plan.rollbacks.iter().any(|r| r.name() == pool) {
             continue;
         }
@@ -147,7 +144,7 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
     let desired = load_source(&source)?;
     let connections = Connections::once();
     // Before the revision: the settings a pool copies are part of its template.
-    let (desired, docker) = connect_docker(&connections, desired).await?;
+    let (desired, docker) = connections.connect_docker(desired).await?;
     let name = file.display();
     if desired.origin.scope() != saved.origin.scope() {
         bail!(
@@ -156,7 +153,7 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
             desired.origin
         );
     }
-    let revision = saved::revision(&desired);
+    let revision = crate::plan::scope::revision(&desired);
     if revision != saved.provenance.revision {
         let change = match (&saved.origin, &desired.origin) {
             (Origin::Git { commit: then, .. }, Origin::Git { commit: now, .. }) => {
@@ -174,15 +171,13 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
     // The Node this poolctl runs on is this process's, not the saved plan's.
     let options =
         PlanOptions { own_node: config.options.own_node.clone(), ..saved.provenance.options.options() };
-    let preview =
-        crate::rollout::preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
-    let planned = Planned { desired, docker, preview, options };
+    let preview = crate::rollout::preview(&desired, &*docker, connections.clusters(), options).await?;
+    let planned = Planned { desired, docker, preview };
     tell(
         progress_ui,
         &progress_ui.style.bold(&format!("Carrying out the saved plan {name}: {} steps.", steps.len())),
     )?;
     let session = Session::start(config, progress_ui)?;
-    let pools: BTreeSet<String> = steps.iter().map(|(pool, _, _)| (*pool).to_owned()).collect();
     // Checked against the plan made under the locks: nobody else can change the pools from then on.
     let check = |current: &Plan, world: &_| {
         if saved::skeleton(current) == steps {
@@ -198,7 +193,7 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
         }
         Err(stale(file, &changes))
     };
-    session.roll_out(&planned, pools, check).await
+    session.roll_out(&planned, check).await
 }
 
 /// Read a plan saved by `plan --out` (or printed by `plan -o json`).
@@ -247,30 +242,24 @@ impl Session {
         Ok(Self { settings, interrupt, progress: Progress::new(Box::new(io::stdout()), ui), ui })
     }
 
-    /// Roll `planned` out over the locks of `pools`, `check` deciding whether the plan made
-    /// under them may be carried out, and say how it ended.
+    /// Roll `planned` out, `check` deciding whether the plan made under the locks may be
+    /// carried out, and say how it ended.
     async fn roll_out(
         &self,
         planned: &Planned,
-        pools: BTreeSet<String>,
         check: impl FnOnce(&Plan, &crate::model::World) -> Result<()>,
     ) -> Result<Exit> {
-        let rollout = Rollout {
-            desired: &planned.desired,
-            containers: &*planned.docker,
-            clusters: &planned.preview.clusters,
-            options: planned.options.clone(),
-            locks: &self.settings,
-            interrupt: &self.interrupt,
-            sink: &self.progress,
-        };
-        match Box::pin(rollout.run(pools, check)).await.map_err(rollout_failure)?? {
+        let Planned { desired, docker, preview, .. } = planned;
+        let rollout =
+            Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &self.progress);
+        match Box::pin(rollout.run(check)).await.map_err(rollout_failure)? {
             Outcome::NothingLeft => {
                 let text = "\nNo changes left: the world changed before the locks were taken, and matches the source.";
                 tell(self.ui, text)?;
                 Ok(Exit::Success)
             }
             Outcome::Done(report) => self.ended(&report),
+            Outcome::Refused(why) => Err(why),
         }
     }
 

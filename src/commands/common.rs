@@ -2,16 +2,16 @@
 //! plan, reading the pools' locks, asking for confirmation, writing to stdout.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::io::{self, BufRead, IsTerminal};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use crate::backend::resolve_copies;
 use crate::backend::{ClusterClient, Connections, DockerEndpoints, Locks};
 use crate::config::Source;
 use crate::model::{Desired, DesiredPool, LockHolder};
 use crate::plan::{Plan, PlanOptions};
+use crate::report::{source_failure, write_stdout};
 use crate::rollout::lock::inspect_locks;
 use crate::rollout::{Preview, preview};
 use crate::source;
@@ -26,36 +26,14 @@ pub(super) fn load_source_offline(source: &Source) -> Result<Desired> {
     source::load_offline(&source.spec).map_err(|e| source_failure(&source.given, e))
 }
 
-/// Why the source `source` (as given, or a label of it) gave no desired state, as one error.
-pub(super) fn source_failure(source: &str, error: source::SourceError) -> anyhow::Error {
-    match error {
-        // Spec errors are the user's to fix, one per line with its place; "cannot read" would
-        // send them looking for an I/O problem.
-        source::SourceError::Spec(errors) => {
-            let n = errors.0.len();
-            let lines: Vec<String> = errors.0.iter().map(|e| format!("  {e}")).collect();
-            anyhow::anyhow!(
-                "the pool spec in {} has {n} error{}:\n{}",
-                source::shown(source),
-                if n == 1 { "" } else { "s" },
-                lines.join("\n")
-            )
-        }
-        // Says what it is about already, and the source would only repeat it.
-        e @ source::SourceError::NoPools { .. } => e.into(),
-        e => anyhow::Error::from(e).context(format!("cannot read the source {}", source::shown(source))),
-    }
-}
-
 /// A plan made without the locks, with the desired state it leads to and the connections
 /// a rollout of it needs.
 pub(super) struct Planned {
     pub desired: Desired,
     /// Every Docker endpoint the pools live on.
     pub docker: Arc<DockerEndpoints>,
+    /// The plan, and the choices it was made with.
     pub preview: Preview<ClusterClient>,
-    /// The choices it was made with.
-    pub options: PlanOptions,
 }
 
 /// Connect to the Docker endpoints of `desired`'s pools, observe and plan: what plan and apply
@@ -65,9 +43,9 @@ pub(super) async fn compute(
     desired: Desired,
     options: PlanOptions,
 ) -> Result<Planned> {
-    let (desired, docker) = connect_docker(connections, desired).await?;
-    let preview = preview(&desired, &*docker, connections.clusters(), options.clone()).await?;
-    Ok(Planned { desired, docker, preview, options })
+    let (desired, docker) = connections.connect_docker(desired).await?;
+    let preview = preview(&desired, &*docker, connections.clusters(), options).await?;
+    Ok(Planned { desired, docker, preview })
 }
 
 /// Refuse a `--pool` that names no pool of the source, listing those it has: a typo must not
@@ -90,17 +68,6 @@ pub(super) fn check_named(desired: &Desired, pools: &BTreeSet<String>, flag: &st
         }
     }
     Ok(())
-}
-
-/// Connect to the Docker endpoints of `desired`'s pools, and copy into each template the
-/// settings of the container its `copyFrom` names: what every command that plans does first.
-pub(super) async fn connect_docker(
-    connections: &Connections,
-    desired: Desired,
-) -> Result<(Desired, Arc<DockerEndpoints>)> {
-    let docker = connections.docker(&desired).await?;
-    let desired = resolve_copies(desired, &docker).await?;
-    Ok((desired, docker))
 }
 
 /// Refuse a `--replace` that names no instance of the plan's pools: a typo must not read as
@@ -142,14 +109,4 @@ pub(super) fn confirm(question: &str, what: &str) -> Result<bool> {
     let mut answer = String::new();
     io::stdin().lock().read_line(&mut answer)?;
     Ok(answer.trim() == "yes")
-}
-
-/// Write to stdout; a closed pipe (`poolctl plan | head`) is not an error.
-pub(super) fn write_stdout(f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-    let stdout = io::stdout();
-    let mut lock = stdout.lock();
-    match f(&mut lock).and_then(|()| lock.flush()) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
-    }
 }

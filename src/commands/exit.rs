@@ -21,6 +21,3 @@ impl Exit {
 /// The exit status of a command that failed, and of a usage error (clap's own 2 would read as
 /// "changes pending" to `plan --detailed-exitcode` callers).
 pub const EXIT_ERROR: u8 = 1;
-
-/// The exit status when a second interrupt stops poolctl at once, as shells report SIGINT.
-pub const EXIT_INTERRUPTED: i32 = 130;

@@ -8,11 +8,12 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::common::{load_source, write_stdout};
+use super::common::load_source;
 use super::exit::Exit;
 use crate::backend::{Connections, Containers};
 use crate::config::{Format, HistoryConfig, Ui};
 use crate::model::{REVISION_HISTORY_LIMIT, Revision, RevisionEnd, ends, timestamp};
+use crate::report::write_stdout;
 use crate::style::Style;
 
 pub(super) async fn history_command(config: &HistoryConfig, ui: Ui) -> Result<Exit> {

@@ -17,8 +17,9 @@ mod watch;
 use anyhow::Result;
 
 use crate::config::{Config, Format, Task};
+use crate::report::write_stdout;
 
-pub use exit::{EXIT_ERROR, EXIT_INTERRUPTED, Exit};
+pub use exit::{EXIT_ERROR, Exit};
 
 /// Run one command.
 pub async fn dispatch(config: Config) -> Result<Exit> {
@@ -33,7 +34,7 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
             let mut cli = <crate::cli::Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli, "poolctl", &mut script);
-            common::write_stdout(|out| out.write_all(&script))?;
+            write_stdout(|out| out.write_all(&script))?;
             Ok(Exit::Success)
         }
         Task::Unlock(unlock) => unlock::unlock_command(&unlock).await,
@@ -42,7 +43,7 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
             let version = env!("CARGO_PKG_VERSION");
             // A build may record its commit (`POOLCTL_GIT_COMMIT=$(git rev-parse HEAD) cargo build`).
             let commit = option_env!("POOLCTL_GIT_COMMIT").filter(|c| !c.is_empty());
-            common::write_stdout(|out| match format {
+            write_stdout(|out| match format {
                 Format::Text => match commit {
                     Some(commit) => writeln!(out, "poolctl {version} (commit {commit})"),
                     None => writeln!(out, "poolctl {version}"),
@@ -59,7 +60,7 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
         }
         Task::Schema => {
             let schema = serde_json::to_string_pretty(&crate::spec::json_schema())?;
-            common::write_stdout(|out| writeln!(out, "{schema}"))?;
+            write_stdout(|out| writeln!(out, "{schema}"))?;
             Ok(Exit::Success)
         }
     }

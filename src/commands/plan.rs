@@ -5,12 +5,13 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-use super::common::{check_pools, check_replace, compute, held_locks, load_source, write_stdout};
+use super::common::{check_pools, check_replace, compute, held_locks, load_source};
 use super::exit::Exit;
 use crate::backend::Connections;
 use crate::config::{Format, PlanConfig, Ui};
 use crate::plan::saved::provenance;
 use crate::plan::{HeldLocks, render_json_saved, render_text_styled};
+use crate::report::write_stdout;
 
 pub(super) async fn plan_command(config: &PlanConfig, ui: Ui) -> Result<Exit> {
     let desired = load_source(&config.source)?;

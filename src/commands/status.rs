@@ -9,12 +9,13 @@ use std::time::SystemTime;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use super::common::{check_pools, connect_docker, load_source, write_stdout};
+use super::common::{check_pools, load_source};
 use super::exit::Exit;
 use crate::backend::{Connections, DockerEndpoints, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
 use crate::model::{Desired, World};
 use crate::plan::PlanOptions;
+use crate::report::write_stdout;
 use crate::rollout::observe::{observe, observe_again};
 use crate::rollout::{mark_locked, read_locks};
 use crate::status::{Status, render_json, render_text, status};
@@ -24,7 +25,7 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     check_pools(&desired, &config.pools)?;
     let options = PlanOptions { pools: config.pools.clone(), ..PlanOptions::default() };
     let connections = Connections::once();
-    let (desired, docker) = connect_docker(&connections, desired).await?;
+    let (desired, docker) = connections.connect_docker(desired).await?;
     let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
     let first = snapshot(&desired, &options, &docker, &clusters, observed.world).await;

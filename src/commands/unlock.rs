@@ -6,10 +6,11 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use super::common::{confirm, load_source, write_stdout};
+use super::common::{confirm, load_source};
 use super::exit::Exit;
 use crate::backend::{Connect, Connections, Containers, LockError};
 use crate::config::UnlockConfig;
+use crate::report::write_stdout;
 use crate::rollout::lock::{break_lock, inspect_lock};
 use crate::rollout::observe::cluster_refs;
 

@@ -2,9 +2,10 @@
 
 use anyhow::Result;
 
-use super::common::{load_source_offline, write_stdout};
+use super::common::load_source_offline;
 use super::exit::Exit;
 use crate::config::Source;
+use crate::report::write_stdout;
 use crate::spec::escape_controls;
 
 pub(super) fn validate_command(source: &Source) -> Result<Exit> {

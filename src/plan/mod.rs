@@ -6,6 +6,7 @@ mod health;
 mod planner;
 mod render;
 pub mod saved;
+pub mod scope;
 #[cfg(test)]
 mod tests;
 

@@ -1146,7 +1146,7 @@ impl<'w> Names<'w> {
         let (world, derive_from) = (self.world, self.derive_from);
         let seed = *self
             .seed
-            .get_or_insert_with(|| derive_from.map_or(0, |desired| super::saved::seed_of(desired, world)));
+            .get_or_insert_with(|| derive_from.map_or(0, |desired| super::scope::seed_of(desired, world)));
         let prefix = self.last.as_ref().map_or("", |(_, _, prefix)| prefix.as_str());
         let taken = &self.taken[prefix];
         let counter = self.counters.get_mut(pool).expect("set above");

@@ -10,6 +10,9 @@ use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
+/// The exit status when a second interrupt stops poolctl at once, as shells report SIGINT.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
 /// Why a run stops at the next step boundary. None counts as a failure: nothing is
 /// half-done, because the executor only stops between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

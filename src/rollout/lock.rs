@@ -127,6 +127,9 @@ pub struct LockSettings {
     pub timeout: Duration,
     /// The lock records this process saw others hold, and since when.
     pub observed: Arc<Observations>,
+    /// This run stands by while another holds a pool (`watch`: the holder acts, and this run
+    /// looks again later), rather than waiting for its lock (`apply`).
+    pub standby: bool,
 }
 
 impl LockSettings {
@@ -144,7 +147,7 @@ impl LockSettings {
             }
             _ => DEFAULT_LEASE,
         };
-        Ok(Self { who: holder_identity(command), lease, timeout, observed: Arc::default() })
+        Ok(Self { who: holder_identity(command), lease, timeout, observed: Arc::default(), standby: false })
     }
 
     /// A lock is renewed three times per lease, so that one failed renewal does not lose it.
@@ -652,7 +655,13 @@ mod tests {
     }
 
     fn settings(lease: Duration, timeout: Duration) -> LockSettings {
-        LockSettings { who: "poolctl test (pid 1 on here)".into(), lease, timeout, observed: Arc::default() }
+        LockSettings {
+            who: "poolctl test (pid 1 on here)".into(),
+            lease,
+            timeout,
+            observed: Arc::default(),
+            standby: false,
+        }
     }
 
     /// A world with a container pool `w` and a node pool `k`, whose locks a rollout takes.

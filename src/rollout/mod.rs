@@ -39,6 +39,16 @@ pub struct Preview<K> {
     /// plan acts through.
     pub clusters: BTreeMap<String, K>,
     pub plan: Plan,
+    /// The choices the plan was made with; a rollout of it plans again with the same.
+    pub options: PlanOptions,
+}
+
+impl<K> Preview<K> {
+    /// The pools another run is changing: the plan waits for instances in the making there,
+    /// under another run's lock.
+    pub fn busy_pools(&self) -> BTreeSet<String> {
+        self.plan.waiting_pools().into_iter().filter(|p| self.world.locked.contains(p)).collect()
+    }
 }
 
 /// Observe the world that `desired` is compared with, connecting to the clusters its pools
@@ -52,7 +62,7 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
     let Observed { mut world, clusters } = observe(desired, containers, connect).await?;
     // Whether an instance that has not finished coming up is in the making depends on who holds
     // its pool's lock: read only for the pools of this plan that have such an instance.
-    let planned = crate::plan::saved::planned_pools(desired, &world);
+    let planned = crate::plan::scope::planned_pools(desired, &world);
     let starting: BTreeSet<String> = world
         .containers
         .iter()
@@ -78,10 +88,10 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
         let held: Vec<String> = locks.into_iter().filter(|(_, h)| !h.expired(now)).map(|(p, _)| p).collect();
         if !held.is_empty() {
             world.locked.extend(held);
-            plan = crate::plan::plan(desired, &world, options);
+            plan = crate::plan::plan(desired, &world, options.clone());
         }
     }
-    Ok(Preview { world, clusters, plan })
+    Ok(Preview { world, clusters, plan, options })
 }
 
 /// What `plan` holds back that the cluster's users must hear of, by pool: its rollout stalled
@@ -158,7 +168,7 @@ pub async fn read_locks<C: Locks, K: Locks>(
     containers: &C,
     clusters: &BTreeMap<String, K>,
 ) -> BTreeMap<String, LockHolder> {
-    read_locks_of(crate::plan::saved::planned_pools(desired, world), containers, clusters).await
+    read_locks_of(crate::plan::scope::planned_pools(desired, world), containers, clusters).await
 }
 
 /// The locks held on `pools`, as [`read_locks`] reads them.
@@ -211,51 +221,78 @@ pub enum RolloutError {
     KeepsChanging { left: usize, rounds: usize },
 }
 
-/// How a rollout that ran ended.
+/// How a rollout that ran ended; `E` is why its caller's check refused the plan made under
+/// the locks.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Outcome<E> {
     /// The plan made under the locks had nothing to do: another run made the changes.
     NothingLeft,
     /// The plan was carried out, completely or not: the report says.
     Done(Report),
+    /// The check refused the plan made under the locks: nothing was changed.
+    Refused(E),
 }
 
-/// One rollout of `desired` over the backends: who takes part and where progress goes.
+/// One rollout of a previewed plan over the backends: who takes part, which pools it locks and
+/// where progress goes. Built by [`Rollout::new`] only.
 pub struct Rollout<'a, C, K> {
-    pub desired: &'a Desired,
-    pub containers: &'a C,
+    desired: &'a Desired,
+    containers: &'a C,
     /// The cluster of each pool whose instances are Nodes ([`Preview::clusters`]).
-    pub clusters: &'a BTreeMap<String, K>,
-    pub options: PlanOptions,
-    pub locks: &'a LockSettings,
+    clusters: &'a BTreeMap<String, K>,
+    options: PlanOptions,
+    locks: &'a LockSettings,
     /// Stops the rollout at the next step boundary (a signal, a newer desired state, a lost lock).
-    pub interrupt: &'a Interrupt,
+    interrupt: &'a Interrupt,
     /// Where what the rollout says goes: its steps, its locks (waiting for one, one lost).
-    pub sink: &'a dyn Sink,
+    sink: &'a dyn Sink,
+    /// The pools to lock first; more are locked if the plan made under them changes more.
+    scope: BTreeSet<String>,
+}
+
+impl<'a, C, K> Rollout<'a, C, K> {
+    /// A rollout of the plan `preview` shows, made from `desired` over `containers`. It locks the
+    /// pools that plan changes and, unless this run stands by while others hold a pool
+    /// ([`LockSettings::standby`], `watch`), the pools another run is changing
+    /// ([`Preview::busy_pools`]): it waits for their locks (`--lock-timeout`) and plans them again.
+    pub fn new(
+        desired: &'a Desired,
+        containers: &'a C,
+        preview: &'a Preview<K>,
+        locks: &'a LockSettings,
+        interrupt: &'a Interrupt,
+        sink: &'a dyn Sink,
+    ) -> Self {
+        let mut scope = preview.plan.changed_pools();
+        if !locks.standby {
+            scope.extend(preview.busy_pools());
+        }
+        let (clusters, options) = (&preview.clusters, preview.options.clone());
+        Self { desired, containers, clusters, options, locks, interrupt, sink, scope }
+    }
 }
 
 impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
-    /// Take the locks of `pools` (the pools the plan shown or saved changes), plan again under
-    /// them, and hand that plan and the world it was made from to `check`: an `Err` from it
-    /// ends the rollout, changing nothing, and is returned as the inner error. Otherwise carry
-    /// the plan out, keeping the locks renewed, and release them, however it ended.
+    /// Take the locks of the rollout's pools, plan again under them, and hand that plan and the
+    /// world it was made from to `check`: an `Err` from it ends the rollout, changing nothing
+    /// ([`Outcome::Refused`]). Otherwise carry the plan out, keeping the locks renewed, and
+    /// release them, however it ended.
     pub async fn run<E>(
         &self,
-        pools: BTreeSet<String>,
         check: impl FnOnce(&Plan, &World) -> Result<(), E>,
-    ) -> Result<Result<Outcome, E>, RolloutError> {
+    ) -> Result<Outcome<E>, RolloutError> {
         let mut locks = PoolLocks::new(self.containers, self.clusters, self.locks, self.sink);
         let result = async {
-            let (plan, world) = self.lock_and_plan(&mut locks, pools).await?;
+            let (plan, world) = self.lock_and_plan(&mut locks, self.scope.clone()).await?;
             if let Err(refused) = check(&plan, &world) {
-                return Ok(Err(refused));
+                return Ok(Outcome::Refused(refused));
             }
             if !plan.has_changes() {
-                return Ok(Ok(Outcome::NothingLeft));
+                return Ok(Outcome::NothingLeft);
             }
             let guard = locks.guard();
             let carried = locks.hold_while(self.interrupt, Box::pin(self.carry_out(&plan, &guard))).await;
-            carried.map(|report| Ok(Outcome::Done(report)))
+            carried.map(Outcome::Done)
         }
         .await;
         locks.release().await;

@@ -21,6 +21,7 @@ fn settings() -> LockSettings {
         lease: LONG,
         timeout: Duration::ZERO,
         observed: std::sync::Arc::default(),
+        standby: false,
     }
 }
 
@@ -55,10 +56,18 @@ async fn with_rollout<T>(
         locks: &locks,
         interrupt,
         sink: &out,
+        scope: BTreeSet::new(),
     };
     let result = f(&rollout).await;
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
     (result, text)
+}
+
+impl<C, K> Rollout<'_, C, K> {
+    /// This rollout, locking `scope` first (the pools a plan shown changed).
+    fn scoped(&self, scope: BTreeSet<String>) -> Self {
+        Rollout { scope, options: self.options.clone(), ..*self }
+    }
 }
 
 /// A container pool `w` that needs two batches (a new template), a node pool `k` that needs
@@ -100,15 +109,17 @@ async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_mad
     let mut checked = None;
     let mut held = Vec::new();
     let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
-        r.run(shown.changed_pools(), |plan, _| {
-            held = fake.locks().into_keys().collect();
-            checked = Some(plan.clone());
-            Err::<(), _>("stop here")
-        })
-        .await
+        r.scoped(shown.changed_pools())
+            .run(|plan, _| {
+                held = fake.locks().into_keys().collect();
+                checked = Some(plan.clone());
+                Err::<(), _>("stop here")
+            })
+            .await
     })
     .await;
-    assert_eq!(outcome.unwrap().unwrap_err(), "stop here", "the check's refusal is returned");
+    let Ok(Outcome::Refused(refused)) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(refused, "stop here", "the check's refusal is returned");
     assert_eq!(checked.as_ref(), Some(&shown), "the world did not change: the same plan, the same names");
     assert_eq!(held, ["docker/w", "lease/k"], "an up-to-date pool is not locked");
     assert!(fake.locks().is_empty(), "released after a refusal: {:?}", fake.locks());
@@ -121,10 +132,10 @@ async fn a_rollout_locks_the_pools_the_plan_made_under_the_locks_adds() {
     // The plan shown changed w only; by the time the locks are taken, q's instance is gone.
     fake.sim().world.containers.retain(|c| c.pool != "q");
     let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
-        r.run(BTreeSet::from(["w".to_owned()]), |_, _| Ok::<(), ()>(())).await
+        r.scoped(BTreeSet::from(["w".to_owned()])).run(|_, _| Ok::<(), ()>(())).await
     })
     .await;
-    let Ok(Ok(Outcome::Done(report))) = outcome else { panic!("{outcome:?}") };
+    let Ok(Outcome::Done(report)) = outcome else { panic!("{outcome:?}") };
     assert!(report.complete(), "{report:?}");
     let calls = fake.calls();
     let first_create = calls.iter().position(|c| c.starts_with("create ")).unwrap();
@@ -148,10 +159,10 @@ async fn a_plan_with_nothing_left_under_the_locks_changes_nothing() {
     assert!(done.unwrap().complete());
     let calls = fake.calls().len();
     let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
-        r.run(shown.changed_pools(), |_, _| Ok::<(), ()>(())).await
+        r.scoped(shown.changed_pools()).run(|_, _| Ok::<(), ()>(())).await
     })
     .await;
-    assert!(matches!(outcome, Ok(Ok(Outcome::NothingLeft))), "{outcome:?}");
+    assert!(matches!(outcome, Ok(Outcome::NothingLeft)), "{outcome:?}");
     let after: Vec<String> = fake.calls()[calls..].to_vec();
     assert!(after.iter().all(|c| c.starts_with("lock ") || c.starts_with("release ")), "{after:?}");
     assert!(fake.locks().is_empty(), "{:?}", fake.locks());
@@ -163,7 +174,7 @@ async fn a_pool_another_run_holds_fails_the_rollout_naming_the_holder_and_change
     fake.hold_lock("docker", "w", "poolctl apply (pid 9 on there)", SystemTime::now() + LONG);
     let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;
     let (outcome, _) = with_rollout(&fake, &desired, &Interrupt::default(), async |r| {
-        r.run(shown.changed_pools(), |_, _| Ok::<(), ()>(())).await
+        r.scoped(shown.changed_pools()).run(|_, _| Ok::<(), ()>(())).await
     })
     .await;
     let Err(RolloutError::Lock(LockFailure::Held { pool, .. })) = outcome else { panic!("{outcome:?}") };
@@ -381,6 +392,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         locks: &locks,
         interrupt: &Interrupt::default(),
         sink: &out,
+        scope: BTreeSet::new(),
     };
     assert!(rollout.carry_out(&plan, &LockGuard::unguarded()).await.unwrap().complete());
     let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();
@@ -828,4 +840,36 @@ async fn a_rollback_is_recorded_by_the_rollout_that_carries_it_out_not_by_the_pr
         ends,
         [Some(RolloutResult::Complete), Some(RolloutResult::RolledBack), Some(RolloutResult::Complete)]
     );
+}
+
+#[test]
+fn a_rollout_locks_the_pools_another_run_is_changing_unless_it_stands_by() {
+    // A run bootstraps a new instance of w (it holds w's lock); q needs a new instance.
+    let w = PoolArgs { bootstrap: 1, ..PoolArgs::new("w", 2) }.build();
+    let q = PoolArgs { hash: Some("qh"), ..PoolArgs::new("q", 1) }.build();
+    let mut starting = container("w-new", "w", &w.template_hash, 90);
+    starting.came_up = None;
+    let world = World {
+        now: 100,
+        containers: vec![container("w-o1", "w", "old", 1), container("w-o2", "w", "old", 2), starting],
+        locked: ["w".to_owned()].into(),
+        ..World::default()
+    };
+    let desired = desired(vec![w, q]);
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    let preview = Preview {
+        world,
+        clusters: BTreeMap::<String, FakeCluster>::new(),
+        plan,
+        options: PlanOptions::default(),
+    };
+    assert_eq!(preview.busy_pools(), BTreeSet::from(["w".to_owned()]), "{:#?}", preview.plan);
+    let (out, _) = progress();
+    let fake = FakeWorld::new(World::default());
+    let interrupt = Interrupt::default();
+    let scope = |locks: &LockSettings| Rollout::new(&desired, &fake, &preview, locks, &interrupt, &out).scope;
+    let apply = settings();
+    assert_eq!(scope(&apply), BTreeSet::from(["q".to_owned(), "w".to_owned()]), "apply waits for w");
+    let watch = LockSettings { standby: true, ..settings() };
+    assert_eq!(scope(&watch), BTreeSet::from(["q".to_owned()]), "watch leaves w to its holder");
 }

@@ -13,52 +13,55 @@
 //! seen source revision, a few counters and its clients (Docker, and each cluster with the
 //! watch-backed lists of its pool), so memory stays flat over a long run.
 
+//! `poolctl watch` as a library: continuous reconciliation of a directory or Git source, with
+//! drift correction.
+//!
+//! Shaped like kube-runtime's controller: every decision and every timer lives in a small state
+//! machine ([`machine`]) that returns decisions instead of doing anything; [`run`] is a thin
+//! loop that turns its inputs (source looks and notify events from [`inputs`], Docker events,
+//! the machine's next wake-up, signals) into events and carries the decisions out. One
+//! reconcile ([`reconcile`]) runs at a time, as a spawned task; a newer desired state stops it
+//! at the next step boundary and the loop re-plans from the world at once, so a retirement cut
+//! short is simply resumed by the next plan.
+//!
+//! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
+//! seen source revision, a few counters and its clients (Docker, and each cluster with the
+//! watch-backed lists of its pool), so memory stays flat over a long run.
+
 mod inputs;
 mod machine;
 mod reconcile;
-mod serve;
-mod webhook;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
+use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use super::common::{connect_docker, source_failure, write_stdout};
-use super::exit::{EXIT_INTERRUPTED, Exit};
 use crate::backend::{Connections, Containers, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
-use crate::rollout::cancel::{Interrupt, Signals, StopReason};
+use crate::report::{Notifier, Probes, source_failure, write_stdout};
+use crate::rollout::cancel::{EXIT_INTERRUPTED, Interrupt, Signals, StopReason};
 use crate::rollout::lock::LockSettings;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
-use machine::{Decision, Ended, Event, SourceNews, Trigger, WatchState, fingerprint, next_action};
+use machine::{Decision, Ended, Event, Machine, Periods, SourceNews, Trigger, fingerprint};
 use reconcile::{HealthLog, Reconcile};
-use serve::Probes;
-use webhook::Notifier;
 
-/// Run `poolctl watch` until a signal.
-pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
-    let probes = Arc::new(Probes::new(config.resync));
-    if let Some(addr) = config.listen {
-        crate::metrics::install();
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-        let addr = listener.local_addr().unwrap_or(addr);
-        info!("serving /metrics, /healthz and /readyz on http://{addr}");
-        tokio::spawn(serve::serve(listener, Arc::clone(&probes)));
-    }
-    let notifier = config.notify.clone().map(Notifier::start);
+/// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
+/// every rollout. Ends `Ok` after a signal, and with an error only when no good desired state
+/// was ever read.
+pub async fn run(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Notifier>) -> Result<()> {
     // One for the whole watch: what a standby saw of another replica's locks carries over from
     // one reconcile to the next (see `crate::rollout::lock`).
-    let locks = Arc::new(LockSettings::new("watch", Duration::ZERO)?);
+    // A replica that finds a pool locked stands by: the holder acts on it.
+    let locks = Arc::new(LockSettings { standby: true, ..LockSettings::new("watch", Duration::ZERO)? });
     Loop::new(config, probes, notifier, locks).run().await
 }
 
@@ -71,39 +74,17 @@ fn revision_label(revision: &Revision) -> String {
     }
 }
 
-/// What woke the loop up.
-enum Wake {
-    /// The source may have changed (notify or the fetch interval).
-    Look,
-    Checked(Result<Checked, tokio::task::JoinError>),
-    Drift(String),
-    Retry,
-    Deadline,
-    Finished(Result<Ended, tokio::task::JoinError>),
-    Event(Event),
-}
-
-/// The loop's I/O state; every decision is [`next_action`]'s.
+/// The loop's I/O state; every decision and timer is the [`Machine`]'s.
 struct Loop {
     spec: SourceSpec,
     config: Arc<WatchConfig>,
-    state: WatchState,
+    machine: Machine,
     /// The last desired state that loaded without errors.
     good: Option<Arc<Desired>>,
     /// The last revision looked at, good or bad, so that a bad one is reported once.
     seen: Option<Revision>,
     check: Option<JoinHandle<Checked>>,
-    recheck: bool,
-    /// When to look at an unreadable source again.
-    look_again: Option<Instant>,
-    /// Why the last look at the source failed, until it is reported (or watch fails with it).
-    problem: Option<SourceError>,
-    /// The last look loaded a new revision: what the decision about it says is logged.
-    fresh: bool,
-    retry: Option<Instant>,
-    /// When the first instance the last plan waited for turns unhealthy: plan again then.
-    deadline: Option<Instant>,
-    /// What the reconciles saw of the instances' health (for the log, and `deadline`).
+    /// What the reconciles saw of the instances' health (for the log, and the deadline timer).
     health: Arc<Mutex<HealthLog>>,
     run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
     /// Docker and cluster clients, kept from one reconcile to the next.
@@ -135,21 +116,18 @@ impl Loop {
         let (drift_tx, drift_rx) = mpsc::channel(1);
         let spec = config.source.spec.clone();
         let files = watch_files(&spec, changed_tx);
-        let state =
-            WatchState { source_cap: config.interval.max(Duration::from_secs(1)), ..WatchState::default() };
+        let periods = Periods {
+            fetch: matches!(spec.location, Location::Git { .. }).then_some(config.interval),
+            resync: config.resync,
+            source_cap: config.interval.max(Duration::from_secs(1)),
+        };
         Self {
             spec,
             config: Arc::new(config),
-            state,
+            machine: Machine::new(periods, Instant::now()),
             good: None,
             seen: None,
             check: None,
-            recheck: false,
-            look_again: None,
-            problem: None,
-            fresh: false,
-            retry: None,
-            deadline: None,
             health: Arc::default(),
             run: None,
             connections: Arc::new(Connections::kept()),
@@ -165,157 +143,108 @@ impl Loop {
         }
     }
 
-    async fn run(mut self) -> Result<Exit> {
+    async fn run(mut self) -> Result<()> {
         let mut signals = Signals::listen()?;
-        let mut fetch = interval(self.config.interval);
-        let mut resync = interval(self.config.resync);
-        for tick in [&mut fetch, &mut resync] {
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            tick.reset(); // the first tick would fire at once; the start reads everything anyway
-        }
         info!(
             "watching {} (fetch every {:?}, resync every {:?})",
             source_label(&self.spec),
             self.config.interval,
             self.config.resync
         );
-        self.request_check();
-
+        let mut event = Event::Look;
         loop {
-            let wake = {
+            // A new revision was loaded: what the decision about it says is logged.
+            let fresh = matches!(event, Event::Checked(Some(SourceNews::Loaded(_))));
+            let decisions = self.machine.on(event, Instant::now());
+            debug!(?decisions, "watch step");
+            for decision in decisions {
+                if fresh {
+                    self.say(&decision);
+                }
+                if let Some(end) = self.carry_out(decision).await {
+                    return end;
+                }
+            }
+            event = {
                 let (check, run) = (&mut self.check, &mut self.run);
-                let is_git = matches!(self.spec.location, Location::Git { .. });
-                let (look_again, retry, deadline) = (self.look_again, self.retry, self.deadline);
                 tokio::select! {
-                    Some(()) = self.changed_rx.recv() => Wake::Look,
-                    _ = fetch.tick(), if is_git => Wake::Look,
-                    () = sleep_until(look_again.unwrap_or_else(Instant::now)), if look_again.is_some() => Wake::Look,
-                    checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => Wake::Checked(checked),
-                    Some(what) = self.drift_rx.recv() => Wake::Drift(what),
-                    _ = resync.tick() => Wake::Event(Event::Trigger(Trigger::Resync)),
-                    () = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => Wake::Retry,
-                    () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Wake::Deadline,
-                    ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => Wake::Finished(ended),
-                    () = signals.recv() => Wake::Event(Event::Signal),
+                    Some(()) = self.changed_rx.recv() => Event::Look,
+                    checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
+                        self.check = None;
+                        Event::Checked(self.on_checked(checked))
+                    }
+                    Some(what) = self.drift_rx.recv() => {
+                        if self.machine.running() {
+                            debug!("drift seen during a reconcile: {what}");
+                        } else {
+                            info!("drift seen: {what}");
+                        }
+                        Event::Drift
+                    }
+                    () = sleep_until(self.machine.next_wake()) => Event::Time,
+                    ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => {
+                        self.run = None;
+                        self.probes.ready();
+                        let ended = ended.unwrap_or_else(|e| {
+                            error!("reconcile failed: {e}");
+                            Ended::Failed
+                        });
+                        Event::Finished(ended, self.next_deadline())
+                    }
+                    () = signals.recv() => Event::Signal,
                 }
             };
             self.probes.beat();
-            let Some(event) = self.on_wake(wake) else { continue };
-            let (state, decision) = next_action(self.state, event);
-            self.state = state;
-            debug!(?event, ?decision, "watch step");
-            self.say(decision);
-            match decision {
-                Decision::Wait | Decision::Same => {}
-                Decision::KeepLastGood => {
-                    let e = self.problem.take().map(|e| format!("{:#}", anyhow::Error::from(e)));
-                    error!(
-                        "{} has errors; the world is left as it is (keeping the last good state):\n{}",
-                        self.seen_label(),
-                        e.unwrap_or_default()
-                    );
-                }
-                Decision::Reconcile(trigger) => self.start_reconcile(trigger),
-                Decision::Supersede => {
-                    info!("a newer desired state arrived: stopping the rollout at the next step boundary");
-                    if let Some((_, interrupt)) = &self.run {
-                        interrupt.stop(StopReason::Superseded);
-                    }
-                }
-                Decision::RetryAfter(after) => {
-                    warn!("backing off: retrying in {}s", after.as_secs());
-                    self.retry = Some(Instant::now() + after);
-                }
-                // The reconcile said why and when.
-                Decision::StandBy(after) => self.retry = Some(Instant::now() + after),
-                Decision::LookAgainAfter(after) => {
-                    let why = self
-                        .problem
-                        .take()
-                        .map(|e| format!("{:#}", anyhow::Error::from(e)))
-                        .unwrap_or_default();
-                    warn!(
-                        "cannot read the source: {why}; keeping the last good state; backing off, retrying in {}s",
-                        after.as_secs()
-                    );
-                    self.look_again = Some(Instant::now() + after);
-                }
-                Decision::StopRun => {
-                    info!("signal: stopping at the next step boundary (signal again to exit at once)");
-                    if let Some((_, interrupt)) = &self.run {
-                        interrupt.trigger();
-                    }
-                }
-                Decision::Exit => {
-                    info!("signal: stopping");
-                    self.print_pool_state().await;
-                    return Ok(Exit::Success);
-                }
-                Decision::Fail => {
-                    let e = self.problem.take().map_or_else(
-                        || anyhow::anyhow!("the source could not be read"),
-                        |e| source_failure(&self.seen_label(), e),
-                    );
-                    return Err(e.context("watch cannot start: no good desired state was read"));
-                }
-                Decision::ExitNow => {
-                    warn!("second signal: exiting at once; a later apply or watch resumes from the world");
-                    std::process::exit(EXIT_INTERRUPTED);
-                }
-            }
         }
     }
 
-    /// The loop's own bookkeeping for a wake-up, and the event it means to the state machine,
-    /// if any.
-    fn on_wake(&mut self, wake: Wake) -> Option<Event> {
-        match wake {
-            Wake::Look => {
-                self.look_again = None;
-                self.request_check();
-                None
+    /// Carry one decision out; `Some` when the watch ends, and how.
+    async fn carry_out(&mut self, decision: Decision<SourceError>) -> Option<Result<()>> {
+        match decision {
+            Decision::Check => self.request_check(),
+            // Said by `say`; the reconcile says why and when it stands by.
+            Decision::Same | Decision::StandBy(_) => {}
+            Decision::KeepLastGood(e) => {
+                error!(
+                    "{} has errors; the world is left as it is (keeping the last good state):\n{:#}",
+                    self.seen_label(),
+                    anyhow::Error::from(e)
+                );
             }
-            Wake::Checked(checked) => {
-                self.check = None;
-                let event = match checked {
-                    Ok(checked) => Some(Event::Source(self.on_checked(checked))),
-                    Err(e) => {
-                        error!("source check failed: {e}");
-                        None
-                    }
-                };
-                if std::mem::take(&mut self.recheck) {
-                    self.request_check();
+            Decision::Reconcile(trigger) => self.start_reconcile(trigger),
+            Decision::Supersede => {
+                info!("a newer desired state arrived: stopping the rollout at the next step boundary");
+                if let Some((_, interrupt)) = &self.run {
+                    interrupt.stop(StopReason::Superseded);
                 }
-                event
             }
-            Wake::Drift(what) => {
-                if self.state.running {
-                    debug!("drift seen during a reconcile: {what}");
-                } else {
-                    info!("drift seen: {what}");
+            Decision::RetryAfter(after) => warn!("backing off: retrying in {}s", after.as_secs()),
+            Decision::LookAgainAfter(after, e) => warn!(
+                "cannot read the source: {:#}; keeping the last good state; backing off, retrying in {}s",
+                anyhow::Error::from(e),
+                after.as_secs()
+            ),
+            Decision::StopRun => {
+                info!("signal: stopping at the next step boundary (signal again to exit at once)");
+                if let Some((_, interrupt)) = &self.run {
+                    interrupt.trigger();
                 }
-                Some(Event::Trigger(Trigger::Drift))
             }
-            Wake::Retry => {
-                self.retry = None;
-                Some(Event::Trigger(Trigger::Retry))
+            Decision::Exit => {
+                info!("signal: stopping");
+                self.print_pool_state().await;
+                return Some(Ok(()));
             }
-            Wake::Deadline => {
-                self.deadline = None;
-                Some(Event::Trigger(Trigger::Deadline))
+            Decision::Fail(e) => {
+                let e = source_failure(&self.seen_label(), e);
+                return Some(Err(e.context("watch cannot start: no good desired state was read")));
             }
-            Wake::Finished(ended) => {
-                self.run = None;
-                self.probes.ready();
-                self.deadline = self.next_deadline();
-                Some(Event::Finished(ended.unwrap_or_else(|e| {
-                    error!("reconcile failed: {e}");
-                    Ended::Failed
-                })))
+            Decision::ExitNow => {
+                warn!("second signal: exiting at once; a later apply or watch resumes from the world");
+                std::process::exit(EXIT_INTERRUPTED);
             }
-            Wake::Event(event) => Some(event),
         }
+        None
     }
 
     /// When the first instance the last plan waited for turns unhealthy, as a timer: the world's
@@ -339,22 +268,17 @@ impl Loop {
         }
     }
 
-    /// Look at the source (in a blocking task: git2 and the file system block), unless a look
-    /// is already under way, in which case look again once it ends.
+    /// Look at the source, in a blocking task: git2 and the file system block. The machine
+    /// asks for one look at a time.
     fn request_check(&mut self) {
-        if self.check.is_some() {
-            self.recheck = true;
-            return;
-        }
         let spec = self.spec.clone();
         let seen = self.seen.clone();
         self.check = Some(tokio::task::spawn_blocking(move || check_source(&spec, seen.as_ref())));
     }
 
     /// Say what a decision about a new revision of the source means.
-    fn say(&mut self, decision: Decision) {
-        let fresh = std::mem::take(&mut self.fresh);
-        let Some(origin) = self.good.as_ref().map(|good| &good.origin).filter(|_| fresh) else { return };
+    fn say(&self, decision: &Decision<SourceError>) {
+        let Some(origin) = self.good.as_ref().map(|good| &good.origin) else { return };
         match decision {
             Decision::Reconcile(Trigger::Start) => info!("source read: {origin}"),
             Decision::Same => info!("source changed ({origin}), the pools are the same: nothing to do"),
@@ -365,14 +289,19 @@ impl Loop {
         }
     }
 
-    /// Keep what the look found and report it; the state machine decides what it means.
-    fn on_checked(&mut self, checked: Checked) -> SourceNews {
-        match checked {
+    /// Keep what the look found, and tell the machine; it decides what that means. A look that
+    /// failed itself (a panic in the blocking task) tells nothing.
+    fn on_checked(
+        &mut self,
+        checked: Result<Checked, tokio::task::JoinError>,
+    ) -> Option<SourceNews<SourceError>> {
+        let checked = checked.inspect_err(|e| error!("source check failed: {e}")).ok()?;
+        Some(match checked {
             Checked::Unchanged => SourceNews::Unchanged,
             Checked::Loaded(revision, desired) => {
                 self.revision = revision_label(&revision);
                 crate::metrics::record(|m| m.source(&self.revision));
-                if !self.state.source_read {
+                if self.good.is_none() {
                     self.probes.not_ready("the source was read; the first reconcile has not ended");
                 }
                 self.seen = Some(revision);
@@ -381,27 +310,20 @@ impl Loop {
                 // Kept even when it asks for the same pools, so that new containers name the
                 // newest commit.
                 self.good = Some(Arc::new(desired));
-                self.fresh = true;
                 news
             }
-            // Reported as the state machine decides: kept past, or the reason watch ends.
+            // Reported as the machine decides: kept past, or the reason watch ends.
             Checked::Invalid(revision, e) => {
                 self.seen = Some(revision);
-                self.problem = Some(e);
-                SourceNews::Invalid
+                SourceNews::Invalid(e)
             }
-            Checked::Unreachable(e) => {
-                self.problem = Some(e);
-                SourceNews::Unreachable
-            }
-        }
+            Checked::Unreachable(e) => SourceNews::Unreachable(e),
+        })
     }
 
     fn start_reconcile(&mut self, trigger: Trigger) {
         let desired =
             self.good.clone().expect("the state machine reconciles only once a good state was read");
-        // A reconcile that starts now does what a pending retry would have done.
-        self.retry = None;
         let interrupt = Arc::new(Interrupt::default());
         let connections = Arc::clone(&self.connections);
         let config = Arc::clone(&self.config);
@@ -455,9 +377,9 @@ impl Loop {
         };
         // Docker alone: the summary counts containers, and a cluster may be what went away. The
         // copies resolved, so that a pool's template hash is the one its instances carry.
-        let world = match connect_docker(&self.connections, Desired::clone(desired)).await {
+        let world = match self.connections.connect_docker(Desired::clone(desired)).await {
             Ok((desired, docker)) => docker.list().await.map(|c| (desired, c)).map_err(anyhow::Error::from),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         let (desired, world) = match world {
             Ok((desired, containers)) => (desired, World { containers, ..World::default() }),
@@ -516,7 +438,7 @@ async fn reconcile(
     health: Arc<Mutex<HealthLog>>,
     tell: Tell,
 ) -> Ended {
-    let (desired, docker) = match connect_docker(&connections, Desired::clone(&desired)).await {
+    let (desired, docker) = match connections.connect_docker(Desired::clone(&desired)).await {
         Ok(connected) => connected,
         Err(e) => {
             error!("{e:#}");

@@ -11,12 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{error, info, warn};
 
 use super::machine::{Ended, Trigger};
-use super::webhook::{Notice, Notifier};
 use crate::backend::{Connect, Containers, Locks};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
-use crate::report::{Metrics, Progress};
+use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
 use crate::rollout::execute::{Report, StepOutcome};
 use crate::rollout::lock::{LockFailure, LockSettings};
@@ -214,15 +213,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         results: &mut Results,
     ) -> Ended {
         // A pool another run holds is retried with watch's backoff, not waited on here.
-        let rollout = Rollout {
-            desired,
-            containers: self.containers,
-            clusters: &preview.clusters,
-            options: self.options.clone(),
-            locks: self.locks,
-            interrupt,
-            sink: &(self.out, &Metrics),
-        };
+        let sink = (self.out, &Metrics);
+        let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink);
         // Announced once the locks are held and the plan made under them changes something.
         // The pools that plan finds Degraded: the deadline may have passed since the preview.
         let mut degraded_under_locks = BTreeSet::new();
@@ -234,21 +226,21 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             degraded_under_locks.extend(degraded);
             Ok::<(), Infallible>(())
         };
-        let carried = Box::pin(rollout.run(changed.clone(), announce)).await;
+        let carried = Box::pin(rollout.run(announce)).await;
         match carried {
-            Ok(Ok(Outcome::NothingLeft)) => {
+            Ok(Outcome::NothingLeft) => {
                 info!("nothing left to do once the locks were taken");
                 let result =
                     |pool: &str| if degraded_under_locks.contains(pool) { "degraded" } else { "in_sync" };
                 set_results(results, result);
                 Ended::Converged
             }
-            Ok(Ok(Outcome::Done(report))) => {
+            Ok(Outcome::Done(report)) => {
                 set_results(results, |pool| result_of(changed, pool, pool_result(&report, pool)));
                 self.announce_end(changed, &report);
                 self.ended(&report)
             }
-            Ok(Err(never)) => match never {},
+            Ok(Outcome::Refused(never)) => match never {},
             Err(RolloutError::Lock(LockFailure::Held { pool, holder, seen, lease, .. })) => {
                 let now = std::time::SystemTime::now();
                 // Another replica of this watch, or an apply: it acts; this one stands by, and

@@ -25,7 +25,7 @@ const MAX_CONNECTIONS: usize = 32;
 
 /// What `/healthz` and `/readyz` answer from: the loop's heartbeat and its progress.
 #[derive(Debug)]
-pub(super) struct Probes {
+pub struct Probes {
     started: Instant,
     /// Milliseconds from `started` to the loop's last wake-up.
     beat: AtomicU64,
@@ -37,7 +37,7 @@ pub(super) struct Probes {
 
 impl Probes {
     /// The loop wakes up at least every `resync`; it is taken as dead after three missed ones.
-    pub(super) fn new(resync: Duration) -> Self {
+    pub fn new(resync: Duration) -> Self {
         Self {
             started: Instant::now(),
             beat: AtomicU64::new(0),
@@ -47,16 +47,16 @@ impl Probes {
     }
 
     /// The loop woke up (a reconcile ended, a tick, an event).
-    pub(super) fn beat(&self) {
+    pub fn beat(&self) {
         let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.beat.store(now, Ordering::Relaxed);
     }
 
-    pub(super) fn not_ready(&self, why: &'static str) {
+    pub fn not_ready(&self, why: &'static str) {
         *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
     }
 
-    pub(super) fn ready(&self) {
+    pub fn ready(&self) {
         *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
@@ -78,7 +78,7 @@ impl Probes {
 }
 
 /// Serve the endpoints on `listener` until the process ends.
-pub(super) async fn serve(listener: TcpListener, probes: Arc<Probes>) {
+pub async fn serve(listener: TcpListener, probes: Arc<Probes>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };

@@ -24,7 +24,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// One notification.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Notice {
+pub struct Notice {
     pub pool: String,
     /// The source's revision: the commit id, or the digest of a directory's files.
     pub revision: String,
@@ -44,7 +44,7 @@ pub(super) struct Notice {
 
 impl Notice {
     /// The result that tells a condition of [`crate::rollout::conditions`] by its reason.
-    pub(super) fn result_of(reason: &str) -> &'static str {
+    pub fn result_of(reason: &str) -> &'static str {
         match reason {
             "RollingBack" => "rolling_back",
             "RemediationHeld" => "remediation_held",
@@ -52,7 +52,7 @@ impl Notice {
         }
     }
 
-    pub(super) fn new(pool: &str, revision: &str, result: &'static str) -> Self {
+    pub fn new(pool: &str, revision: &str, result: &'static str) -> Self {
         Self {
             pool: pool.to_owned(),
             revision: revision.to_owned(),
@@ -67,20 +67,20 @@ impl Notice {
 
 /// The sending end of the queue.
 #[derive(Debug, Clone)]
-pub(super) struct Notifier {
+pub struct Notifier {
     tx: mpsc::Sender<Notice>,
 }
 
 impl Notifier {
     /// Start delivering to `url` from a task of its own.
-    pub(super) fn start(url: Uri) -> Self {
+    pub fn start(url: Uri) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(deliver(url, rx));
         Self { tx }
     }
 
     /// Queue `notice`; never waits.
-    pub(super) fn send(&self, notice: Notice) {
+    pub fn send(&self, notice: Notice) {
         if let Err(e) = self.tx.try_send(notice) {
             warn!("notification dropped: the receiver is not keeping up ({e})");
         }
