@@ -136,8 +136,11 @@ async fn three_of_three_past_their_timeout_replace_none_and_the_plan_says_why() 
             break (code, plan);
         }
         // Each plan reads the Nodes' lastTransitionTime against the clock: until 1s has passed
-        // since, they are waited for.
-        assert_eq!(plan["summary"]["unavailable"], 3, "{plan:#}");
+        // since, they are waited for. The three turned Unknown one after the other, maybe on
+        // either side of a second: some may be past their timeout before the others.
+        let counted =
+            ["unavailable", "unremediated", "unhealthy"].map(|k| plan["summary"][k].as_u64().unwrap_or(0));
+        assert_eq!(counted.iter().sum::<u64>(), 3, "every instance waited for or unhealthy: {plan:#}");
         assert!(std::time::Instant::now() < deadline, "never past the timeout: {plan:#}");
     };
     assert_eq!(code, 2);

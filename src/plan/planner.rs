@@ -674,10 +674,13 @@ struct Creations {
 /// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
 /// instances are unhealthy than it allows, none is replaced (each is held, and waited for like
 /// an unavailable one), since the fault is more likely the cluster's than every instance's.
-/// It protects instances that served from a sick cluster, and nothing else: an instance of the
-/// current template that never came up (a failed rollout), an outdated one, one marked for
-/// replacement (`--replace`), a pool being torn down (`replicas: 0`) and a container-only pool
-/// (no cluster to blame) are never held. Returns what the plan says about it, with the way out.
+/// Every instance that served and turned unhealthy counts, whatever its template: an outdated
+/// one the rollout retires says as much about the cluster as a current one (Cluster API counts
+/// every Machine it targets, those being deleted too). Only instances that served, of the
+/// current template, are held: an instance that never came up (a failed rollout), an outdated
+/// one, one marked for replacement (`--replace`), a pool being torn down (`replicas: 0`) and a
+/// container-only pool (no cluster to blame) go whatever the count. Returns what the plan says
+/// about it, with the way out.
 fn hold_if_too_many_unhealthy(
     target: &Target<'_>,
     all: &mut [Instance<'_>],
@@ -689,21 +692,19 @@ fn hold_if_too_many_unhealthy(
         return None;
     }
     let health = &spec.health;
-    // Instances that served once, of the current template, not marked for replacement.
-    let protected = |i: &Instance<'_>| {
+    // Served once, turned unhealthy, not marked for replacement: what the count is made of.
+    let counted = |i: &Instance<'_>| {
         i.health.standing == Standing::Unhealthy
-            && target.is_current(i)
             && i.container.is_some_and(|c| c.came_up.is_some())
             && !marked(i)
     };
-    // Counted among those alone: the outdated and the never-up go whatever the count, so that
-    // their going cannot turn a hold on and off from one plan to the next.
-    let unhealthy = all.iter().filter(|i| protected(i)).count();
+    let protected = |i: &Instance<'_>| counted(i) && target.is_current(i);
+    let unhealthy = all.iter().filter(|i| counted(i)).count();
     let allowed = to_count(health.max_unhealthy(spec.replicas));
-    if unhealthy <= allowed {
+    let held: Vec<String> = all.iter().filter(|i| protected(i)).map(|i| i.name.to_owned()).collect();
+    if unhealthy <= allowed || held.is_empty() {
         return None;
     }
-    let held: Vec<String> = all.iter().filter(|i| protected(i)).map(|i| i.name.to_owned()).collect();
     for instance in all.iter_mut().filter(|i| protected(i)) {
         instance.health.hold();
     }
@@ -711,7 +712,7 @@ fn hold_if_too_many_unhealthy(
         "{unhealthy} of {} instances unhealthy, above maxUnhealthy {}: replacing none; the cluster, not the \
          instances, looks at fault. To replace them anyway: `poolctl apply --replace {}`, or raise \
          spec.health.maxUnhealthy",
-        all.iter().filter(|i| i.container.is_some() && target.is_current(i)).count(),
+        all.iter().filter(|i| i.container.is_some()).count(),
         health.max_unhealthy,
         held.join(" --replace ")
     ))
