@@ -539,11 +539,11 @@ pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains('@') {
         return std::borrow::Cow::Borrowed(text);
     }
-    // Where an authority (`[userinfo@]host[:port]`) ends: as RFC 3986 says, and at what quotes
-    // or ends a URL in a message.
+    // Where an authority (`[userinfo@]host[:port]`) ends: at its path, or at what quotes or
+    // ends a URL in a message. Not at `?` or `#`, which RFC 3986 ends it at too: a password may
+    // hold them unencoded, and must not show for that.
     let authority_end = |text: &str| {
-        text.find(|c: char| matches!(c, '/' | '?' | '#' | '\'' | '"') || c.is_whitespace())
-            .unwrap_or(text.len())
+        text.find(|c: char| matches!(c, '/' | '\'' | '"') || c.is_whitespace()).unwrap_or(text.len())
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -671,6 +671,8 @@ mod tests {
         assert_eq!(redact("https://u:p@h"), "https://h");
         assert_eq!(redact("https://@h/r"), "https://h/r");
         assert_eq!(redact("https://u:p@h?x"), "https://h?x");
+        // Characters a password should encode, and may not have.
+        assert_eq!(redact("https://u:p#?q@h/r"), "https://h/r");
         // The last `@` of the authority ends the user info; one in the path is no user info.
         assert_eq!(redact("https://u@x:p@h/r"), "https://h/r");
         assert_eq!(redact("https://u@h/r@x:y"), "https://h/r@x:y");
