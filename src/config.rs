@@ -109,7 +109,7 @@ impl Source {
         match origin {
             Origin::Path { path } => Self::new(path, None, None, false),
             Origin::Git { url, reference, path, .. } => {
-                Self::new(url, Some(reference), Some(path.as_str()).filter(|p| !p.is_empty()), false)
+                Ok(Self { spec: SourceSpec::git(url, reference, path)?, given: url.clone() })
             }
         }
     }

@@ -36,6 +36,7 @@ mod ownership;
 mod replace;
 mod safety;
 mod scope;
+mod secrets;
 mod service;
 mod source;
 mod spec;

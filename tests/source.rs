@@ -183,27 +183,47 @@ fn urls_are_git_sources_and_plain_paths_are_not() {
         }
         Location::Path { .. } => None,
     };
-    for url in [
-        "file:///srv/pools.git",
-        "https://github.com/acme/pools.git",
-        "http://git.local/pools",
-        "ssh://git@github.com/acme/pools.git",
-        "git@github.com:acme/pools.git",
-        "deploy@10.0.0.1:repos/pools",
-    ] {
+    for url in ["file:///srv/pools.git", "https://github.com/acme/pools.git", "http://git.local/pools"] {
         assert_eq!(git(url).as_deref(), Some(url), "{url}");
+    }
+    // A URL's user info is shown nowhere, an SSH user's included (git drops it too).
+    for (url, shown) in [
+        ("ssh://git@github.com/acme/pools.git", "ssh://github.com/acme/pools.git"),
+        ("git@github.com:acme/pools.git", "github.com:acme/pools.git"),
+        ("deploy@10.0.0.1:repos/pools", "10.0.0.1:repos/pools"),
+    ] {
+        assert_eq!(git(url).as_deref(), Some(shown), "{url}");
     }
     for path in ["pools", "./pools", "/etc/pools", "pools/a.yaml", "./a@b:c", "C:pools", "@host:x"] {
         assert_eq!(git(path), None, "{path}");
     }
-    // A password never reaches the plan or the container labels, but is still what is fetched.
+    // A password or a token as the user name never reaches the plan, an Event or the container
+    // labels, but is still what is fetched.
+    for (url, shown) in [
+        ("https://bot:s3cret@git.example.com/pools.git", "https://git.example.com/pools.git"),
+        ("https://ghp_TOKEN@github.com/acme/fleet.git", "https://github.com/acme/fleet.git"),
+    ] {
+        assert_eq!(git(url).as_deref(), Some(shown), "{url}");
+        let spec = SourceSpec::new(url, None, None).unwrap();
+        let Location::Git { fetch_url, .. } = spec.location else { panic!("a Git source") };
+        assert_eq!(fetch_url, url);
+    }
+}
+
+#[test]
+fn a_saved_plans_git_origin_is_read_again_from_the_url_it_shows() {
+    // An scp-like URL shown without its user reads as a Git URL still, not as a path.
+    let spec = SourceSpec::git("github.com:acme/pools.git", "main", "pools").unwrap();
+    let Location::Git { url, fetch_url, reference, path } = spec.location else { panic!("a Git source") };
     assert_eq!(
-        git("https://bot:s3cret@git.example.com/pools.git").as_deref(),
-        Some("https://bot@git.example.com/pools.git")
+        (url.as_str(), fetch_url.as_str()),
+        ("github.com:acme/pools.git", "github.com:acme/pools.git")
     );
-    let spec = SourceSpec::new("https://bot:s3cret@git.example.com/pools.git", None, None).unwrap();
-    let Location::Git { fetch_url, .. } = spec.location else { panic!("a Git source") };
-    assert_eq!(fetch_url, "https://bot:s3cret@git.example.com/pools.git");
+    assert_eq!((reference.as_deref(), path.as_str()), (Some("main"), "pools"));
+    // One saved by an earlier poolctl, with a user name: shown without it, fetched with it.
+    let spec = SourceSpec::git("https://ghp_T@h/r.git", "HEAD", "").unwrap();
+    let Location::Git { url, fetch_url, .. } = spec.location else { panic!("a Git source") };
+    assert_eq!((url.as_str(), fetch_url.as_str()), ("https://h/r.git", "https://ghp_T@h/r.git"));
 }
 
 #[test]

@@ -118,9 +118,13 @@ pub struct NewFile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
     pub exit_code: i64,
-    /// Stdout and stderr, interleaved, truncated to a few KiB.
+    /// Stdout and stderr, interleaved, truncated to a few KiB: the end of a longer output,
+    /// after [`CUT`].
     pub output: String,
 }
+
+/// What starts an [`ExecOutput::output`] whose beginning was cut off.
+pub const CUT: &str = "[...]";
 
 /// How a container stopped running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -146,10 +146,11 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
     // Before the revision: the settings a pool copies are part of its template.
     let (desired, docker) = connections.connect_docker(desired).await?;
     let name = file.display();
-    if desired.origin.scope() != saved.origin.scope() {
+    // A plan saved by an earlier poolctl may name its Git URL with a user name, as it was shown then.
+    if desired.origin.scope() != crate::source::scope_as_written_now(&saved.origin.scope()) {
         bail!(
             "{name} is a plan for the source {}, not {}: nothing was changed",
-            saved.origin,
+            crate::source::shown(&saved.origin.to_string()),
             desired.origin
         );
     }

@@ -47,8 +47,9 @@ pub enum Location {
     /// A Git repository, read from one commit.
     Git {
         /// The URL to fetch from. A local repository path is canonicalized, so that every way of
-        /// spelling it shares one cache and one prune scope; a password in an URL is dropped, so
-        /// that it never reaches the plan output or container labels.
+        /// spelling it shares one cache and one prune scope; a URL's user info (user name and
+        /// password, either of which may be a token) is dropped (see [`redact`]), so that it
+        /// never reaches the plan, a message, an Event or a container label.
         url: String,
         /// The URL as given, credentials included: used to fetch, and nowhere else.
         fetch_url: String,
@@ -78,8 +79,8 @@ pub enum Revision {
     Content(String),
 }
 
-/// Why a source could not be read. Every path, URL and name in a message is shown with its
-/// password dropped and its control characters escaped (see [`shown`]): they come from the
+/// Why a source could not be read. Every path, URL and name in a message is shown with a URL's
+/// user info dropped and its control characters escaped (see [`shown`]): they come from the
 /// command line or from a repository.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -199,8 +200,8 @@ fn no_head_advice(branches: &[String]) -> String {
     }
 }
 
-/// Text from the command line or a repository as it may be printed: a password in a URL
-/// dropped, control characters escaped.
+/// Text from the command line or a repository as it may be printed: a URL's user info dropped
+/// (see [`redact`]), control characters escaped.
 pub fn shown(text: &str) -> String {
     spec::escape_controls(&redact(text)).into_owned()
 }
@@ -272,6 +273,23 @@ impl SourceSpec {
             Location::Git { fetch_url: url.clone(), url, reference, path }
         } else {
             Location::Path { root: PathBuf::from(source), path }
+        };
+        Ok(Self { location, allow_empty: false, cache_dir: default_cache_dir() })
+    }
+
+    /// The Git source an [`Origin::Git`] names (a saved plan's), read again from its URL as
+    /// shown: with no user info, so the credential helper or the SSH agent (as the user `git`)
+    /// must give what a credential in the URL gave. Not classified as `--source` is: an
+    /// scp-like URL without its user (`host:path`) would read as a path.
+    pub fn git(url: &str, reference: &str, path: &str) -> Result<Self, SourceError> {
+        if reference.is_empty() {
+            return Err(SourceError::Invalid("--ref is empty".into()));
+        }
+        let location = Location::Git {
+            url: redact(url).into_owned(),
+            fetch_url: url.to_owned(),
+            reference: Some(reference.to_owned()),
+            path: normalize_subpath(path)?,
         };
         Ok(Self { location, allow_empty: false, cache_dir: default_cache_dir() })
     }
@@ -510,48 +528,56 @@ fn is_url(source: &str) -> bool {
     }
 }
 
-/// `text` with every password of a URL in it dropped: `scheme://user:password@host` anywhere
-/// (libgit2 messages quote URLs), and `user:password@host:path` at its start (what a user may
-/// type for an scp-like Git address). The URL of a Git source is kept this way, since it is
-/// shown in plans and stored in container labels.
+/// `text` with the user info of every URL in it dropped, user name and password alike, as git
+/// drops it from the URLs it prints (`transport_anonymize_url`): `scheme://user:password@host`
+/// anywhere (libgit2 messages may quote URLs) becomes `scheme://host`, and an scp-like
+/// `user@host:path` at its start (what a user types for an SSH remote) becomes `host:path`. A
+/// token may be the user name (`https://<token>@github.com/...`, a form GitHub documents), so
+/// no part of the user info is kept. The URL of a Git source is kept this way, since it is shown
+/// in plans and Events and stored in container labels.
 pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains('@') {
         return std::borrow::Cow::Borrowed(text);
     }
+    // Where an authority (`[userinfo@]host[:port]`) ends: at its path, or at what quotes or
+    // ends a URL in a message. Not at `?` or `#`, which RFC 3986 ends it at too: a password may
+    // hold them unencoded, and must not show for that.
+    let authority_end = |text: &str| {
+        text.find(|c: char| matches!(c, '/' | '\'' | '"') || c.is_whitespace()).unwrap_or(text.len())
+    };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    // The start of the text is an authority too, for scp-like addresses; a path with a '/'
-    // before its '@' is not one, so local paths are never changed.
-    let mut at_authority = rest.find("://").is_none_or(|i| rest[..i].contains('/'));
-    while !rest.is_empty() {
-        if at_authority {
-            let end = rest
-                .find(|c: char| c == '/' || c.is_whitespace() || c == '\'' || c == '"')
-                .unwrap_or(rest.len());
-            let authority = &rest[..end];
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) if userinfo.contains(':') => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-                    out.push_str(user);
-                    out.push('@');
-                    out.push_str(host);
-                }
-                _ => out.push_str(authority),
-            }
-            rest = &rest[end..];
-            at_authority = false;
-            continue;
-        }
-        if let Some(i) = rest.find("://") {
-            out.push_str(&rest[..i + 3]);
-            rest = &rest[i + 3..];
-            at_authority = true;
-        } else {
-            out.push_str(rest);
-            rest = "";
+    // The start of the text is an scp-like address when it has no scheme: `user@host:path`,
+    // with no `/` before the `@`, so that local paths are never changed.
+    let scheme = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c));
+    if !rest.find("://").is_some_and(|i| scheme(&rest[..i])) {
+        let authority = &rest[..authority_end(rest)];
+        if let Some((userinfo, host)) = authority.rsplit_once('@')
+            && host.contains(':')
+        {
+            rest = &rest[userinfo.len() + 1..];
         }
     }
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        if let Some((userinfo, _)) = rest[..authority_end(rest)].rsplit_once('@') {
+            rest = &rest[userinfo.len() + 1..];
+        }
+    }
+    out.push_str(rest);
     std::borrow::Cow::Owned(out)
+}
+
+/// A scope label (see [`Origin::scope`]) as this version writes it: an earlier poolctl kept the
+/// user name of a Git URL in it, which is now dropped (see [`redact`]). Read this way, the
+/// containers it made still count as their source's (not another's, which would leave them
+/// alone), and the user name, which may be a token, is never shown.
+pub fn scope_as_written_now(label: &str) -> String {
+    match label.strip_prefix("git:") {
+        Some(rest) => format!("git:{}", redact(rest)),
+        None => label.to_owned(),
+    }
 }
 
 /// `bytes` as text, or where they stop being UTF-8.
@@ -638,22 +664,56 @@ mod tests {
     }
 
     #[test]
-    fn redact_drops_only_a_password() {
-        assert_eq!(redact("https://u:p@h/r"), "https://u@h/r");
-        assert_eq!(redact("https://u:p@h"), "https://u@h");
-        assert_eq!(redact("https://u@h/r@x:y"), "https://u@h/r@x:y");
-        assert_eq!(redact("ssh://git@h:22/r"), "ssh://git@h:22/r");
-        assert_eq!(redact("git@h:r"), "git@h:r");
-        assert_eq!(redact("u:s3cret@h:r"), "u@h:r");
-        assert_eq!(redact("https://u:p@[::1]:80/r"), "https://u@[::1]:80/r");
+    fn redact_drops_the_whole_user_info() {
+        // A token as the user name, as GitHub documents it, is a secret like a password.
+        assert_eq!(redact("https://ghp_TOKEN@github.com/o/fleet.git"), "https://github.com/o/fleet.git");
+        assert_eq!(redact("https://u:p@h/r"), "https://h/r");
+        assert_eq!(redact("https://u:p@h"), "https://h");
+        assert_eq!(redact("https://@h/r"), "https://h/r");
+        assert_eq!(redact("https://u:p@h?x"), "https://h?x");
+        // Characters a password should encode, and may not have.
+        assert_eq!(redact("https://u:p#?q@h/r"), "https://h/r");
+        // The last `@` of the authority ends the user info; one in the path is no user info.
+        assert_eq!(redact("https://u@x:p@h/r"), "https://h/r");
+        assert_eq!(redact("https://u@h/r@x:y"), "https://h/r@x:y");
+        assert_eq!(redact("https://h/r@x:y"), "https://h/r@x:y");
+        assert_eq!(redact("https://u:p@[::1]:80/r"), "https://[::1]:80/r");
+        // SSH user names go too, as git drops them: the issue's rule has no exception, and
+        // poolctl logs in as `git` when a URL names no user.
+        assert_eq!(redact("ssh://git@h:22/r"), "ssh://h:22/r");
+        assert_eq!(redact("git@h:r"), "h:r");
+        assert_eq!(redact("git@h:o/r.git"), "h:o/r.git");
+        assert_eq!(redact("u:s3cret@h:r"), "h:r");
+        // Anywhere in a message, as libgit2 may quote it.
         assert_eq!(
-            redact("failed for 'https://u:p@h/r' and http://v:q@g"),
-            "failed for 'https://u@h/r' and http://v@g"
+            redact("failed for 'https://u:p@h/r' and http://v@g and \"ssh://w@k/x\""),
+            "failed for 'https://h/r' and http://g and \"ssh://k/x\""
         );
-        // Local paths are never changed, whatever their names.
+        assert_eq!(redact("git@h:r is gone: see https://t@h/x"), "h:r is gone: see https://h/x");
+        // Local paths are never changed, whatever their names, nor text with no address.
         assert_eq!(redact("/srv/a:b@c/pools"), "/srv/a:b@c/pools");
         assert_eq!(redact("./a:b@c"), "./a:b@c");
         assert_eq!(redact("no at sign"), "no at sign");
+        assert_eq!(redact("feature@x"), "feature@x");
+        assert_eq!(redact("mail me@host"), "mail me@host");
+    }
+
+    #[test]
+    fn a_scope_written_with_a_user_name_reads_as_written_now() {
+        for (url, shown) in [("https://ghp_x@h/r", "https://h/r"), ("git@h:o/r", "h:o/r")] {
+            let then = format!("git:{url}//pools");
+            let now = Origin::Git {
+                url: redact(url).into_owned(),
+                reference: "main".into(),
+                commit: String::new(),
+                path: "pools".into(),
+            };
+            assert_eq!(scope_as_written_now(&then), now.scope(), "{url}");
+            assert_eq!(now.scope(), format!("git:{shown}//pools"));
+        }
+        for label in ["git:/srv/repo//pools", "path:/srv/a:b@c", "git:https://h/r//"] {
+            assert_eq!(scope_as_written_now(label), label);
+        }
     }
 
     #[test]

@@ -29,7 +29,9 @@ pub use load::{
 };
 pub use locate::escape_controls;
 pub use scale::{IntOrPercent, Rounding};
-pub use secret::{EnvValue, SENSITIVE, Secret, SecretEnv, ValueFrom, read_secrets, resolve_kubeconfigs};
+pub use secret::{
+    EnvValue, SENSITIVE, Secret, SecretEnv, ValueFrom, read_secrets, redact_all, resolve_kubeconfigs,
+};
 pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
 pub use validate::{
     JOIN_DIR, K3S_JOIN_ENV, MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools,

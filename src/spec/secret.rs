@@ -48,12 +48,52 @@ impl Secret {
         hasher.update(self.0.as_bytes());
         format!("sha256:{}", super::hash::hex_prefix(&hasher.finalize(), DIGEST_LEN))
     }
+}
 
-    /// `text` with every occurrence of the value replaced by `(sensitive)`: for output of a
-    /// command that was handed the value and may echo it.
-    pub fn redact(&self, text: &str) -> String {
-        if self.0.is_empty() { text.to_owned() } else { text.replace(&self.0, SENSITIVE) }
+/// `text` with every occurrence of every one of `secrets` replaced by `(sensitive)`: for the
+/// output of a command that may echo a value it was handed. Occurrences that overlap (one value
+/// inside or across another) are replaced as one, so that no part of either shows. With `cut`,
+/// `text` is the end of a longer output, and a value cut short where it starts (its last bytes,
+/// however few) is replaced too.
+pub fn redact_all(secrets: &[&Secret], text: &str, cut: bool) -> String {
+    // The byte ranges to hide, then merged: replacing one value at a time would break up an
+    // overlapping one, which would then show in part.
+    let mut hidden: Vec<(usize, usize)> = Vec::new();
+    for secret in secrets.iter().map(|s| s.expose()).filter(|s| !s.is_empty()) {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(secret) {
+            let start = from + at;
+            hidden.push((start, start + secret.len()));
+            // The next one may overlap this one: look again from its next character.
+            from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        }
+        if cut {
+            let tail = secret.char_indices().skip(1).map(|(i, _)| &secret[i..]).find(|t| text.starts_with(t));
+            if let Some(tail) = tail {
+                hidden.push((0, tail.len()));
+            }
+        }
     }
+    if hidden.is_empty() {
+        return text.to_owned();
+    }
+    hidden.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut shown = 0;
+    let mut ranges = hidden.into_iter().peekable();
+    while let Some((start, mut end)) = ranges.next() {
+        while let Some(&(next, next_end)) = ranges.peek()
+            && next <= end
+        {
+            end = end.max(next_end);
+            ranges.next();
+        }
+        out.push_str(&text[shown..start]);
+        out.push_str(SENSITIVE);
+        shown = end;
+    }
+    out.push_str(&text[shown..]);
+    out
 }
 
 impl fmt::Debug for Secret {
@@ -239,8 +279,28 @@ mod tests {
         assert_eq!(format!("{secret:?}"), "Secret(sensitive)");
         assert_eq!(serde_json::to_string(&secret).unwrap(), "\"(sensitive)\"");
         assert!(!secret.digest().contains("hunter2"));
-        assert_eq!(secret.redact("pass=hunter2;"), "pass=(sensitive);");
-        assert_eq!(Secret::new("").redact("text"), "text");
+    }
+
+    #[test]
+    fn every_value_is_redacted_from_text_and_none_shows_in_part() {
+        let (a, b, empty) = (Secret::new("hunter2"), Secret::new("ter2-and-more"), Secret::new(""));
+        let redact = |text: &str| redact_all(&[&a, &b, &empty], text, false);
+        assert_eq!(redact("pass=hunter2; again hunter2"), "pass=(sensitive); again (sensitive)");
+        // Overlapping values go as one: neither shows in part.
+        assert_eq!(redact("x hunter2-and-more y"), "x (sensitive) y");
+        assert_eq!(redact("hunhunter2"), "hun(sensitive)");
+        assert_eq!(redact("text"), "text");
+        assert_eq!(redact(""), "");
+        let aa = Secret::new("aa");
+        assert_eq!(redact_all(&[&aa], "aaa b", false), "(sensitive) b");
+        assert_eq!(redact_all(&[&Secret::new("é2")], "é2é2 ü", false), "(sensitive) ü");
+        // The end of a longer output may start inside a value: its last bytes go too, but only
+        // at the start, and only when the text was cut.
+        assert_eq!(redact_all(&[&a], "nter2 failed", true), "(sensitive) failed");
+        assert_eq!(redact_all(&[&a], "2 failed", true), "(sensitive) failed");
+        assert_eq!(redact_all(&[&a], "nter2 failed", false), "nter2 failed");
+        assert_eq!(redact_all(&[&a], "failed nter2", true), "failed nter2");
+        assert_eq!(redact_all(&[&a], "hunter2 failed", true), "(sensitive) failed");
     }
 
     #[test]

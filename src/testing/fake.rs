@@ -58,6 +58,8 @@ struct Faults {
     slow: BTreeMap<String, Duration>,
     /// The exit code of every exec.
     exit_code: i64,
+    /// What every exec prints (`join failed` unless a test says).
+    exec_output: Option<String>,
     /// After this call, trigger the interrupt.
     interrupt_after: Option<(String, Arc<Interrupt>)>,
     /// After this call, this container exits (an instance dying after it came up).
@@ -157,6 +159,11 @@ impl FakeWorld {
 
     pub(crate) fn exit_code(self, code: i64) -> Self {
         self.faults().exit_code = code;
+        self
+    }
+
+    pub(crate) fn exec_output(self, output: &str) -> Self {
+        self.faults().exec_output = Some(output.to_owned());
         self
     }
 
@@ -472,9 +479,11 @@ impl Containers for FakeWorld {
     }
 
     async fn exec(&self, name: &str, _: &[String], _: Duration) -> Result<ExecOutput, BackendError> {
-        let exit_code = self.faults().exit_code;
-        self.call(format!("exec {name}"), |_| Ok(ExecOutput { exit_code, output: "join failed\n".into() }))
-            .await
+        let (exit_code, output) = {
+            let faults = self.faults();
+            (faults.exit_code, faults.exec_output.clone().unwrap_or_else(|| "join failed\n".into()))
+        };
+        self.call(format!("exec {name}"), |_| Ok(ExecOutput { exit_code, output })).await
     }
 
     async fn read_file(&self, name: &str, path: &str) -> Result<Secret, BackendError> {

@@ -168,6 +168,9 @@ pub struct PoolYaml {
     replicas: u32,
     image: String,
     env: BTreeMap<String, String>,
+    /// `env` values read from an environment variable of poolctl's (`valueFrom: {env: NAME}`),
+    /// by key.
+    env_from: BTreeMap<String, String>,
     volumes: Vec<String>,
     labels: BTreeMap<String, String>,
     bootstrap: Vec<(Vec<String>, Option<String>)>,
@@ -215,6 +218,7 @@ impl PoolYaml {
             replicas: 1,
             image: IMAGE.to_owned(),
             env: BTreeMap::new(),
+            env_from: BTreeMap::new(),
             volumes: Vec::new(),
             labels: BTreeMap::new(),
             bootstrap: Vec::new(),
@@ -344,6 +348,13 @@ impl PoolYaml {
         self
     }
 
+    /// An env value that poolctl reads from its own environment variable `var` (`valueFrom`).
+    #[must_use]
+    pub fn env_from(mut self, key: &str, var: &str) -> Self {
+        self.env_from.insert(key.to_owned(), var.to_owned());
+        self
+    }
+
     /// Adds a `src:dst[:options]` volume to the template.
     #[must_use]
     pub fn volume(mut self, volume: &str) -> Self {
@@ -433,10 +444,14 @@ impl fmt::Display for PoolYaml {
             writeln!(f, "    command: [{}]", command.join(", "))?;
         }
         for (section, map) in [("env", &self.env), ("labels", &self.labels)] {
-            if !map.is_empty() {
+            let from = if section == "env" { &self.env_from } else { &BTreeMap::new() };
+            if !map.is_empty() || !from.is_empty() {
                 writeln!(f, "    {section}:")?;
                 for (key, value) in map {
                     writeln!(f, "      {key}: {}", quote(value))?;
+                }
+                for (key, var) in from {
+                    writeln!(f, "      {key}: {{valueFrom: {{env: {}}}}}", quote(var))?;
                 }
             }
         }

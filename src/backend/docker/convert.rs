@@ -49,7 +49,7 @@ pub(super) fn container_from_summary(s: ContainerSummary) -> Option<Container> {
         since: None,
         status: s.status.unwrap_or_default(),
         template: labels.get(labels::TEMPLATE).cloned(),
-        scope: labels.get(labels::SCOPE).cloned(),
+        scope: labels.get(labels::SCOPE).map(|s| crate::source::scope_as_written_now(s)),
         image: s.image.unwrap_or_default(),
         cluster: cluster_from_labels(&labels),
         cluster_id: cluster_id_from_labels(&labels),
@@ -168,5 +168,21 @@ mod tests {
 
         let foreign = ContainerSummary { labels: None, ..summary };
         assert_eq!(container_from_summary(foreign), None);
+    }
+
+    #[test]
+    fn a_scope_an_earlier_poolctl_wrote_with_a_git_user_name_reads_without_it() {
+        let scope = |label: &str| {
+            let labels = HashMap::from([
+                (labels::POOL.to_owned(), "workers".to_owned()),
+                (labels::SCOPE.to_owned(), label.to_owned()),
+            ]);
+            let summary =
+                ContainerSummary { id: Some("f00".to_owned()), labels: Some(labels), ..Default::default() };
+            container_from_summary(summary).expect("a pool container").scope.expect("a scope")
+        };
+        assert_eq!(scope("git:https://ghp_TOKEN@h/o/r.git//pools"), "git:https://h/o/r.git//pools");
+        assert_eq!(scope("git:git@h:o/r.git//"), "git:h:o/r.git//");
+        assert_eq!(scope("git:https://h/o/r.git//pools"), "git:https://h/o/r.git//pools");
     }
 }

@@ -61,7 +61,8 @@ pub(super) fn history_record_from(
         number,
         template_hash: label(labels::TEMPLATE_HASH)?,
         template: label(labels::TEMPLATE),
-        source: label(labels::SOURCE),
+        // An earlier poolctl recorded a Git URL with its user name, which may be a token.
+        source: label(labels::SOURCE).map(|s| crate::source::redact(&s).into_owned()),
         commit: label(labels::COMMIT),
         started: created,
         rolled_back_from: label(labels::ROLLED_BACK_FROM),

@@ -24,7 +24,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
-use crate::backend::{BackendError, Containers, ExecOutput, NewContainer, NewFile, Stopped};
+use crate::backend::{BackendError, CUT, Containers, ExecOutput, NewContainer, NewFile, Stopped};
 use crate::model::{Container, Desired, InstanceRef, Revision, RolloutRecord, RolloutResult, labels};
 use crate::spec::{Secret, TemplateFile};
 
@@ -1027,7 +1027,7 @@ impl Tail {
             self.dropped = true;
         }
         let text = String::from_utf8_lossy(&self.bytes);
-        if self.dropped { format!("[...]{text}") } else { text.into_owned() }
+        if self.dropped { format!("{CUT}{text}") } else { text.into_owned() }
     }
 }
 

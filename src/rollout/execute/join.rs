@@ -14,8 +14,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::redact;
 use crate::backend::{BackendError, Containers, NewFile};
-use crate::spec::{JOIN_DIR, K3sJoin, KubeadmJoin, SENSITIVE, Secret};
+use crate::spec::{JOIN_DIR, K3sJoin, KubeadmJoin, Secret};
 
 /// Where k3s keeps the token that agents join with, in the server's container.
 pub const K3S_NODE_TOKEN: &str = "/var/lib/rancher/k3s/server/node-token";
@@ -98,15 +99,17 @@ pub async fn k3s_token_for_agent<C: Containers>(
 
 /// Join the new container `node` to the kubeadm cluster of `join.control_plane`. Whatever
 /// happens, the configuration file is removed and the token deleted afterwards (a failure to
-/// do so is passed to `warn`: the token expires by itself).
+/// do so is passed to `warn`: the token expires by itself). What a failed command printed is
+/// shown with the token and every one of `known` (the secrets the run knows) redacted.
 pub async fn kubeadm<C: Containers>(
     containers: &C,
     join: &KubeadmJoin,
     node: &str,
+    known: &[&Secret],
     warn: impl Fn(String),
 ) -> Result<(), JoinError> {
     let control_plane = join.control_plane.as_str();
-    let version = run(containers, node, &["kubeadm", "version", "-o", "short"], QUICK, &[]).await?;
+    let version = run(containers, node, &["kubeadm", "version", "-o", "short"], QUICK, known).await?;
     let api = config_api_version(version.trim())?;
     let ttl = format!("{}s", (join.timeout.get() + TOKEN_MARGIN).as_secs());
     let description = format!("poolctl: join of {node}");
@@ -116,7 +119,7 @@ pub async fn kubeadm<C: Containers>(
             .await?;
     let command = JoinCommand::parse(&printed)
         .map_err(|why| JoinError::Unexpected(format!("`kubeadm token create` on {control_plane}: {why}")))?;
-    let secrets = [&command.token];
+    let secrets: Vec<&Secret> = known.iter().copied().chain([&command.token]).collect();
     let config = NewFile { path: kubeadm_config_file(), content: command.configuration(api, node) };
 
     let joined = async {
@@ -157,12 +160,11 @@ async fn run<C: Containers>(
     if out.exit_code == 0 {
         return Ok(out.output);
     }
-    let output = secrets.iter().fold(out.output, |text, s| s.redact(&text));
     Err(JoinError::Command {
         command,
         container: container.to_owned(),
         code: out.exit_code,
-        output: redact_bootstrap_tokens(output.trim()),
+        output: redact::output(secrets, &out.output).trim().to_owned(),
     })
 }
 
@@ -264,7 +266,7 @@ fn is_bootstrap_token(text: &str) -> bool {
     is_bootstrap_token_bytes(text.as_bytes())
 }
 
-fn is_bootstrap_token_bytes(bytes: &[u8]) -> bool {
+pub(super) fn is_bootstrap_token_bytes(bytes: &[u8]) -> bool {
     let token_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     bytes.len() == 23
         && bytes[6] == b'.'
@@ -275,30 +277,6 @@ fn is_bootstrap_token_bytes(bytes: &[u8]) -> bool {
 fn is_ca_hash(text: &str) -> bool {
     text.strip_prefix("sha256:")
         .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// `text` with everything shaped like a bootstrap token (not inside a longer word) replaced by
-/// `(sensitive)`: for output that may quote a token poolctl did not hand out itself.
-fn redact_bootstrap_tokens(text: &str) -> String {
-    const LEN: usize = 6 + 1 + 16;
-    let bytes = text.as_bytes();
-    let alnum = |i: usize| bytes.get(i).is_some_and(u8::is_ascii_alphanumeric);
-    let mut out = String::with_capacity(text.len());
-    let (mut copied, mut i) = (0, 0);
-    while i + LEN <= bytes.len() {
-        let starts_word = i == 0 || !alnum(i - 1);
-        // All ASCII when it matches, so `i` and `i + LEN` are then character boundaries.
-        if starts_word && !alnum(i + LEN) && is_bootstrap_token_bytes(&bytes[i..i + LEN]) {
-            out.push_str(&text[copied..i]);
-            out.push_str(SENSITIVE);
-            i += LEN;
-            copied = i;
-        } else {
-            i += 1;
-        }
-    }
-    out.push_str(&text[copied..]);
-    out
 }
 
 #[cfg(test)]
@@ -377,17 +355,5 @@ mod tests {
         assert_eq!(config_api_version("v1.30.4").unwrap(), "kubeadm.k8s.io/v1beta3");
         assert!(config_api_version("v1.21.0").is_err());
         assert!(config_api_version("command not found").is_err());
-    }
-
-    #[test]
-    fn tokens_in_output_are_redacted() {
-        assert_eq!(
-            redact_bootstrap_tokens("using token abcdef.0123456789abcdef, host a.b.c, id abcdef"),
-            "using token (sensitive), host a.b.c, id abcdef"
-        );
-        assert_eq!(redact_bootstrap_tokens("x.abcdef.0123456789abcdef\n"), "x.(sensitive)\n");
-        assert_eq!(redact_bootstrap_tokens("xabcdef.0123456789abcdef"), "xabcdef.0123456789abcdef");
-        assert_eq!(redact_bootstrap_tokens("é abcdef.0123456789abcdefé"), "é (sensitive)é");
-        assert_eq!(redact_bootstrap_tokens(""), "");
     }
 }

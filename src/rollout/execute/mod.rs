@@ -17,6 +17,7 @@
 pub mod join;
 mod numbering;
 mod ready;
+mod redact;
 pub(crate) mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,7 +33,7 @@ use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, R
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::rollout::cancel::Interrupt;
 use crate::rollout::event::Sink;
-use crate::spec::{EnvValue, SecretEnv};
+use crate::spec::{EnvValue, Secret, SecretEnv};
 
 pub(crate) use numbering::indent;
 pub use report::{Report, StepOutcome};
@@ -204,6 +205,8 @@ pub struct Executor<'a, C, K> {
     lock_guard: LockGuard,
     /// The Node this poolctl runs on ([`Executor::on_node`]), which it never retires.
     own_node: Option<String>,
+    /// The k3s node tokens this run handed new agents: their bootstrap may print them.
+    handed_out: Mutex<Vec<Secret>>,
 }
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
@@ -287,6 +290,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             creations: Mutex::default(),
             lock_guard: LockGuard::unguarded(),
             own_node: None,
+            handed_out: Mutex::default(),
         }
     }
 
@@ -709,7 +713,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let origin = &self.desired.origin;
         let mut container = new_container(&pool, origin, name, cluster.map(Cluster::identity));
         if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
-            container.files.push(join::k3s_token_for_agent(self.containers, k3s).await?);
+            let token = join::k3s_token_for_agent(self.containers, k3s).await?;
+            self.handed_out
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(token.content.clone());
+            container.files.push(token);
         }
         // The rollout's start is recorded beside the first create, not before it: the
         // record only dates the rollout (its progress deadline), and a create that
@@ -764,18 +773,23 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 let pool = self.pool(pool_name)?;
                 let kubeadm = pool.pool.spec.join.as_ref().and_then(|j| j.kubeadm.as_ref());
                 let kubeadm = kubeadm.ok_or_else(|| StepError::NoJoin(pool_name.into()))?;
-                join::kubeadm(self.containers, kubeadm, name, |warning| self.say(&warning)).await?;
+                let secrets = self.secrets();
+                let known: Vec<&Secret> = secrets.iter().collect();
+                join::kubeadm(self.containers, kubeadm, name, &known, |warning| self.say(&warning)).await?;
             }
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
                     let out = self.containers.exec(name, &cmd.exec, cmd.timeout.get()).await?;
+                    // Redacted here, once: every sink, error and notice is made from this.
+                    let secrets = self.secrets();
+                    let output = redact::output(&secrets.iter().collect::<Vec<_>>(), &out.output);
                     if out.exit_code == 0 {
-                        self.bootstrap_output(name, &cmd.exec, &out.output);
+                        self.bootstrap_output(name, &cmd.exec, &output);
                     } else {
                         return Err(StepError::Bootstrap {
                             argv: cmd.exec.clone(),
                             code: out.exit_code,
-                            output: out.output.trim().to_owned(),
+                            output: output.trim().to_owned(),
                         });
                     }
                 }
@@ -1136,6 +1150,26 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    /// Every secret value this run knows, to redact from what a command printed: the `valueFrom`
+    /// env values of every pool, as declared and as carried out (a rollback builds a pool from
+    /// another template), and the join tokens it handed out.
+    fn secrets(&self) -> Vec<Secret> {
+        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let carried = pools.values().map(|p| &**p);
+        let mut secrets: Vec<Secret> = carried
+            .chain(&self.desired.pools)
+            .flat_map(|p| p.pool.spec.template.env.values())
+            .filter_map(|value| match value {
+                EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => Some(secret.clone()),
+                _ => None,
+            })
+            .collect();
+        secrets.extend(
+            self.handed_out.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned(),
+        );
+        secrets
     }
 
     fn pool(&self, name: &str) -> Result<Arc<DesiredPool>, StepError> {

@@ -206,6 +206,38 @@ async fn a_failed_bootstrap_halts_with_its_exit_code_and_output() {
     assert_eq!(stops, ["stop n1"]);
 }
 
+#[tokio::test]
+async fn a_failed_bootstrap_shows_no_secret_the_run_knows() {
+    // The bootstrap echoes the pool's `valueFrom` value and the k3s token its container was
+    // handed, the first cut short where the output was cut to its end.
+    let output =
+        format!("{}ret-from-file\nvalue s3cret-from-file, token token-of-srv\n", crate::backend::CUT);
+    let server = container("srv", "other", "x", 1);
+    let fake = FakeWorld::new(World { containers: vec![server], ..World::default() })
+        .exit_code(3)
+        .exec_output(&output);
+    let mut desired = desired(1, None);
+    let spec = &mut desired.pools[0].pool.spec;
+    let secret = crate::spec::SecretEnv {
+        value_from: crate::spec::ValueFrom { file: Some("/run/token".into()), ..Default::default() },
+        value: Some(Secret::new("s3cret-from-file")),
+    };
+    spec.template.env.insert("TOKEN".into(), EnvValue::Secret(secret));
+    let k3s = crate::spec::K3sJoin { server: "srv".into(), url: None };
+    spec.join = Some(crate::spec::Join { kubeadm: None, k3s: Some(k3s) });
+    let mut plan = rolling_plan();
+    plan.pools[0].steps.insert(2, step(0, "n1", Action::Bootstrap { commands: 1 }));
+    let (report, progress) = run(&fake, &desired, &plan, &Interrupt::default()).await;
+    let message = report.failure().expect("a failure").error.as_ref().unwrap().to_string();
+    assert!(message.contains("value (sensitive), token (sensitive)"), "{message}");
+    let mut summary = Vec::new();
+    crate::report::write_summary(&report, &mut summary).unwrap();
+    let said = [message, progress, String::from_utf8(summary).unwrap()].concat();
+    for secret in ["s3cret-from-file", "ret-from-file", "token-of-srv"] {
+        assert!(!said.contains(secret), "{secret} shows:\n{said}");
+    }
+}
+
 /// Whether no call starts after `call` ended: what "halts before the next step" means once
 /// steps run side by side (the ones already under way finish).
 fn nothing_starts_after(fake: &FakeWorld, call: &str) -> bool {
