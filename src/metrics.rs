@@ -46,6 +46,17 @@ struct ResultLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
 /// How many instances of a pool are in each state, at the last look.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InstanceCounts {
@@ -72,7 +83,9 @@ pub struct Metrics {
     last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     lock_held: Family<PoolLabels, Gauge>,
     degraded: Family<PoolLabels, Gauge>,
+    in_sync: Family<PoolLabels, Gauge>,
     evictions: Family<ResultLabels, Counter>,
+    source_errors: Family<KindLabels, Counter>,
 }
 
 /// Buckets from 0.1 s to about 27 min: a step is a `docker create` or a drain.
@@ -149,12 +162,34 @@ impl Metrics {
             "1 while the pool's rollout has stalled past its progressDeadline (Degraded), 0 otherwise",
             degraded.clone(),
         );
+        let in_sync = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_in_sync",
+            "1 when the pool's last reconcile ended with it as its spec asks, 0 when it did not",
+            in_sync.clone(),
+        );
         let evictions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "evictions",
             "Pod evictions asked for in drains, by result: evicted, refused (a PodDisruptionBudget), failed",
             evictions.clone(),
         );
+        let source_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "source_errors",
+            "Looks at the source that found no good desired state, by kind: invalid (the pool files have \
+             errors; the last good state is kept) or unreachable (it could not be read or fetched)",
+            source_errors.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register("build_info", "The version and commit of this poolctl (always 1)", build.clone());
+        let commit = option_env!("POOLCTL_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                commit: commit.to_owned(),
+            })
+            .set(1);
         Self {
             registry,
             reconciles,
@@ -165,7 +200,9 @@ impl Metrics {
             last_success,
             lock_held,
             degraded,
+            in_sync,
             evictions,
+            source_errors,
         }
     }
 
@@ -185,10 +222,16 @@ impl Metrics {
         let labels =
             ReconcileLabels { pool: pool.to_owned(), trigger: trigger.to_owned(), result: result.to_owned() };
         self.reconciles.get_or_create(&labels).inc();
+        let labels = PoolLabels { pool: pool.to_owned() };
         // A Degraded pool never succeeds: the stalled-rollout alert on this timestamp fires.
-        if matches!(result, "in_sync" | "applied") {
+        let in_sync = matches!(result, "in_sync" | "applied");
+        if in_sync {
             let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            self.last_success.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(now.as_secs_f64());
+            self.last_success.get_or_create(&labels).set(now.as_secs_f64());
+        }
+        // A pool another replica holds is that replica's to say.
+        if result != "locked" {
+            self.in_sync.get_or_create(&labels).set(i64::from(in_sync));
         }
     }
 
@@ -231,6 +274,11 @@ impl Metrics {
         self.lock_held.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(held));
     }
 
+    /// A look at the source found no good desired state: `invalid` or `unreachable`.
+    pub fn source_error(&self, kind: &str) {
+        self.source_errors.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+    }
+
     /// An eviction asked for ended `evicted`, `refused` or `failed`.
     pub fn evictions(&self, result: &str, count: u64) {
         self.evictions.get_or_create(&ResultLabels { result: result.to_owned() }).inc_by(count);
@@ -260,6 +308,10 @@ mod tests {
         metrics.lock_held("w", true);
         metrics.degraded("w", true);
         metrics.evictions("refused", 1);
+        metrics.reconciled("x", "drift", "failed");
+        metrics.reconciled("y", "resync", "in_sync");
+        metrics.reconciled("y", "resync", "locked");
+        metrics.source_error("invalid");
         let text = metrics.encode();
         for line in [
             r#"poolctl_reconcile_total{pool="w",trigger="start",result="applied"} 1"#,
@@ -271,10 +323,20 @@ mod tests {
             r#"poolctl_lock_held{pool="w"} 1"#,
             r#"poolctl_pool_degraded{pool="w"} 1"#,
             r#"poolctl_evictions_total{result="refused"} 1"#,
+            r#"poolctl_pool_in_sync{pool="w"} 1"#,
+            r#"poolctl_pool_in_sync{pool="x"} 0"#,
+            r#"poolctl_pool_in_sync{pool="y"} 1"#,
+            r#"poolctl_source_errors_total{kind="invalid"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
         }
         assert!(!text.contains("0123456789ab"), "only the last revision is shown:\n{text}");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!(r#"poolctl_build_info{{version="{version}",commit=""#))),
+            "{text}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.starts_with(r#"poolctl_last_successful_reconcile_timestamp_seconds{pool="w"} "#)),

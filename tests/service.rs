@@ -29,7 +29,7 @@ pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
 }
 
 /// The samples of a scrape by metric name and labels, as a Prometheus text parser reads them.
-fn scrape(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+pub(crate) fn scrape(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format");
     scrape
@@ -48,7 +48,7 @@ fn scrape(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
         .collect()
 }
 
-fn sample(
+pub(crate) fn sample(
     samples: &BTreeMap<(String, BTreeMap<String, String>), f64>,
     name: &str,
     labels: &[(&str, &str)],
@@ -61,7 +61,7 @@ fn sample(
 }
 
 /// A sample that counts something: a whole number.
-fn whole(
+pub(crate) fn whole(
     samples: &BTreeMap<(String, BTreeMap<String, String>), f64>,
     name: &str,
     labels: &[(&str, &str)],
@@ -334,4 +334,51 @@ async fn two_watches_one_killed_mid_rollout_the_other_takes_over_and_finishes_it
     assert!(started.all(|n| containers.contains_key(n)), "no instance created twice: {docker_events:#?}");
     assert_eq!(rig.poolctl("plan", &["--detailed-exitcode"]).code, 0, "nothing left to do");
     assert!(survivor.signal("TERM").success());
+}
+
+/// A commit with errors is kept out, and said where a supervisor looks: `/readyz` fails with
+/// the errors and their places, a metric counts it, and the next good revision clears both.
+/// The build and each pool's sync are gauges to alert on.
+#[tokio::test]
+async fn a_broken_spec_makes_readyz_fail_with_its_errors_until_a_good_one() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let pool = s.pool().replicas(1);
+    s.write_pool(&pool);
+    let mut watch = s.spawn("watch", &["--listen", "127.0.0.1:0"]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.applied();
+    let readyz = |want: u16| {
+        let addr = addr.clone();
+        async move {
+            loop {
+                let (code, body) = get(&addr, "/readyz").await;
+                if code == want {
+                    return body;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, readyz(200)).await.expect("ready once applied");
+    let m = scrape(&get(&addr, "/metrics").await.1);
+    assert_eq!(whole(&m, "poolctl_pool_in_sync", &[("pool", s.pool_name())]), 1);
+    let version = env!("CARGO_PKG_VERSION");
+    let build = m.keys().find(|(n, _)| n == "poolctl_build_info").expect("poolctl_build_info");
+    assert_eq!(build.1["version"], version, "{build:?}");
+
+    s.write(
+        "pool.yaml",
+        "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: a\nspec:\n  replicas: x\n",
+    );
+    let why = tokio::time::timeout(LIMIT, readyz(503)).await.expect("not ready with a broken spec");
+    assert!(why.contains("has errors; keeping the last good state"), "{why}");
+    assert!(why.contains("pool.yaml:6:"), "the place of the error: {why}");
+    let m = scrape(&get(&addr, "/metrics").await.1);
+    assert!(sample(&m, "poolctl_source_errors_total", &[("kind", "invalid")]) >= 1.0);
+    assert_eq!(get(&addr, "/healthz").await.0, 200, "alive all the same");
+
+    s.write_pool(&pool);
+    tokio::time::timeout(LIMIT, readyz(200)).await.expect("ready again with a good spec");
+    assert!(watch.signal("TERM").success());
 }

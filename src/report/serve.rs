@@ -33,6 +33,8 @@ pub struct Probes {
     stale_after: Duration,
     /// Why watch is not ready yet; `None` once it is.
     not_ready: Mutex<Option<&'static str>>,
+    /// Why the source's newest revision was not taken (its errors), while it is the newest.
+    source_broken: Mutex<Option<String>>,
 }
 
 impl Probes {
@@ -43,6 +45,7 @@ impl Probes {
             beat: AtomicU64::new(0),
             stale_after: resync * 3,
             not_ready: Mutex::new(Some("the source has not been read yet")),
+            source_broken: Mutex::new(None),
         }
     }
 
@@ -69,7 +72,15 @@ impl Probes {
         Ok(())
     }
 
+    /// The source's newest revision has errors (why), or `None`: a good one replaced it.
+    pub fn source_broken(&self, why: Option<String>) {
+        *self.source_broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
     fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = &*self.source_broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            return Err(why.clone());
+        }
         match *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
             Some(why) => Err(why.to_owned()),
             None => Ok(()),
@@ -172,5 +183,9 @@ mod tests {
         assert_eq!(probes.readiness().unwrap_err(), "the first reconcile has not ended");
         probes.ready();
         assert!(probes.readiness().is_ok());
+        probes.source_broken(Some("pools/w.yaml:3:12: replicas: not a number".into()));
+        assert_eq!(probes.readiness().unwrap_err(), "pools/w.yaml:3:12: replicas: not a number");
+        probes.source_broken(None);
+        assert!(probes.readiness().is_ok(), "a good revision makes it ready again");
     }
 }

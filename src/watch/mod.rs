@@ -65,6 +65,9 @@ pub async fn run(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Noti
     Loop::new(config, probes, notifier, locks).run().await
 }
 
+/// How many lines of a broken source's errors `/readyz` answers with.
+const PROBE_LINES: usize = 6;
+
 /// A revision as metrics and notifications name it: a commit's first 12 hex digits, or
 /// `sha256:` and the first 12 of a directory's digest.
 fn revision_label(revision: &Revision) -> String {
@@ -205,11 +208,17 @@ impl Loop {
             // Said by `say`; the reconcile says why and when it stands by.
             Decision::Same | Decision::StandBy(_) => {}
             Decision::KeepLastGood(e) => {
+                let (source, errors) = (self.seen_label(), format!("{:#}", anyhow::Error::from(e)));
                 error!(
-                    "{} has errors; the world is left as it is (keeping the last good state):\n{:#}",
-                    self.seen_label(),
-                    anyhow::Error::from(e)
+                    "{source} has errors; the world is left as it is (keeping the last good state):\n{errors}"
                 );
+                crate::metrics::record(|m| m.source_error("invalid"));
+                // Not ready until a good revision: what a broken commit says is in the answer.
+                let shown: Vec<&str> = errors.lines().take(PROBE_LINES).collect();
+                self.probes.source_broken(Some(format!(
+                    "{source} has errors; keeping the last good state:\n{}",
+                    shown.join("\n")
+                )));
             }
             Decision::Reconcile(trigger) => self.start_reconcile(trigger),
             Decision::Supersede => {
@@ -219,11 +228,14 @@ impl Loop {
                 }
             }
             Decision::RetryAfter(after) => warn!("backing off: retrying in {}s", after.as_secs()),
-            Decision::LookAgainAfter(after, e) => warn!(
-                "cannot read the source: {:#}; keeping the last good state; backing off, retrying in {}s",
-                anyhow::Error::from(e),
-                after.as_secs()
-            ),
+            Decision::LookAgainAfter(after, e) => {
+                crate::metrics::record(|m| m.source_error("unreachable"));
+                warn!(
+                    "cannot read the source: {:#}; keeping the last good state; backing off, retrying in {}s",
+                    anyhow::Error::from(e),
+                    after.as_secs()
+                );
+            }
             Decision::StopRun => {
                 info!("signal: stopping at the next step boundary (signal again to exit at once)");
                 if let Some((_, interrupt)) = &self.run {
@@ -304,6 +316,7 @@ impl Loop {
                 if self.good.is_none() {
                     self.probes.not_ready("the source was read; the first reconcile has not ended");
                 }
+                self.probes.source_broken(None);
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
                 let news = SourceNews::Loaded(fingerprint(&desired));
