@@ -201,7 +201,7 @@ async fn a_kept_client_lists_once_then_follows_watches_until_it_writes() {
     }
     fake.add_node("other", true);
     fake.add_pod(&PodSpecBuilder::new("default", "web-1", "p-a").owner(Some("ReplicaSet")));
-    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap().with_cache();
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap().with_cache().unwrap();
 
     let first = observe(&cluster).await;
     assert_eq!(first, (vec!["p-a".to_owned(), "p-b".to_owned()], vec!["web-1".to_owned()]));
@@ -232,6 +232,36 @@ async fn a_kept_client_lists_once_then_follows_watches_until_it_writes() {
     assert_eq!(lists(&fake), 8);
     observe(&cluster).await;
     assert_eq!(lists(&fake), 8);
+}
+
+/// The watches behind the mirrors outlast the client's read timeout (15 s): a cluster where
+/// nothing changes sends nothing on them, and that silence is no reason to list again.
+#[tokio::test]
+async fn a_quiet_cluster_keeps_its_mirrors_past_the_read_timeout() {
+    let fake = FakeKube::start(FakeKubeOptions::default());
+    fake.add_node_with_labels("p-a", true, &[("poolctl.dev/pool", "p")]);
+    let cluster = KubeCluster::from_config(fake.config(), "p").unwrap().with_cache().unwrap();
+    let first = observe(&cluster).await;
+    let listed = lists(&fake);
+    // The behaviour under test is what 16 quiet seconds do, past the client's 15 s read timeout.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    assert_eq!(observe(&cluster).await, first);
+    assert_eq!(lists(&fake), listed, "a quiet watch was taken for a dead one: {:#?}", fake.requests());
+    // And it still follows the cluster.
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "p-a").owner(Some("ReplicaSet")));
+    let seen = tokio::time::timeout(LIMIT, async {
+        loop {
+            let observed = observe(&cluster).await;
+            if !observed.1.is_empty() {
+                return observed;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the watch brings the new pod");
+    assert_eq!(seen.1, ["web-1"]);
+    assert_eq!(lists(&fake), listed + 1, "only the budgets of the pod's namespace, new to the mirrors");
 }
 
 #[tokio::test]

@@ -31,9 +31,14 @@ use crate::backend::BackendError;
 /// How long the server may keep one watch open before it is resumed.
 const WATCH_SECONDS: u32 = 290;
 
+/// The longest silence of a watch before its connection is taken for dead: longer than the
+/// server keeps it open, so that a quiet cluster's watch lives as long as the server keeps it.
+pub(super) const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS as u64 + 30);
+
 /// The mirrors of one pool's cluster client.
-#[derive(Default)]
 pub(super) struct Cache {
+    /// The client the watches go through (see [`WATCH_READ_TIMEOUT`]).
+    watcher: kube::Client,
     /// Writes through the client so far: a mirror listed before the last one is stale.
     writes: AtomicU64,
     pub(super) nodes: Mirrors<K8sNode>,
@@ -44,6 +49,16 @@ pub(super) struct Cache {
 }
 
 impl Cache {
+    pub(super) fn new(watcher: kube::Client) -> Self {
+        Self {
+            watcher,
+            writes: AtomicU64::default(),
+            nodes: Mirrors::default(),
+            pods: Mirrors::default(),
+            pdbs: Mirrors::default(),
+        }
+    }
+
     pub(super) fn wrote(&self) {
         self.writes.fetch_add(1, Ordering::SeqCst);
     }
@@ -128,14 +143,15 @@ impl KubeCluster {
         &self,
         mirrors: fn(&Cache) -> &Mirrors<K>,
         scope: &str,
-        api: Api<K>,
+        api: fn(kube::Client, &str) -> Api<K>,
         selectors: (&str, &str),
         what: &str,
         deadline: Instant,
     ) -> Result<Vec<K>, BackendError> {
+        let listing = api(self.client.clone(), scope);
         let Some(cache) = &self.cache else {
             let params = list_params(selectors);
-            return Ok(self.retrying(what, deadline, || api.list(&params)).await?.items);
+            return Ok(self.retrying(what, deadline, || listing.list(&params)).await?.items);
         };
         let mirrors = mirrors(cache);
         let writes = cache.writes.load(Ordering::SeqCst);
@@ -149,14 +165,15 @@ impl KubeCluster {
             }
         }
         let params = list_params(selectors);
-        let list = self.retrying(what, deadline, || api.list(&params)).await?;
+        let list = self.retrying(what, deadline, || listing.list(&params)).await?;
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         let items = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
         let state = Arc::new(Mutex::new(CacheState { items, live: true }));
         let mut watch_params = WatchParams::default().timeout(WATCH_SECONDS);
         watch_params.label_selector.clone_from(&params.label_selector);
         watch_params.field_selector.clone_from(&params.field_selector);
-        let watch = tokio::spawn(follow(api, watch_params, version, Arc::clone(&state)));
+        let watching = api(cache.watcher.clone(), scope);
+        let watch = tokio::spawn(follow(watching, watch_params, version, Arc::clone(&state)));
         let mirror = Mirror { state, listed_at: writes, watch };
         mirrors.0.lock().unwrap_or_else(PoisonError::into_inner).insert(scope.to_owned(), mirror);
         Ok(list.items)

@@ -74,7 +74,7 @@ impl Connect for KeptConnect {
                 }
                 Fresh::InCluster(config) => KubeCluster::from_config(*config, pool)?,
             }
-            .with_cache(),
+            .with_cache()?,
         };
         let connected = client.identified(&context).await?;
         let kept = Kept { kubeconfig, context, cluster: connected.clone() };

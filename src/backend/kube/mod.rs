@@ -75,6 +75,16 @@ const WATCH_WINDOW: u32 = 10;
 /// it counts as a transient failure: on a loaded machine the second try can meet the same race.
 const MAX_POOL_RACES: u32 = 3;
 
+/// A kube client for `config` (of the API server at `server`).
+fn client_of(config: Config, server: &str) -> Result<Client, BackendError> {
+    Client::try_from(config).map_err(|e| {
+        BackendError::Failed(format!(
+            "cannot build a Kubernetes client for {server}: {}",
+            errors::cause_chain(&e)
+        ))
+    })
+}
+
 /// Set poolctl's timeouts on a kube `Config`.
 fn bound(config: &mut Config) {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
@@ -98,6 +108,8 @@ pub struct KubeCluster {
     cache: Option<std::sync::Arc<cache::Cache>>,
     /// What it tells the cluster through Events.
     teller: events::Teller,
+    /// The configuration it was built from, bounded: the cache builds its watch client from it.
+    config: std::sync::Arc<Config>,
 }
 
 impl KubeCluster {
@@ -167,23 +179,23 @@ impl KubeCluster {
         config.default_retry = false;
         bound(&mut config);
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config).map_err(|e| {
-            BackendError::Failed(format!(
-                "cannot build a Kubernetes client for {server}: {}",
-                errors::cause_chain(&e)
-            ))
-        })?;
+        let client = client_of(config.clone(), &server)?;
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
         let teller = events::Teller::new(client.clone());
-        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None, teller })
+        let config = std::sync::Arc::new(config);
+        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None, teller, config })
     }
 
     /// Keep the pool's lists in memory from now on, followed by watches, so that observing a
-    /// pool where nothing changed sends no list (see [`cache`]).
-    #[must_use]
-    pub fn with_cache(mut self) -> Self {
-        self.cache = Some(std::sync::Arc::new(cache::Cache::default()));
-        self
+    /// pool where nothing changed sends no list (see [`cache`]). The watches go through a client
+    /// of their own whose read timeout outlasts the watch: a quiet cluster sends nothing for
+    /// as long as the server keeps a watch open, and that silence is no failure.
+    pub fn with_cache(mut self) -> Result<Self, BackendError> {
+        let mut config = Config::clone(&self.config);
+        config.read_timeout = Some(cache::WATCH_READ_TIMEOUT);
+        let watcher = client_of(config, &self.server)?;
+        self.cache = Some(std::sync::Arc::new(cache::Cache::new(watcher)));
+        Ok(self)
     }
 
     /// A write through this client: lists made before it are not trusted any more.

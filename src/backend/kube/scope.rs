@@ -38,7 +38,7 @@ impl KubeCluster {
         // (an apply killed in the Ready wait, the container then removed by hand), is named only
         // by the pool's record of joining instances.
         let (listed, joining) = futures::try_join!(
-            self.list_scoped(|c| &c.nodes, "", api.clone(), (&selector, ""), what, deadline),
+            self.list_scoped(|c| &c.nodes, "", |c, _| Api::all(c), (&selector, ""), what, deadline),
             self.joining_names(),
         )?;
         let mut nodes: Vec<Node> = listed.iter().map(node_from).collect();
@@ -64,13 +64,19 @@ impl KubeCluster {
     /// namespaces, one request per namespace.
     pub(super) async fn pods_of(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {
         let deadline = Instant::now() + API_RETRY_WINDOW;
-        let pods_api: Api<K8sPod> = Api::all(self.client.clone());
-        let api = &pods_api;
         self.forget_scopes(|c| &c.pods, &|node| nodes.iter().any(|n| n == node));
         let lists: Vec<Vec<K8sPod>> = stream::iter(nodes.to_vec())
             .map(|node: String| async move {
                 let fields = format!("spec.nodeName={node}");
-                self.list_scoped(|c| &c.pods, &node, api.clone(), ("", &fields), "list pods", deadline).await
+                self.list_scoped(
+                    |c| &c.pods,
+                    &node,
+                    |c, _| Api::<K8sPod>::all(c),
+                    ("", &fields),
+                    "list pods",
+                    deadline,
+                )
+                .await
             })
             .buffered(CONCURRENT_REQUESTS)
             .try_collect()
@@ -84,8 +90,8 @@ impl KubeCluster {
         self.forget_scopes(|c| &c.pdbs, &|ns| namespaces.contains(ns));
         let budgets: Vec<Vec<Pdb>> = stream::iter(namespaces.clone())
             .map(|ns: String| async move {
-                let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &ns);
                 let what = "list PodDisruptionBudgets";
+                let api = |c, ns: &str| Api::<PodDisruptionBudget>::namespaced(c, ns);
                 let listed = self.list_scoped(|c| &c.pdbs, &ns, api, ("", ""), what, deadline).await?;
                 Ok::<_, BackendError>(listed.iter().map(pdb_from).collect())
             })
