@@ -17,7 +17,6 @@ use crate::model::{Desired, World};
 use crate::plan::PlanOptions;
 use crate::report::write_stdout;
 use crate::rollout::observe::{observe, observe_again};
-use crate::rollout::{mark_locked, read_locks};
 use crate::status::{Status, render_json, render_text, status};
 
 pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit> {
@@ -78,11 +77,9 @@ async fn snapshot<K: Locks>(
     options: &PlanOptions,
     docker: &DockerEndpoints,
     clusters: &BTreeMap<String, K>,
-    mut world: World,
+    world: World,
 ) -> Status {
-    let locks = read_locks(desired, &world, docker, clusters).await;
-    mark_locked(&mut world, &locks);
-    let plan = crate::plan::plan(desired, &world, options.clone());
+    let (world, locks, plan) = crate::rollout::view(desired, world, docker, clusters, options.clone()).await;
     status(&plan, &world, &locks)
 }
 

@@ -46,12 +46,11 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use futures::{StreamExt, TryStreamExt, stream};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, Cluster, Containers, LockError, LockGuard, LockRecord, Locks};
-use crate::model::{LockHolder, Node};
+use crate::model::LockHolder;
 use crate::rollout::cancel::{Interrupt, StopReason};
 use crate::rollout::event::{Event, Sink};
 
@@ -517,18 +516,17 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
         futures::future::join_all(renewing).await;
     }
 
+    /// The locks held now (not lost), with their records: what the holder may still tidy
+    /// under them before [`PoolLocks::release`].
+    pub fn held(&self) -> impl Iterator<Item = (&str, &LockRecord)> {
+        self.held.iter().filter(|h| !h.lost).map(|h| (h.pool.as_str(), &h.record))
+    }
+
     /// Give every lock up. Best effort: a lock that cannot be removed lapses on its own.
     pub async fn release(self) {
         for HeldLock { pool, record, .. } in self.held.iter().filter(|h| !h.lost) {
             self.guard.lost(pool);
             self.sink.event(&Event::Lock { pool, held: false });
-            if let Some(cluster) = self.clusters.get(pool)
-                && let Err(e) = self.settle_joining(cluster, record).await
-            {
-                tracing::warn!(
-                    "cannot tidy the record of joining instances of pool {pool} ({e}); kept as it is"
-                );
-            }
             match place(self.containers, self.clusters, pool).release(pool, record).await {
                 Ok(()) => {}
                 Err(LockError::Lost { why, .. }) => {
@@ -540,35 +538,6 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 ),
             }
         }
-    }
-
-    /// Forget the joining instances of the pool that no longer need finding by name: the ones
-    /// whose Node carries a pool label, and the ones with neither a Node nor a container. A Node
-    /// without the label stays recorded (the next plan labels it, or deletes it as an orphan),
-    /// and so does a container whose Node has not registered yet. Only while the lock is still
-    /// `held`: a run that took it over since may have just recorded a name whose container it
-    /// is about to create.
-    async fn settle_joining(&self, cluster: &K, held: &LockRecord) -> Result<(), BackendError> {
-        let Some(names) = cluster.joining(held).await?.filter(|n| !n.is_empty()) else { return Ok(()) };
-        let nodes: Vec<(String, Option<Node>)> = stream::iter(names)
-            .map(|name| async move { cluster.node(&name).await.map(|node| (name, node)) })
-            .buffered(8)
-            .try_collect()
-            .await?;
-        let containers: BTreeSet<String> = if nodes.iter().any(|(_, node)| node.is_none()) {
-            self.containers.list().await?.into_iter().map(|c| c.name).collect()
-        } else {
-            BTreeSet::new()
-        };
-        let done: Vec<String> = nodes
-            .into_iter()
-            .filter(|(name, node)| match node {
-                Some(node) => node.pool.is_some(),
-                None => !containers.contains(name),
-            })
-            .map(|(name, _)| name)
-            .collect();
-        cluster.forget_joining(&done).await
     }
 
     fn say(&self, line: &str) {
@@ -711,7 +680,7 @@ mod tests {
         let mut locks = PoolLocks::new(fake, &clusters, &settings, &out);
         locks.acquire(&pools(), &Interrupt::default()).await.unwrap();
         meanwhile();
-        locks.release().await;
+        crate::rollout::tidy_and_release(locks, fake, &clusters).await;
     }
 
     #[tokio::test]

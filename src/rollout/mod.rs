@@ -159,10 +159,26 @@ async fn record_ends_of<C: Containers>(plan: &Plan, desired: &Desired, container
     futures::future::join_all(ends).await;
 }
 
+/// `world` with every lock of the pools a plan of `desired` covers read, and the plan made
+/// from it: what `status` shows (the locks held, and whether an instance that has not finished
+/// coming up is in the making). [`preview`] reads only the locks its plan depends on.
+pub async fn view<C: Locks, K: Locks>(
+    desired: &Desired,
+    mut world: World,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+    options: PlanOptions,
+) -> (World, BTreeMap<String, LockHolder>, Plan) {
+    let locks = read_locks(desired, &world, containers, clusters).await;
+    mark_locked(&mut world, &locks);
+    let plan = crate::plan::plan(desired, &world, options);
+    (world, locks, plan)
+}
+
 /// The locks held on the pools a plan of `desired` in `world` covers, read without taking any.
 /// One that cannot be read is reported and taken as held: an instance in the making is waited
 /// for rather than replaced.
-pub async fn read_locks<C: Locks, K: Locks>(
+async fn read_locks<C: Locks, K: Locks>(
     desired: &Desired,
     world: &World,
     containers: &C,
@@ -192,9 +208,60 @@ async fn read_locks_of<'p, C: Locks, K: Locks>(
 
 /// Record in `world` which pools another run holds the lock of, unexpired (see
 /// [`World::locked`]).
-pub fn mark_locked(world: &mut World, locks: &BTreeMap<String, LockHolder>) {
+fn mark_locked(world: &mut World, locks: &BTreeMap<String, LockHolder>) {
     let now = SystemTime::now();
     world.locked = locks.iter().filter(|(_, h)| !h.expired(now)).map(|(p, _)| p.clone()).collect();
+}
+
+/// Release `locks`, first tidying what the rollout recorded under them: the pool's record of
+/// joining instances (see [`settle_joining`]).
+pub async fn tidy_and_release<C: Containers + Locks, K: Cluster + Locks>(
+    locks: PoolLocks<'_, C, K>,
+    containers: &C,
+    clusters: &BTreeMap<String, K>,
+) {
+    for (pool, record) in locks.held() {
+        if let Some(cluster) = clusters.get(pool)
+            && let Err(e) = settle_joining(containers, cluster, record).await
+        {
+            tracing::warn!("cannot tidy the record of joining instances of pool {pool} ({e}); kept as it is");
+        }
+    }
+    locks.release().await;
+}
+
+/// Forget the joining instances of the pool that no longer need finding by name: the ones
+/// whose Node carries a pool label, and the ones with neither a Node nor a container. A Node
+/// without the label stays recorded (the next plan labels it, or deletes it as an orphan),
+/// and so does a container whose Node has not registered yet. Only while the lock is still
+/// `held`: a run that took it over since may have just recorded a name whose container it
+/// is about to create.
+async fn settle_joining<C: Containers, K: Cluster>(
+    containers: &C,
+    cluster: &K,
+    held: &crate::backend::LockRecord,
+) -> Result<(), BackendError> {
+    use futures::{StreamExt, TryStreamExt};
+    let Some(names) = cluster.joining(held).await?.filter(|n| !n.is_empty()) else { return Ok(()) };
+    let nodes: Vec<(String, Option<crate::model::Node>)> = futures::stream::iter(names)
+        .map(|name| async move { cluster.node(&name).await.map(|node| (name, node)) })
+        .buffered(8)
+        .try_collect()
+        .await?;
+    let listed: BTreeSet<String> = if nodes.iter().any(|(_, node)| node.is_none()) {
+        containers.list().await?.into_iter().map(|c| c.name).collect()
+    } else {
+        BTreeSet::new()
+    };
+    let done: Vec<String> = nodes
+        .into_iter()
+        .filter(|(name, node)| match node {
+            Some(node) => node.pool.is_some(),
+            None => !listed.contains(name),
+        })
+        .map(|(name, _)| name)
+        .collect();
+    cluster.forget_joining(&done).await
 }
 
 /// Why a rollout ended without a report.
@@ -295,7 +362,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
             carried.map(Outcome::Done)
         }
         .await;
-        locks.release().await;
+        tidy_and_release(locks, self.containers, self.clusters).await;
         result
     }
 
