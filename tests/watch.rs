@@ -111,6 +111,24 @@ async fn a_container_removed_by_hand_is_replaced_on_the_docker_event() {
     assert!(after.iter().any(|c| c.id == before[1].id), "the other instance is kept: {after:#?}");
 }
 
+/// The containers a rollout stops and removes die by its own hand: Docker's events about them
+/// start no `drift` reconcile (and count none in the metrics), while one removed by hand does
+/// (the test above).
+#[tokio::test]
+async fn a_rollout_s_own_stops_and_removals_are_not_drift() {
+    let Some((s, mut watch, _)) = watching(2, &["--resync", "2s"]).await else { return };
+    s.write_pool(&spec(&s, 2, "2"));
+    watch.wait_for(Stream::Stderr, "source changed");
+    watch.applied();
+    converged(&s.containers().await, 2);
+    // Whatever the rollout queued runs before the next resync.
+    watch.wait_for(Stream::Stderr, "plan (Resync)");
+    assert!(watch.signal("TERM").success());
+    let said = watch.output(Stream::Stderr);
+    assert!(!said.contains("plan (Drift)"), "the rollout's own stops were taken for drift:\n{said}");
+    assert!(!said.contains("drift seen"), "{said}");
+}
+
 #[tokio::test]
 async fn directory_edits_are_picked_up_and_equal_specs_change_nothing() {
     let Some((s, mut watch, before)) = watching(1, &[]).await else { return };

@@ -127,7 +127,7 @@ impl Connections {
     pub fn follow_events(
         desired: &Desired,
         events: Events,
-        tx: &mpsc::Sender<String>,
+        tx: &mpsc::Sender<super::ContainerNews>,
     ) -> Result<Vec<(String, impl Future<Output = ()> + Send + 'static)>, EndpointsError> {
         let (endpoints, _) = resolve_endpoints(desired, &DockerEnv::from_process())?;
         let actions = match events {

@@ -18,7 +18,7 @@ pub use connections::{ClusterClient, Clusters, ConnectError, Connections, Docker
 /// What the commands need of the concrete backends, named here so that they depend on this
 /// facade only: `copyFrom` resolved on a pool's Docker endpoint, and an error's causes worded
 /// once, as the backends' errors word them.
-pub use docker::{CopyError, resolve_copies};
+pub use docker::{ContainerNews, CopyError, resolve_copies};
 pub use guard::LockGuard;
 pub(crate) use kube::cause_chain;
 

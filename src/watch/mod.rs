@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use crate::backend::{Connections, Containers, Events};
+use crate::backend::{Connections, ContainerNews, Containers, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
 use crate::report::{Notifier, Probes, source_failure, write_stdout};
@@ -52,7 +52,7 @@ use crate::rollout::lock::LockSettings;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
 use machine::{Decision, Ended, Event, Machine, Periods, SourceNews, Trigger, fingerprint};
-use reconcile::{HealthLog, Reconcile};
+use reconcile::{Acting, HealthLog, Reconcile};
 
 /// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
 /// every rollout. Ends `Ok` after a signal, and with an error only when no good desired state
@@ -94,8 +94,11 @@ struct Loop {
     connections: Arc<Connections>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
     drift: BTreeMap<String, JoinHandle<()>>,
-    drift_tx: mpsc::Sender<String>,
-    drift_rx: mpsc::Receiver<String>,
+    drift_tx: mpsc::Sender<ContainerNews>,
+    drift_rx: mpsc::Receiver<ContainerNews>,
+    /// The containers the last reconcile's rollout stopped or removed: Docker's events about
+    /// them are its own doing, not drift.
+    acting: Arc<Acting>,
     changed_rx: mpsc::Receiver<()>,
     /// What `/healthz` and `/readyz` answer (served with `--listen`).
     probes: Arc<Probes>,
@@ -137,6 +140,7 @@ impl Loop {
             drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
+            acting: Arc::default(),
             changed_rx,
             probes,
             notifier,
@@ -154,37 +158,44 @@ impl Loop {
             self.config.interval,
             self.config.resync
         );
-        let mut event = Event::Look;
+        let mut heard = Some(Event::Look);
         loop {
-            // A new revision was loaded: what the decision about it says is logged.
-            let fresh = matches!(event, Event::Checked(Some(SourceNews::Loaded(_))));
-            let decisions = self.machine.on(event, Instant::now());
-            debug!(?decisions, "watch step");
-            for decision in decisions {
-                if fresh {
-                    self.say(&decision);
-                }
-                if let Some(end) = self.carry_out(decision).await {
-                    return end;
+            if let Some(event) = heard.take() {
+                // A new revision was loaded: what the decision about it says is logged.
+                let fresh = matches!(event, Event::Checked(Some(SourceNews::Loaded(_))));
+                let decisions = self.machine.on(event, Instant::now());
+                debug!(?decisions, "watch step");
+                for decision in decisions {
+                    if fresh {
+                        self.say(&decision);
+                    }
+                    if let Some(end) = self.carry_out(decision).await {
+                        return end;
+                    }
                 }
             }
-            event = {
+            heard = {
                 let (check, run) = (&mut self.check, &mut self.run);
                 tokio::select! {
-                    Some(()) = self.changed_rx.recv() => Event::Look,
+                    Some(()) = self.changed_rx.recv() => Some(Event::Look),
                     checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
                         self.check = None;
-                        Event::Checked(self.on_checked(checked))
+                        Some(Event::Checked(self.on_checked(checked)))
                     }
-                    Some(what) = self.drift_rx.recv() => {
-                        if self.machine.running() {
-                            debug!("drift seen during a reconcile: {what}");
+                    Some(news) = self.drift_rx.recv() => {
+                        if self.acting.covers(&news.names) {
+                            debug!("the rollout's own doing, not drift: {}", news.what);
+                            None
                         } else {
-                            info!("drift seen: {what}");
+                            if self.machine.running() {
+                                debug!("drift seen during a reconcile: {}", news.what);
+                            } else {
+                                info!("drift seen: {}", news.what);
+                            }
+                            Some(Event::Drift)
                         }
-                        Event::Drift
                     }
-                    () = sleep_until(self.machine.next_wake()) => Event::Time,
+                    () = sleep_until(self.machine.next_wake()) => Some(Event::Time),
                     ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => {
                         self.run = None;
                         self.probes.ready();
@@ -192,9 +203,9 @@ impl Loop {
                             error!("reconcile failed: {e}");
                             Ended::Failed
                         });
-                        Event::Finished(ended, self.next_deadline())
+                        Some(Event::Finished(ended, self.next_deadline()))
                     }
-                    () = signals.recv() => Event::Signal,
+                    () = signals.recv() => Some(Event::Signal),
                 }
             };
             self.probes.beat();
@@ -341,10 +352,14 @@ impl Loop {
         let connections = Arc::clone(&self.connections);
         let config = Arc::clone(&self.config);
         let health = Arc::clone(&self.health);
+        // What the reconcile before did is in the world now: whatever Docker says of it from
+        // here on is news.
+        self.acting.clear();
         let tell = Tell {
             notifier: self.notifier.clone(),
             revision: self.revision.clone(),
             locks: Arc::clone(&self.locks),
+            acting: Arc::clone(&self.acting),
         };
         let task = tokio::spawn(reconcile(
             desired,
@@ -437,6 +452,7 @@ struct Tell {
     notifier: Option<Notifier>,
     revision: String,
     locks: Arc<LockSettings>,
+    acting: Arc<Acting>,
 }
 
 /// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
@@ -469,6 +485,7 @@ async fn reconcile(
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
         locks: &tell.locks,
+        acting: &tell.acting,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

@@ -42,6 +42,39 @@ pub(super) struct Reconcile<'a, C, N> {
     /// How rollouts take locks: one value for the whole watch, so that what a standby saw of
     /// another replica's locks counts from one reconcile to the next.
     pub locks: &'a LockSettings,
+    /// Where the rollout's own stops and removals are noted.
+    pub acting: &'a Acting,
+}
+
+/// The containers a rollout stops or removes itself, noted as each such step starts (Docker
+/// may tell of the container's death before the step ends): a sink of the rollout's events.
+#[derive(Debug, Default)]
+pub(super) struct Acting(Mutex<BTreeSet<String>>);
+
+impl Acting {
+    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn clear(&self) {
+        self.names().clear();
+    }
+
+    /// Every one of `names` is a container the rollout stopped or removed.
+    pub(super) fn covers(&self, names: &BTreeSet<String>) -> bool {
+        let acted = self.names();
+        !names.is_empty() && names.iter().all(|n| acted.contains(n))
+    }
+}
+
+impl crate::rollout::event::Sink for Acting {
+    fn event(&self, event: &crate::rollout::event::Event<'_>) {
+        if let crate::rollout::event::Event::Started(step) = event
+            && matches!(step.verb, "stop" | "remove")
+        {
+            self.names().insert(step.instance.to_owned());
+        }
+    }
 }
 
 /// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
@@ -213,7 +246,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         results: &mut Results,
     ) -> Ended {
         // A pool another run holds is retried with watch's backoff, not waited on here.
-        let sink = (self.out, &Metrics);
+        let shown = (self.out, &Metrics);
+        let sink = (&shown, self.acting);
         let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink);
         // Announced once the locks are held and the plan made under them changes something.
         // The pools that plan finds Degraded: the deadline may have passed since the preview.
@@ -403,6 +437,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            acting: Box::leak(Box::default()),
         }
     }
 
@@ -441,6 +476,15 @@ mod tests {
         assert_eq!(after.containers.len(), 2);
         assert!(after.containers.iter().all(|c| c.image == "busybox:2"), "{:?}", after.containers);
         assert_eq!(after.nodes.len(), 2, "the old Nodes are deleted: {:?}", after.nodes);
+
+        // What Docker says of the containers it stopped and removed is the rollout's own doing;
+        // of the new ones, news.
+        let old: BTreeSet<String> = world.containers.iter().map(|c| c.name.clone()).collect();
+        assert!(reconcile.acting.covers(&old), "{:?}", reconcile.acting);
+        let new: BTreeSet<String> = after.containers.iter().map(|c| c.name.clone()).collect();
+        assert!(!reconcile.acting.covers(&new), "{:?}", reconcile.acting);
+        let mixed = BTreeSet::from([old.first().unwrap().clone(), new.first().unwrap().clone()]);
+        assert!(!reconcile.acting.covers(&mixed), "one of them is news");
     }
 
     #[tokio::test]
@@ -494,6 +538,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            acting: Box::leak(Box::default()),
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -509,6 +554,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            acting: Box::leak(Box::default()),
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
@@ -528,6 +574,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            acting: Box::leak(Box::default()),
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.

@@ -23,6 +23,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The events that mean a container stopped serving.
 pub const DRIFT_EVENTS: &[&str] = &["die", "stop", "destroy"];
 
+/// What Docker said of a source's containers: a burst of events, told as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerNews {
+    /// The containers the events were about.
+    pub names: std::collections::BTreeSet<String>,
+    /// The first event, and how many more came with it, for the log.
+    pub what: String,
+}
+
 /// Forward the `actions` (`die`, `start`...) on `endpoint` of the containers whose scope label
 /// is `scope` to `tx`, from `since` on, until `tx` is closed.
 ///
@@ -33,7 +42,7 @@ pub async fn container_events(
     endpoint: Endpoint,
     scope: String,
     actions: &'static [&'static str],
-    tx: mpsc::Sender<String>,
+    tx: mpsc::Sender<ContainerNews>,
     since: SystemTime,
 ) {
     let mut failures = 0;
@@ -60,7 +69,7 @@ async fn subscribe(
     endpoint: &Endpoint,
     scope: &str,
     actions: &[&str],
-    tx: &mpsc::Sender<String>,
+    tx: &mpsc::Sender<ContainerNews>,
     since: SystemTime,
 ) -> Result<(), String> {
     let docker =
@@ -88,13 +97,15 @@ async fn subscribe(
             .cloned()
             .unwrap_or_default();
         let what = format!("container {name} {}", event.action.unwrap_or_default());
+        let mut names = std::collections::BTreeSet::from([name]);
         // Let the burst end: the loop observes once for all of it.
         let mut more = 0;
-        while let Ok(Some(Ok(_))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
+        while let Ok(Some(Ok(event))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
             more += 1;
+            names.extend(event.actor.and_then(|a| a.attributes).and_then(|mut a| a.remove("name")));
         }
         let what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
-        if tx.send(what).await.is_err() {
+        if tx.send(ContainerNews { names, what }).await.is_err() {
             return Ok(());
         }
     }

@@ -43,7 +43,7 @@ pub use convert::health_from_status;
 pub use copy::{CopyError, resolve_copies};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
-pub use events::{DRIFT_EVENTS, container_events};
+pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
 pub use history::revision_record_name;
 pub use lock::lock_name;
 pub use up::{rollout_record_name, up_record_name};
