@@ -335,6 +335,41 @@ async fn an_interrupted_apply_stops_at_a_step_boundary_and_the_next_one_converge
     assert!(after.iter().all(|c| c.name != surge[0].name), "{after:?}");
 }
 
+/// A directory and its pool file are one source: a pool applied from one is the other's, in
+/// sync, and what only a sibling file declares is neither undeclared nor pruned.
+#[tokio::test]
+async fn a_directory_and_its_pool_file_are_one_source() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let first = applied(&s, 2).await;
+    let file = s.dir().join("pool.yaml");
+    let from_file = |args: &[&str]| Run::of(s.poolctl(args).arg("--source").arg(&file));
+    let plan = from_file(&["plan", "--detailed-exitcode"]).expect_code(0);
+    assert!(!plan.stdout.contains("another source"), "{}", plan.stdout);
+    from_file(&["apply", "--yes"]).expect_code(0);
+    let running: Vec<String> = s.running().await.into_iter().map(|c| c.name).collect();
+    assert_eq!(running, first, "nothing to do");
+
+    // A change through the file replaces the pool's instances; the directory sees it in sync.
+    s.write_pool(&spec(&s, 2, "bonjour"));
+    from_file(&["apply", "--yes"]).expect_code(0);
+    assert!(s.running().await.iter().all(|c| !first.contains(&c.name)));
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    // A sibling file's pool, applied from the directory, is left alone by the first file, even
+    // with --prune.
+    let name = format!("{}-sib", s.pool_name());
+    let sibling = spec(&s, 1, "x").to_string().replacen(
+        &format!("name: {}", s.pool_name()),
+        &format!("name: {name}"),
+        1,
+    );
+    assert!(sibling.contains(&name), "{sibling}");
+    s.write("sibling.yaml", &sibling);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let plan = from_file(&["plan", "--prune", "--detailed-exitcode"]).expect_code(0);
+    assert!(!plan.stdout.contains(&name), "{}", plan.stdout);
+}
+
 #[tokio::test]
 async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopts_it() {
     let Some(s) = Scenario::with_docker().await else { return };

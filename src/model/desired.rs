@@ -32,6 +32,26 @@ impl Origin {
         }
     }
 
+    /// Whether `scope` (another source's, as a container's label records it) may be this source
+    /// spelled another way: a directory and a pool file (or directory) within it. A directory
+    /// source reads every pool file under it, and a pool is declared once in a source, so a
+    /// pool both declare is one declaration, whichever spelling created its containers.
+    /// Nothing else is shared: a pool only the other spelling declares is neither undeclared
+    /// here nor pruned.
+    pub fn spells(&self, scope: &str) -> bool {
+        if scope == self.scope() {
+            return true;
+        }
+        let Self::Path { path } = self else { return false };
+        let Some(other) = scope.strip_prefix("path:") else { return false };
+        let within = |dir: &str, file: &str| {
+            file.strip_prefix(dir)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|name| !name.is_empty())
+        };
+        other == path || within(path, other) || within(other, path)
+    }
+
     /// The commit id, for Git sources.
     pub fn commit(&self) -> Option<&str> {
         match self {
@@ -88,4 +108,32 @@ impl DesiredPool {
 pub struct Desired {
     pub origin: Origin,
     pub pools: Vec<DesiredPool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_and_a_pool_file_within_it_are_one_source_spelled_two_ways() {
+        let dir = Origin::Path { path: "/srv/pools".into() };
+        let file = Origin::Path { path: "/srv/pools/w.yaml".into() };
+        assert!(dir.spells(&file.scope()) && file.spells(&dir.scope()));
+        assert!(dir.spells(&dir.scope()));
+        assert!(dir.spells("path:/srv/pools/sub/w.yaml") && dir.spells("path:/srv"), "nested, either way");
+        for other in
+            ["path:/srv/pools2/w.yaml", "path:/srv/pool", "path:/srv/poolsw.yaml", "git:/srv/pools//"]
+        {
+            assert!(!dir.spells(other), "{other}");
+        }
+        assert!(!file.spells("path:/srv/pools/x.yaml"), "a sibling file is another source");
+        let git = Origin::Git {
+            url: "u".into(),
+            reference: "main".into(),
+            commit: "c".into(),
+            path: String::new(),
+        };
+        assert!(!git.spells("path:/srv/pools"));
+        assert!(git.spells(&git.scope()));
+    }
 }

@@ -81,12 +81,11 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
             // A rollback plans towards the template the pool ran before.
             let dp = progress.rollbacks.iter().find(|r| r.name() == dp.name()).unwrap_or(dp);
             let target = Target::declared(dp, world.world);
-            // Another source's containers of the same pool name are not ours to replace.
-            let owner = world
-                .world
-                .containers
-                .iter()
-                .find_map(|c| c.scope.as_deref().filter(|s| c.pool == dp.name() && *s != scope));
+            // Another source's containers of the same pool name are not ours to replace; this
+            // source spelled another way (a directory, or its pool file) is not another source.
+            let owner = world.world.containers.iter().find_map(|c| {
+                c.scope.as_deref().filter(|s| c.pool == dp.name() && !desired.origin.spells(s))
+            });
             match owner {
                 Some(owner) if !options.adopt => PoolPlan {
                     status: PoolStatus::Foreign,
