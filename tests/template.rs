@@ -600,6 +600,12 @@ fn source_container(
         "64m",
         "--cpus",
         "0.5",
+        "--pids-limit",
+        "100",
+        "--ulimit",
+        "nofile=1024:2048",
+        "--shm-size",
+        "128m",
         "--sysctl",
         "net.ipv4.ip_forward=1",
         "--sysctl",
@@ -693,6 +699,25 @@ fn copying_pool(d: &TestDocker, source: &str) -> String {
 /// sysctls, tmpfs options, a device and an entrypoint written by `docker cp` creates instances
 /// whose inspected configuration matches the source's in every copied field, with the scripts
 /// present, executable and run.
+/// Nothing of what `copy_from_creates_instances_configured_as_the_source` compares was left to
+/// the daemon's defaults: the source's settings are unusual.
+fn assert_unusual(src: &Value) {
+    assert_eq!(
+        src["HostConfig"]["Sysctls"],
+        json!({"net.ipv4.ip_forward": "1", "net.core.somaxconn": "1024"})
+    );
+    assert_eq!(src["HostConfig"]["Tmpfs"]["/scratch"], "size=64m,mode=1777");
+    assert_eq!(
+        (src["HostConfig"]["Memory"].as_i64(), src["HostConfig"]["NanoCpus"].as_i64()),
+        (Some(64 << 20), Some(500_000_000))
+    );
+    assert_eq!(
+        (src["HostConfig"]["PidsLimit"].as_i64(), src["HostConfig"]["ShmSize"].as_i64()),
+        (Some(100), Some(128 << 20))
+    );
+    assert_eq!(src["HostConfig"]["Ulimits"], json!([{"Name": "nofile", "Soft": 1024, "Hard": 2048}]));
+}
+
 #[tokio::test]
 async fn copy_from_creates_instances_configured_as_the_source() {
     let mut scratch = Scratch::default();
@@ -738,20 +763,14 @@ async fn copy_from_creates_instances_configured_as_the_source() {
         "/Config/Volumes",
         "/HostConfig/Memory",
         "/HostConfig/NanoCpus",
+        "/HostConfig/PidsLimit",
+        "/HostConfig/Ulimits",
+        "/HostConfig/ShmSize",
     ];
     let expected: Vec<(&str, Value, &str)> =
         copied.iter().map(|p| (*p, src.pointer(p).cloned().unwrap_or(Value::Null), "copied")).collect();
     compare(&new, &expected);
-    // Nothing of that was left to the daemon's defaults: the source's settings are unusual.
-    assert_eq!(
-        src["HostConfig"]["Sysctls"],
-        json!({"net.ipv4.ip_forward": "1", "net.core.somaxconn": "1024"})
-    );
-    assert_eq!(src["HostConfig"]["Tmpfs"]["/scratch"], "size=64m,mode=1777");
-    assert_eq!(
-        (src["HostConfig"]["Memory"].as_i64(), src["HostConfig"]["NanoCpus"].as_i64()),
-        (Some(64 << 20), Some(500_000_000))
-    );
+    assert_unusual(&src);
 
     let env = |c: &Value| -> Vec<String> {
         c["Config"]["Env"]

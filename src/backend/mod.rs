@@ -103,6 +103,10 @@ pub struct NewContainer {
     pub stop_signal: Option<String>,
     pub cpus: Option<String>,
     pub memory: Option<String>,
+    pub shm_size: Option<String>,
+    pub pids_limit: Option<i64>,
+    /// By name: `SOFT` or `SOFT:HARD` (see [`crate::spec::docker::parse_ulimit`]).
+    pub ulimits: BTreeMap<String, String>,
 }
 
 /// A file to write into a container: readable by root alone (mode 0600, in a directory of mode

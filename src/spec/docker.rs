@@ -409,7 +409,26 @@ pub fn signal_problem(signal: &str) -> Option<String> {
 /// `m`, `g`, `t` (powers of 1024), e.g. `512m` or `1.5g`. At least 6 MiB, Docker's minimum.
 pub fn parse_memory(text: &str) -> Result<i64, String> {
     const MIN: i64 = 6 << 20;
-    let bad = || format!("memory {text:?}: expected a size such as 512m or 2g (units b, k, m, g, t)");
+    let bytes = parse_size(text, "memory")?;
+    if bytes < MIN {
+        return Err(format!("memory {text:?} is below Docker's minimum of 6m"));
+    }
+    Ok(bytes)
+}
+
+/// Reads a size as `docker run --shm-size` does: like [`parse_memory`], more than 0 bytes.
+pub fn parse_shm_size(text: &str) -> Result<i64, String> {
+    let bytes = parse_size(text, "shmSize")?;
+    if bytes <= 0 {
+        return Err(format!("shmSize {text:?}: a size of more than 0 bytes"));
+    }
+    Ok(bytes)
+}
+
+/// A size with an optional unit `b`, `k`, `m`, `g`, `t` (powers of 1024); `what` names it in
+/// the error.
+fn parse_size(text: &str, what: &str) -> Result<i64, String> {
+    let bad = || format!("{what} {text:?}: expected a size such as 512m or 2g (units b, k, m, g, t)");
     let lower = text.trim().to_ascii_lowercase();
     let unit_at = lower.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(lower.len());
     let (number, unit) = lower.split_at(unit_at);
@@ -423,10 +442,53 @@ pub fn parse_memory(text: &str) -> Result<i64, String> {
     };
     // Docker rounds a fraction of a byte down, as here.
     let (bytes, _) = scaled(number, 1_i64 << shift).ok_or_else(bad)?;
-    if bytes < MIN {
-        return Err(format!("memory {text:?} is below Docker's minimum of 6m"));
-    }
     Ok(bytes)
+}
+
+/// The resource limits `--ulimit` knows, as the kernel names them without `RLIMIT_`.
+const ULIMITS: &[&str] = &[
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+];
+
+/// Reads one `--ulimit NAME=SOFT[:HARD]` as `(soft, hard)`: whole numbers, `-1` for unlimited,
+/// the soft limit no higher than the hard one.
+pub fn parse_ulimit(name: &str, value: &str) -> Result<(i64, i64), String> {
+    if !ULIMITS.contains(&name) {
+        return Err(format!("ulimit {name:?}: not a resource limit; one of {}", ULIMITS.join(", ")));
+    }
+    let bad =
+        || format!("ulimit {name}: {value:?}: expected SOFT or SOFT:HARD, whole numbers (-1: unlimited)");
+    let number = |t: &str| t.trim().parse::<i64>().ok().filter(|n| *n >= -1).ok_or_else(bad);
+    let (soft, hard) = if let Some((soft, hard)) = value.split_once(':') {
+        (number(soft)?, number(hard)?)
+    } else {
+        let n = number(value)?;
+        (n, n)
+    };
+    let unlimited = |n: i64| n == -1;
+    if !unlimited(hard) && (unlimited(soft) || soft > hard) {
+        return Err(format!("ulimit {name}: the soft limit {soft} is above the hard limit {hard}"));
+    }
+    Ok((soft, hard))
+}
+
+/// A ulimit as [`parse_ulimit`] reads it back: `SOFT`, or `SOFT:HARD` when they differ.
+pub fn show_ulimit(soft: i64, hard: i64) -> String {
+    if soft == hard { soft.to_string() } else { format!("{soft}:{hard}") }
 }
 
 /// A memory size in bytes as `--memory` writes it, in the largest unit that holds it exactly
@@ -728,6 +790,27 @@ mod tests {
         assert_eq!(parse_cpus("1.000000001"), Ok(1_000_000_001));
         for bad in ["", "0", "0.0", "-1", "1.0000000001", "1e3", ".5", "99999999999"] {
             assert!(parse_cpus(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn shm_sizes_and_ulimits_read_as_docker_run_reads_them() {
+        assert_eq!(parse_shm_size("256m"), Ok(256 << 20));
+        assert_eq!(parse_shm_size("1k"), Ok(1024), "no minimum but more than nothing");
+        assert!(parse_shm_size("0").is_err());
+        assert!(parse_shm_size("lots").unwrap_err().contains("shmSize"));
+        assert_eq!(parse_ulimit("nofile", "1024:2048"), Ok((1024, 2048)));
+        assert_eq!(parse_ulimit("nproc", "512"), Ok((512, 512)));
+        assert_eq!(parse_ulimit("memlock", "-1"), Ok((-1, -1)));
+        assert_eq!(parse_ulimit("core", "0:-1"), Ok((0, -1)));
+        for (name, value) in
+            [("nofile", "2048:1024"), ("nofile", "-1:5"), ("nofile", "x"), ("nofile", "-2"), ("files", "1")]
+        {
+            assert!(parse_ulimit(name, value).is_err(), "{name}={value}");
+        }
+        for (soft, hard) in [(1024, 2048), (512, 512), (-1, -1), (0, -1)] {
+            let shown = show_ulimit(soft, hard);
+            assert_eq!(parse_ulimit("nofile", &shown), Ok((soft, hard)), "{shown}");
         }
     }
 

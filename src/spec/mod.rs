@@ -298,6 +298,20 @@ pub struct Template {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("type" = ["string", "integer", "null"]))]
     pub memory: Option<String>,
+    /// The size of `/dev/shm` (`--shm-size`), e.g. `256m` (units b, k, m, g, t). Default:
+    /// Docker's 64m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("type" = ["string", "integer", "null"]))]
+    pub shm_size: Option<String>,
+    /// The most processes the container may run at once (`--pids-limit`), at least 1. Default:
+    /// no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub pids_limit: Option<i64>,
+    /// Resource limits (`--ulimit`), by name: `SOFT` (the hard limit the same) or `SOFT:HARD`,
+    /// `-1` for unlimited, e.g. `nofile: "1024:2048"`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulimits: BTreeMap<String, String>,
     /// More networks (that exist) to connect each new container to, after `network` and before
     /// it starts, as `docker network connect` does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

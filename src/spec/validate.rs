@@ -677,6 +677,34 @@ fn name_problem(name: &str) -> Option<String> {
 
 /// The problems of the template's Docker settings (volumes, tmpfs, ports, limits...), each
 /// read with the grammar `docker run` has for it, as (field path, message).
+/// What is wrong with the template's resource limits (`at` is the template's path).
+fn limit_problems(t: &super::Template, at: &FieldPath) -> Vec<(FieldPath, String)> {
+    use super::docker;
+
+    let mut errors = Vec::new();
+    if let Some(Err(problem)) = t.cpus.as_deref().map(docker::parse_cpus) {
+        errors.push((at.key("cpus"), problem));
+    }
+    if let Some(Err(problem)) = t.memory.as_deref().map(docker::parse_memory) {
+        errors.push((at.key("memory"), problem));
+    }
+    if let Some(Err(problem)) = t.shm_size.as_deref().map(docker::parse_shm_size) {
+        errors.push((at.key("shmSize"), problem));
+    }
+    if let Some(limit) = t.pids_limit.filter(|n| *n < 1) {
+        errors.push((
+            at.key("pidsLimit"),
+            format!("pidsLimit {limit}: at least 1 (leave it out for no limit)"),
+        ));
+    }
+    for (name, value) in &t.ulimits {
+        if let Err(problem) = docker::parse_ulimit(name, value) {
+            errors.push((at.key("ulimits").key(name), problem));
+        }
+    }
+    errors
+}
+
 fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     use super::docker;
 
@@ -760,12 +788,7 @@ fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)
     if let Some(problem) = t.stop_signal.as_deref().and_then(docker::signal_problem) {
         errors.push((at.key("stopSignal"), problem));
     }
-    if let Some(Err(problem)) = t.cpus.as_deref().map(docker::parse_cpus) {
-        errors.push((at.key("cpus"), problem));
-    }
-    if let Some(Err(problem)) = t.memory.as_deref().map(docker::parse_memory) {
-        errors.push((at.key("memory"), problem));
-    }
+    errors.extend(limit_problems(t, &at));
 
     let counts = [
         ("securityOpt", t.security_opt.len()),

@@ -24,6 +24,9 @@ use crate::spec::{self, CgroupnsMode, CopiedFrom, ImagePolicy, Template, Templat
 /// (and copies from a node when it adds one).
 const K3S_REGISTRIES: &str = "/etc/rancher/k3s/registries.yaml";
 
+/// The size of `/dev/shm` Docker gives a container run without `--shm-size`.
+const DEFAULT_SHM: i64 = 64 << 20;
+
 /// The `PATH` Docker sets in a container whose image has none.
 const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -264,6 +267,15 @@ fn template_of(inspect: &ContainerInspectResponse, image: &ImageConfig) -> Templ
         // 0 is Docker's "no limit".
         memory: host.memory.filter(|m| *m > 0).map(spec::docker::show_memory),
         cpus: host.nano_cpus.filter(|n| *n > 0).map(spec::docker::show_cpus),
+        // Docker's own default is no setting of the source's.
+        shm_size: host.shm_size.filter(|s| *s > 0 && *s != DEFAULT_SHM).map(spec::docker::show_memory),
+        pids_limit: host.pids_limit.filter(|n| *n > 0),
+        ulimits: host
+            .ulimits
+            .iter()
+            .flatten()
+            .filter_map(|u| Some((u.name.clone()?, spec::docker::show_ulimit(u.soft?, u.hard?))))
+            .collect(),
         ..Template::default()
     }
 }

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigCgroupnsModeEnum, PortBinding, RestartPolicy,
-    RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigCgroupnsModeEnum, PortBinding,
+    ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 
 use crate::backend::NewContainer;
@@ -88,6 +88,9 @@ pub fn create_body(spec: &NewContainer) -> Result<ContainerCreateBody, String> {
         dns: (!spec.dns.is_empty()).then(|| spec.dns.clone()),
         nano_cpus: spec.cpus.as_deref().map(docker::parse_cpus).transpose()?,
         memory: spec.memory.as_deref().map(docker::parse_memory).transpose()?,
+        shm_size: spec.shm_size.as_deref().map(docker::parse_shm_size).transpose()?,
+        pids_limit: spec.pids_limit,
+        ulimits: (!spec.ulimits.is_empty()).then(|| ulimits(&spec.ulimits)).transpose()?,
         ..Default::default()
     };
     Ok(ContainerCreateBody {
@@ -112,6 +115,17 @@ pub fn create_body(spec: &NewContainer) -> Result<ContainerCreateBody, String> {
         host_config: Some(host_config),
         ..Default::default()
     })
+}
+
+/// The `--ulimit`s as the Docker API takes them.
+fn ulimits(limits: &std::collections::BTreeMap<String, String>) -> Result<Vec<ResourcesUlimits>, String> {
+    limits
+        .iter()
+        .map(|(name, value)| {
+            let (soft, hard) = docker::parse_ulimit(name, value)?;
+            Ok(ResourcesUlimits { name: Some(name.clone()), soft: Some(soft), hard: Some(hard) })
+        })
+        .collect()
 }
 
 fn restart_policy(restart: Restart) -> RestartPolicy {
@@ -165,6 +179,7 @@ mod tests {
             (host.init, host.restart_policy, host.cgroupns_mode, host.memory, host.nano_cpus),
             (None, None, None, None, None)
         );
+        assert_eq!((host.shm_size, host.pids_limit, host.ulimits), (None, None, None));
         assert_eq!((host.security_opt, host.masked_paths, host.port_bindings), (None, None, None));
     }
 
@@ -179,10 +194,21 @@ mod tests {
             devices: strings(&["/dev/fuse"]),
             cpus: Some("1.5".to_owned()),
             memory: Some("512m".to_owned()),
+            shm_size: Some("256m".to_owned()),
+            pids_limit: Some(100),
+            ulimits: [("nofile".to_owned(), "1024:2048".to_owned()), ("nproc".to_owned(), "64".to_owned())]
+                .into(),
             ..NewContainer::default()
         };
         let body = create_body(&spec).unwrap();
         let host = body.host_config.unwrap();
+        assert_eq!((host.shm_size, host.pids_limit), (Some(256 << 20), Some(100)));
+        let ulimit = |name: &str, soft, hard| ResourcesUlimits {
+            name: Some(name.into()),
+            soft: Some(soft),
+            hard: Some(hard),
+        };
+        assert_eq!(host.ulimits, Some(vec![ulimit("nofile", 1024, 2048), ulimit("nproc", 64, 64)]));
         assert_eq!(host.security_opt, Some(strings(&["seccomp=unconfined"])));
         assert_eq!((host.masked_paths, host.readonly_paths), (Some(Vec::new()), Some(Vec::new())));
         assert_eq!(

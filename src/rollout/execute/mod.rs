@@ -400,6 +400,9 @@ pub fn new_container(
         stop_signal: t.stop_signal.clone(),
         cpus: t.cpus.clone(),
         memory: t.memory.clone(),
+        shm_size: t.shm_size.clone(),
+        pids_limit: t.pids_limit,
+        ulimits: t.ulimits.clone(),
     }
 }
 
