@@ -469,6 +469,7 @@ async fn reconcile(
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
         locks: &tell.locks,
+        skip_preflight: config.skip_preflight.clone(),
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

@@ -17,7 +17,7 @@ use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
-use crate::rollout::execute::{Report, StepOutcome};
+use crate::rollout::execute::{PreflightCheck, Report, StepOutcome};
 use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
@@ -42,6 +42,8 @@ pub(super) struct Reconcile<'a, C, N> {
     /// How rollouts take locks: one value for the whole watch, so that what a standby saw of
     /// another replica's locks counts from one reconcile to the next.
     pub locks: &'a LockSettings,
+    /// `--skip-preflight`: the preflight checks not to make.
+    pub skip_preflight: BTreeSet<PreflightCheck>,
 }
 
 /// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
@@ -214,7 +216,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     ) -> Ended {
         // A pool another run holds is retried with watch's backoff, not waited on here.
         let sink = (self.out, &Metrics);
-        let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink);
+        let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink)
+            .skipping_preflight(&self.skip_preflight);
         // Announced once the locks are held and the plan made under them changes something.
         // The pools that plan finds Degraded: the deadline may have passed since the preview.
         let mut degraded_under_locks = BTreeSet::new();
@@ -403,6 +406,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            skip_preflight: BTreeSet::new(),
         }
     }
 
@@ -494,6 +498,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            skip_preflight: BTreeSet::new(),
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -509,6 +514,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            skip_preflight: BTreeSet::new(),
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
@@ -528,6 +534,7 @@ mod tests {
             notifier: None,
             revision: "r1",
             locks: locks(),
+            skip_preflight: BTreeSet::new(),
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.
