@@ -521,6 +521,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_kubelet_outside_the_skew_fails_the_reconcile_unless_watch_skips_the_check() {
+        let pool = PoolArgs { image: "kindest/node:v1.32.0", nodes: true, ..PoolArgs::new("k", 1) };
+        let v1 = desired(vec![pool.build()]);
+        let (interrupt, out) = (Interrupt::default(), output());
+        let fake = FakeWorld::default().server_version("v1.30.2");
+        let mut reconcile = applying(&fake, &out);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
+        assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
+        reconcile.skip_preflight = BTreeSet::from([PreflightCheck::VersionSkew]);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
+        assert_eq!(fake.world().containers.len(), 1);
+    }
+
+    #[tokio::test]
     async fn a_switched_context_is_refused_and_switching_back_lets_the_rollout_drain() {
         let fake = FakeWorld::default();
         let out = output();
