@@ -240,6 +240,14 @@ pub struct ApplyArgs {
     #[arg(long, value_name = "POOL", conflicts_with = "plan_file")]
     pub rollback: Vec<String>,
 
+    /// Skip this preflight check (repeatable). With version-skew, new Nodes are created even
+    /// when their kubelet (as the image's tag or its poolctl.dev/kubelet-version label says) is
+    /// newer than the API server, or older than Kubernetes' version skew policy allows.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_enum, value_name = "CHECK")]
+    pub skip_preflight: Vec<Preflight>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -302,6 +310,14 @@ pub struct WatchArgs {
     #[arg(long, value_name = "URL", env = "POOLCTL_NOTIFY_URL", hide_env_values = true)]
     pub notify: Option<String>,
 
+    /// Skip this preflight check (repeatable). With version-skew, new Nodes are created even
+    /// when their kubelet (as the image's tag or its poolctl.dev/kubelet-version label says) is
+    /// newer than the API server, or older than Kubernetes' version skew policy allows.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_enum, value_name = "CHECK")]
+    pub skip_preflight: Vec<Preflight>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -325,6 +341,13 @@ pub struct PlanningArgs {
     /// directory, repository or path). Without it such a pool is left alone.
     #[arg(long)]
     pub adopt: bool,
+}
+
+/// A preflight check of apply and watch that `--skip-preflight` turns off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Preflight {
+    /// The kubelet of new Nodes against the API server's version.
+    VersionSkew,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -3,12 +3,14 @@
 //! check that needs nothing but the command line happens here, before anything is read or
 //! connected; no clap type reaches a command.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, Command, OutputFormat, PlanningArgs, SourceArgs};
+use crate::cli::{Cli, Command, OutputFormat, PlanningArgs, Preflight, SourceArgs};
 use crate::model::Origin;
 use crate::plan::PlanOptions;
+use crate::rollout::execute::PreflightCheck;
 use crate::source::{SourceError, SourceSpec};
 use crate::style::ColorChoice;
 
@@ -147,6 +149,8 @@ pub struct ApplyConfig {
     pub format: Format,
     /// `--lock-timeout`: how long to wait for a pool another run holds.
     pub lock_timeout: Duration,
+    /// `--skip-preflight`: the preflight checks not to make.
+    pub skip_preflight: BTreeSet<PreflightCheck>,
 }
 
 /// `poolctl watch`.
@@ -164,6 +168,8 @@ pub struct WatchConfig {
     pub listen: Option<std::net::SocketAddr>,
     /// `--notify`: where to post rollout notifications.
     pub notify: Option<hyper::Uri>,
+    /// `--skip-preflight`: the preflight checks not to make.
+    pub skip_preflight: BTreeSet<PreflightCheck>,
 }
 
 /// `poolctl status`.
@@ -176,7 +182,7 @@ pub struct StatusConfig {
     /// With `-w`: how often to observe again.
     pub interval: Duration,
     /// `--pool`: only these pools of the source (all when empty).
-    pub pools: std::collections::BTreeSet<String>,
+    pub pools: BTreeSet<String>,
 }
 
 /// `poolctl history`.
@@ -231,6 +237,7 @@ impl Config {
                     dry_run: args.dry_run,
                     format,
                     lock_timeout: args.lock_timeout.get(),
+                    skip_preflight: skipped(&args.skip_preflight),
                 })
             }
             Command::Watch(args) => Task::Watch(WatchConfig {
@@ -241,6 +248,7 @@ impl Config {
                 dry_run: args.dry_run,
                 listen: args.listen,
                 notify: args.notify.as_deref().map(notify_url).transpose()?,
+                skip_preflight: skipped(&args.skip_preflight),
             }),
             Command::Status(args) => Task::Status(StatusConfig {
                 source: Source::from_args(&args.source)?,
@@ -280,6 +288,16 @@ pub fn own_node(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
+/// The checks `--skip-preflight` names.
+fn skipped(checks: &[Preflight]) -> BTreeSet<PreflightCheck> {
+    checks
+        .iter()
+        .map(|check| match check {
+            Preflight::VersionSkew => PreflightCheck::VersionSkew,
+        })
+        .collect()
+}
+
 fn format(output: OutputFormat) -> Format {
     match output {
         OutputFormat::Text => Format::Text,
@@ -317,6 +335,25 @@ mod tests {
         assert_eq!(apply.format, Format::Json);
         let err = config(&["apply", "-s", "pools", "-o", "json"]).unwrap_err();
         assert_eq!(err.to_string(), "apply -o json asks no question: pass --yes (or apply a saved plan)");
+    }
+
+    #[test]
+    fn apply_and_watch_skip_the_preflight_checks_they_are_told_to() {
+        let skew = BTreeSet::from([PreflightCheck::VersionSkew]);
+        let args = ["-s", "pools", "--skip-preflight", "version-skew"];
+        let Task::Apply(apply) = config(&[&["apply"][..], &args].concat()).unwrap().task else {
+            panic!("not apply")
+        };
+        assert_eq!(apply.skip_preflight, skew);
+        let Task::Watch(watch) = config(&[&["watch"][..], &args].concat()).unwrap().task else {
+            panic!("not watch")
+        };
+        assert_eq!(watch.skip_preflight, skew);
+        let Task::Apply(apply) = config(&["apply", "-s", "pools"]).unwrap().task else { panic!("not apply") };
+        assert!(apply.skip_preflight.is_empty(), "every check by default");
+        // Only the checks there are; plan makes none.
+        assert!(Cli::try_parse_from(["poolctl", "apply", "-s", "p", "--skip-preflight", "images"]).is_err());
+        assert!(Cli::try_parse_from([&["poolctl", "plan"][..], &args].concat()).is_err());
     }
 
     #[test]

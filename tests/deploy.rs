@@ -434,8 +434,9 @@ async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_u
     let requests = rig.fake.requests();
     let mut used = BTreeSet::new();
     for request in &requests {
-        // The API server's clock (the `Date` of this answer): every client may read `/version`,
-        // through the built-in system:public-info-viewer binding.
+        // The API server's clock (the `Date` of this answer) and version (the version-skew
+        // preflight): every client may read `/version`, through the built-in
+        // system:public-info-viewer binding.
         if request.method == "GET" && request.uri() == "/version" {
             continue;
         }

@@ -43,4 +43,5 @@ mod spec;
 mod support;
 mod template;
 mod ux;
+mod version_skew;
 mod watch;

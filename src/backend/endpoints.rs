@@ -185,6 +185,10 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.pool(pool).ensure_image(pool, image).await
     }
 
+    async fn image_labels(&self, pool: &str, image: &str) -> Result<BTreeMap<String, String>, BackendError> {
+        self.pool(pool).image_labels(pool, image).await
+    }
+
     async fn network_exists(&self, pool: &str, name: &str) -> Result<bool, BackendError> {
         self.pool(pool).network_exists(pool, name).await
     }

@@ -130,6 +130,19 @@ pub struct ExecOutput {
 /// What starts an [`ExecOutput::output`] whose beginning was cut off.
 pub const CUT: &str = "[...]";
 
+/// The API server's version, as its `/version` answers (`major`, `minor` and `gitVersion` of
+/// Kubernetes' `version.Info`), unparsed: what the version-skew preflight compares a new
+/// kubelet with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// E.g. `v1.30.2`, `v1.30.2+k3s1`, `v1.30.2-eks-1234567`.
+    pub git_version: String,
+    /// E.g. `1`.
+    pub major: String,
+    /// E.g. `30` (`30+` on some distributions).
+    pub minor: String,
+}
+
 /// How a container stopped running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -182,6 +195,13 @@ pub trait Containers: Sync {
         pool: &str,
         image: &str,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// The labels of the image (present where `pool`'s containers are created, see
+    /// [`Containers::ensure_image`]): one inspect.
+    fn image_labels(
+        &self,
+        pool: &str,
+        image: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, BackendError>> + Send;
     /// Whether the named network exists where `pool`'s containers are created.
     fn network_exists(
         &self,
@@ -318,6 +338,9 @@ pub trait Cluster: Sync {
     fn clock(&self) -> impl Future<Output = Option<i64>> + Send {
         async { None }
     }
+    /// The API server's version (its `/version`, which every client may read), within a
+    /// deadline of its own.
+    fn server_version(&self) -> impl Future<Output = Result<ServerVersion, BackendError>> + Send;
     /// Converge the Node's labels (the pool label included) and taints on these, as
     /// [`crate::model::NodeConfig::change_towards`] says, reading the Node as it is now, and
     /// write poolctl's `reference` to its container in the same update, when given.

@@ -7,6 +7,7 @@
 //! one carried out: after waiting for another run (`--lock-timeout`) it is typically empty. If
 //! it differs from the confirmed one, it is shown, and carried out only with `--yes`.
 
+use std::collections::BTreeSet;
 use std::io::{self, IsTerminal};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use crate::report::write_stdout;
 use crate::report::{Progress, ProgressFormat, ProgressUi, end_event, write_summary};
 use crate::rollout::cancel::EXIT_INTERRUPTED;
 use crate::rollout::cancel::{Interrupt, Signals, StopReason};
-use crate::rollout::execute::Report;
+use crate::rollout::execute::{PreflightCheck, Report};
 use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Rollout, RolloutError};
 use crate::style::Style;
@@ -229,6 +230,8 @@ fn stale(file: &Path, changes: &[String]) -> anyhow::Error {
 /// Ctrl-C and SIGTERM) and where progress goes.
 struct Session {
     settings: LockSettings,
+    /// `--skip-preflight`.
+    skip_preflight: BTreeSet<PreflightCheck>,
     interrupt: Arc<Interrupt>,
     /// Where the rollout's progress goes: stdout, as lines, a live line or JSON events.
     progress: Progress,
@@ -240,7 +243,8 @@ impl Session {
         let settings = LockSettings::new("apply", config.lock_timeout)?;
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
-        Ok(Self { settings, interrupt, progress: Progress::new(Box::new(io::stdout()), ui), ui })
+        let progress = Progress::new(Box::new(io::stdout()), ui);
+        Ok(Self { settings, skip_preflight: config.skip_preflight.clone(), interrupt, progress, ui })
     }
 
     /// Roll `planned` out, `check` deciding whether the plan made under the locks may be
@@ -252,7 +256,8 @@ impl Session {
     ) -> Result<Exit> {
         let Planned { desired, docker, preview, .. } = planned;
         let rollout =
-            Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &self.progress);
+            Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &self.progress)
+                .skipping_preflight(&self.skip_preflight);
         match Box::pin(rollout.run(check)).await.map_err(rollout_failure)? {
             Outcome::NothingLeft => {
                 let text = "\nNo changes left: the world changed before the locks were taken, and matches the source.";

@@ -103,3 +103,6 @@ pub const REVISION: &str = "poolctl.dev/revision";
 /// On a revision's end record: how its rollout ended (`Complete`, `Degraded`, `RolledBack`);
 /// the record's creation time is when.
 pub const REVISION_RESULT: &str = "poolctl.dev/revision-result";
+/// On an image, set by whoever builds it (poolctl never writes it): the version of the kubelet
+/// the image runs (`v1.30.2`). The version-skew preflight reads it before the image's tag.
+pub const KUBELET_VERSION: &str = "poolctl.dev/kubelet-version";

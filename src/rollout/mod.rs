@@ -16,7 +16,7 @@ use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
 use crate::model::{Desired, LockHolder, World};
 use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
 use crate::rollout::cancel::Interrupt;
-use crate::rollout::execute::{Executor, PreflightError, Report};
+use crate::rollout::execute::{Executor, PreflightCheck, PreflightError, Report};
 use crate::rollout::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
 use crate::rollout::observe::{ObserveError, Observed, observe, observe_again};
 
@@ -315,6 +315,8 @@ pub struct Rollout<'a, C, K> {
     sink: &'a dyn Sink,
     /// The pools to lock first; more are locked if the plan made under them changes more.
     scope: BTreeSet<String>,
+    /// The preflight checks not to make (`--skip-preflight`).
+    skip_preflight: BTreeSet<PreflightCheck>,
 }
 
 impl<'a, C, K> Rollout<'a, C, K> {
@@ -335,7 +337,15 @@ impl<'a, C, K> Rollout<'a, C, K> {
             scope.extend(preview.busy_pools());
         }
         let (clusters, options) = (&preview.clusters, preview.options.clone());
-        Self { desired, containers, clusters, options, locks, interrupt, sink, scope }
+        let skip_preflight = BTreeSet::new();
+        Self { desired, containers, clusters, options, locks, interrupt, sink, scope, skip_preflight }
+    }
+
+    /// Make none of the preflight checks `skipped` (`--skip-preflight`).
+    #[must_use]
+    pub fn skipping_preflight(mut self, skipped: &BTreeSet<PreflightCheck>) -> Self {
+        self.skip_preflight.clone_from(skipped);
+        self
     }
 }
 
@@ -440,7 +450,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         // two batches (see `Executor::run_batch`).
         let executor = Executor::new(self.desired, self.containers, self.clusters, self.sink, self.interrupt)
             .with_lock_guard(guard.clone())
-            .on_node(self.options.own_node.clone());
+            .on_node(self.options.own_node.clone())
+            .skipping(self.skip_preflight.clone());
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most

@@ -57,6 +57,7 @@ async fn with_rollout<T>(
         interrupt,
         sink: &out,
         scope: BTreeSet::new(),
+        skip_preflight: BTreeSet::new(),
     };
     let result = f(&rollout).await;
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
@@ -66,7 +67,7 @@ async fn with_rollout<T>(
 impl<C, K> Rollout<'_, C, K> {
     /// This rollout, locking `scope` first (the pools a plan shown changed).
     fn scoped(&self, scope: BTreeSet<String>) -> Self {
-        Rollout { scope, options: self.options.clone(), ..*self }
+        Rollout { scope, options: self.options.clone(), skip_preflight: self.skip_preflight.clone(), ..*self }
     }
 }
 
@@ -393,6 +394,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         interrupt: &Interrupt::default(),
         sink: &out,
         scope: BTreeSet::new(),
+        skip_preflight: BTreeSet::new(),
     };
     assert!(rollout.carry_out(&plan, &LockGuard::unguarded()).await.unwrap().complete());
     let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();

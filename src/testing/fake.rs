@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use super::sim::SimWorld;
 use crate::backend::{
     BackendError, Cluster, Connect, Containers, ExecOutput, LockError, LockRecord, Locks, NewContainer,
-    NewFile, Stopped, lock_expiry,
+    NewFile, ServerVersion, Stopped, lock_expiry,
 };
 use crate::model::{
     ClusterIdentity, ClusterRef, Container, ContainerState, InstanceRef, LockHolder, Node, Pdb, Pod, World,
@@ -43,6 +43,23 @@ struct Inner {
     /// Seconds the daemon's clock ([`Containers::clock`]) is ahead of this process's: time that
     /// passes for the world at once, as far as every record's age goes.
     ahead: std::sync::atomic::AtomicI64,
+    /// The labels of each image, by the name the template gives it; none unless a test says.
+    image_labels: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    /// What every cluster's API server answers to `/version` ([`FakeWorld::server_version`]);
+    /// `None`: [`DEFAULT_SERVER_VERSION`].
+    server_version: Mutex<Option<ServerVersion>>,
+}
+
+/// The fake API servers' `gitVersion` unless a test sets another.
+const DEFAULT_SERVER_VERSION: &str = "v1.34.0";
+
+/// A `/version` answer for `git_version` (`v1.30.2`), as a real API server gives it.
+fn version_info(git_version: &str) -> ServerVersion {
+    let numbers = git_version.trim_start_matches('v');
+    let mut parts = numbers.split(['.', '-', '+']);
+    let major = parts.next().unwrap_or_default().to_owned();
+    let minor = parts.next().unwrap_or_default().to_owned();
+    ServerVersion { git_version: git_version.to_owned(), major, minor }
 }
 
 /// What the fake does besides answering.
@@ -189,6 +206,21 @@ impl FakeWorld {
 
     pub(crate) fn unreachable(self, cluster: ClusterRef) -> Self {
         self.faults().unreachable.insert(cluster);
+        self
+    }
+
+    /// Give `image` the label `key=value`.
+    pub(crate) fn image_label(self, image: &str, key: &str, value: &str) -> Self {
+        let mut images = self.0.image_labels.lock().unwrap();
+        images.entry(image.to_owned()).or_default().insert(key.to_owned(), value.to_owned());
+        drop(images);
+        self
+    }
+
+    /// Have every cluster's API server answer `/version` with `git_version` (`v1.30.2`). The
+    /// read fails when the call `version` is made to fail.
+    pub(crate) fn server_version(self, git_version: &str) -> Self {
+        *self.0.server_version.lock().unwrap() = Some(version_info(git_version));
         self
     }
 
@@ -441,6 +473,14 @@ impl Containers for FakeWorld {
 
     async fn ensure_image(&self, _pool: &str, image: &str) -> Result<bool, BackendError> {
         self.call(format!("image {image}"), |_| Ok(false)).await
+    }
+
+    /// A read: not recorded among the calls.
+    async fn image_labels(&self, _pool: &str, image: &str) -> Result<BTreeMap<String, String>, BackendError> {
+        if self.faults().fail.contains(&format!("image-labels {image}")) {
+            return Err(BackendError::Failed(format!("image-labels {image} refused")));
+        }
+        Ok(self.0.image_labels.lock().unwrap().get(image).cloned().unwrap_or_default())
     }
 
     async fn network_exists(&self, _pool: &str, name: &str) -> Result<bool, BackendError> {
@@ -785,6 +825,19 @@ impl Cluster for FakeCluster {
 
     fn identity(&self) -> &ClusterIdentity {
         &self.identity
+    }
+
+    /// A read: not recorded among the calls; fails when `version` is made to.
+    async fn server_version(&self) -> Result<ServerVersion, BackendError> {
+        if self.world.faults().fail.contains("version") {
+            return Err(BackendError::Unreachable {
+                what: "the Kubernetes API server",
+                at: self.identity.server.clone(),
+                reason: "read the version: no answer within 10s".into(),
+            });
+        }
+        let set = self.world.0.server_version.lock().unwrap().clone();
+        Ok(set.unwrap_or_else(|| version_info(DEFAULT_SERVER_VERSION)))
     }
 
     async fn await_ready(&self, node: &str, timeout: Duration) -> Result<(), BackendError> {

@@ -486,6 +486,7 @@ async fn reconcile(
         revision: &tell.revision,
         locks: &tell.locks,
         acting: &tell.acting,
+        skip_preflight: config.skip_preflight.clone(),
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {

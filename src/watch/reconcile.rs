@@ -17,7 +17,7 @@ use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
-use crate::rollout::execute::{Report, StepOutcome};
+use crate::rollout::execute::{PreflightCheck, Report, StepOutcome};
 use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
@@ -44,6 +44,8 @@ pub(super) struct Reconcile<'a, C, N> {
     pub locks: &'a LockSettings,
     /// Where the rollout's own stops and removals are noted.
     pub acting: &'a Acting,
+    /// `--skip-preflight`: the preflight checks not to make.
+    pub skip_preflight: BTreeSet<PreflightCheck>,
 }
 
 /// The containers a rollout stops or removes itself, noted as each such step starts (Docker
@@ -248,7 +250,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         // A pool another run holds is retried with watch's backoff, not waited on here.
         let shown = (self.out, &Metrics);
         let sink = (&shown, self.acting);
-        let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink);
+        let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink)
+            .skipping_preflight(&self.skip_preflight);
         // Announced once the locks are held and the plan made under them changes something.
         // The pools that plan finds Degraded: the deadline may have passed since the preview.
         let mut degraded_under_locks = BTreeSet::new();
@@ -438,6 +441,7 @@ mod tests {
             revision: "r1",
             locks: locks(),
             acting: Box::leak(Box::default()),
+            skip_preflight: BTreeSet::new(),
         }
     }
 
@@ -539,6 +543,7 @@ mod tests {
             revision: "r1",
             locks: locks(),
             acting: Box::leak(Box::default()),
+            skip_preflight: BTreeSet::new(),
         };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
@@ -555,9 +560,24 @@ mod tests {
             revision: "r1",
             locks: locks(),
             acting: Box::leak(Box::default()),
+            skip_preflight: BTreeSet::new(),
         };
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_outside_the_skew_fails_the_reconcile_unless_watch_skips_the_check() {
+        let pool = PoolArgs { image: "kindest/node:v1.32.0", nodes: true, ..PoolArgs::new("k", 1) };
+        let v1 = desired(vec![pool.build()]);
+        let (interrupt, out) = (Interrupt::default(), output());
+        let fake = FakeWorld::default().server_version("v1.30.2");
+        let mut reconcile = applying(&fake, &out);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
+        assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
+        reconcile.skip_preflight = BTreeSet::from([PreflightCheck::VersionSkew]);
+        assert_eq!(reconcile.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
+        assert_eq!(fake.world().containers.len(), 1);
     }
 
     #[tokio::test]
@@ -575,6 +595,7 @@ mod tests {
             revision: "r1",
             locks: locks(),
             acting: Box::leak(Box::default()),
+            skip_preflight: BTreeSet::new(),
         };
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.

@@ -163,6 +163,8 @@ pub(crate) struct TestDocker {
     pub(crate) case: String,
     /// The scope's events, followed from its start (see [`TestDocker::events`]).
     followed: Option<(std::process::Child, Arc<Mutex<Vec<DockerEvent>>>)>,
+    /// The images this scope built ([`TestDocker::node_image`]), removed with its containers.
+    images: Mutex<Vec<String>>,
 }
 
 /// One line of `docker events --format '{{json .}}'`, as a [`DockerEvent`].
@@ -180,13 +182,30 @@ impl TestDocker {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let case = format!("{}-{}", run_id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let followed = follow_events(&case);
-        Self { backend, pool: format!("pt{case}"), case, followed }
+        Self { backend, pool: format!("pt{case}"), case, followed, images: Mutex::default() }
     }
 
     /// The `key=value` label that only this scope's containers carry (it also drives the drop
     /// guard): give it to pool templates and to the fake kubelet.
     pub(crate) fn case_label(&self) -> (&'static str, &str) {
         (CASE_LABEL, &self.case)
+    }
+
+    /// The plain test image under a name of this scope's whose tag is `tag`, as a Kubernetes
+    /// node image's tag carries its kubelet's version (`kindest/node:v1.32.0`): built `FROM` the
+    /// plain image (no registry), labelled with the test run's and the scope's labels (a leftover
+    /// is pruned by them), and removed when the scope ends.
+    pub(crate) fn node_image(&self, tag: &str) -> String {
+        let name = format!("poolctl-test-node-{}:{tag}", self.case);
+        let ctx = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(ctx.path().join("Dockerfile"), format!("FROM {IMAGE}\n"))
+            .expect("write the Dockerfile");
+        self.images.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(name.clone());
+        let run = format!("{RUN_LABEL}={}", run_id());
+        let case = format!("{CASE_LABEL}={}", self.case);
+        let dir = ctx.path().to_str().expect("a UTF-8 temp dir");
+        docker_cli(&["build", "-q", "--label", &run, "--label", &case, "-t", &name, dir]);
+        name
     }
 
     /// A container name in this test's pool.
@@ -352,13 +371,32 @@ fn docker_cli(args: &[&str]) -> String {
 }
 
 impl Drop for TestDocker {
-    /// Removes this test's containers with the docker CLI: Drop cannot await, and blocking on a
-    /// child process (unlike `block_on`) is safe inside the test's runtime.
+    /// Removes this test's containers, then its images, with the docker CLI: Drop cannot await,
+    /// and blocking on a child process (unlike `block_on`) is safe inside the test's runtime.
     fn drop(&mut self) {
         if let Some((child, _)) = &mut self.followed {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.remove_containers_and_records();
+        // Once no container of the scope uses them.
+        let images =
+            std::mem::take(&mut *self.images.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if !images.is_empty()
+            && !Command::new("docker")
+                .args(["rmi", "-f"])
+                .args(&images)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        {
+            eprintln!("test cleanup: `docker rmi -f` failed; images {images:?} may remain");
+        }
+    }
+}
+
+impl TestDocker {
+    /// The scope's containers and poolctl's records of its pools.
+    fn remove_containers_and_records(&self) {
         let filter = format!("label={CASE_LABEL}={}", self.case);
         let Ok(out) = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output() else {
             eprintln!("test cleanup: cannot run `docker ps`; containers labelled {filter} may remain");

@@ -1,9 +1,9 @@
 //! A fake Kubernetes API server over real HTTPS, for tests that drive the real kube client.
 //!
-//! `FakeKube::start` serves Nodes, Pods, the pods/eviction subresource, PodDisruptionBudgets,
-//! `DaemonSet` objects (get and list) and Leases on 127.0.0.1 with a random port, on a runtime of its
-//! own in a thread of its own, so it keeps answering while a test blocks on a child `poolctl`
-//! process. Like a kind cluster, it speaks TLS only, with a certificate for 127.0.0.1 from a CA
+//! `FakeKube::start` serves `/version` (`v1.34.0` unless a test sets another), Nodes, Pods, the
+//! pods/eviction subresource, PodDisruptionBudgets, `DaemonSet` objects (get and list) and Leases
+//! on 127.0.0.1 with a random port, on a runtime of its own in a thread of its own, so it keeps
+//! answering while a test blocks on a child `poolctl` process. Like a kind cluster, it speaks TLS only, with a certificate for 127.0.0.1 from a CA
 //! of its own, and requires a client certificate of that CA: clients reach it through a
 //! kubeconfig carrying `certificate-authority-data`, `client-certificate-data` and
 //! `client-key-data`, so kube's real rustls path runs in every test. Tests steer it through
@@ -255,6 +255,11 @@ users:
     /// Direct access to the state, for reads and changes not covered by the helpers below.
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.shared.store.lock().expect("store lock")
+    }
+
+    /// Have `/version` answer `git_version` (`v1.30.2`), its `major` and `minor` to match.
+    pub fn set_version(&self, git_version: &str) {
+        git_version.clone_into(&mut self.store().git_version);
     }
 
     // ------------------------------------------------------------ nodes

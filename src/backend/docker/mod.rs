@@ -592,6 +592,14 @@ impl Containers for DockerBackend {
         Ok(true)
     }
 
+    async fn image_labels(&self, _pool: &str, image: &str) -> Result<BTreeMap<String, String>, BackendError> {
+        let inspected = self
+            .call(self.docker.inspect_image(image))
+            .await
+            .map_err(|e| self.error(&format!("inspect image {image}"), e))?;
+        Ok(inspected.config.and_then(|c| c.labels).unwrap_or_default().into_iter().collect())
+    }
+
     async fn network_exists(&self, _pool: &str, name: &str) -> Result<bool, BackendError> {
         match self.call(self.docker.inspect_network(name, None::<InspectNetworkOptions>)).await {
             Ok(_) => Ok(true),

@@ -34,7 +34,7 @@ use crate::backend::retry::Backoff;
 
 /// How long the API server may take to tell its time; past it, this process's clock stands in.
 const CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
-use crate::backend::{BackendError, Cluster, Connect, LockRecord};
+use crate::backend::{BackendError, Cluster, Connect, LockRecord, ServerVersion};
 use crate::model::{ClusterIdentity, ClusterRef, InstanceRef, Node, Pdb, Pod, labels};
 use crate::spec::{IN_CLUSTER, Taint};
 
@@ -59,6 +59,11 @@ use errors::{Class, classify, reason};
 
 /// How long a single API call that has no step deadline of its own keeps being retried.
 const API_RETRY_WINDOW: Duration = Duration::from_secs(30);
+
+/// How long reading the API server's version is retried, for the version-skew preflight: an
+/// API server answers `/version` at once, and one that cannot within this would fail the
+/// rollout's first Ready wait anyway.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// TCP connect plus TLS handshake: an API server on a local network answers in milliseconds.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -410,6 +415,13 @@ impl Cluster for KubeCluster {
         let date = answer.headers().get(hyper::header::DATE)?.to_str().ok()?;
         let at = k8s_openapi::jiff::fmt::rfc2822::parse(date).ok()?;
         Some(at.timestamp().as_second())
+    }
+
+    async fn server_version(&self) -> Result<ServerVersion, BackendError> {
+        // `/version`, which every client may read (system:public-info-viewer).
+        let deadline = Instant::now() + VERSION_TIMEOUT;
+        let info = self.retrying("read the version", deadline, || self.client.apiserver_version()).await?;
+        Ok(ServerVersion { git_version: info.git_version, major: info.major, minor: info.minor })
     }
 
     async fn configure(

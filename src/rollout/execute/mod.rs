@@ -19,8 +19,9 @@ mod numbering;
 mod ready;
 mod redact;
 pub(crate) mod report;
+mod skew;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +38,7 @@ use crate::spec::{EnvValue, Secret, SecretEnv};
 
 pub(crate) use numbering::indent;
 pub use report::{Report, StepOutcome};
+pub use skew::PreflightCheck;
 
 /// How long a container-only instance may take to run and turn healthy. Pools with a `node:`
 /// section use their `readyTimeout` instead; bootstrap commands have their own timeouts.
@@ -163,6 +165,30 @@ pub enum PreflightError {
         #[source]
         source: join::JoinError,
     },
+    /// The labels of a pool's image could not be read (they may say its kubelet's version).
+    #[error("cannot read the labels of image {image}")]
+    ImageLabels { image: String, source: BackendError },
+    /// The new template's kubelet is newer than the API server it would register with
+    /// ([`skew`]).
+    #[error(
+        "pool {pool}: the template's kubelet {kubelet} ({from}) is newer than the API server {server}; Kubernetes \
+         supports a kubelet as new as the API server and up to three minor versions older. Use an image of \
+         {newest} or older, or pass --skip-preflight version-skew"
+    )]
+    KubeletNewer { pool: String, kubelet: String, from: String, server: String, newest: String },
+    /// The new template's kubelet is older than its API server supports ([`skew`]).
+    #[error(
+        "pool {pool}: the template's kubelet {kubelet} ({from}) is older than the API server {server} supports; \
+         Kubernetes supports a kubelet as new as the API server and up to three minor versions older (two, for \
+         a kubelet older than v1.25). Use an image of {oldest} or newer, or pass --skip-preflight version-skew"
+    )]
+    KubeletTooOld { pool: String, kubelet: String, from: String, server: String, oldest: String },
+    /// The API server's version could not be read, to compare the new kubelet's with.
+    #[error(
+        "pool {pool}: cannot read the API server's version to check the template's kubelet {kubelet} ({from}) \
+         against it; pass --skip-preflight version-skew to create it unchecked"
+    )]
+    ServerVersionUnknown { pool: String, kubelet: String, from: String, source: BackendError },
 }
 
 /// How long a new container that stayed up through its window may take to show it is still up
@@ -207,6 +233,8 @@ pub struct Executor<'a, C, K> {
     own_node: Option<String>,
     /// The k3s node tokens this run handed new agents: their bootstrap may print them.
     handed_out: Mutex<Vec<Secret>>,
+    /// The preflight checks not to make (`--skip-preflight`; none by default).
+    skipped: BTreeSet<PreflightCheck>,
 }
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
@@ -291,6 +319,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             lock_guard: LockGuard::unguarded(),
             own_node: None,
             handed_out: Mutex::default(),
+            skipped: BTreeSet::new(),
         }
     }
 
@@ -307,6 +336,13 @@ impl<'a, C, K> Executor<'a, C, K> {
     #[must_use]
     pub fn on_node(mut self, own: Option<String>) -> Self {
         self.own_node = own;
+        self
+    }
+
+    /// Make none of the preflight checks `skipped` (`--skip-preflight`).
+    #[must_use]
+    pub fn skipping(mut self, skipped: BTreeSet<PreflightCheck>) -> Self {
+        self.skipped = skipped;
         self
     }
 }
@@ -408,8 +444,9 @@ pub fn new_container(
 
 impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Check, before anything changes, that every image a Create needs is there (pulling the
-    /// missing ones) and every network exists, where each pool's containers are created, and that
-    /// every container a join goes through runs.
+    /// missing ones) and every network exists, where each pool's containers are created, that
+    /// every container a join goes through runs, and that the kubelet of each pool's new Nodes
+    /// is one its API server supports ([`skew`]).
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
         self.carry(plan);
         let declared = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
@@ -448,7 +485,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             })?;
             self.check_join_cluster(pool, container).await?;
         }
-        for (pool, image) in images {
+        for &(pool, image) in &images {
             let pulled = self
                 .containers
                 .ensure_image(pool, image)
@@ -464,6 +501,15 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 Ok(false) => return Err(PreflightError::NoNetwork(network.into())),
                 Err(source) => return Err(PreflightError::Network { network: network.into(), source }),
             }
+        }
+        let mut creating: Vec<&str> = Vec::new();
+        for (pool, _) in &images {
+            if !creating.contains(pool) {
+                creating.push(pool);
+            }
+        }
+        for pool in creating {
+            self.check_version_skew(pool).await?;
         }
         Ok(())
     }

@@ -695,3 +695,119 @@ async fn a_node_that_flaps_within_the_monitor_window_starts_it_again() {
     // Up only once 5s had passed since the flap ended: at least 3s + 5s after the start.
     assert!(started.elapsed() >= Duration::from_secs(8), "{:?}", started.elapsed());
 }
+
+/// A pool `w` of Nodes (of the current context) made from `image`, and a plan that creates
+/// two of them and retires two old ones.
+fn node_pool_of(image: &'static str) -> (Desired, Plan) {
+    let pool = PoolArgs { image, nodes: true, hash: Some("new"), ..PoolArgs::new("w", 2) }.build();
+    let desired = Desired { origin: Origin::Path { path: "/pools".into() }, pools: vec![pool] };
+    let mut plan = rolling_plan();
+    for step in &mut plan.pools[0].steps {
+        if let Action::Create { image: created, .. } = &mut step.action {
+            image.clone_into(created);
+        }
+    }
+    (desired, plan)
+}
+
+/// The preflight of `image`'s pool against `fake`, as its error says (`None`: it passed),
+/// after which nothing was created.
+async fn skew_preflight(fake: &FakeWorld, image: &'static str) -> Option<String> {
+    let (desired, plan) = node_pool_of(image);
+    let preflight = async |e: &Executor<'_, _, _>| e.preflight(&plan).await;
+    let (result, _) = with_executor(fake, &desired, &Interrupt::default(), preflight).await;
+    assert!(
+        fake.calls().iter().all(|c| c.starts_with("image ")),
+        "only images were looked at: {:?}",
+        fake.calls()
+    );
+    assert!(fake.world().containers.is_empty());
+    result.err().map(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn a_kubelet_newer_than_the_api_server_is_refused_naming_both_versions() {
+    let fake = FakeWorld::default().server_version("v1.30.2");
+    assert_eq!(
+        skew_preflight(&fake, "kindest/node:v1.32.0").await.unwrap(),
+        "pool w: the template's kubelet v1.32.0 (from the image tag kindest/node:v1.32.0) is newer than the API \
+         server v1.30.2; Kubernetes supports a kubelet as new as the API server and up to three minor versions \
+         older. Use an image of v1.30 or older, or pass --skip-preflight version-skew"
+    );
+    assert_eq!(
+        fake.calls(),
+        vec!["image kindest/node:v1.32.0"],
+        "the image is there before its label is read"
+    );
+}
+
+#[tokio::test]
+async fn a_kubelet_as_new_as_the_api_server_or_up_to_three_minors_older_passes() {
+    let fake = FakeWorld::default().server_version("v1.30.2");
+    for image in
+        ["kindest/node:v1.30.0", "rancher/k3s:v1.30.9-k3s1", "kindest/node:v1.29.4", "kindest/node:v1.27.3"]
+    {
+        assert_eq!(skew_preflight(&fake, image).await, None, "{image}");
+    }
+    assert_eq!(
+        skew_preflight(&fake, "rancher/k3s:v1.26.15-k3s1").await.unwrap(),
+        "pool w: the template's kubelet v1.26.15-k3s1 (from the image tag rancher/k3s:v1.26.15-k3s1) is older than \
+         the API server v1.30.2 supports; Kubernetes supports a kubelet as new as the API server and up to three \
+         minor versions older (two, for a kubelet older than v1.25). Use an image of v1.27 or newer, or pass \
+         --skip-preflight version-skew"
+    );
+}
+
+#[tokio::test]
+async fn an_image_that_names_no_kubelet_version_passes_without_asking_the_api_server() {
+    // The API server would not answer: it is not asked.
+    let fake = FakeWorld::default().server_version("v1.30.2").failing("version");
+    assert_eq!(skew_preflight(&fake, "busybox:latest").await, None);
+    // Asked for a kubelet whose version is known, its silence refuses the rollout.
+    let err = skew_preflight(&fake, "kindest/node:v1.29.0").await.unwrap();
+    assert_eq!(
+        err,
+        "pool w: cannot read the API server's version to check the template's kubelet v1.29.0 (from the image tag \
+         kindest/node:v1.29.0) against it; pass --skip-preflight version-skew to create it unchecked"
+    );
+}
+
+#[tokio::test]
+async fn the_images_kubelet_version_label_comes_before_its_tag() {
+    let label = crate::model::labels::KUBELET_VERSION;
+    let fake = FakeWorld::default()
+        .server_version("v1.30.2")
+        .image_label("my/node:latest", label, "1.32.0")
+        .image_label("my/node:v1.32.0", label, "v1.30.1");
+    let err = skew_preflight(&fake, "my/node:latest").await.unwrap();
+    assert!(
+        err.starts_with(
+            "pool w: the template's kubelet v1.32.0 (from the label poolctl.dev/kubelet-version of image \
+             my/node:latest) is newer than the API server v1.30.2;"
+        ),
+        "{err}"
+    );
+    assert_eq!(skew_preflight(&fake, "my/node:v1.32.0").await, None, "the label says v1.30.1");
+    let fake = fake.failing("image-labels my/node:latest");
+    let err = skew_preflight(&fake, "my/node:latest").await.unwrap();
+    assert_eq!(err, "cannot read the labels of image my/node:latest");
+}
+
+#[tokio::test]
+async fn skipping_the_version_skew_check_or_a_pool_without_a_cluster_passes() {
+    let fake = FakeWorld::default().server_version("v1.30.2");
+    let (desired, plan) = node_pool_of("kindest/node:v1.32.0");
+    let cluster = fake.connect(&ClusterRef { kubeconfig: None, context: None }, "w").await.unwrap();
+    let clusters = BTreeMap::from([("w".to_owned(), cluster)]);
+    let (progress, _) = crate::testing::progress();
+    let interrupt = Interrupt::default();
+    let executor = Executor::new(&desired, &fake, &clusters, &progress, &interrupt);
+    assert!(executor.preflight(&plan).await.is_err(), "checked unless skipped");
+    let skipped = std::collections::BTreeSet::from([PreflightCheck::VersionSkew]);
+    let executor = Executor::new(&desired, &fake, &clusters, &progress, &interrupt).skipping(skipped);
+    assert_eq!(executor.preflight(&plan).await, Ok(()));
+    // A pool of containers only has no API server to compare with.
+    let none = BTreeMap::<String, FakeCluster>::new();
+    let executor = Executor::new(&desired, &fake, &none, &progress, &interrupt);
+    assert_eq!(executor.preflight(&plan).await, Ok(()));
+}

@@ -196,10 +196,10 @@ fn route(
 ) -> Reply {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, segs.as_slice()) {
-        (&Method::GET, ["version"]) => Reply::Json(
-            200,
-            json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube", "platform": "linux/amd64"}),
-        ),
+        (&Method::GET, ["version"]) => {
+            let git_version = state.store.lock().expect("store lock").git_version.clone();
+            Reply::Json(200, version_info(&git_version))
+        }
         (&Method::GET, ["api", "v1", "namespaces", "kube-system"]) => {
             let uid = state.store.lock().expect("store lock").cluster_uid.clone();
             Reply::Json(
@@ -263,6 +263,24 @@ fn route(
         }
         _ => not_served(method, path),
     }
+}
+
+/// What `/version` answers for `git_version` (`v1.30.2`): a `version.Info` as kube-apiserver
+/// writes it, its `major` and `minor` read from the `gitVersion`.
+fn version_info(git_version: &str) -> Value {
+    let mut numbers = git_version.trim_start_matches('v').split(['.', '-', '+']);
+    let (major, minor) = (numbers.next().unwrap_or_default(), numbers.next().unwrap_or_default());
+    json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": git_version,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2024-06-11T20:20:00Z",
+        "goVersion": "go1.22.4",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
 }
 
 /// The `/apis/...` routes (named API groups), `group` being the path after `/apis`.

@@ -313,6 +313,8 @@ pub struct SimOptions {
 pub struct Store {
     /// The UID of this cluster's kube-system Namespace: what poolctl knows the cluster by.
     pub cluster_uid: String,
+    /// The `gitVersion` `/version` answers (`v1.34.0` unless a test sets another).
+    pub git_version: String,
     rv: u64,
     seq: u64,
     opts: SimOptions,
@@ -530,6 +532,7 @@ impl Store {
         let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             cluster_uid: format!("fake-cluster-{}-{n}", std::process::id()),
+            git_version: "v1.34.0".to_owned(),
             rv: 1,
             seq: 0,
             opts,
