@@ -56,6 +56,10 @@ pub struct PoolView {
     /// Set when `strategy: OnDelete` keeps outdated instances: how many, and how to replace one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_delete: Option<String>,
+    /// Set when the pool's template cannot be read now (its `copyFrom` container stopped, say):
+    /// why, and what its instances are shown against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_unread: Option<String>,
 }
 
 /// One instance, as observed.
@@ -176,6 +180,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         instances,
         unhealthy_held: pool.unhealthy_held.clone(),
         on_delete: crate::plan::on_delete_note(pool),
+        template_unread: None,
         degraded: pool.degraded.clone(),
     }
 }
@@ -206,6 +211,9 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
         writeln!(out, "{}", style.bold(&pool_line(pool)))?;
         if let Some(lock) = &pool.lock {
             writeln!(out, "  Locked by {}", lock.describe(now))?;
+        }
+        if let Some(why) = &pool.template_unread {
+            writeln!(out, "  {}", style.red(why))?;
         }
         if pool.instances.is_empty() {
             writeln!(out, "  No instances.")?;

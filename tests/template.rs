@@ -888,6 +888,35 @@ async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_change
     assert!(stale.stderr.contains("is stale, nothing was changed"), "{}", stale.stderr);
 }
 
+/// `status` shows a pool whose copyFrom source is stopped, says its template cannot be read and
+/// why, and shows its instances against the template last rolled out: in sync, as they were.
+#[tokio::test]
+async fn status_shows_a_pool_whose_copy_from_source_is_stopped() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let d = s.docker();
+    let source = d.name("source");
+    let case = format!("{CASE_LABEL}={}", d.case);
+    docker_cli(&["run", "-d", "--name", &source, "--label", &case, IMAGE]);
+    s.write("pool.yaml", &copying_pool(d, &source));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let instance = s.running().await.remove(0).name;
+    docker_cli(&["stop", "-t", "0", &source]);
+
+    let shown = s.run("status", &[]).expect_code(0).stdout;
+    assert!(
+        shown.contains(&format!("its template cannot be read: pool {}: spec.template.copyFrom", d.pool)),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("docker start {source}")), "the way out: {shown}");
+    assert!(shown.contains("shown against the template last rolled out"), "{shown}");
+    assert!(shown.contains(&instance) && shown.contains("in sync"), "{shown}");
+    let json: Value = serde_json::from_str(&s.run("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    assert!(json["pools"][0]["template_unread"].as_str().is_some_and(|w| w.contains(&source)), "{json:#}");
+    assert_eq!(json["pools"][0]["in_sync"], true, "{json:#}");
+    // plan still refuses: it cannot know what to create.
+    s.run("plan", &[]).expect_code(1);
+}
+
 /// A tag of the test's own, removed when the test ends, however it ends.
 struct Tag(String);
 

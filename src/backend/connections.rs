@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::docker::{
     CopyError, DRIFT_EVENTS, DockerBackend, DockerEnv, EndpointsError, connect_endpoints, container_events,
-    resolve_copies, resolve_endpoints,
+    resolve_copies, resolve_copies_leniently, resolve_endpoints,
 };
 use super::endpoints::Endpoints;
 use super::kube::{KeptConnect, KubeCluster, KubeConnect};
@@ -105,6 +105,17 @@ impl Connections {
         let docker = self.docker(&desired).await?;
         let desired = resolve_copies(desired, &docker).await?;
         Ok((desired, docker))
+    }
+
+    /// [`Connections::connect_docker`] for what only shows the world (`status`): a pool whose
+    /// settings cannot be read is left as its file writes it, and why is returned with it.
+    pub async fn connect_docker_leniently(
+        &self,
+        desired: Desired,
+    ) -> Result<(Desired, Arc<DockerEndpoints>, Vec<CopyError>), EndpointsError> {
+        let docker = self.docker(&desired).await?;
+        let (desired, unread) = resolve_copies_leniently(desired, &docker).await;
+        Ok((desired, docker, unread))
     }
 
     /// How the pools' clusters are connected.

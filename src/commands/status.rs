@@ -24,10 +24,15 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     check_pools(&desired, &config.pools)?;
     let options = PlanOptions { pools: config.pools.clone(), ..PlanOptions::default() };
     let connections = Connections::once();
-    let (desired, docker) = connections.connect_docker(desired).await?;
+    // A pool whose template cannot be read now (its copyFrom container stopped) is still shown.
+    let (desired, docker, unread) = connections.connect_docker_leniently(desired).await?;
+    let unread: BTreeMap<String, String> =
+        unread.iter().map(|e| (e.pool().to_owned(), crate::backend::cause_chain(e))).collect();
     let observed = observe(&desired, &*docker, connections.clusters()).await?;
     let clusters = observed.clusters;
-    let first = snapshot(&desired, &options, &docker, &clusters, observed.world).await;
+    let view =
+        View { desired: &desired, options: &options, docker: &docker, clusters: &clusters, unread: &unread };
+    let first = view.snapshot(observed.world).await;
     if !config.watch {
         return write_stdout(|out| show(&first, config, ui, false, out)).map(|()| Exit::Success);
     }
@@ -62,7 +67,7 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
             _ = tokio::signal::ctrl_c() => break,
         }
         match observe_again(&*docker, &clusters).await {
-            Ok(world) => current = Some(snapshot(&desired, &options, &docker, &clusters, world).await),
+            Ok(world) => current = Some(view.snapshot(world).await),
             Err(e) => tracing::warn!("cannot observe the pools: {e}; trying again"),
         }
     }
@@ -70,17 +75,55 @@ pub(super) async fn status_command(config: &StatusConfig, ui: Ui) -> Result<Exit
     Ok(Exit::Success)
 }
 
-/// The status of `world`, with the locks held now (which also say whether an instance that has
-/// not finished coming up is in the making).
-async fn snapshot<K: Locks>(
-    desired: &Desired,
-    options: &PlanOptions,
-    docker: &DockerEndpoints,
-    clusters: &BTreeMap<String, K>,
-    world: World,
-) -> Status {
-    let (world, locks, plan) = crate::rollout::view(desired, world, docker, clusters, options.clone()).await;
-    status(&plan, &world, &locks)
+/// What a status is made of, besides the world.
+struct View<'a, K> {
+    desired: &'a Desired,
+    options: &'a PlanOptions,
+    docker: &'a DockerEndpoints,
+    clusters: &'a BTreeMap<String, K>,
+    /// The pools whose template cannot be read now, and why.
+    unread: &'a BTreeMap<String, String>,
+}
+
+impl<K: Locks> View<'_, K> {
+    /// The status of `world`, with the locks held now (which also say whether an instance that
+    /// has not finished coming up is in the making).
+    async fn snapshot(&self, world: World) -> Status {
+        let mut desired = Desired::clone(self.desired);
+        let mut against = BTreeMap::new();
+        for pool in desired.pools.iter_mut().filter(|p| self.unread.contains_key(p.name())) {
+            if let Some((hash, what)) = last_known_template(pool.name(), &world) {
+                pool.template_hash = hash;
+                against.insert(pool.name().to_owned(), what);
+            }
+        }
+        let options = self.options.clone();
+        let (world, locks, plan) =
+            crate::rollout::view(&desired, world, self.docker, self.clusters, options).await;
+        let mut status = status(&plan, &world, &locks);
+        for pool in &mut status.pools {
+            if let Some(why) = self.unread.get(&pool.name) {
+                let shown = against.get(&pool.name).map_or("as its file writes it", String::as_str);
+                pool.template_unread = Some(format!("its template cannot be read: {why}; shown {shown}"));
+            }
+        }
+        status
+    }
+}
+
+/// The template `pool`'s instances were last rolled out to (its rollout record's), else the one
+/// most of them run: what they are shown against while the pool's own cannot be read.
+fn last_known_template(pool: &str, world: &World) -> Option<(String, String)> {
+    if let Some(record) = world.rollouts.get(pool) {
+        let hash = record.template_hash.clone();
+        return Some((hash.clone(), format!("against the template last rolled out, {hash}")));
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in world.containers.iter().filter(|c| c.pool == pool) {
+        *counts.entry(c.template_hash.as_str()).or_default() += 1;
+    }
+    let (hash, _) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+    Some((hash.to_owned(), format!("against the template most of its instances run, {hash}")))
 }
 
 /// Print one status; `redraw`: clear the terminal first and say how it is kept up to date.

@@ -17,7 +17,7 @@ use bollard::models::{
 use super::{DockerBackend, archive};
 use crate::backend::BackendError;
 use crate::backend::endpoints::Endpoints;
-use crate::model::Desired;
+use crate::model::{Desired, DesiredPool};
 use crate::spec::{self, CgroupnsMode, CopiedFrom, ImagePolicy, Template, TemplateFile, UsernsMode};
 
 /// Where k3s reads the cluster's registry mirrors, which k3d writes into every node it makes
@@ -69,6 +69,18 @@ pub enum CopyError {
     },
 }
 
+impl CopyError {
+    /// The pool whose template could not be resolved.
+    pub fn pool(&self) -> &str {
+        match self {
+            Self::Source { pool, .. }
+            | Self::NoImage { pool, .. }
+            | Self::Image { pool, .. }
+            | Self::Docker { pool, .. } => pool,
+        }
+    }
+}
+
 /// `desired` with each pool that has `copyFrom` at its effective template, and each pool with
 /// `imagePolicy: digest` with its image's ID in it (hash taken again): the named container's
 /// settings on the pool's endpoint, with the template's own on top (see [`spec::merge`]), its
@@ -78,8 +90,33 @@ pub async fn resolve_copies(
     docker: &Endpoints<DockerBackend>,
 ) -> Result<Desired, CopyError> {
     for pool in &mut desired.pools {
-        let Some(copy) = pool.pool.spec.template.copy_from.clone() else { continue };
-        let backend = docker.of_pool_backend(pool.name());
+        resolve_pool(pool, docker).await?;
+    }
+    Ok(desired)
+}
+
+/// [`resolve_copies`] for what only shows the world (`status`): a pool whose settings cannot be
+/// read (its `copyFrom` container stopped, say) is left as its file writes it, with why.
+pub async fn resolve_copies_leniently(
+    mut desired: Desired,
+    docker: &Endpoints<DockerBackend>,
+) -> (Desired, Vec<CopyError>) {
+    let mut failed = Vec::new();
+    for pool in &mut desired.pools {
+        let written = pool.clone();
+        if let Err(e) = resolve_pool(pool, docker).await {
+            *pool = written;
+            failed.push(e);
+        }
+    }
+    (desired, failed)
+}
+
+/// One pool at its effective template: its `copyFrom` container's settings under its own, and
+/// its image's ID with `imagePolicy: digest`.
+async fn resolve_pool(pool: &mut DesiredPool, docker: &Endpoints<DockerBackend>) -> Result<(), CopyError> {
+    let backend = docker.of_pool_backend(pool.name());
+    if let Some(copy) = pool.pool.spec.template.copy_from.clone() {
         let copied = backend.copied_template(&copy.container).await.map_err(|e| match e {
             Copied::Source(why) => CopyError::Source { pool: pool.name().to_owned(), why },
             Copied::Docker(source) => {
@@ -91,9 +128,7 @@ pub async fn resolve_copies(
         pool.template_hash = spec::template_hash(&pool.pool.spec);
         pool.copied_from = Some(CopiedFrom { container: copy.container, id });
     }
-    for pool in desired.pools.iter_mut().filter(|p| p.pool.spec.template.image_policy == ImagePolicy::Digest)
-    {
-        let backend = docker.of_pool_backend(pool.name());
+    if pool.pool.spec.template.image_policy == ImagePolicy::Digest {
         let image = pool.pool.spec.template.image.clone();
         let id = match backend.call(backend.docker.inspect_image(&image)).await {
             Ok(inspected) => inspected.id.unwrap_or_default(),
@@ -109,7 +144,7 @@ pub async fn resolve_copies(
         pool.pool.spec.template.image_id = Some(id);
         pool.template_hash = spec::template_hash(&pool.pool.spec);
     }
-    Ok(desired)
+    Ok(())
 }
 
 /// Why a container's settings could not be read.

@@ -40,7 +40,7 @@ mod up;
 
 use convert::container_from_summary;
 pub use convert::health_from_status;
-pub use copy::{CopyError, resolve_copies};
+pub use copy::{CopyError, resolve_copies, resolve_copies_leniently};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
