@@ -888,16 +888,32 @@ async fn a_saved_plan_of_a_copy_is_carried_out_or_refused_when_the_source_change
     assert!(stale.stderr.contains("is stale, nothing was changed"), "{}", stale.stderr);
 }
 
-/// `status` shows a pool whose copyFrom source is stopped, says its template cannot be read and
-/// why, and shows its instances against the template last rolled out: in sync, as they were.
+/// A new pool's plan shows what copyFrom copied. Then, with the source stopped, `status` shows
+/// the pool, says its template cannot be read and why, and shows its instances against the
+/// template last rolled out: in sync, as they were.
 #[tokio::test]
 async fn status_shows_a_pool_whose_copy_from_source_is_stopped() {
     let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
     let d = s.docker();
     let source = d.name("source");
     let case = format!("{CASE_LABEL}={}", d.case);
-    docker_cli(&["run", "-d", "--name", &source, "--label", &case, IMAGE]);
+    let proxy = "HTTP_PROXY=http://proxy.example:3128";
+    docker_cli(&["run", "-d", "--name", &source, "--label", &case, "--env", proxy, IMAGE]);
     s.write("pool.yaml", &copying_pool(d, &source));
+    // A new pool's plan shows its template whole, what was copied included.
+    let plan = s.run("plan", &["-o", "json"]).expect_code(0).stdout;
+    let plan: Value = serde_json::from_str(&plan).unwrap();
+    let change = &plan["pools"][0]["template_change"];
+    assert_eq!(change["from_hash"], "", "{change:#}");
+    assert!(
+        change["new"].as_str().is_some_and(|t| t.contains("HTTP_PROXY: http://proxy.example:3128")),
+        "{change:#}"
+    );
+    let text = s.run("plan", &[]).expect_code(0).stdout;
+    assert!(
+        text.contains("--- template (none)") && text.contains("+    HTTP_PROXY: http://proxy.example:3128"),
+        "{text}"
+    );
     s.run("apply", &["--yes"]).expect_code(0);
     let instance = s.running().await.remove(0).name;
     docker_cli(&["stop", "-t", "0", &source]);

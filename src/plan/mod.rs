@@ -300,6 +300,7 @@ pub enum PoolStatus {
 /// A template diff.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TemplateChange {
+    /// Empty for a new pool whose template `copyFrom` made: shown whole.
     pub from_hash: String,
     pub to_hash: String,
     /// YAML of the old template (empty when unknown).

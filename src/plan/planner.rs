@@ -1056,10 +1056,20 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
     for c in world.containers.iter().filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash) {
         outdated.entry(&c.template_hash).or_default().push(c);
     }
+    let spec = &dp.pool.spec;
+    // A new pool's template is shown whole when copyFrom made it: what was copied is no less
+    // worth reviewing than what a change would bring.
+    if outdated.is_empty()
+        && dp.copied_from.is_some()
+        && !world.containers.iter().any(|c| c.pool == dp.name())
+    {
+        let new = json_to_yaml(&canonical_template(spec)).unwrap_or_default();
+        let (from_hash, old, image_moved) = (String::new(), String::new(), None);
+        return Some(TemplateChange { from_hash, to_hash: dp.template_hash.clone(), old, new, image_moved });
+    }
     // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
     let (from_hash, containers) =
         outdated.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
-    let spec = &dp.pool.spec;
     let old_json = containers.iter().find_map(|c| c.template.as_deref());
     // Read as JSON, not as a template: an earlier poolctl's template may not read as this one's.
     let old: Option<serde_json::Value> = old_json.and_then(|j| serde_json::from_str(j).ok());

@@ -181,6 +181,35 @@ pub fn render_json_saved(
 /// The version of the `-o json` shape (documented in the README), saved plans included.
 pub const JSON_FORMAT_VERSION: u32 = 1;
 
+/// The template's diff (the whole template for a new pool `copyFrom` made), as `diff -u`.
+fn template_diff(change: &crate::plan::TemplateChange, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    let diff = TextDiff::from_lines(&change.old, &change.new);
+    let diff = diff
+        .unified_diff()
+        .header(
+            &if change.from_hash.is_empty() {
+                "template (none)".to_owned()
+            } else {
+                format!("template {}", change.from_hash)
+            },
+            &format!("template {}", change.to_hash),
+        )
+        .to_string();
+    for line in diff.lines() {
+        let painted = match line.as_bytes().first() {
+            Some(b'+') => style.green(line),
+            Some(b'-') => style.red(line),
+            Some(b'@') => style.cyan(line),
+            _ => line.to_owned(),
+        };
+        writeln!(out, "  {painted}")?;
+    }
+    if let Some(moved) = &change.image_moved {
+        writeln!(out, "  {}", style.yellow(moved))?;
+    }
+    Ok(())
+}
+
 /// The pool's body, under its header.
 fn pool_text(
     pool: &PoolPlan,
@@ -205,23 +234,7 @@ fn pool_text(
         return Ok(());
     }
     if let Some(change) = &pool.template_change {
-        let diff = TextDiff::from_lines(&change.old, &change.new);
-        let diff = diff
-            .unified_diff()
-            .header(&format!("template {}", change.from_hash), &format!("template {}", change.to_hash))
-            .to_string();
-        for line in diff.lines() {
-            let painted = match line.as_bytes().first() {
-                Some(b'+') => style.green(line),
-                Some(b'-') => style.red(line),
-                Some(b'@') => style.cyan(line),
-                _ => line.to_owned(),
-            };
-            writeln!(out, "  {painted}")?;
-        }
-        if let Some(moved) = &change.image_moved {
-            writeln!(out, "  {}", style.yellow(moved))?;
-        }
+        template_diff(change, style, out)?;
     }
     instances_text(pool, style, full, out)?;
     for instance in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
@@ -361,7 +374,11 @@ fn pool_header(pool: &PoolPlan) -> String {
                 n => format!("{n} replicas"),
             };
             let hash = pool.template_hash.as_deref().unwrap_or_default();
-            let was = pool.template_change.as_ref().map(|c| format!(" (was {})", c.from_hash));
+            let was = pool
+                .template_change
+                .as_ref()
+                .filter(|c| !c.from_hash.is_empty())
+                .map(|c| format!(" (was {})", c.from_hash));
             let state = match &pool.paused {
                 Some(held) if held.steps.is_empty() => ", up to date, paused",
                 Some(_) => ", paused",
