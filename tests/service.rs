@@ -382,3 +382,44 @@ async fn a_broken_spec_makes_readyz_fail_with_its_errors_until_a_good_one() {
     tokio::time::timeout(LIMIT, readyz(200)).await.expect("ready again with a good spec");
     assert!(watch.signal("TERM").success());
 }
+
+/// Each pool of a rollout is told its own outcome: the pool whose new template fails its
+/// bootstrap is reported failed, and the other, which goes on to the end, succeeded.
+#[tokio::test]
+async fn a_two_pool_rollout_where_one_fails_reports_success_for_the_other() {
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    let good = s.pool().replicas(1).env("V", "1");
+    let other = format!("{}-b", s.pool_name());
+    let bad = s.pool().named(&other).replicas(1).env("V", "1");
+    s.write_pool(&good);
+    s.write("b.yaml", &bad.to_string());
+    let (url, docs) = receiver().await;
+    let mut watch = s.spawn("watch", &["--notify", &url]);
+    watch.applied();
+
+    s.write("b.yaml", &bad.clone().env("V", "2").bootstrap(&["sh", "-c", "exit 3"], None).to_string());
+    s.write_pool(&good.clone().env("V", "2"));
+    let last = |pool: &str| {
+        let docs = docs.lock().unwrap();
+        docs.iter()
+            .rev()
+            .find(|d| d["pool"] == pool)
+            .map(|d| d["result"].as_str().unwrap_or_default().to_owned())
+    };
+    let told = async {
+        loop {
+            if last(&other).as_deref() == Some("failed")
+                && last(s.pool_name()).as_deref() == Some("succeeded")
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let heard = tokio::time::timeout(LIMIT, told).await;
+    assert!(watch.signal("TERM").success());
+    let docs = docs.lock().unwrap().clone();
+    assert!(heard.is_ok(), "each pool its own outcome: {docs:#?}");
+    let failed_good = docs.iter().any(|d| d["pool"] == s.pool_name() && d["result"] == "failed");
+    assert!(!failed_good, "the other pool's failure is not this one's: {docs:#?}");
+}

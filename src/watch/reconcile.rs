@@ -98,9 +98,47 @@ pub(super) struct HealthLog {
     /// What the last plan held back (see [`crate::rollout::conditions`]), by pool and reason:
     /// told when it begins, not at every look.
     told: BTreeSet<(String, &'static str)>,
+    /// The last failure notified of each pool, and when: the same failure again is told with
+    /// backoff, not at every retry.
+    failures: BTreeMap<String, Told>,
 }
 
+/// A failure notified, when, and how many times in a row.
+#[derive(Debug)]
+struct Told {
+    line: String,
+    at: std::time::Instant,
+    times: u32,
+}
+
+/// The first repeat of the same failure is told after this long, each next one after twice
+/// the wait before, up to [`REPEAT_MAX`].
+const REPEAT_FIRST: std::time::Duration = std::time::Duration::from_secs(300);
+const REPEAT_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl HealthLog {
+    /// Whether to notify that `pool` failed with `line` now: a new failure at once, the same
+    /// one again only once its backoff has passed.
+    fn tell_failure(&mut self, pool: &str, line: &str, now: std::time::Instant) -> bool {
+        if let Some(told) = self.failures.get_mut(pool)
+            && told.line == line
+        {
+            let wait = crate::backend::retry::delay(told.times, REPEAT_FIRST, REPEAT_MAX);
+            if now.duration_since(told.at) < wait {
+                return false;
+            }
+            (told.at, told.times) = (now, told.times + 1);
+            return true;
+        }
+        self.failures.insert(pool.to_owned(), Told { line: line.to_owned(), at: now, times: 1 });
+        true
+    }
+
+    /// `pool` ended well: its next failure is news.
+    fn succeeded(&mut self, pool: &str) {
+        self.failures.remove(pool);
+    }
+
     /// Log the instances that turned unhealthy and those that serve again since the last plan.
     fn update(&mut self, plan: &Plan) {
         let mut now = BTreeMap::new();
@@ -299,9 +337,19 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             Err(e) => {
                 let e = anyhow::Error::from(e);
                 error!("{e:#}");
+                let line = format!("{e:#}");
+                let now = std::time::Instant::now();
                 for pool in changed {
+                    let tell = self
+                        .health
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .tell_failure(pool, &line, now);
+                    if !tell {
+                        continue;
+                    }
                     let mut notice = Notice::new(pool, self.revision, "failed");
-                    notice.error = Some(format!("{e:#}"));
+                    notice.error = Some(line.clone());
                     self.notify(notice);
                 }
                 Ended::Failed
@@ -309,19 +357,32 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         }
     }
 
-    /// Say how the rollout ended for each pool it changed. A rollout stopped at a step boundary
-    /// (a signal, a newer spec) is not over: the next run goes on, and says how it ends.
+    /// Say how the rollout ended for each pool it changed, each by its own steps: a pool that
+    /// failed alone does not fail the others, which go on to the end. A pool a stop at a step
+    /// boundary (a signal, a newer spec) left unfinished is not over: the next run goes on,
+    /// and says how it ends.
     fn announce_end(&self, changed: &BTreeSet<String>, report: &Report) {
-        let failure = report.failure();
-        if failure.is_none() && !report.complete() {
-            return;
-        }
         for pool in changed {
-            let done = report.attempted.iter().filter(|s| s.pool == *pool && s.error.is_none()).count();
-            let mut notice =
-                Notice::new(pool, self.revision, if failure.is_some() { "failed" } else { "succeeded" });
-            notice.steps_done = done;
-            notice.error = failure.map(StepOutcome::failure_line);
+            let failure = pool_failure(report, pool);
+            let unfinished = report.not_started.iter().any(|(p, ..)| p == pool);
+            let result = match (failure, unfinished) {
+                (Some(_), _) => "failed",
+                (None, false) => "succeeded",
+                (None, true) => continue,
+            };
+            let error = failure.map(StepOutcome::failure_line);
+            {
+                let mut health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                match &error {
+                    Some(line) if !health.tell_failure(pool, line, std::time::Instant::now()) => continue,
+                    Some(_) => {}
+                    None => health.succeeded(pool),
+                }
+            }
+            let mut notice = Notice::new(pool, self.revision, result);
+            notice.steps_done =
+                report.attempted.iter().filter(|s| s.pool == *pool && s.error.is_none()).count();
+            notice.error = error;
             self.notify(notice);
         }
     }
@@ -365,8 +426,13 @@ fn result_of(changed: &BTreeSet<String>, pool: &str, changed_result: &'static st
 }
 
 /// How a rollout ended for `pool`, as `poolctl_reconcile_total` counts it.
+/// The step of `pool` that failed, if one did.
+fn pool_failure<'r>(report: &'r Report, pool: &str) -> Option<&'r StepOutcome> {
+    report.attempted.iter().find(|s| s.pool == pool && s.error.is_some())
+}
+
 fn pool_result(report: &Report, pool: &str) -> &'static str {
-    if report.failure().is_some_and(|f| f.pool == pool) {
+    if pool_failure(report, pool).is_some() {
         return "failed";
     }
     if report.complete() || !report.not_started.iter().any(|(p, ..)| p == pool) {
@@ -443,6 +509,22 @@ mod tests {
             acting: Box::leak(Box::default()),
             skip_preflight: BTreeSet::new(),
         }
+    }
+
+    #[test]
+    fn the_same_failure_is_notified_with_backoff_and_a_new_one_at_once() {
+        let mut log = HealthLog::default();
+        let start = std::time::Instant::now();
+        let at = |secs: u64| start + std::time::Duration::from_secs(secs);
+        assert!(log.tell_failure("w", "step create w-1 failed", at(0)));
+        assert!(!log.tell_failure("w", "step create w-1 failed", at(60)), "a retry a minute later");
+        assert!(log.tell_failure("w", "step create w-1 failed", at(300)), "after 5 minutes");
+        assert!(!log.tell_failure("w", "step create w-1 failed", at(600)), "then after 10 more");
+        assert!(log.tell_failure("w", "step create w-1 failed", at(900)));
+        assert!(log.tell_failure("w", "step create w-2 failed", at(901)), "another failure is news");
+        assert!(log.tell_failure("q", "step create w-2 failed", at(901)), "so is another pool's");
+        log.succeeded("w");
+        assert!(log.tell_failure("w", "step create w-2 failed", at(902)), "after a success, news again");
     }
 
     #[tokio::test]
