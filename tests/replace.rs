@@ -131,6 +131,41 @@ async fn a_pre_drain_hook_holds_a_retirement_until_its_owner_removes_it() {
     assert!(!rig.containers().await.contains_key(&victim));
 }
 
+/// A retirement that waits for its Node's volumes to detach says so in `status`, from the
+/// world: the drain is done, and a `VolumeAttachment` still names the Node.
+#[tokio::test]
+async fn status_names_the_volumes_a_retirement_waits_for() {
+    let Some(rig) = Rig::new().await else { return };
+    let names = rig.start(&rig.spec()).await;
+    let victim = names[2].clone();
+    rig.fake.store().volume_attachments = vec![("csi-data".to_owned(), victim.clone())];
+    let mut apply = rig.s.spawn("apply", &["--yes", "--replace", &victim]);
+    apply.wait_for(Stream::Stdout, &format!("{victim}: waiting for its volumes to detach"));
+    let status = rig.poolctl("status", &[]).expect_code(0).stdout;
+    assert!(
+        status.contains(&format!(
+            "{victim}: its retirement waits for its volumes to detach (VolumeAttachment csi-data)"
+        )),
+        "{status}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&rig.poolctl("status", &["-o", "json"]).expect_code(0).stdout).unwrap();
+    let instance = json["pools"][0]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == victim.as_str())
+        .cloned();
+    assert!(
+        instance.is_some_and(|i| i["waits"].as_str().is_some_and(|w| w.contains("csi-data"))),
+        "{json:#}"
+    );
+    // Detached: the retirement goes on by itself.
+    rig.fake.store().volume_attachments.clear();
+    assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
+    assert!(!rig.containers().await.contains_key(&victim));
+}
+
 #[tokio::test]
 async fn a_pre_drain_hook_on_one_pools_node_does_not_hold_up_another_pools_rollout() {
     let Some(rig) = Rig::new().await else { return };

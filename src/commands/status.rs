@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 
 use super::common::{check_pools, load_source};
 use super::exit::Exit;
-use crate::backend::{Connections, DockerEndpoints, Events, Locks};
+use crate::backend::{Cluster, Connections, DockerEndpoints, Events, Locks};
 use crate::config::{Format, StatusConfig, Ui};
 use crate::model::{Desired, World};
-use crate::plan::PlanOptions;
+use crate::plan::{Action, Plan, PlanOptions, PoolPlan};
 use crate::report::write_stdout;
 use crate::rollout::observe::{observe, observe_again};
 use crate::status::{Status, render_json, render_text, status};
@@ -85,7 +85,7 @@ struct View<'a, K> {
     unread: &'a BTreeMap<String, String>,
 }
 
-impl<K: Locks> View<'_, K> {
+impl<K: Locks + Cluster> View<'_, K> {
     /// The status of `world`, with the locks held now (which also say whether an instance that
     /// has not finished coming up is in the making).
     async fn snapshot(&self, world: World) -> Status {
@@ -107,8 +107,49 @@ impl<K: Locks> View<'_, K> {
                 pool.template_unread = Some(format!("its template cannot be read: {why}; shown {shown}"));
             }
         }
+        self.volume_waits(&mut status, &plan, &world).await;
         status
     }
+
+    /// What the plan cannot show a retirement under way waits for: the volumes of a Node its
+    /// drain is done with, still attached (asked of the cluster only then, one Node at a
+    /// time), as the retirement waits for them before the container stops. Not for a Node
+    /// whose wait is skipped (unreachable, or annotated so).
+    async fn volume_waits(&self, status: &mut Status, plan: &Plan, world: &World) {
+        for pool in &mut status.pools {
+            let (Some(cluster), Some(planned)) =
+                (self.clusters.get(&pool.name), plan.pools.iter().find(|p| p.name == pool.name))
+            else {
+                continue;
+            };
+            for instance in pool.instances.iter_mut().filter(|i| i.retiring && i.container == "running") {
+                let node = world.nodes.iter().find(|n| n.name == instance.name);
+                let skipped = node.is_none_or(|n| n.is_unreachable() || n.retirement.exclude_volume_detach);
+                if skipped || still_evicts(planned, &instance.name) {
+                    continue;
+                }
+                match cluster.attached_volumes(&instance.name).await {
+                    Ok(held) if !held.is_empty() => {
+                        let volumes = format!("its volumes to detach ({})", held.join(", "));
+                        instance.waits = Some(match instance.waits.take() {
+                            Some(waits) => format!("{waits}; {volumes}"),
+                            None => format!("its retirement waits for {volumes}"),
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!("cannot read the volumes of {}: {e}", instance.name),
+                }
+            }
+        }
+    }
+}
+
+/// Whether the plan still has pods to evict from `instance`'s Node.
+fn still_evicts(pool: &PoolPlan, instance: &str) -> bool {
+    let steps = pool.steps.iter().chain(pool.paused.iter().flat_map(|p| &p.steps));
+    steps
+        .filter(|s| *s.instance == *instance)
+        .any(|s| matches!(&s.action, Action::Drain(d) if !d.evict.is_empty()))
 }
 
 /// The template `pool`'s instances were last rolled out to (its rollout record's), else the one
