@@ -297,8 +297,16 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             for pool in locked.changed_pools() {
                 self.notify(Notice::new(&pool, self.revision, "started"));
             }
-            let degraded = locked.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone());
-            degraded_under_locks.extend(degraded);
+            for pool in &locked.pools {
+                let Some(why) = &pool.degraded else { continue };
+                // Said of the preview already, unless the deadline passed since.
+                let shown =
+                    preview.plan.pools.iter().find(|p| p.name == pool.name).and_then(|p| p.degraded.as_ref());
+                if shown != Some(why) {
+                    warn!("pool {}: {why}", pool.name);
+                }
+                degraded_under_locks.insert(pool.name.clone());
+            }
             Ok::<(), Infallible>(())
         };
         let carried = Box::pin(rollout.run(announce)).await;
