@@ -622,36 +622,12 @@ mod tests {
         let out = output();
 
         let fake = FakeWorld::default();
-        let dry = Reconcile {
-            containers: &fake,
-            connect: &fake,
-            options: PlanOptions::default(),
-            dry_run: true,
-            out: &out,
-            health: health(),
-            notifier: None,
-            revision: "r1",
-            locks: locks(),
-            acting: Box::leak(Box::default()),
-            skip_preflight: BTreeSet::new(),
-        };
+        let dry = Reconcile { dry_run: true, ..applying(&fake, &out) };
         assert_eq!(dry.run(&v1, Trigger::Start, &interrupt).await, Ended::Converged);
         assert!(fake.calls().is_empty(), "{:?}", fake.calls());
 
         let fake = FakeWorld::default().failing("image busybox:latest");
-        let failing = Reconcile {
-            containers: &fake,
-            connect: &fake,
-            options: PlanOptions::default(),
-            dry_run: false,
-            out: &out,
-            health: health(),
-            notifier: None,
-            revision: "r1",
-            locks: locks(),
-            acting: Box::leak(Box::default()),
-            skip_preflight: BTreeSet::new(),
-        };
+        let failing = applying(&fake, &out);
         assert_eq!(failing.run(&v1, Trigger::Start, &interrupt).await, Ended::Failed);
         assert!(fake.world().containers.is_empty(), "a failed preflight creates nothing");
     }
@@ -674,19 +650,7 @@ mod tests {
     async fn a_switched_context_is_refused_and_switching_back_lets_the_rollout_drain() {
         let fake = FakeWorld::default();
         let out = output();
-        let reconcile = Reconcile {
-            containers: &fake,
-            connect: &fake,
-            options: PlanOptions::default(),
-            dry_run: false,
-            out: &out,
-            health: health(),
-            notifier: None,
-            revision: "r1",
-            locks: locks(),
-            acting: Box::leak(Box::default()),
-            skip_preflight: BTreeSet::new(),
-        };
+        let reconcile = applying(&fake, &out);
         let interrupt = Interrupt::default();
         // `node:` names no context: the current one, whichever that is.
         let v1 = desired(vec![PoolArgs { nodes: true, ..PoolArgs::new("k", 2) }.build()]);
