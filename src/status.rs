@@ -192,7 +192,7 @@ fn retirement_waits(pool: &PoolPlan, instance: &crate::plan::InstanceStatus) -> 
     if !instance.hooks.is_empty() {
         waits.push(format!("its hooks ({})", instance.hooks.join(", ")));
     }
-    let steps = pool.steps.iter().chain(pool.paused.iter().flat_map(|p| &p.steps));
+    let steps = pool.all_steps();
     for step in steps.filter(|s| s.instance == instance.name) {
         if let crate::plan::Action::Drain(preview) = &step.action {
             waits.extend(

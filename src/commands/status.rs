@@ -146,8 +146,7 @@ impl<K: Locks + Cluster> View<'_, K> {
 
 /// Whether the plan still has pods to evict from `instance`'s Node.
 fn still_evicts(pool: &PoolPlan, instance: &str) -> bool {
-    let steps = pool.steps.iter().chain(pool.paused.iter().flat_map(|p| &p.steps));
-    steps
+    pool.all_steps()
         .filter(|s| *s.instance == *instance)
         .any(|s| matches!(&s.action, Action::Drain(d) if !d.evict.is_empty()))
 }

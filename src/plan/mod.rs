@@ -273,6 +273,13 @@ pub struct PoolPlan {
     pub steps: Vec<Step>,
 }
 
+impl PoolPlan {
+    /// Every step the pool has: those to carry out, then those a pause holds back.
+    pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().chain(self.paused.iter().flat_map(|p| &p.steps))
+    }
+}
+
 /// What a paused pool holds back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeldBack {
