@@ -264,11 +264,7 @@ impl Machine {
         let mut look = due(&mut self.look_again_at);
         if due(&mut self.fetch_at) {
             look = true;
-        }
-        if let Some(every) = self.periods.fetch
-            && self.fetch_at.is_none()
-        {
-            self.fetch_at = Some(now + every);
+            self.fetch_at = self.periods.fetch.map(|every| now + every);
         }
         if look {
             self.look(out);
