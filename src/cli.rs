@@ -318,6 +318,12 @@ pub struct WatchArgs {
     #[arg(long, value_enum, value_name = "CHECK")]
     pub skip_preflight: Vec<Preflight>,
 
+    /// Reconcile at most this many pools at once; the others wait their turn. Each pool is
+    /// reconciled on its own, so a long rollout of one never holds up another. No bound by
+    /// default.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_pools: Option<u16>,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }

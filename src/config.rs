@@ -170,6 +170,8 @@ pub struct WatchConfig {
     pub notify: Option<hyper::Uri>,
     /// `--skip-preflight`: the preflight checks not to make.
     pub skip_preflight: BTreeSet<PreflightCheck>,
+    /// `--max-concurrent-pools`: how many pools are reconciled at once (no bound when `None`).
+    pub max_concurrent_pools: Option<usize>,
 }
 
 /// `poolctl status`.
@@ -249,6 +251,7 @@ impl Config {
                 listen: args.listen,
                 notify: args.notify.as_deref().map(notify_url).transpose()?,
                 skip_preflight: skipped(&args.skip_preflight),
+                max_concurrent_pools: args.max_concurrent_pools.map(usize::from),
             }),
             Command::Status(args) => Task::Status(StatusConfig {
                 source: Source::from_args(&args.source)?,

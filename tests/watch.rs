@@ -187,6 +187,51 @@ async fn a_newer_spec_during_a_rollout_stops_it_at_a_step_boundary_and_is_rolled
     assert!(last.iter().all(|c| c.name != held && c.id != first[0].id), "{last:#?}");
 }
 
+/// Each pool is reconciled on its own: a rollout of one pool held for as long as the test likes
+/// (its bootstrap waits for a file) holds up neither the repair of another pool's container nor
+/// that pool's own rollout in the same watch.
+#[tokio::test]
+async fn a_held_rollout_of_one_pool_holds_up_neither_drift_repair_nor_another_pools_rollout() {
+    let Some(s) = with_pool(1).await else { return };
+    let b = format!("{}-b", s.pool_name());
+    let other = |env: &str| s.pool().named(&b).replicas(1).env("V", env).to_string();
+    s.write("other.yaml", &other("1"));
+    // An hour-long resync: only the Docker event can bring the replacement in time.
+    let mut watch = s.spawn("watch", &["--resync", "1h"]);
+    watch.applied();
+    let first = s.containers().await;
+    let b_first = s.docker().containers_of(&b).await;
+    converged(&b_first, 1);
+
+    // The pool's next rollout is held in its bootstrap until the test lets it go (the gate's
+    // timeout outlasts every wait below).
+    let gate = ["sh", "-c", "until [ -f /tmp/go ]; do sleep 0.1; done"];
+    s.write_pool(&spec(&s, 1, "2").bootstrap(&gate, Some("10m")));
+    let line = watch.wait_for(Stream::Stdout, "] bootstrap ");
+    let held = line.split_whitespace().nth(2).expect("instance name").to_owned();
+
+    // b's container removed by hand is replaced meanwhile...
+    s.docker().remove(&b_first[0].id).await;
+    watch.applied();
+    let b_repaired = s.docker().containers_of(&b).await;
+    assert_eq!(converged(&b_repaired, 1), b_first[0].template_hash);
+    assert_ne!(b_repaired[0].id, b_first[0].id);
+    // ...and b's own new spec rolled out.
+    s.write("other.yaml", &other("2"));
+    watch.applied();
+    let b_rolled = s.docker().containers_of(&b).await;
+    assert_ne!(converged(&b_rolled, 1), b_first[0].template_hash);
+    let mid = s.containers().await;
+    assert!(mid.iter().any(|c| c.id == first[0].id && c.state == ContainerState::Running), "{mid:#?}");
+    assert!(mid.iter().any(|c| c.name == held), "the held rollout is still under way: {mid:#?}");
+
+    let go = Command::new("docker").args(["exec", &held, "touch", "/tmp/go"]).output().expect("docker exec");
+    assert!(go.status.success(), "{}", String::from_utf8_lossy(&go.stderr));
+    watch.applied();
+    let last = s.containers().await;
+    assert_ne!(converged(&last, 1), first[0].template_hash);
+}
+
 #[tokio::test]
 async fn an_unreachable_daemon_is_reported_and_retried_until_it_answers() {
     let Some(s) = with_pool(1).await else { return };

@@ -9,6 +9,7 @@
 //! waiting for another run, that plan is typically empty.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::LockGuard;
@@ -16,7 +17,7 @@ use crate::backend::{BackendError, Cluster, Connect, Containers, Locks};
 use crate::model::{Desired, LockHolder, World};
 use crate::plan::{Action, Fate, Plan, PlanOptions, PoolPlan};
 use crate::rollout::cancel::Interrupt;
-use crate::rollout::execute::{Executor, PreflightCheck, PreflightError, Report};
+use crate::rollout::execute::{DrainTurns, Executor, PreflightCheck, PreflightError, Report};
 use crate::rollout::lock::{LockFailure, LockSettings, PoolLocks, inspect_locks};
 use crate::rollout::observe::{ObserveError, Observed, observe, observe_again};
 
@@ -317,6 +318,8 @@ pub struct Rollout<'a, C, K> {
     scope: BTreeSet<String>,
     /// The preflight checks not to make (`--skip-preflight`).
     skip_preflight: BTreeSet<PreflightCheck>,
+    /// The drain turns, shared with the other rollouts of this process.
+    drain_turns: Arc<DrainTurns>,
 }
 
 impl<'a, C, K> Rollout<'a, C, K> {
@@ -337,8 +340,27 @@ impl<'a, C, K> Rollout<'a, C, K> {
             scope.extend(preview.busy_pools());
         }
         let (clusters, options) = (&preview.clusters, preview.options.clone());
-        let skip_preflight = BTreeSet::new();
-        Self { desired, containers, clusters, options, locks, interrupt, sink, scope, skip_preflight }
+        let (skip_preflight, drain_turns) = (BTreeSet::new(), Arc::default());
+        Self {
+            desired,
+            containers,
+            clusters,
+            options,
+            locks,
+            interrupt,
+            sink,
+            scope,
+            skip_preflight,
+            drain_turns,
+        }
+    }
+
+    /// Drain one Node at a time per cluster together with the other rollouts that share
+    /// `turns` (the pools of one `watch`, each rolled out on its own).
+    #[must_use]
+    pub fn sharing_drain_turns(mut self, turns: &Arc<DrainTurns>) -> Self {
+        self.drain_turns = Arc::clone(turns);
+        self
     }
 
     /// Make none of the preflight checks `skipped` (`--skip-preflight`).
@@ -451,7 +473,8 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         let executor = Executor::new(self.desired, self.containers, self.clusters, self.sink, self.interrupt)
             .with_lock_guard(guard.clone())
             .on_node(self.options.own_node.clone())
-            .skipping(self.skip_preflight.clone());
+            .skipping(self.skip_preflight.clone())
+            .sharing_drain_turns(Arc::clone(&self.drain_turns));
         executor.preflight(plan).await?;
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most

@@ -58,6 +58,7 @@ async fn with_rollout<T>(
         sink: &out,
         scope: BTreeSet::new(),
         skip_preflight: BTreeSet::new(),
+        drain_turns: std::sync::Arc::default(),
     };
     let result = f(&rollout).await;
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
@@ -67,7 +68,13 @@ async fn with_rollout<T>(
 impl<C, K> Rollout<'_, C, K> {
     /// This rollout, locking `scope` first (the pools a plan shown changed).
     fn scoped(&self, scope: BTreeSet<String>) -> Self {
-        Rollout { scope, options: self.options.clone(), skip_preflight: self.skip_preflight.clone(), ..*self }
+        Rollout {
+            scope,
+            options: self.options.clone(),
+            skip_preflight: self.skip_preflight.clone(),
+            drain_turns: std::sync::Arc::clone(&self.drain_turns),
+            ..*self
+        }
     }
 }
 
@@ -395,6 +402,7 @@ async fn a_pool_moved_to_another_daemon_is_created_there_then_retired_where_it_w
         sink: &out,
         scope: BTreeSet::new(),
         skip_preflight: BTreeSet::new(),
+        drain_turns: std::sync::Arc::default(),
     };
     assert!(rollout.carry_out(&plan, &LockGuard::unguarded()).await.unwrap().complete());
     let created: Vec<String> = two.calls().into_iter().filter(|c| c.starts_with("create b-")).collect();

@@ -4,6 +4,7 @@
 //! until [`Machine::next_wake`] and carries the [`Decision`]s out, so every decision and every
 //! timer is tested here, on tokio's paused clock.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,15 +60,36 @@ pub(super) enum Ended {
     Locked(Duration),
 }
 
+/// Which pools a reconcile covers. Each pool has a lane of its own, so that a long rollout of
+/// one pool (a drain a budget holds, a hook) never holds up drift repair or a rollout of
+/// another. The first reconcile covers the whole source at once: it also finds the pools this
+/// source created that it no longer declares.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Lane {
+    /// Every pool of the source, declared or not; no pool's own lane runs beside it.
+    All,
+    /// One pool, by name: declared, or declared until the last revision.
+    Pool(String),
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => f.write_str("every pool"),
+            Self::Pool(name) => write!(f, "pool {name}"),
+        }
+    }
+}
+
 /// What one look at the source found; `P` is why a look found nothing good, handed back in
 /// the decision that reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum SourceNews<P> {
     /// The same revision as last time.
     Unchanged,
-    /// A new revision with a valid desired state, by the [`fingerprint`] of what it asks for:
-    /// the machine tells a changed world from a reformatted file.
-    Loaded(u64),
+    /// A new revision with a valid desired state, by the [`fingerprints`] of what each of its
+    /// pools asks for: the machine tells a changed pool from a reformatted file.
+    Loaded(BTreeMap<String, u64>),
     /// The new revision's pool files are invalid: the last good state is kept.
     Invalid(P),
     /// The source could not be read or fetched at all.
@@ -75,7 +97,7 @@ pub(super) enum SourceNews<P> {
 }
 
 /// What the loop tells the state machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Event<P> {
     /// The time came for [`Machine::next_wake`]: every timer due fires.
     Time,
@@ -83,37 +105,39 @@ pub(super) enum Event<P> {
     Look,
     /// A look at the source ended, with what it found (nothing if the look itself failed).
     Checked(Option<SourceNews<P>>),
-    /// Docker reported that a container of the pools stopped serving.
-    Drift,
-    /// The running reconcile ended; the instant the first instance its plan waited for turns
+    /// Docker reported that containers of these pools stopped serving (of every pool, when
+    /// it could not tell which).
+    Drift(Option<BTreeSet<String>>),
+    /// A lane's reconcile ended; the instant the first instance its plan waited for turns
     /// unhealthy, if any.
-    Finished(Ended, Option<Instant>),
+    Finished(Lane, Ended, Option<Instant>),
     /// SIGINT or SIGTERM.
     Signal,
 }
 
 /// What the loop should do now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Decision<P> {
     /// Look at the source (fetch, read, parse).
     Check,
-    /// Start a reconcile.
-    Reconcile(Trigger),
-    /// Ask the running reconcile to stop at its next step boundary; a reconcile towards the
-    /// newest state follows when it has.
-    Supersede,
+    /// Start a reconcile of a lane.
+    Reconcile(Lane, Trigger),
+    /// Ask a lane's running reconcile to stop at its next step boundary; a reconcile towards
+    /// the newest state follows when it has.
+    Supersede(Lane),
     /// A new revision asks for the same world as the last good one: nothing to do.
     Same,
     /// The new revision is invalid: report why, keep the last good state, and go on.
     KeepLastGood(P),
-    /// A reconcile failed: the next one starts after this long (a timer of the machine's).
-    RetryAfter(Duration),
-    /// Another run holds a lock: look again after this long, without counting a failure (a
-    /// standby replica is not failing).
-    StandBy(Duration),
+    /// A lane's reconcile failed: its next one starts after this long (a timer of the
+    /// machine's).
+    RetryAfter(Lane, Duration),
+    /// Another run holds a lock of the lane: look again after this long, without counting a
+    /// failure (a standby replica is not failing).
+    StandBy(Lane, Duration),
     /// The source could not be read (why): look again after this long.
     LookAgainAfter(Duration, P),
-    /// Ask the running reconcile to stop at its next step boundary, then exit.
+    /// Ask every running reconcile to stop at its next step boundary, then exit.
     StopRun,
     /// Print the pool state and exit 0.
     Exit,
@@ -127,7 +151,7 @@ pub(super) enum Decision<P> {
 /// The longest wait between retries of a failed reconcile.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// How often the machine looks by itself.
+/// How often the machine looks by itself, and how much it runs at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Periods {
     /// How often a remote source is fetched; `None` for a source this machine is told of
@@ -137,19 +161,44 @@ pub(super) struct Periods {
     pub resync: Duration,
     /// The longest wait between reads of an unreadable source.
     pub source_cap: Duration,
+    /// How many pools' reconciles run at once (`--max-concurrent-pools`); `None`: no bound.
+    pub max_running: Option<usize>,
 }
 
-/// Everything the decisions depend on: a handful of values and instants, never a history.
+/// One lane's reconciles: whether one runs, what it is to do next, and its timers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct LaneState {
+    /// A reconcile of the lane is in flight.
+    running: bool,
+    /// What to reconcile for once it can start: when the running one ends, or once a slot is
+    /// free (triggers coalesce).
+    pending: Option<Trigger>,
+    /// Consecutive failed reconciles, for the backoff.
+    failures: u32,
+    /// Waiting out a backoff: drift and resync are absorbed, the retry re-observes anyway.
+    backing_off: bool,
+    /// The retry after a failure (or a standby's look at a held lock), and the moment an
+    /// instance the last plan waited for turns unhealthy.
+    retry_at: Option<Instant>,
+    deadline_at: Option<Instant>,
+}
+
+impl LaneState {
+    fn idle(&self) -> bool {
+        !self.running && self.pending.is_none() && self.retry_at.is_none() && self.deadline_at.is_none()
+    }
+}
+
+/// Everything the decisions depend on: a handful of values and instants per lane, never a
+/// history.
 // Each flag is an independent fact that the transitions read; an enum of their combinations
 // would be harder to follow.
 #[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Machine {
     periods: Periods,
-    /// The [`fingerprint`] of the last good desired state.
-    spec: Option<u64>,
-    /// A good desired state was read: there is something to reconcile towards.
-    has_desired: bool,
+    /// The [`fingerprints`] of the last good desired state's pools.
+    spec: Option<BTreeMap<String, u64>>,
     /// The source was read and found good at least once; until then, a source that cannot be
     /// read or is invalid ends the watch.
     source_read: bool,
@@ -157,35 +206,32 @@ pub(super) struct Machine {
     checking: bool,
     /// The source may have changed during that look: look again once it ends.
     recheck: bool,
-    /// A reconcile is in flight.
-    running: bool,
-    /// What to reconcile for once the running one ends (triggers coalesce).
-    pending: Option<Trigger>,
-    /// Consecutive failed reconciles, for the backoff.
-    failures: u32,
-    /// Waiting out a backoff: drift and resync are absorbed, the retry re-observes anyway.
-    backing_off: bool,
     /// A signal arrived: no new reconcile starts.
     stopping: bool,
     /// Consecutive failed reads of the source, for its own backoff.
     source_failures: u32,
-    /// The timers: the next fetch of a remote source, the next resync, the look at an
-    /// unreadable source, the retry after a failure (or a standby's look at a held lock), and
-    /// the moment an instance waited for turns unhealthy.
+    /// The timers of the source and of the whole watch: the next fetch of a remote source, the
+    /// next resync, the look at an unreadable source.
     fetch_at: Option<Instant>,
     resync_at: Instant,
     look_again_at: Option<Instant>,
-    retry_at: Option<Instant>,
-    deadline_at: Option<Instant>,
+    /// The lanes: [`Lane::All`] until the first reconcile of the whole source ended well, then
+    /// one per declared pool (and one per pool just undeclared, until it is reconciled).
+    lanes: BTreeMap<Lane, LaneState>,
 }
 
-/// What a desired state asks for, as one number: its pools and their template hashes, not file
-/// bytes (a comment or a reformatting changes nothing) nor the commit.
-pub(super) fn fingerprint(desired: &Desired) -> u64 {
+/// What each pool of a desired state asks for, as one number per pool: its template hash and
+/// spec, not file bytes (a comment or a reformatting changes nothing) nor the commit.
+pub(super) fn fingerprints(desired: &Desired) -> BTreeMap<String, u64> {
     use sha2::{Digest, Sha256};
-    let pools: Vec<_> = desired.pools.iter().map(|p| (&p.template_hash, &p.pool)).collect();
-    let digest = Sha256::digest(serde_json::to_vec(&pools).unwrap_or_default());
-    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+    desired
+        .pools
+        .iter()
+        .map(|p| {
+            let digest = Sha256::digest(serde_json::to_vec(&(&p.template_hash, &p.pool)).unwrap_or_default());
+            (p.name().to_owned(), u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")))
+        })
+        .collect()
 }
 
 /// Exponential backoff after `failures` consecutive failures: 1s, 2s, 4s... up to `cap`.
@@ -200,35 +246,31 @@ impl Machine {
         Self {
             periods,
             spec: None,
-            has_desired: false,
             source_read: false,
             checking: false,
             recheck: false,
-            running: false,
-            pending: None,
-            failures: 0,
-            backing_off: false,
             stopping: false,
             source_failures: 0,
             fetch_at: periods.fetch.map(|every| now + every),
             resync_at: now + periods.resync,
             look_again_at: None,
-            retry_at: None,
-            deadline_at: None,
+            lanes: BTreeMap::new(),
         }
     }
 
     /// When the loop must wake up for the next timer, whatever else happens.
     pub(super) fn next_wake(&self) -> Instant {
-        [self.fetch_at, self.look_again_at, self.retry_at, self.deadline_at]
+        let lanes = self.lanes.values().flat_map(|l| [l.retry_at, l.deadline_at]);
+        [self.fetch_at, self.look_again_at]
             .into_iter()
+            .chain(lanes)
             .flatten()
             .fold(self.resync_at, Instant::min)
     }
 
     /// A reconcile is in flight.
     pub(super) fn running(&self) -> bool {
-        self.running
+        self.lanes.values().any(|l| l.running)
     }
 
     /// The machine's one step: what `event`, heard at `now`, means.
@@ -246,14 +288,15 @@ impl Machine {
                     self.look(&mut out);
                 }
             }
-            Event::Drift => self.trigger(Trigger::Drift, &mut out),
-            Event::Finished(ended, deadline) => self.finished(ended, deadline, now, &mut out),
+            Event::Drift(pools) => self.drift(pools.as_ref(), &mut out),
+            Event::Finished(lane, ended, deadline) => self.finished(&lane, ended, deadline, now, &mut out),
             Event::Signal if self.stopping => out.push(Decision::ExitNow),
             Event::Signal => {
                 self.stopping = true;
-                out.push(if self.running { Decision::StopRun } else { Decision::Exit });
+                out.push(if self.running() { Decision::StopRun } else { Decision::Exit });
             }
         }
+        self.dispatch(&mut out);
         out
     }
 
@@ -271,13 +314,43 @@ impl Machine {
         }
         if self.resync_at <= now {
             self.resync_at = now + self.periods.resync;
-            self.trigger(Trigger::Resync, out);
+            for lane in self.routes(None) {
+                self.trigger(&lane, Trigger::Resync, out);
+            }
         }
-        if due(&mut self.retry_at) {
-            self.trigger(Trigger::Retry, out);
+        let lanes: Vec<Lane> = self.lanes.keys().cloned().collect();
+        for lane in lanes {
+            let state = self.lanes.get_mut(&lane).expect("listed");
+            let (retry, deadline) = (due(&mut state.retry_at), due(&mut state.deadline_at));
+            if retry {
+                self.trigger(&lane, Trigger::Retry, out);
+            }
+            if deadline {
+                self.trigger(&lane, Trigger::Deadline, out);
+            }
         }
-        if due(&mut self.deadline_at) {
-            self.trigger(Trigger::Deadline, out);
+    }
+
+    /// The lanes news of `pools` (of every pool, when `None`) concerns: while the whole source
+    /// is reconciled as one, that one.
+    fn routes(&self, pools: Option<&BTreeSet<String>>) -> Vec<Lane> {
+        if self.lanes.contains_key(&Lane::All) {
+            return vec![Lane::All];
+        }
+        self.lanes
+            .keys()
+            .filter(|lane| match (lane, pools) {
+                (Lane::Pool(name), Some(pools)) => pools.contains(name),
+                (Lane::Pool(_), None) => true,
+                (Lane::All, _) => false,
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn drift<P>(&mut self, pools: Option<&BTreeSet<String>>, out: &mut Vec<Decision<P>>) {
+        for lane in self.routes(pools) {
+            self.trigger(&lane, Trigger::Drift, out);
         }
     }
 
@@ -310,88 +383,169 @@ impl Machine {
             SourceNews::Loaded(spec) => {
                 self.source_failures = 0;
                 self.source_read = true;
-                match self.spec.replace(spec) {
-                    None => self.trigger(Trigger::Start, out),
-                    Some(last) if last == spec => out.push(Decision::Same),
-                    Some(_) => self.trigger(Trigger::SourceChanged, out),
-                }
+                self.loaded(&spec, out);
             }
         }
     }
 
-    fn trigger<P>(&mut self, trigger: Trigger, out: &mut Vec<Decision<P>>) {
+    /// A new good desired state: the pools it changes, adds or drops are reconciled, each in
+    /// its lane; the others go on undisturbed.
+    fn loaded<P>(&mut self, spec: &BTreeMap<String, u64>, out: &mut Vec<Decision<P>>) {
+        let Some(last) = self.spec.replace(spec.clone()) else {
+            self.lanes.insert(Lane::All, LaneState::default());
+            self.trigger(&Lane::All, Trigger::Start, out);
+            return;
+        };
+        let changed: BTreeSet<String> = spec
+            .iter()
+            .filter(|(pool, print)| last.get(*pool) != Some(print))
+            .map(|(pool, _)| pool.clone())
+            .chain(last.keys().filter(|pool| !spec.contains_key(*pool)).cloned())
+            .collect();
+        if changed.is_empty() {
+            out.push(Decision::Same);
+            return;
+        }
+        if !self.lanes.contains_key(&Lane::All) {
+            for pool in &changed {
+                self.lanes.entry(Lane::Pool(pool.clone())).or_default();
+            }
+        }
+        for lane in self.routes(Some(&changed)) {
+            self.trigger(&lane, Trigger::SourceChanged, out);
+        }
+    }
+
+    fn trigger<P>(&mut self, lane: &Lane, trigger: Trigger, out: &mut Vec<Decision<P>>) {
         if self.stopping {
             return;
         }
-        // Nothing good was ever read: there is no desired state to reconcile towards.
-        if !self.has_desired && trigger != Trigger::Start {
-            return;
-        }
-        if self.running {
+        let Some(state) = self.lanes.get_mut(lane) else { return };
+        if state.running {
             // A newer spec outranks whatever was queued; drift and resyncs coalesce into one.
-            if trigger == Trigger::SourceChanged || self.pending.is_none() {
-                self.pending = Some(trigger);
+            if trigger == Trigger::SourceChanged || state.pending.is_none() {
+                state.pending = Some(trigger);
             }
             if trigger == Trigger::SourceChanged {
-                out.push(Decision::Supersede);
+                out.push(Decision::Supersede(lane.clone()));
             }
             return;
         }
         // The retry re-observes anyway.
-        if self.backing_off && matches!(trigger, Trigger::Drift | Trigger::Resync | Trigger::Deadline) {
+        if state.backing_off && matches!(trigger, Trigger::Drift | Trigger::Resync | Trigger::Deadline) {
             return;
         }
-        self.has_desired = true;
-        self.backing_off = false;
-        self.start(trigger, out);
+        state.backing_off = false;
+        state.retry_at = None;
+        // Started by `dispatch` as soon as it may (a newer spec outranks what waits).
+        if trigger == Trigger::SourceChanged || state.pending.is_none() {
+            state.pending = Some(trigger);
+        }
     }
 
-    /// Start a reconcile: it does what a pending retry would have done.
-    fn start<P>(&mut self, trigger: Trigger, out: &mut Vec<Decision<P>>) {
-        self.running = true;
-        self.retry_at = None;
-        out.push(Decision::Reconcile(trigger));
+    /// Whether `lane` may start now: the whole source runs alone, and at most `max_running`
+    /// pools at once.
+    fn may_start(&self, lane: &Lane) -> bool {
+        let running = self.lanes.values().filter(|l| l.running).count();
+        match lane {
+            Lane::All => running == 0,
+            Lane::Pool(_) => {
+                !self.lanes.contains_key(&Lane::All)
+                    && self.periods.max_running.is_none_or(|max| running < max)
+            }
+        }
+    }
+
+    /// Start every lane that waits and may start, in the lanes' order.
+    fn dispatch<P>(&mut self, out: &mut Vec<Decision<P>>) {
+        if self.stopping {
+            return;
+        }
+        let waiting: Vec<Lane> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| !l.running && l.pending.is_some())
+            .map(|(lane, _)| lane.clone())
+            .collect();
+        for lane in waiting {
+            if !self.may_start(&lane) {
+                continue;
+            }
+            let state = self.lanes.get_mut(&lane).expect("listed");
+            let trigger = state.pending.take().expect("waiting");
+            // It does what a pending retry would have done.
+            (state.running, state.retry_at) = (true, None);
+            out.push(Decision::Reconcile(lane, trigger));
+        }
     }
 
     fn finished<P>(
         &mut self,
+        lane: &Lane,
         ended: Ended,
         deadline: Option<Instant>,
         now: Instant,
         out: &mut Vec<Decision<P>>,
     ) {
-        self.running = false;
-        self.deadline_at = deadline;
+        let Some(state) = self.lanes.get_mut(lane) else { return };
+        state.running = false;
+        state.deadline_at = deadline;
         if self.stopping {
-            out.push(Decision::Exit);
+            if !self.running() {
+                out.push(Decision::Exit);
+            }
             return;
         }
-        match (ended, self.pending.take()) {
+        match (ended, state.pending.take()) {
             (Ended::Failed, Some(Trigger::SourceChanged)) => {
                 // A new spec may be exactly the fix: try it at once.
-                self.failures += 1;
-                self.start(Trigger::SourceChanged, out);
+                state.failures += 1;
+                state.pending = Some(Trigger::SourceChanged);
             }
             (Ended::Failed, _) => {
-                self.failures += 1;
-                self.backing_off = true;
-                let after = backoff(self.failures, MAX_BACKOFF);
-                self.retry_at = Some(now + after);
-                out.push(Decision::RetryAfter(after));
+                state.failures += 1;
+                state.backing_off = true;
+                let after = backoff(state.failures, MAX_BACKOFF);
+                state.retry_at = Some(now + after);
+                out.push(Decision::RetryAfter(lane.clone(), after));
             }
             // Whatever was pending, the holder of the lock acts on it; look again when its
             // lock would lapse.
             (Ended::Locked(after), _) => {
-                self.failures = 0;
-                self.backing_off = true;
-                self.retry_at = Some(now + after);
-                out.push(Decision::StandBy(after));
+                state.failures = 0;
+                state.backing_off = true;
+                state.retry_at = Some(now + after);
+                out.push(Decision::StandBy(lane.clone(), after));
             }
-            (_, Some(trigger)) => {
-                self.failures = 0;
-                self.start(trigger, out);
+            (_, pending) => {
+                state.failures = 0;
+                state.pending = pending;
             }
-            (_, None) => self.failures = 0,
+        }
+        self.settle(lane);
+    }
+
+    /// Once the whole source ended well, every declared pool goes its own way; a lane of a
+    /// pool no longer declared ends with its reconcile.
+    fn settle(&mut self, lane: &Lane) {
+        let Some(state) = self.lanes.get(lane) else { return };
+        let done = !state.running && state.pending.is_none() && !state.backing_off;
+        match lane {
+            Lane::All if done => {
+                let deadline = state.deadline_at;
+                self.lanes.remove(&Lane::All);
+                for pool in self.spec.iter().flat_map(BTreeMap::keys) {
+                    // Each pool watches for the instant the whole plan waited for.
+                    let lane = LaneState { deadline_at: deadline, ..LaneState::default() };
+                    self.lanes.insert(Lane::Pool(pool.clone()), lane);
+                }
+            }
+            Lane::Pool(pool)
+                if state.idle() && !self.spec.as_ref().is_some_and(|spec| spec.contains_key(pool)) =>
+            {
+                self.lanes.remove(lane);
+            }
+            _ => {}
         }
     }
 }
@@ -405,10 +559,19 @@ mod tests {
 
     type News = SourceNews<&'static str>;
 
+    /// A desired state of one pool `w`, by its fingerprint.
+    fn w(print: u64) -> News {
+        News::Loaded(BTreeMap::from([("w".to_owned(), print)]))
+    }
+
+    fn pool(name: &str) -> Lane {
+        Lane::Pool(name.to_owned())
+    }
+
     const RESYNC: Duration = Duration::from_secs(300);
 
     fn periods() -> Periods {
-        Periods { fetch: None, resync: RESYNC, source_cap: MAX_BACKOFF }
+        Periods { fetch: None, resync: RESYNC, source_cap: MAX_BACKOFF, max_running: None }
     }
 
     /// One step now, by tokio's (paused) clock.
@@ -424,24 +587,42 @@ mod tests {
     fn reconciling() -> Machine {
         let mut m = Machine::new(periods(), Instant::now());
         assert_eq!(on(&mut m, Event::Look), [Check]);
-        assert_eq!(read(&mut m, News::Loaded(1)), [Reconcile(Trigger::Start)]);
+        assert_eq!(read(&mut m, w(1)), [Reconcile(Lane::All, Trigger::Start)]);
         m
     }
 
+    /// The one lane running.
+    fn running(m: &Machine) -> Lane {
+        let running: Vec<&Lane> = m.lanes.iter().filter(|(_, l)| l.running).map(|(lane, _)| lane).collect();
+        assert_eq!(running.len(), 1, "{m:?}");
+        running[0].clone()
+    }
+
     fn finished(m: &mut Machine, ended: Ended) -> Vec<Decision<&'static str>> {
-        on(m, Event::Finished(ended, None))
+        let lane = running(m);
+        on(m, Event::Finished(lane, ended, None))
+    }
+
+    fn lane<'m>(m: &'m Machine, lane: &Lane) -> &'m LaneState {
+        m.lanes.get(lane).unwrap_or_else(|| panic!("no {lane}: {m:?}"))
     }
 
     #[tokio::test(start_paused = true)]
-    async fn start_reconciles_once_at_a_time_and_coalesces_drift() {
+    async fn start_reconciles_the_whole_source_once_at_a_time_and_coalesces_drift() {
         let mut m = reconciling();
-        assert_eq!(on(&mut m, Event::Drift), []);
+        assert_eq!(on(&mut m, Event::Drift(None)), []);
         advance(RESYNC).await;
         assert_eq!(on(&mut m, Event::Time), [], "the resync is queued behind the drift");
-        assert_eq!(m.pending, Some(Trigger::Drift));
-        assert_eq!(finished(&mut m, Ended::Converged), [Reconcile(Trigger::Drift)], "one more look for all");
+        assert_eq!(lane(&m, &Lane::All).pending, Some(Trigger::Drift));
+        assert_eq!(
+            finished(&mut m, Ended::Converged),
+            [Reconcile(Lane::All, Trigger::Drift)],
+            "one more look for all"
+        );
         assert_eq!(finished(&mut m, Ended::Converged), []);
-        assert!(!m.running() && m.pending.is_none() && m.failures == 0);
+        assert!(!m.running());
+        assert_eq!(m.lanes.keys().collect::<Vec<_>>(), [&pool("w")], "then each pool goes its own way");
+        assert_eq!(lane(&m, &pool("w")), &LaneState::default());
     }
 
     #[tokio::test(start_paused = true)]
@@ -450,60 +631,132 @@ mod tests {
         assert_eq!(finished(&mut m, Ended::Converged), []);
         assert_eq!(m.next_wake(), Instant::now() + RESYNC);
         advance(RESYNC + Duration::from_secs(5)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Resync)]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(pool("w"), Trigger::Resync)]);
         assert_eq!(m.next_wake(), Instant::now() + RESYNC, "a late tick delays the next one");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_new_spec_during_a_rollout_supersedes_it_and_is_planned_next() {
         let mut m = reconciling();
-        assert_eq!(on(&mut m, Event::Drift), []);
+        assert_eq!(on(&mut m, Event::Drift(None)), []);
         assert_eq!(on(&mut m, Event::Look), [Check]);
-        assert_eq!(read(&mut m, News::Loaded(2)), [Supersede]);
-        assert_eq!(on(&mut m, Event::Drift), []);
-        assert_eq!(m.pending, Some(Trigger::SourceChanged), "the newer spec is not downgraded to a drift");
-        assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(Trigger::SourceChanged)]);
+        assert_eq!(read(&mut m, w(2)), [Supersede(Lane::All)]);
+        assert_eq!(on(&mut m, Event::Drift(None)), []);
+        assert_eq!(
+            lane(&m, &Lane::All).pending,
+            Some(Trigger::SourceChanged),
+            "the newer spec is not downgraded to a drift"
+        );
+        assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(Lane::All, Trigger::SourceChanged)]);
         assert!(m.running());
+
+        // The same, once the pools go their own ways.
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        assert_eq!(on(&mut m, Event::Drift(None)), [Reconcile(pool("w"), Trigger::Drift)]);
+        on(&mut m, Event::Look);
+        assert_eq!(read(&mut m, w(3)), [Supersede(pool("w"))]);
+        assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(pool("w"), Trigger::SourceChanged)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_pool_is_reconciled_in_its_own_lane_beside_a_long_rollout() {
+        let mut m = reconciling();
+        let two = |a: u64, b: u64| News::Loaded(BTreeMap::from([("a".to_owned(), a), ("b".to_owned(), b)]));
+        on(&mut m, Event::Look);
+        assert_eq!(read(&mut m, two(1, 1)), [Supersede(Lane::All)], "the first reconcile covers all");
+        assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(Lane::All, Trigger::SourceChanged)]);
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+
+        // a rolls out, for long; b's drift and b's new spec go on beside it.
+        on(&mut m, Event::Look);
+        assert_eq!(read(&mut m, two(2, 1)), [Reconcile(pool("a"), Trigger::SourceChanged)]);
+        let b = BTreeSet::from(["b".to_owned()]);
+        assert_eq!(on(&mut m, Event::Drift(Some(b.clone()))), [Reconcile(pool("b"), Trigger::Drift)]);
+        assert_eq!(on(&mut m, Event::Finished(pool("b"), Ended::Converged, None)), []);
+        on(&mut m, Event::Look);
+        assert_eq!(read(&mut m, two(2, 2)), [Reconcile(pool("b"), Trigger::SourceChanged)], "a goes on");
+        assert_eq!(on(&mut m, Event::Drift(Some(b))), [], "coalesced into b's pending");
+        assert_eq!(lane(&m, &pool("b")).pending, Some(Trigger::Drift));
+        assert_eq!(
+            on(&mut m, Event::Drift(Some(BTreeSet::from(["gone".to_owned()])))),
+            [],
+            "a pool of no lane"
+        );
+
+        // A pool the source drops is reconciled once more (as undeclared), then its lane ends.
+        on(&mut m, Event::Look);
+        let only_b = News::Loaded(BTreeMap::from([("b".to_owned(), 2)]));
+        assert_eq!(read(&mut m, only_b), [Supersede(pool("a"))]);
+        assert_eq!(
+            on(&mut m, Event::Finished(pool("a"), Ended::Superseded, None)),
+            [Reconcile(pool("a"), Trigger::SourceChanged)]
+        );
+        assert_eq!(on(&mut m, Event::Finished(pool("a"), Ended::Converged, None)), []);
+        assert!(!m.lanes.contains_key(&pool("a")), "{m:?}");
+        assert!(lane(&m, &pool("b")).running);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_running_pools_reconcile_at_once_and_the_others_wait_their_turn() {
+        let mut m = Machine::new(Periods { max_running: Some(2), ..periods() }, Instant::now());
+        on(&mut m, Event::Look);
+        let three = News::Loaded(BTreeMap::from([("a".into(), 1), ("b".into(), 1), ("c".into(), 1)]));
+        assert_eq!(read(&mut m, three), [Reconcile(Lane::All, Trigger::Start)], "the whole source, alone");
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        advance(RESYNC).await;
+        assert_eq!(
+            on(&mut m, Event::Time),
+            [Reconcile(pool("a"), Trigger::Resync), Reconcile(pool("b"), Trigger::Resync)]
+        );
+        assert_eq!(lane(&m, &pool("c")).pending, Some(Trigger::Resync), "c waits for a slot");
+        assert_eq!(
+            on(&mut m, Event::Finished(pool("b"), Ended::Converged, None)),
+            [Reconcile(pool("c"), Trigger::Resync)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_standby_replica_looks_again_when_the_lock_would_lapse_without_backing_off() {
         let mut m = reconciling();
-        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Duration::from_secs(1))]);
+        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Lane::All, Duration::from_secs(1))]);
         advance(Duration::from_secs(1)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Retry)]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(Lane::All, Trigger::Retry)]);
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(2)), [Supersede]);
+        assert_eq!(read(&mut m, w(2)), [Supersede(Lane::All)]);
         let standby = Duration::from_secs(7);
-        assert_eq!(finished(&mut m, Ended::Locked(standby)), [StandBy(standby)], "the holder acts on it");
-        assert_eq!(m.failures, 0, "standing by is not failing");
+        assert_eq!(
+            finished(&mut m, Ended::Locked(standby)),
+            [StandBy(Lane::All, standby)],
+            "the holder acts on it"
+        );
+        assert_eq!(lane(&m, &Lane::All).failures, 0, "standing by is not failing");
         assert_eq!(m.next_wake(), Instant::now() + standby);
-        assert_eq!(on(&mut m, Event::Drift), [], "the look at the lapse re-observes anyway");
+        assert_eq!(on(&mut m, Event::Drift(None)), [], "the look at the lapse re-observes anyway");
         advance(Duration::from_millis(6999)).await;
         assert_eq!(on(&mut m, Event::Time), [], "not before the lapse");
         advance(Duration::from_millis(1)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Retry)]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(Lane::All, Trigger::Retry)]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn failures_back_off_exponentially_and_a_new_spec_skips_the_wait() {
         let mut m = reconciling();
-        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Duration::from_secs(1))]);
-        assert_eq!(on(&mut m, Event::Drift), [], "the retry re-observes anyway");
+        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Lane::All, Duration::from_secs(1))]);
+        assert_eq!(on(&mut m, Event::Drift(None)), [], "the retry re-observes anyway");
         advance(Duration::from_secs(1)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Retry)]);
-        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Duration::from_secs(2))]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(Lane::All, Trigger::Retry)]);
+        assert_eq!(finished(&mut m, Ended::Failed), [RetryAfter(Lane::All, Duration::from_secs(2))]);
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(2)), [Reconcile(Trigger::SourceChanged)]);
+        assert_eq!(read(&mut m, w(2)), [Reconcile(Lane::All, Trigger::SourceChanged)]);
         assert_eq!(m.next_wake(), m.resync_at, "the reconcile did what the retry would have");
         assert_eq!(finished(&mut m, Ended::Converged), []);
-        assert_eq!(m.failures, 0);
+        assert_eq!(lane(&m, &pool("w")).failures, 0);
 
         // A new spec queued behind a failing run is tried at once, not after a backoff.
         let mut m = reconciling();
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(2)), [Supersede]);
-        assert_eq!(finished(&mut m, Ended::Failed), [Reconcile(Trigger::SourceChanged)]);
+        assert_eq!(read(&mut m, w(2)), [Supersede(Lane::All)]);
+        assert_eq!(finished(&mut m, Ended::Failed), [Reconcile(Lane::All, Trigger::SourceChanged)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -515,7 +768,7 @@ mod tests {
         let mut m = reconciling();
         assert_eq!(on(&mut m, Event::Signal), [StopRun]);
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(2)), [], "nothing new starts once stopping");
+        assert_eq!(read(&mut m, w(2)), [], "nothing new starts once stopping");
         advance(RESYNC).await;
         assert_eq!(on(&mut m, Event::Time), []);
         assert_eq!(finished(&mut m, Ended::Stopped), [Exit]);
@@ -527,7 +780,7 @@ mod tests {
         for bad in [News::Invalid("bad"), News::Unreachable("bad")] {
             let mut m = Machine::new(periods(), Instant::now());
             on(&mut m, Event::Look);
-            assert_eq!(read(&mut m, bad), [Fail("bad")], "{bad:?} before any good state");
+            assert_eq!(read(&mut m, bad.clone()), [Fail("bad")], "{bad:?} before any good state");
         }
         let mut m = reconciling();
         assert!(m.source_read);
@@ -555,15 +808,15 @@ mod tests {
         advance(RESYNC).await;
         assert_eq!(on(&mut m, Event::Time), [], "no desired state yet: nothing to reconcile towards");
         assert_eq!(on(&mut m, Event::Look), [Check]);
-        assert_eq!(read(&mut m, News::Loaded(1)), [Reconcile(Trigger::Start)]);
+        assert_eq!(read(&mut m, w(1)), [Reconcile(Lane::All, Trigger::Start)]);
         on(&mut m, Event::Look);
         assert_eq!(read(&mut m, News::Unchanged), []);
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(1)), [Same], "a new revision that asks for the same pools");
-        assert!(m.pending.is_none(), "nothing queued for it");
+        assert_eq!(read(&mut m, w(1)), [Same], "a new revision that asks for the same pools");
+        assert_eq!(lane(&m, &Lane::All).pending, None, "nothing queued for it");
         on(&mut m, Event::Look);
-        assert_eq!(read(&mut m, News::Loaded(2)), [Supersede]);
-        assert_eq!(m.spec, Some(2));
+        assert_eq!(read(&mut m, w(2)), [Supersede(Lane::All)]);
+        assert_eq!(m.spec, Some(BTreeMap::from([("w".to_owned(), 2)])));
     }
 
     #[tokio::test(start_paused = true)]
@@ -572,7 +825,7 @@ mod tests {
         assert_eq!(on(&mut m, Event::Look), [Check]);
         assert_eq!(on(&mut m, Event::Look), []);
         assert_eq!(on(&mut m, Event::Look), []);
-        assert_eq!(read(&mut m, News::Loaded(1)), [Reconcile(Trigger::Start), Check]);
+        assert_eq!(read(&mut m, w(1)), [Check, Reconcile(Lane::All, Trigger::Start)]);
         assert_eq!(on(&mut m, Event::Checked(None)), [], "a look that failed itself ends the look");
         assert_eq!(on(&mut m, Event::Look), [Check]);
     }
@@ -596,35 +849,35 @@ mod tests {
         let a = desired(vec![PoolArgs::new("w", 1).build()]);
         let mut moved = a.clone();
         moved.pools[0].file = "elsewhere.yaml".into();
-        assert_eq!(fingerprint(&a), fingerprint(&moved), "a file renamed asks for the same world");
+        assert_eq!(fingerprints(&a), fingerprints(&moved), "a file renamed asks for the same world");
         let scaled = desired(vec![PoolArgs::new("w", 2).build()]);
-        assert_ne!(fingerprint(&a), fingerprint(&scaled));
+        assert_ne!(fingerprints(&a), fingerprints(&scaled));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_health_deadline_plans_again_like_a_resync_but_not_during_a_backoff() {
         let mut m = reconciling();
         let ten = Duration::from_secs(10);
-        assert_eq!(on(&mut m, Event::Finished(Ended::Converged, Some(Instant::now() + ten))), []);
+        assert_eq!(on(&mut m, Event::Finished(Lane::All, Ended::Converged, Some(Instant::now() + ten))), []);
         assert_eq!(m.next_wake(), Instant::now() + ten);
         advance(ten).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Deadline)]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(pool("w"), Trigger::Deadline)]);
         let soon = Instant::now() + Duration::from_millis(500);
         assert_eq!(
-            on(&mut m, Event::Finished(Ended::Failed, Some(soon))),
-            [RetryAfter(Duration::from_secs(1))]
+            on(&mut m, Event::Finished(pool("w"), Ended::Failed, Some(soon))),
+            [RetryAfter(pool("w"), Duration::from_secs(1))]
         );
         advance(Duration::from_millis(500)).await;
         assert_eq!(on(&mut m, Event::Time), [], "the retry after a failure looks anyway");
         advance(Duration::from_millis(500)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(Trigger::Retry)]);
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(pool("w"), Trigger::Retry)]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_source_is_read_again_with_backoff_up_to_the_interval() {
         let mut m = Machine::new(Periods { source_cap: Duration::from_secs(3), ..periods() }, Instant::now());
         on(&mut m, Event::Look);
-        read(&mut m, News::Loaded(1));
+        read(&mut m, w(1));
         for secs in [1, 2, 3, 3] {
             on(&mut m, Event::Look);
             let after = Duration::from_secs(secs);

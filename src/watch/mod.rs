@@ -1,28 +1,15 @@
-//! `poolctl watch`: continuous reconciliation of a directory or Git source, with drift
-//! correction.
-//!
-//! Shaped like kube-runtime's watcher: every decision lives in a small pure state machine
-//! ([`machine`]) that returns a decision instead of doing anything; [`watch_command`] is a thin
-//! loop that turns its inputs (source looks and notify events from [`inputs`], Docker events,
-//! timers, signals) into events and carries the decisions out. One reconcile ([`reconcile`])
-//! runs at a time, as a spawned task; a newer desired state stops it at the next step boundary
-//! and the loop re-plans from the world at once, so a retirement cut short is simply resumed
-//! by the next plan.
-//!
-//! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
-//! seen source revision, a few counters and its clients (Docker, and each cluster with the
-//! watch-backed lists of its pool), so memory stays flat over a long run.
-
 //! `poolctl watch` as a library: continuous reconciliation of a directory or Git source, with
 //! drift correction.
 //!
 //! Shaped like kube-runtime's controller: every decision and every timer lives in a small state
 //! machine ([`machine`]) that returns decisions instead of doing anything; [`run`] is a thin
 //! loop that turns its inputs (source looks and notify events from [`inputs`], Docker events,
-//! the machine's next wake-up, signals) into events and carries the decisions out. One
-//! reconcile ([`reconcile`]) runs at a time, as a spawned task; a newer desired state stops it
-//! at the next step boundary and the loop re-plans from the world at once, so a retirement cut
-//! short is simply resumed by the next plan.
+//! the machine's next wake-up, signals) into events and carries the decisions out. Each pool
+//! is reconciled ([`reconcile`]) in a lane of its own, as a spawned task, so that a long
+//! rollout of one pool never holds up another's (the first reconcile covers the whole source);
+//! a newer desired state of a pool stops its reconcile at the next step boundary and the loop
+//! re-plans it from the world at once, so a retirement cut short is simply resumed by the next
+//! plan. The rollouts share the drain turns: a cluster's drains still go one Node at a time.
 //!
 //! Nothing accumulates across reconciles: the loop keeps the last good desired state, the last
 //! seen source revision, a few counters and its clients (Docker, and each cluster with the
@@ -32,14 +19,14 @@ mod inputs;
 mod machine;
 mod reconcile;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
 
@@ -48,10 +35,11 @@ use crate::config::WatchConfig;
 use crate::model::{Desired, World};
 use crate::report::{Notifier, Probes, source_failure, write_stdout};
 use crate::rollout::cancel::{EXIT_INTERRUPTED, Interrupt, Signals, StopReason};
+use crate::rollout::execute::DrainTurns;
 use crate::rollout::lock::LockSettings;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
-use machine::{Decision, Ended, Event, Machine, Periods, SourceNews, Trigger, fingerprint};
+use machine::{Decision, Ended, Event, Lane, Machine, Periods, SourceNews, Trigger, fingerprints};
 use reconcile::{Acting, HealthLog, Reconcile};
 
 /// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
@@ -89,7 +77,13 @@ struct Loop {
     check: Option<JoinHandle<Checked>>,
     /// What the reconciles saw of the instances' health (for the log, and the deadline timer).
     health: Arc<Mutex<HealthLog>>,
-    run: Option<(JoinHandle<Ended>, Arc<Interrupt>)>,
+    /// The reconciles in flight, one per lane at most, and how to stop each.
+    runs: JoinSet<(Lane, Ended)>,
+    interrupts: BTreeMap<Lane, Arc<Interrupt>>,
+    /// The lane of each task, for a task that panicked.
+    lanes: HashMap<tokio::task::Id, Lane>,
+    /// Shared by every reconcile's rollout: one drain at a time per cluster.
+    drain_turns: Arc<DrainTurns>,
     /// Docker and cluster clients, kept from one reconcile to the next.
     connections: Arc<Connections>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
@@ -126,6 +120,7 @@ impl Loop {
             fetch: matches!(spec.location, Location::Git { .. }).then_some(config.interval),
             resync: config.resync,
             source_cap: config.interval.max(Duration::from_secs(1)),
+            max_running: config.max_concurrent_pools,
         };
         Self {
             spec,
@@ -135,7 +130,10 @@ impl Loop {
             seen: None,
             check: None,
             health: Arc::default(),
-            run: None,
+            runs: JoinSet::new(),
+            interrupts: BTreeMap::new(),
+            lanes: HashMap::new(),
+            drain_turns: Arc::default(),
             connections: Arc::new(Connections::kept()),
             drift: BTreeMap::new(),
             drift_tx,
@@ -165,46 +163,26 @@ impl Loop {
                 let fresh = matches!(event, Event::Checked(Some(SourceNews::Loaded(_))));
                 let decisions = self.machine.on(event, Instant::now());
                 debug!(?decisions, "watch step");
+                if fresh {
+                    self.say(&decisions);
+                }
                 for decision in decisions {
-                    if fresh {
-                        self.say(&decision);
-                    }
                     if let Some(end) = self.carry_out(decision).await {
                         return end;
                     }
                 }
             }
             heard = {
-                let (check, run) = (&mut self.check, &mut self.run);
+                let check = &mut self.check;
                 tokio::select! {
                     Some(()) = self.changed_rx.recv() => Some(Event::Look),
                     checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
                         self.check = None;
                         Some(Event::Checked(self.on_checked(checked)))
                     }
-                    Some(news) = self.drift_rx.recv() => {
-                        if self.acting.covers(&news.names) {
-                            debug!("the rollout's own doing, not drift: {}", news.what);
-                            None
-                        } else {
-                            if self.machine.running() {
-                                debug!("drift seen during a reconcile: {}", news.what);
-                            } else {
-                                info!("drift seen: {}", news.what);
-                            }
-                            Some(Event::Drift)
-                        }
-                    }
+                    Some(news) = self.drift_rx.recv() => self.on_drift(news),
                     () = sleep_until(self.machine.next_wake()) => Some(Event::Time),
-                    ended = async { (&mut run.as_mut().expect("guarded").0).await }, if run.is_some() => {
-                        self.run = None;
-                        self.probes.ready();
-                        let ended = ended.unwrap_or_else(|e| {
-                            error!("reconcile failed: {e}");
-                            Ended::Failed
-                        });
-                        Some(Event::Finished(ended, self.next_deadline()))
-                    }
+                    Some(ended) = self.runs.join_next_with_id() => Some(self.on_finished(ended)),
                     () = signals.recv() => Some(Event::Signal),
                 }
             };
@@ -212,12 +190,48 @@ impl Loop {
         }
     }
 
+    /// What Docker's news means: drift of the pools it names, unless a rollout did it.
+    fn on_drift(&self, news: ContainerNews) -> Option<Event<SourceError>> {
+        if self.acting.covers(&news.names) {
+            debug!("the rollout's own doing, not drift: {}", news.what);
+            return None;
+        }
+        if self.machine.running() {
+            debug!("drift seen during a reconcile: {}", news.what);
+        } else {
+            info!("drift seen: {}", news.what);
+        }
+        Some(Event::Drift((!news.pools.is_empty()).then_some(news.pools)))
+    }
+
+    /// A lane's reconcile ended (or its task failed, which counts as a failed reconcile).
+    fn on_finished(
+        &mut self,
+        ended: Result<(tokio::task::Id, (Lane, Ended)), tokio::task::JoinError>,
+    ) -> Event<SourceError> {
+        let (lane, ended) = match ended {
+            Ok((id, ended)) => {
+                self.lanes.remove(&id);
+                ended
+            }
+            Err(e) => {
+                error!("reconcile failed: {e}");
+                let lane = self.lanes.remove(&e.id()).unwrap_or(Lane::All);
+                (lane, Ended::Failed)
+            }
+        };
+        self.interrupts.remove(&lane);
+        self.probes.ready();
+        let deadline = self.next_deadline(&lane);
+        Event::Finished(lane, ended, deadline)
+    }
+
     /// Carry one decision out; `Some` when the watch ends, and how.
     async fn carry_out(&mut self, decision: Decision<SourceError>) -> Option<Result<()>> {
         match decision {
             Decision::Check => self.request_check(),
             // Said by `say`; the reconcile says why and when it stands by.
-            Decision::Same | Decision::StandBy(_) => {}
+            Decision::Same | Decision::StandBy(..) => {}
             Decision::KeepLastGood(e) => {
                 let (source, errors) = (self.seen_label(), format!("{:#}", anyhow::Error::from(e)));
                 error!(
@@ -231,14 +245,18 @@ impl Loop {
                     shown.join("\n")
                 )));
             }
-            Decision::Reconcile(trigger) => self.start_reconcile(trigger),
-            Decision::Supersede => {
-                info!("a newer desired state arrived: stopping the rollout at the next step boundary");
-                if let Some((_, interrupt)) = &self.run {
+            Decision::Reconcile(lane, trigger) => self.start_reconcile(lane, trigger),
+            Decision::Supersede(lane) => {
+                info!(
+                    "a newer desired state arrived ({lane}): stopping its rollout at the next step boundary"
+                );
+                if let Some(interrupt) = self.interrupts.get(&lane) {
                     interrupt.stop(StopReason::Superseded);
                 }
             }
-            Decision::RetryAfter(after) => warn!("backing off: retrying in {}s", after.as_secs()),
+            Decision::RetryAfter(lane, after) => {
+                warn!("backing off: retrying {lane} in {}s", after.as_secs());
+            }
             Decision::LookAgainAfter(after, e) => {
                 crate::metrics::record(|m| m.source_error("unreachable"));
                 warn!(
@@ -249,7 +267,7 @@ impl Loop {
             }
             Decision::StopRun => {
                 info!("signal: stopping at the next step boundary (signal again to exit at once)");
-                if let Some((_, interrupt)) = &self.run {
+                for interrupt in self.interrupts.values() {
                     interrupt.trigger();
                 }
             }
@@ -270,14 +288,12 @@ impl Loop {
         None
     }
 
-    /// When the first instance the last plan waited for turns unhealthy, as a timer: the world's
-    /// clock says how long after that plan, this process's monotonic clock counts it down. A
-    /// second more, so that the plan made then sees it past its timeout.
-    fn next_deadline(&self) -> Option<Instant> {
-        let (planned, after) =
-            self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_check?;
-        let wait = Duration::from_secs(u64::try_from(after).unwrap_or(0) + 1);
-        Some(Instant::from_std(planned) + wait)
+    /// When the first instance the last plan of `lane` waited for turns unhealthy, as a timer:
+    /// the world's clock says how long after that plan, this process's monotonic clock counts
+    /// it down.
+    fn next_deadline(&self, lane: &Lane) -> Option<Instant> {
+        let health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        health.next_check(|pool| covers(lane, pool)).map(Instant::from_std)
     }
 
     /// The source as last looked at, for an error about it: a Git source names the commit (its
@@ -299,16 +315,19 @@ impl Loop {
         self.check = Some(tokio::task::spawn_blocking(move || check_source(&spec, seen.as_ref())));
     }
 
-    /// Say what a decision about a new revision of the source means.
-    fn say(&self, decision: &Decision<SourceError>) {
+    /// Say what the decisions about a new revision of the source mean, once.
+    fn say(&self, decisions: &[Decision<SourceError>]) {
         let Some(origin) = self.good.as_ref().map(|good| &good.origin) else { return };
-        match decision {
-            Decision::Reconcile(Trigger::Start) => info!("source read: {origin}"),
-            Decision::Same => info!("source changed ({origin}), the pools are the same: nothing to do"),
-            Decision::Reconcile(Trigger::SourceChanged) | Decision::Supersede => {
-                info!("source changed: {origin}");
-            }
-            _ => {}
+        let said = decisions.iter().find_map(|decision| match decision {
+            Decision::Reconcile(_, Trigger::Start) => Some("source read"),
+            Decision::Same => Some("same"),
+            Decision::Reconcile(_, Trigger::SourceChanged) | Decision::Supersede(_) => Some("source changed"),
+            _ => None,
+        });
+        match said {
+            Some("same") => info!("source changed ({origin}), the pools are the same: nothing to do"),
+            Some(said) => info!("{said}: {origin}"),
+            None => {}
         }
     }
 
@@ -330,7 +349,9 @@ impl Loop {
                 self.probes.source_broken(None);
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
-                let news = SourceNews::Loaded(fingerprint(&desired));
+                let mut prints = fingerprints(&desired);
+                prints.retain(|pool, _| self.config.options.covers(pool));
+                let news = SourceNews::Loaded(prints);
                 // Kept even when it asks for the same pools, so that new containers name the
                 // newest commit.
                 self.good = Some(Arc::new(desired));
@@ -345,32 +366,31 @@ impl Loop {
         })
     }
 
-    fn start_reconcile(&mut self, trigger: Trigger) {
+    fn start_reconcile(&mut self, lane: Lane, trigger: Trigger) {
         let desired =
             self.good.clone().expect("the state machine reconciles only once a good state was read");
         let interrupt = Arc::new(Interrupt::default());
         let connections = Arc::clone(&self.connections);
-        let config = Arc::clone(&self.config);
+        let mut config = WatchConfig::clone(&self.config);
+        if let Lane::Pool(pool) = &lane {
+            config.options.pools = BTreeSet::from([pool.clone()]);
+        }
         let health = Arc::clone(&self.health);
-        // What the reconcile before did is in the world now: whatever Docker says of it from
-        // here on is news.
-        self.acting.clear();
+        // What the lane's reconcile before did is in the world now: whatever Docker says of it
+        // from here on is news.
+        self.acting.clear(|pool| covers(&lane, pool));
         let tell = Tell {
             notifier: self.notifier.clone(),
             revision: self.revision.clone(),
             locks: Arc::clone(&self.locks),
             acting: Arc::clone(&self.acting),
+            drain_turns: Arc::clone(&self.drain_turns),
         };
-        let task = tokio::spawn(reconcile(
-            desired,
-            trigger,
-            config,
-            Arc::clone(&interrupt),
-            connections,
-            health,
-            tell,
-        ));
-        self.run = Some((task, interrupt));
+        let task = reconcile(desired, trigger, config, Arc::clone(&interrupt), connections, health, tell);
+        let named = lane.clone();
+        let handle = self.runs.spawn(async move { (named, task.await) });
+        self.lanes.insert(handle.id(), lane.clone());
+        self.interrupts.insert(lane, interrupt);
     }
 
     /// Follow Docker's events for the containers of this source (their scope label) on every
@@ -453,6 +473,7 @@ struct Tell {
     revision: String,
     locks: Arc<LockSettings>,
     acting: Arc<Acting>,
+    drain_turns: Arc<DrainTurns>,
 }
 
 /// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
@@ -461,7 +482,7 @@ struct Tell {
 async fn reconcile(
     desired: Arc<Desired>,
     trigger: Trigger,
-    config: Arc<WatchConfig>,
+    config: WatchConfig,
     interrupt: Arc<Interrupt>,
     connections: Arc<Connections>,
     health: Arc<Mutex<HealthLog>>,
@@ -487,10 +508,19 @@ async fn reconcile(
         locks: &tell.locks,
         acting: &tell.acting,
         skip_preflight: config.skip_preflight.clone(),
+        drain_turns: &tell.drain_turns,
     };
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {
         connections.forget();
     }
     ended
+}
+
+/// Whether `lane` covers `pool`.
+fn covers(lane: &Lane, pool: &str) -> bool {
+    match lane {
+        Lane::All => true,
+        Lane::Pool(name) => name == pool,
+    }
 }

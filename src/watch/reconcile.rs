@@ -17,7 +17,7 @@ use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
-use crate::rollout::execute::{PreflightCheck, Report, StepOutcome};
+use crate::rollout::execute::{DrainTurns, PreflightCheck, Report, StepOutcome};
 use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
@@ -46,26 +46,32 @@ pub(super) struct Reconcile<'a, C, N> {
     pub acting: &'a Acting,
     /// `--skip-preflight`: the preflight checks not to make.
     pub skip_preflight: BTreeSet<PreflightCheck>,
+    /// The drain turns every reconcile of this watch shares: each pool rolls out on its own,
+    /// a cluster's drains still go one Node at a time.
+    pub drain_turns: &'a std::sync::Arc<DrainTurns>,
 }
 
-/// The containers a rollout stops or removes itself, noted as each such step starts (Docker
-/// may tell of the container's death before the step ends): a sink of the rollout's events.
+/// The containers the rollouts stop or remove themselves, by pool, noted as each such step
+/// starts (Docker may tell of the container's death before the step ends): a sink of the
+/// rollouts' events.
 #[derive(Debug, Default)]
-pub(super) struct Acting(Mutex<BTreeSet<String>>);
+pub(super) struct Acting(Mutex<BTreeMap<String, BTreeSet<String>>>);
 
 impl Acting {
-    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    fn pools(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<String>>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(super) fn clear(&self) {
-        self.names().clear();
+    /// Forget what the rollouts of the pools `covers` says did: it is in the world now, and
+    /// whatever Docker says of it from here on is news.
+    pub(super) fn clear(&self, covers: impl Fn(&str) -> bool) {
+        self.pools().retain(|pool, _| !covers(pool));
     }
 
-    /// Every one of `names` is a container the rollout stopped or removed.
+    /// Every one of `names` is a container a rollout stopped or removed.
     pub(super) fn covers(&self, names: &BTreeSet<String>) -> bool {
-        let acted = self.names();
-        !names.is_empty() && names.iter().all(|n| acted.contains(n))
+        let acted = self.pools();
+        !names.is_empty() && names.iter().all(|n| acted.values().any(|names| names.contains(n)))
     }
 }
 
@@ -74,7 +80,7 @@ impl crate::rollout::event::Sink for Acting {
         if let crate::rollout::event::Event::Started(step) = event
             && matches!(step.verb, "stop" | "remove")
         {
-            self.names().insert(step.instance.to_owned());
+            self.pools().entry(step.pool.to_owned()).or_default().insert(step.instance.to_owned());
         }
     }
 }
@@ -82,19 +88,20 @@ impl crate::rollout::event::Sink for Acting {
 /// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
 type Results = Vec<(String, &'static str)>;
 
-/// The instances that did not serve at the last look, and when the first one waited for turns
-/// unhealthy: what watch logs changes of, and when it plans again by itself.
+/// The instances that did not serve at the last look of their pool, and when the first one
+/// waited for turns unhealthy: what watch logs changes of, and when it plans again by itself.
+/// Each reconcile updates the pools it planned, and only those.
 #[derive(Debug, Default)]
 pub(super) struct HealthLog {
-    /// Instance name -> `starting`, `unavailable` or `unhealthy`.
-    troubled: BTreeMap<String, &'static str>,
+    /// Instance name -> its pool, and `starting`, `unavailable` or `unhealthy`.
+    troubled: BTreeMap<String, (String, &'static str)>,
     /// The pools whose rollout stalled past its `progressDeadline` at the last look: their
     /// reconciles end `degraded`, never in sync.
     pub degraded: BTreeSet<String>,
-    /// When the first instance waited for turns unhealthy: how long after the plan, by the
-    /// world's clock, and when (by this process's monotonic clock) that plan was made. Never
-    /// this process's wall clock, which may be off from the world's.
-    pub next_check: Option<(std::time::Instant, i64)>,
+    /// When the first instance each pool waits for turns unhealthy: how long after the plan,
+    /// by the world's clock, and when (by this process's monotonic clock) that plan was made.
+    /// Never this process's wall clock, which may be off from the world's.
+    next_check: BTreeMap<String, (std::time::Instant, i64)>,
     /// What the last plan held back (see [`crate::rollout::conditions`]), by pool and reason:
     /// told when it begins, not at every look.
     told: BTreeSet<(String, &'static str)>,
@@ -139,34 +146,59 @@ impl HealthLog {
         self.failures.remove(pool);
     }
 
-    /// Log the instances that turned unhealthy and those that serve again since the last plan.
+    /// Log the instances of `plan`'s pools that turned unhealthy and those that serve again
+    /// since their last plan.
     fn update(&mut self, plan: &Plan) {
+        let planned = |pool: &str| plan.pools.iter().any(|p| p.name == pool);
         let mut now = BTreeMap::new();
         for pool in &plan.pools {
             for instance in &pool.instances {
                 let Some(note) = &instance.health else { continue };
                 let name = instance.name.to_string();
-                if note.state == "unhealthy" && self.troubled.get(&name) != Some(&"unhealthy") {
+                let was = self.troubled.get(&name).map(|(_, state)| *state);
+                if note.state == "unhealthy" && was != Some("unhealthy") {
                     warn!("instance {name} of pool {} turned {}", pool.name, describe_health(note));
                 }
-                now.insert(name, note.state);
+                now.insert(name, (pool.name.clone(), note.state));
             }
         }
-        for name in self.troubled.keys().filter(|n| !now.contains_key(*n)) {
+        for (name, _) in self.troubled.iter().filter(|(n, (pool, _))| planned(pool) && !now.contains_key(*n))
+        {
             if plan.pools.iter().any(|p| p.instances.iter().any(|i| i.name == *name)) {
                 info!("instance {name} serves again");
             }
         }
-        self.troubled = now;
-        self.degraded = plan.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone()).collect();
-        self.next_check =
-            plan.next_check().map(|at| (std::time::Instant::now(), at.saturating_sub(plan.now)));
+        self.troubled.retain(|_, (pool, _)| !planned(pool));
+        self.troubled.extend(now);
+        self.degraded.retain(|pool| !planned(pool));
+        self.degraded.extend(plan.pools.iter().filter(|p| p.degraded.is_some()).map(|p| p.name.clone()));
+        self.next_check.retain(|pool, _| !planned(pool));
+        let made = std::time::Instant::now();
+        self.next_check.extend(
+            plan.pools
+                .iter()
+                .filter_map(|p| p.next_check.map(|at| (p.name.clone(), (made, at.saturating_sub(plan.now))))),
+        );
+    }
+
+    /// When the first instance of the pools `covers` says waits for turns unhealthy, as an
+    /// instant of this process's monotonic clock; a second more, so that the plan made then
+    /// sees it past its timeout.
+    pub(super) fn next_check(&self, covers: impl Fn(&str) -> bool) -> Option<std::time::Instant> {
+        self.next_check
+            .iter()
+            .filter(|(pool, _)| covers(pool))
+            .map(|(_, (made, after))| {
+                *made + std::time::Duration::from_secs(u64::try_from(*after).unwrap_or(0) + 1)
+            })
+            .min()
     }
 
     /// What `plan` holds back that the last plan did not: a pool turned Degraded, rolling
     /// back, or held by `maxUnhealthy`, as (pool, reason, why). Its words change from look to
     /// look (the last failure's "1 second ago"): that is no news.
     fn newly_held(&mut self, plan: &Plan) -> Vec<(String, &'static str, String)> {
+        let planned = |pool: &str| plan.pools.iter().any(|p| p.name == pool);
         let now: BTreeSet<(String, &'static str)> = crate::rollout::conditions(plan)
             .iter()
             .map(|(pool, reason, _)| ((*pool).to_owned(), *reason))
@@ -176,7 +208,8 @@ impl HealthLog {
             .filter(|(pool, reason, _)| !self.told.contains(&((*pool).to_owned(), *reason)))
             .map(|(pool, reason, why)| (pool.to_owned(), reason, why.to_owned()))
             .collect();
-        self.told = now;
+        self.told.retain(|(pool, _)| !planned(pool));
+        self.told.extend(now);
         new
     }
 }
@@ -213,7 +246,12 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             Ok(preview) => preview,
             Err(e) => {
                 error!("{:#}", anyhow::Error::from(e));
-                results.extend(desired.pools.iter().map(|p| (p.name().to_owned(), "failed")));
+                let pools = desired
+                    .pools
+                    .iter()
+                    .map(crate::model::DesiredPool::name)
+                    .filter(|p| self.options.covers(p));
+                results.extend(pools.map(|p| (p.to_owned(), "failed")));
                 return Ended::Failed;
             }
         };
@@ -289,7 +327,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let shown = (self.out, &Metrics);
         let sink = (&shown, self.acting);
         let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink)
-            .skipping_preflight(&self.skip_preflight);
+            .skipping_preflight(&self.skip_preflight)
+            .sharing_drain_turns(self.drain_turns);
         // Announced once the locks are held and the plan made under them changes something.
         // The pools that plan finds Degraded: the deadline may have passed since the preview.
         let mut degraded_under_locks = BTreeSet::new();
@@ -516,6 +555,7 @@ mod tests {
             locks: locks(),
             acting: Box::leak(Box::default()),
             skip_preflight: BTreeSet::new(),
+            drain_turns: Box::leak(Box::default()),
         }
     }
 

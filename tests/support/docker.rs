@@ -299,6 +299,14 @@ impl TestDocker {
         mine
     }
 
+    /// The containers of `pool`, another pool of this test's, sorted by name.
+    pub(crate) async fn containers_of(&self, pool: &str) -> Vec<Container> {
+        let mut theirs: Vec<Container> =
+            self.backend.list().await.expect("list").into_iter().filter(|c| c.pool == pool).collect();
+        theirs.sort_by(|a, b| a.name.cmp(&b.name));
+        theirs
+    }
+
     /// This test's running pool containers, sorted by name.
     pub(crate) async fn running(&self) -> Vec<Container> {
         self.containers().await.into_iter().filter(|c| c.state == ContainerState::Running).collect()

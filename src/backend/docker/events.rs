@@ -28,6 +28,8 @@ pub const DRIFT_EVENTS: &[&str] = &["die", "stop", "destroy"];
 pub struct ContainerNews {
     /// The containers the events were about.
     pub names: std::collections::BTreeSet<String>,
+    /// Their pools, by their pool label: the reconciles the news concerns.
+    pub pools: std::collections::BTreeSet<String>,
     /// The first event, and how many more came with it, for the log.
     pub what: String,
 }
@@ -89,23 +91,24 @@ async fn subscribe(
     debug!("following Docker events of {scope} on {}", endpoint.name);
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| format!("the event stream failed: {e}"))?;
-        let name = event
-            .actor
-            .as_ref()
-            .and_then(|a| a.attributes.as_ref())
-            .and_then(|a| a.get("name"))
-            .cloned()
-            .unwrap_or_default();
-        let what = format!("container {name} {}", event.action.unwrap_or_default());
-        let mut names = std::collections::BTreeSet::from([name]);
+        let (mut names, mut pools) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+        let mut note = |event: bollard::models::EventMessage| {
+            let mut attributes = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+            let name = attributes.remove("name").unwrap_or_default();
+            pools.extend(attributes.remove(labels::POOL));
+            names.insert(name.clone());
+            name
+        };
+        let action = event.action.clone().unwrap_or_default();
+        let what = format!("container {} {action}", note(event));
         // Let the burst end: the loop observes once for all of it.
         let mut more = 0;
         while let Ok(Some(Ok(event))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
             more += 1;
-            names.extend(event.actor.and_then(|a| a.attributes).and_then(|mut a| a.remove("name")));
+            note(event);
         }
         let what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
-        if tx.send(ContainerNews { names, what }).await.is_err() {
+        if tx.send(ContainerNews { names, pools, what }).await.is_err() {
             return Ok(());
         }
     }

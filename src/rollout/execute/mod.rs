@@ -221,7 +221,7 @@ pub struct Executor<'a, C, K> {
     /// it: drains run one Node at a time per cluster, since concurrent drains are how
     /// PodDisruptionBudgets get violated (cluster-api#3300). tokio's mutex is fair, so Nodes take
     /// their turns in the order they asked.
-    drain_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    drain_turns: Arc<DrainTurns>,
     /// The drain turns held, by the Node that holds its cluster's: a Node whose pre-drain hooks
     /// hold its drain gives its turn up while it waits, so that the wait holds only that Node.
     turns_held: Mutex<HashMap<String, tokio::sync::OwnedMutexGuard<()>>>,
@@ -236,6 +236,12 @@ pub struct Executor<'a, C, K> {
     /// The preflight checks not to make (`--skip-preflight`; none by default).
     skipped: BTreeSet<PreflightCheck>,
 }
+
+/// The drain turn of each cluster, by its identity: one value for an executor, or shared by the
+/// rollouts that run at once in one process (each pool of a `watch` has its own), so that a
+/// cluster's drains stay one at a time whichever rollout makes them.
+#[derive(Debug, Default)]
+pub struct DrainTurns(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
 /// new instance of the batch is up (its container up, its Node Ready and configured,
@@ -313,7 +319,7 @@ impl<'a, C, K> Executor<'a, C, K> {
             interrupt,
             drained: Mutex::default(),
             numbering: Mutex::default(),
-            drain_turns: Mutex::default(),
+            drain_turns: Arc::default(),
             turns_held: Mutex::default(),
             creations: Mutex::default(),
             lock_guard: LockGuard::unguarded(),
@@ -321,6 +327,13 @@ impl<'a, C, K> Executor<'a, C, K> {
             handed_out: Mutex::default(),
             skipped: BTreeSet::new(),
         }
+    }
+
+    /// Take the drain turns from `turns`, which other rollouts of this process share.
+    #[must_use]
+    pub fn sharing_drain_turns(mut self, turns: Arc<DrainTurns>) -> Self {
+        self.drain_turns = turns;
+        self
     }
 
     /// Make no eviction, container stop or removal, nor Node deletion unless `guard` says the
@@ -1252,7 +1265,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             let id = c.identity();
             id.uid.clone().unwrap_or_else(|| id.server.clone())
         });
-        let mut turns = self.drain_turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut turns = self.drain_turns.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
 
