@@ -57,6 +57,12 @@ struct KindLabels {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabels {
+    pool: String,
+    reason: String,
+}
+
 /// How many instances of a pool are in each state, at the last look.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InstanceCounts {
@@ -83,6 +89,7 @@ pub struct Metrics {
     last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     lock_held: Family<PoolLabels, Gauge>,
     degraded: Family<PoolLabels, Gauge>,
+    waiting: Family<WaitLabels, Gauge>,
     in_sync: Family<PoolLabels, Gauge>,
     evictions: Family<ResultLabels, Counter>,
     source_errors: Family<KindLabels, Counter>,
@@ -162,6 +169,13 @@ impl Metrics {
             "1 while the pool's rollout has stalled past its progressDeadline (Degraded), 0 otherwise",
             degraded.clone(),
         );
+        let waiting = Family::<WaitLabels, Gauge>::default();
+        registry.register(
+            "retirements_waiting",
+            "Retirements waiting for what another controller holds, by reason: hooks (the Node's \
+             deletion hooks) or volumes (its volumes to detach)",
+            waiting.clone(),
+        );
         let in_sync = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "pool_in_sync",
@@ -200,6 +214,7 @@ impl Metrics {
             last_success,
             lock_held,
             degraded,
+            waiting,
             in_sync,
             evictions,
             source_errors,
@@ -262,6 +277,18 @@ impl Metrics {
     /// Whether the pool is Degraded (its rollout stalled past its `progressDeadline`).
     pub fn degraded(&self, pool: &str, degraded: bool) {
         self.degraded.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(degraded));
+    }
+
+    /// A retirement of `pool` began (`waiting`) or ended waiting for `reason` (`hooks`,
+    /// `volumes`).
+    pub fn retirement_waits(&self, pool: &str, reason: &str, waiting: bool) {
+        let gauge =
+            self.waiting.get_or_create(&WaitLabels { pool: pool.to_owned(), reason: reason.to_owned() });
+        if waiting {
+            gauge.inc();
+        } else {
+            gauge.dec();
+        }
     }
 
     /// The source now reads at `revision`: the only one the info metric shows.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::cli::Stream;
-use crate::support::fake_kube::{EventKind, ReadyPolicy};
+use crate::support::fake_kube::{EventKind, PdbBound, PodSpecBuilder, ReadyPolicy};
 use crate::support::rig::{LIMIT, Rig};
 use crate::support::scenario::Scenario;
 
@@ -164,6 +164,35 @@ async fn status_names_the_volumes_a_retirement_waits_for() {
     rig.fake.store().volume_attachments.clear();
     assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
     assert!(!rig.containers().await.contains_key(&victim));
+}
+
+/// Two retirements of one cluster at once: drains go one Node at a time, and status says which
+/// Node the other waits for.
+#[tokio::test]
+async fn status_names_the_drain_turn_a_retirement_waits_for() {
+    let Some(rig) = Rig::new().await else { return };
+    let spec = rig.spec().replicas(2).max_surge(2).drain_timeout("2m");
+    let names = rig.start(&spec).await;
+    // A pod on each Node under one budget that allows no disruption: whichever Node drains
+    // first, its drain holds the turn until the budget is relaxed.
+    for (i, node) in names.iter().enumerate() {
+        rig.fake.add_pod(&PodSpecBuilder::new("default", &format!("hold-{i}"), node).label("app", "hold"));
+    }
+    rig.fake.put_pdb("default", "hold-pdb", "hold", PdbBound::MinAvailable(2));
+    let mut apply = rig.s.spawn("apply", &["--yes", "--replace", &names[0], "--replace", &names[1]]);
+    let refused = apply.wait_for(Stream::Stderr, "eviction refused");
+    let held = usize::from(refused.contains("default/hold-1"));
+    let (first, other) = (names[held].clone(), names[1 - held].clone());
+
+    let status = rig.poolctl("status", &[]).expect_code(0).stdout;
+    let waits = format!("{other}: its retirement waits for its cluster's drain turn: {first} drains first");
+    assert!(status.contains(&waits), "{status}");
+    assert!(!status.contains(&format!("{first}: its retirement waits for its cluster's")), "{status}");
+
+    rig.fake.put_pdb("default", "hold-pdb", "hold", PdbBound::MaxUnavailable(2));
+    assert!(apply.wait().success(), "{}", apply.output(Stream::Stdout));
+    let left = rig.containers().await;
+    assert!(!left.contains_key(&first) && !left.contains_key(&other), "{left:?}");
 }
 
 #[tokio::test]

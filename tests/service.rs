@@ -423,3 +423,59 @@ async fn a_two_pool_rollout_where_one_fails_reports_success_for_the_other() {
     let failed_good = docs.iter().any(|d| d["pool"] == s.pool_name() && d["result"] == "failed");
     assert!(!failed_good, "the other pool's failure is not this one's: {docs:#?}");
 }
+
+/// A retirement that waits for its Node's deletion hook is seen from outside while it waits: a
+/// gauge counts it by pool and reason, and `--notify` hears once which instance waits for what;
+/// the gauge falls back once the hook is removed and the retirement goes on.
+#[tokio::test]
+async fn a_retirement_waiting_for_a_hook_is_counted_and_notified_once() {
+    let Some(rig) = Rig::new().await else { return };
+    let v1 = rig.spec().replicas(1);
+    let old = rig.start(&v1).await.remove(0);
+    let pool = rig.pool().to_owned();
+    let hook = "pre-drain.delete.hook.poolctl.dev/backup";
+    rig.fake.store().update_node(&old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(hook.into(), "my-operator".into());
+    });
+    let (url, docs) = receiver().await;
+    rig.write(&v1.clone().env("VERSION", "2"));
+    let mut watch = rig.s.spawn("watch", &["--listen", "127.0.0.1:0", "--notify", &url]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.wait_for(Stream::Stdout, &format!("{old}: waiting for its pre-drain hooks: backup (my-operator)"));
+
+    let waiting = |value: f64| {
+        let (addr, pool) = (addr.clone(), pool.clone());
+        async move {
+            let labels =
+                BTreeMap::from([("pool".to_owned(), pool), ("reason".to_owned(), "hooks".to_owned())]);
+            let key = ("poolctl_retirements_waiting".to_owned(), labels);
+            while scrape(&get(&addr, "/metrics").await.1).get(&key) != Some(&value) {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, waiting(1.0)).await.expect("the wait is counted");
+    let heard = || {
+        let docs = docs.lock().unwrap().clone();
+        docs.into_iter().filter(|d| d["result"] == "waiting").collect::<Vec<_>>()
+    };
+    let told = async {
+        while heard().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(LIMIT, told).await.expect("the wait is notified");
+    let notice = &heard()[0];
+    assert_eq!(notice["pool"], pool.as_str(), "{notice:#?}");
+    let error = notice["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&old) && error.contains("backup (my-operator)"), "{notice:#?}");
+
+    rig.fake.store().update_node(&old, |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).remove(hook);
+    });
+    watch.applied();
+    tokio::time::timeout(LIMIT, waiting(0.0)).await.expect("the wait's end is counted");
+    assert_eq!(heard().len(), 1, "one notice per wait: {:#?}", heard());
+    assert!(watch.signal("TERM").success());
+}

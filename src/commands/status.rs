@@ -108,7 +108,49 @@ impl<K: Locks + Cluster> View<'_, K> {
             }
         }
         self.volume_waits(&mut status, &plan, &world).await;
+        self.turn_waits(&mut status, &plan);
         status
+    }
+
+    /// What the plan cannot show either: a retirement that waits for its cluster's drain turn,
+    /// which another Node of that cluster holds (poolctl's cordon on it, pods still to evict),
+    /// since drains go one Node at a time per cluster, whichever pool. Said only of a pool a
+    /// rollout holds the lock of: only a rollout takes turns.
+    fn turn_waits(&self, status: &mut Status, plan: &Plan) {
+        let cluster_of = |pool: &str| {
+            let id = self.clusters.get(pool)?.identity();
+            Some(id.uid.clone().unwrap_or_else(|| id.server.clone()))
+        };
+        let planned = |pool: &str| plan.pools.iter().find(|p| p.name == pool);
+        let mut draining: BTreeMap<String, String> = BTreeMap::new();
+        for pool in &status.pools {
+            let (Some(cluster), Some(planned)) = (cluster_of(&pool.name), planned(&pool.name)) else {
+                continue;
+            };
+            let drains = pool
+                .instances
+                .iter()
+                .find(|i| i.retiring && i.container == "running" && still_evicts(planned, &i.name));
+            if let Some(instance) = drains {
+                draining.entry(cluster).or_insert_with(|| instance.name.clone());
+            }
+        }
+        for pool in status.pools.iter_mut().filter(|p| p.lock.is_some()) {
+            let (Some(cluster), Some(planned)) = (cluster_of(&pool.name), planned(&pool.name)) else {
+                continue;
+            };
+            let Some(holder) = draining.get(&cluster) else { continue };
+            for instance in pool.instances.iter_mut().filter(|i| !i.cordoned && i.waits.is_none()) {
+                let cordons = planned
+                    .all_steps()
+                    .any(|s| *s.instance == *instance.name && matches!(s.action, Action::Cordon));
+                if cordons && instance.name != *holder {
+                    instance.waits = Some(format!(
+                        "its retirement waits for its cluster's drain turn: {holder} drains first (one Node at a time)"
+                    ));
+                }
+            }
+        }
     }
 
     /// What the plan cannot show a retirement under way waits for: the volumes of a Node its

@@ -236,8 +236,8 @@ impl Sink for Progress {
                 "-- looked at the world again, and the plan changed: {total} steps in all (was {was}): \
                  {why}; the {left} left are numbered {first}-{total}"
             )),
-            // Said in a message of the lock's own; counted by the metrics.
-            Event::Lock { .. } | Event::Evictions { .. } => {}
+            // Said in a message of the lock's own, or of the wait; counted by the metrics.
+            Event::Lock { .. } | Event::Evictions { .. } | Event::Held { .. } => {}
             Event::BootstrapOutput { instance, argv, output } => {
                 if self.ui.verbose && !output.trim().is_empty() && self.ui.format == ProgressFormat::Text {
                     self.line(&format!(

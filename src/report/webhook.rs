@@ -30,7 +30,8 @@ pub struct Notice {
     pub revision: String,
     /// `started`, `succeeded` or `failed`; or, when a plan holds a pool back, `degraded` (its
     /// rollout stalled), `rolling_back` or `remediation_held` (above `maxUnhealthy`), with
-    /// why in `error`.
+    /// why in `error`; or `waiting` when a retirement begins to wait for its Node's deletion
+    /// hooks or its volumes, with the instance and what holds it in `error`.
     pub result: &'static str,
     /// Steps carried out so far.
     pub steps_done: usize,

@@ -85,6 +85,27 @@ impl crate::rollout::event::Sink for Acting {
     }
 }
 
+/// Tells `--notify` when a retirement begins to wait for what another controller holds (its
+/// Node's deletion hooks, its volumes): once per wait, naming the instance and what holds it.
+struct Waits<'a> {
+    notifier: Option<&'a Notifier>,
+    revision: &'a str,
+}
+
+impl crate::rollout::event::Sink for Waits<'_> {
+    fn event(&self, event: &crate::rollout::event::Event<'_>) {
+        if let (
+            Some(notifier),
+            crate::rollout::event::Event::Held { pool, instance, waiting: true, what, .. },
+        ) = (self.notifier, *event)
+        {
+            let mut notice = Notice::new(pool, self.revision, "waiting");
+            notice.error = Some(format!("{instance}: {what}"));
+            notifier.send(notice);
+        }
+    }
+}
+
 /// How a reconcile ended for each pool, as `poolctl_reconcile_total` counts it.
 type Results = Vec<(String, &'static str)>;
 
@@ -325,7 +346,9 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     ) -> Ended {
         // A pool another run holds is retried with watch's backoff, not waited on here.
         let shown = (self.out, &Metrics);
-        let sink = (&shown, self.acting);
+        let waits = Waits { notifier: self.notifier, revision: self.revision };
+        let told = (self.acting, &waits);
+        let sink = (&shown, &told);
         let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink)
             .skipping_preflight(&self.skip_preflight)
             .sharing_drain_turns(self.drain_turns);

@@ -33,7 +33,7 @@ use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::rollout::cancel::Interrupt;
-use crate::rollout::event::Sink;
+use crate::rollout::event::{Event, Sink};
 use crate::spec::{EnvValue, Secret, SecretEnv};
 
 pub(crate) use numbering::indent;
@@ -242,6 +242,22 @@ pub struct Executor<'a, C, K> {
 /// cluster's drains stay one at a time whichever rollout makes them.
 #[derive(Debug, Default)]
 pub struct DrainTurns(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+/// Tells the end of a retirement's wait when dropped: however the wait ends (nothing holds any
+/// more, its limit, an interrupt, an error), each begin told has its end.
+struct Unheld<'s> {
+    sink: &'s dyn Sink,
+    pool: &'s str,
+    instance: &'s str,
+    reason: &'static str,
+}
+
+impl Drop for Unheld<'_> {
+    fn drop(&mut self) {
+        let (pool, instance, reason) = (self.pool, self.instance, self.reason);
+        self.sink.event(&Event::Held { pool, instance, reason, waiting: false, what: "" });
+    }
+}
 
 /// How the retirements of a batch wait for its creations. A cordon or a drain starts once every
 /// new instance of the batch is up (its container up, its Node Ready and configured,
@@ -1118,7 +1134,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, name, Hold::Volumes, limit, &|| ()).await? {
+        match self.wait_while_held(cluster, pool, name, Hold::Volumes, limit, &|| ()).await? {
             None => Ok(()),
             Some((volumes, after)) => Err(StepError::VolumeDetach { name: name.to_owned(), volumes, after }),
         }
@@ -1141,7 +1157,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     ) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
         let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, name, Hold::Hooks(kind), limit, aside).await? {
+        match self.wait_while_held(cluster, pool, name, Hold::Hooks(kind), limit, aside).await? {
             None => Ok(()),
             Some((hooks, after)) => {
                 Err(StepError::Hooks { name: name.to_owned(), kind: kind.to_owned(), hooks, after })
@@ -1156,6 +1172,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn wait_while_held(
         &self,
         cluster: &K,
+        pool: &str,
         name: &str,
         hold: Hold<'_>,
         limit: Option<Duration>,
@@ -1168,6 +1185,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         // tokio's clock, which the waits below advance (and a test can pause).
         let started = tokio::time::Instant::now();
         let mut said = String::new();
+        // Told once the wait begins, and its end however the wait ends.
+        let mut wait_told: Option<Unheld<'_>> = None;
         loop {
             let node = cluster.node(name).await?;
             let now = match (hold, node) {
@@ -1194,9 +1213,22 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     Hold::Hooks(_) => "WaitingForHooks",
                     Hold::Volumes => "WaitingForVolumes",
                 };
-                cluster
-                    .tell_node_waits(name, reason, format!("its retirement waits for {what}: {now}"))
-                    .await;
+                let told = format!("its retirement waits for {what}: {now}");
+                if wait_told.is_none() {
+                    let reason = match hold {
+                        Hold::Hooks(_) => "hooks",
+                        Hold::Volumes => "volumes",
+                    };
+                    self.sink.event(&Event::Held {
+                        pool,
+                        instance: name,
+                        reason,
+                        waiting: true,
+                        what: &told,
+                    });
+                    wait_told = Some(Unheld { sink: self.sink, pool, instance: name, reason });
+                }
+                cluster.tell_node_waits(name, reason, told).await;
                 self.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
