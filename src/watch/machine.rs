@@ -111,8 +111,19 @@ pub(super) enum Event<P> {
     /// A lane's reconcile ended; the instant the first instance its plan waited for turns
     /// unhealthy, if any.
     Finished(Lane, Ended, Option<Instant>),
+    /// A resync's survey of every pool ended, with what it found (nothing if it failed).
+    Surveyed(Option<Findings>),
     /// SIGINT or SIGTERM.
     Signal,
+}
+
+/// What one plan of every pool, made for a resync and carried out by nobody, found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Findings {
+    /// The pools whose plan changes something: their lanes reconcile them.
+    pub changed: BTreeSet<String>,
+    /// When the first instance each pool's plan waits for turns unhealthy.
+    pub deadlines: BTreeMap<String, Instant>,
 }
 
 /// What the loop should do now.
@@ -122,6 +133,10 @@ pub(super) enum Decision<P> {
     Check,
     /// Start a reconcile of a lane.
     Reconcile(Lane, Trigger),
+    /// Observe the world and plan every pool once, changing nothing, and report the pools
+    /// whose plan changes something ([`Event::Surveyed`]): a resync of many idle pools costs one
+    /// look, not one per pool.
+    Survey,
     /// Ask a lane's running reconcile to stop at its next step boundary; a reconcile towards
     /// the newest state follows when it has.
     Supersede(Lane),
@@ -208,6 +223,8 @@ pub(super) struct Machine {
     recheck: bool,
     /// A signal arrived: no new reconcile starts.
     stopping: bool,
+    /// A survey is under way.
+    surveying: bool,
     /// Consecutive failed reads of the source, for its own backoff.
     source_failures: u32,
     /// The timers of the source and of the whole watch: the next fetch of a remote source, the
@@ -250,6 +267,7 @@ impl Machine {
             checking: false,
             recheck: false,
             stopping: false,
+            surveying: false,
             source_failures: 0,
             fetch_at: periods.fetch.map(|every| now + every),
             resync_at: now + periods.resync,
@@ -290,6 +308,7 @@ impl Machine {
             }
             Event::Drift(pools) => self.drift(pools.as_ref(), &mut out),
             Event::Finished(lane, ended, deadline) => self.finished(&lane, ended, deadline, now, &mut out),
+            Event::Surveyed(survey) => self.surveyed(survey, &mut out),
             Event::Signal if self.stopping => out.push(Decision::ExitNow),
             Event::Signal => {
                 self.stopping = true;
@@ -314,9 +333,7 @@ impl Machine {
         }
         if self.resync_at <= now {
             self.resync_at = now + self.periods.resync;
-            for lane in self.routes(None) {
-                self.trigger(&lane, Trigger::Resync, out);
-            }
+            self.resync(out);
         }
         let lanes: Vec<Lane> = self.lanes.keys().cloned().collect();
         for lane in lanes {
@@ -328,6 +345,46 @@ impl Machine {
             if deadline {
                 self.trigger(&lane, Trigger::Deadline, out);
             }
+        }
+    }
+
+    /// Look at every pool again: while the whole source is reconciled as one, through it;
+    /// else with one survey, whose findings each pool's lane acts on.
+    fn resync<P>(&mut self, out: &mut Vec<Decision<P>>) {
+        if self.lanes.contains_key(&Lane::All) {
+            self.trigger(&Lane::All, Trigger::Resync, out);
+        } else if !self.surveying && !self.stopping && self.spec.is_some() {
+            self.surveying = true;
+            out.push(Decision::Survey);
+        }
+    }
+
+    /// What a survey found: each pool whose plan changes something is reconciled in its lane
+    /// (a pool undeclared that the survey would prune, in a lane of its own); each lane left
+    /// idle watches for the instant its plan's first waited-for instance turns unhealthy. A
+    /// failed survey leaves it to every lane.
+    fn surveyed<P>(&mut self, survey: Option<Findings>, out: &mut Vec<Decision<P>>) {
+        self.surveying = false;
+        let Some(survey) = survey else {
+            for lane in self.routes(None) {
+                self.trigger(&lane, Trigger::Resync, out);
+            }
+            return;
+        };
+        if self.lanes.contains_key(&Lane::All) {
+            return;
+        }
+        for (pool, at) in &survey.deadlines {
+            if let Some(state) = self.lanes.get_mut(&Lane::Pool(pool.clone()))
+                && !state.running
+            {
+                state.deadline_at = Some(state.deadline_at.map_or(*at, |was| was.min(*at)));
+            }
+        }
+        for pool in survey.changed {
+            let lane = Lane::Pool(pool);
+            self.lanes.entry(lane.clone()).or_default();
+            self.trigger(&lane, Trigger::Resync, out);
         }
     }
 
@@ -631,8 +688,45 @@ mod tests {
         assert_eq!(finished(&mut m, Ended::Converged), []);
         assert_eq!(m.next_wake(), Instant::now() + RESYNC);
         advance(RESYNC + Duration::from_secs(5)).await;
-        assert_eq!(on(&mut m, Event::Time), [Reconcile(pool("w"), Trigger::Resync)]);
+        assert_eq!(on(&mut m, Event::Time), [Survey], "one look at every pool");
         assert_eq!(m.next_wake(), Instant::now() + RESYNC, "a late tick delays the next one");
+        advance(RESYNC).await;
+        assert_eq!(on(&mut m, Event::Time), [], "one survey at a time");
+        assert_eq!(surveyed(&mut m, &[]), [], "nothing to change: no pool reconciles");
+        advance(RESYNC).await;
+        assert_eq!(on(&mut m, Event::Time), [Survey]);
+        assert_eq!(surveyed(&mut m, &["w"]), [Reconcile(pool("w"), Trigger::Resync)]);
+    }
+
+    fn surveyed(m: &mut Machine, changed: &[&str]) -> Vec<Decision<&'static str>> {
+        let changed = changed.iter().map(|p| (*p).to_owned()).collect();
+        on(m, Event::Surveyed(Some(Findings { changed, ..Findings::default() })))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_survey_sets_each_idle_pools_deadline_and_a_failed_one_leaves_it_to_every_pool() {
+        let mut m = reconciling();
+        let two = News::Loaded(BTreeMap::from([("a".to_owned(), 1), ("b".to_owned(), 1)]));
+        on(&mut m, Event::Look);
+        read(&mut m, two);
+        finished(&mut m, Ended::Superseded);
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        advance(RESYNC).await;
+        assert_eq!(on(&mut m, Event::Time), [Survey]);
+        let ten = Instant::now() + Duration::from_secs(10);
+        let survey = Findings { deadlines: BTreeMap::from([("b".to_owned(), ten)]), ..Findings::default() };
+        assert_eq!(on(&mut m, Event::Surveyed(Some(survey))), []);
+        assert_eq!(m.next_wake(), ten);
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(on(&mut m, Event::Time), [Reconcile(pool("b"), Trigger::Deadline)]);
+        on(&mut m, Event::Finished(pool("b"), Ended::Converged, None));
+
+        advance(RESYNC).await;
+        assert_eq!(on(&mut m, Event::Time), [Survey]);
+        assert_eq!(
+            on(&mut m, Event::Surveyed(None)),
+            [Reconcile(pool("a"), Trigger::Resync), Reconcile(pool("b"), Trigger::Resync)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -704,8 +798,9 @@ mod tests {
         assert_eq!(read(&mut m, three), [Reconcile(Lane::All, Trigger::Start)], "the whole source, alone");
         assert_eq!(finished(&mut m, Ended::Converged), []);
         advance(RESYNC).await;
+        assert_eq!(on(&mut m, Event::Time), [Survey]);
         assert_eq!(
-            on(&mut m, Event::Time),
+            surveyed(&mut m, &["a", "b", "c"]),
             [Reconcile(pool("a"), Trigger::Resync), Reconcile(pool("b"), Trigger::Resync)]
         );
         assert_eq!(lane(&m, &pool("c")).pending, Some(Trigger::Resync), "c waits for a slot");

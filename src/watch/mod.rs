@@ -30,7 +30,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, error, info, warn};
 
-use crate::backend::{Connections, ContainerNews, Containers, Events};
+use crate::backend::{Clusters, Connections, ContainerNews, Containers, DockerEndpoints, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
 use crate::report::{Notifier, Probes, source_failure, write_stdout};
@@ -39,7 +39,7 @@ use crate::rollout::execute::DrainTurns;
 use crate::rollout::lock::LockSettings;
 use crate::source::{Location, Revision, SourceError, SourceSpec};
 use inputs::{Checked, check_source, source_label, watch_files};
-use machine::{Decision, Ended, Event, Lane, Machine, Periods, SourceNews, Trigger, fingerprints};
+use machine::{Decision, Ended, Event, Findings, Lane, Machine, Periods, SourceNews, Trigger, fingerprints};
 use reconcile::{Acting, HealthLog, Reconcile};
 
 /// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
@@ -82,6 +82,8 @@ struct Loop {
     interrupts: BTreeMap<Lane, Arc<Interrupt>>,
     /// The lane of each task, for a task that panicked.
     lanes: HashMap<tokio::task::Id, Lane>,
+    /// The resync's survey of every pool, under way.
+    survey: Option<JoinHandle<Option<Findings>>>,
     /// Shared by every reconcile's rollout: one drain at a time per cluster.
     drain_turns: Arc<DrainTurns>,
     /// Docker and cluster clients, kept from one reconcile to the next.
@@ -134,6 +136,7 @@ impl Loop {
             interrupts: BTreeMap::new(),
             lanes: HashMap::new(),
             drain_turns: Arc::default(),
+            survey: None,
             connections: Arc::new(Connections::kept()),
             drift: BTreeMap::new(),
             drift_tx,
@@ -173,7 +176,7 @@ impl Loop {
                 }
             }
             heard = {
-                let check = &mut self.check;
+                let (check, survey) = (&mut self.check, &mut self.survey);
                 tokio::select! {
                     Some(()) = self.changed_rx.recv() => Some(Event::Look),
                     checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
@@ -183,6 +186,10 @@ impl Loop {
                     Some(news) = self.drift_rx.recv() => self.on_drift(news),
                     () = sleep_until(self.machine.next_wake()) => Some(Event::Time),
                     Some(ended) = self.runs.join_next_with_id() => Some(self.on_finished(ended)),
+                    findings = async { survey.as_mut().expect("guarded").await }, if survey.is_some() => {
+                        self.survey = None;
+                        Some(Event::Surveyed(findings.inspect_err(|e| error!("survey failed: {e}")).ok().flatten()))
+                    }
                     () = signals.recv() => Some(Event::Signal),
                 }
             };
@@ -246,6 +253,7 @@ impl Loop {
                 )));
             }
             Decision::Reconcile(lane, trigger) => self.start_reconcile(lane, trigger),
+            Decision::Survey => self.start_survey(),
             Decision::Supersede(lane) => {
                 info!(
                     "a newer desired state arrived ({lane}): stopping its rollout at the next step boundary"
@@ -379,18 +387,48 @@ impl Loop {
         // What the lane's reconcile before did is in the world now: whatever Docker says of it
         // from here on is news.
         self.acting.clear(|pool| covers(&lane, pool));
-        let tell = Tell {
-            notifier: self.notifier.clone(),
-            revision: self.revision.clone(),
-            locks: Arc::clone(&self.locks),
-            acting: Arc::clone(&self.acting),
-            drain_turns: Arc::clone(&self.drain_turns),
-        };
+        let tell = self.tell();
         let task = reconcile(desired, trigger, config, Arc::clone(&interrupt), connections, health, tell);
         let named = lane.clone();
         let handle = self.runs.spawn(async move { (named, task.await) });
         self.lanes.insert(handle.id(), lane.clone());
         self.interrupts.insert(lane, interrupt);
+    }
+
+    /// Who hears of the next reconcile's rollouts, and how it takes locks.
+    fn tell(&self) -> Tell {
+        Tell {
+            notifier: self.notifier.clone(),
+            revision: self.revision.clone(),
+            locks: Arc::clone(&self.locks),
+            acting: Arc::clone(&self.acting),
+            drain_turns: Arc::clone(&self.drain_turns),
+        }
+    }
+
+    /// Look at every pool once for a resync, in a task of its own; what it finds comes back as
+    /// [`Event::Surveyed`].
+    fn start_survey(&mut self) {
+        let desired = self.good.clone().expect("the state machine surveys only once a good state was read");
+        let (connections, config, health) =
+            (Arc::clone(&self.connections), Arc::clone(&self.config), Arc::clone(&self.health));
+        let tell = self.tell();
+        self.survey = Some(tokio::spawn(async move {
+            let (desired, docker) = match connections.connect_docker(Desired::clone(&desired)).await {
+                Ok(connected) => connected,
+                Err(e) => {
+                    error!("{e:#}");
+                    return None;
+                }
+            };
+            let out = crate::report::Progress::stdout();
+            let found =
+                reconciling(&docker, &connections, &config, &out, &health, &tell).survey(&desired).await;
+            if found.is_none() {
+                connections.forget();
+            }
+            found
+        }));
     }
 
     /// Follow Docker's events for the containers of this source (their scope label) on every
@@ -496,25 +534,37 @@ async fn reconcile(
         }
     };
     let out = crate::report::Progress::stdout();
-    let reconcile = Reconcile {
-        containers: &*docker,
+    let reconcile = reconciling(&docker, &connections, &config, &out, &health, &tell);
+    let ended = reconcile.run(&desired, trigger, &interrupt).await;
+    if ended == Ended::Failed {
+        connections.forget();
+    }
+    ended
+}
+
+/// A reconcile over the kept connections, with `out` for output.
+fn reconciling<'a>(
+    docker: &'a DockerEndpoints,
+    connections: &'a Connections,
+    config: &'a WatchConfig,
+    out: &'a crate::report::Progress,
+    health: &'a Mutex<HealthLog>,
+    tell: &'a Tell,
+) -> Reconcile<'a, DockerEndpoints, Clusters> {
+    Reconcile {
+        containers: docker,
         connect: connections.clusters(),
         options: config.options.clone(),
         dry_run: config.dry_run,
-        out: &out,
-        health: &health,
+        out,
+        health,
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
         locks: &tell.locks,
         acting: &tell.acting,
         skip_preflight: config.skip_preflight.clone(),
         drain_turns: &tell.drain_turns,
-    };
-    let ended = reconcile.run(&desired, trigger, &interrupt).await;
-    if ended == Ended::Failed {
-        connections.forget();
     }
-    ended
 }
 
 /// Whether `lane` covers `pool`.

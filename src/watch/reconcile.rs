@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{error, info, warn};
 
-use super::machine::{Ended, Trigger};
+use super::machine::{Ended, Findings, Trigger};
 use crate::backend::{Connect, Containers, Locks};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
@@ -256,13 +256,10 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         ended
     }
 
-    async fn reconcile(
-        &self,
-        desired: &Desired,
-        trigger: Trigger,
-        interrupt: &Interrupt,
-        results: &mut Results,
-    ) -> Ended {
+    /// Observe the world and plan, and tell what the plan holds back (log, Events,
+    /// notifications, the ends of revisions the world shows): what every reconcile and survey
+    /// begins with. `None` when the world could not be observed, said here.
+    async fn look(&self, desired: &Desired, results: &mut Results) -> Option<Preview<N::Cluster>> {
         let preview = match preview(desired, self.containers, self.connect, self.options.clone()).await {
             Ok(preview) => preview,
             Err(e) => {
@@ -273,7 +270,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                     .map(crate::model::DesiredPool::name)
                     .filter(|p| self.options.covers(p));
                 results.extend(pools.map(|p| (p.to_owned(), "failed")));
-                return Ended::Failed;
+                return None;
             }
         };
         let plan = &preview.plan;
@@ -299,19 +296,59 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
             crate::rollout::record_ends(plan, desired, self.containers).await;
         }
+        Some(preview)
+    }
+
+    /// One look at every pool for a resync, carrying nothing out: the pools whose plan changes
+    /// something are left to their own reconciles (which plan again, under the locks), the
+    /// others are in sync. `None` when the world could not be observed.
+    pub(super) async fn survey(&self, desired: &Desired) -> Option<Findings> {
+        let started = std::time::Instant::now();
+        let mut results = Results::new();
+        let preview = self.look(desired, &mut results).await;
+        let changed = preview.as_ref().map(|p| p.plan.changed_pools()).unwrap_or_default();
+        let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
+        crate::metrics::record(|m| {
+            m.reconcile_took(started.elapsed());
+            for (pool, result) in results.iter().filter(|(pool, _)| !changed.contains(pool)) {
+                let result =
+                    if degraded.contains(pool) && *result == "in_sync" { "degraded" } else { result };
+                m.reconciled(pool, Trigger::Resync.label(), result);
+            }
+        });
+        let plan = &preview?.plan;
+        if changed.is_empty() {
+            say_unchanged(Trigger::Resync, plan);
+        } else {
+            let pools: Vec<&str> = changed.iter().map(String::as_str).collect();
+            info!("plan (Resync): to reconcile: {}; {} unchanged", pools.join(", "), plan.summary.unchanged);
+        }
+        let health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let deadlines = plan
+            .pools
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), health.next_check(|pool| pool == p.name)?)))
+            .map(|(pool, at)| (pool, tokio::time::Instant::from_std(at)))
+            .collect();
+        Some(Findings { changed, deadlines })
+    }
+
+    async fn reconcile(
+        &self,
+        desired: &Desired,
+        trigger: Trigger,
+        interrupt: &Interrupt,
+        results: &mut Results,
+    ) -> Ended {
+        let Some(preview) = self.look(desired, results).await else { return Ended::Failed };
+        let plan = &preview.plan;
+        let changed = plan.changed_pools();
         let s = plan.summary;
         if !plan.has_changes() {
             if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
                 self.print(|out| render_text(plan, out));
             }
-            if s.unavailable + s.unremediated > 0 {
-                info!(
-                    "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced",
-                    s.unchanged, s.unavailable, s.unremediated
-                );
-            } else {
-                info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
-            }
+            say_unchanged(trigger, plan);
             return Ended::Converged;
         }
         info!(
@@ -487,6 +524,20 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// Output is best effort: a closed stdout must not stop the watch.
     fn print(&self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) {
         self.out.print(f);
+    }
+}
+
+/// Say that a plan changes nothing: in sync, or nothing to do yet while instances are waited
+/// for.
+fn say_unchanged(trigger: Trigger, plan: &Plan) {
+    let s = plan.summary;
+    if s.unavailable + s.unremediated > 0 {
+        info!(
+            "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced",
+            s.unchanged, s.unavailable, s.unremediated
+        );
+    } else {
+        info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
     }
 }
 
