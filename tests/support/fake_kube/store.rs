@@ -966,9 +966,12 @@ impl Store {
     /// Deletes a pod the way the API does for a graceful delete: with a termination delay it
     /// first gets a deletionTimestamp, which is when its grace period (`grace`, from the
     /// request's delete options, else the pod's own) runs out, and a zero grace period deletes
-    /// it at once. Its controller replaces it as soon as it is terminating.
+    /// it at once. Its controller replaces it as soon as it is terminating. A pod terminating
+    /// already keeps its deletionTimestamp, unless the request asks for a shorter grace period:
+    /// then, as the real server does (`BeforeDelete`), its end moves that much earlier.
     pub fn delete_pod(&mut self, key: &PodKey, grace: Option<i64>) -> Option<Pod> {
         let existing = self.pods.get(key)?;
+        let asked = grace;
         let grace = grace
             .or_else(|| existing.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
             .unwrap_or(DEFAULT_GRACE_PERIOD)
@@ -976,8 +979,14 @@ impl Store {
         if self.opts.termination_delay.is_zero() || grace == 0 {
             return self.delete_pod_now(key);
         }
-        if existing.metadata.deletion_timestamp.is_some() {
-            return Some(existing.clone());
+        if let Some(Time(due)) = existing.metadata.deletion_timestamp {
+            let had = existing.metadata.deletion_grace_period_seconds.unwrap_or(grace);
+            let Some(shorter) = asked.filter(|g| *g < had) else { return Some(existing.clone()) };
+            let earlier = due - k8s_openapi::jiff::SignedDuration::from_secs(had - shorter);
+            return self.update_pod(key, |p| {
+                p.metadata.deletion_timestamp = Some(Time(earlier));
+                p.metadata.deletion_grace_period_seconds = Some(shorter);
+            });
         }
         let due = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(grace);
         let pod = self.update_pod(key, |p| {
