@@ -12,6 +12,7 @@ mod docker;
 mod docker_bounds;
 mod docs;
 mod drain;
+mod drain_timeout;
 mod drain_unreachable;
 mod drain_watch;
 mod e2e;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::backend::LockGuard;
-use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
+use crate::backend::{BackendError, Cluster, Containers, DrainEnd, NewContainer, Stopped};
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::rollout::cancel::Interrupt;
@@ -213,7 +213,11 @@ pub struct Executor<'a, C, K> {
     /// Where what the run says goes.
     sink: &'a dyn Sink,
     interrupt: &'a Interrupt,
-    /// The Nodes this run drained, so that a Stop does not drain them again.
+    /// The Nodes this run drained, so that a Stop does not drain them again: each entered when
+    /// its drain ended, every pod gone or the pool's `timeoutAction` (`Proceed`, `Force`)
+    /// carried out, and by nothing else. It lives as long as the run: a run killed between a
+    /// drain and the stop leaves nothing that says "drained", so the next run drains again
+    /// before it stops the container (no Node without pods is taken for a drain that ended).
     drained: Mutex<HashSet<String>>,
     /// The number each step carries, as the plan text shows it.
     numbering: Mutex<numbering::Numbering>,
@@ -1012,10 +1016,28 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
+    /// Drain the Node, and record that this run did: only a drain that ended (every pod gone,
+    /// or its `timeoutAction` carried out) lets the container stop.
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
         let drain = self.pool(pool).map(|p| p.pool.spec.drain.clone()).unwrap_or_default();
-        self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
+        let end = self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
+        let after = crate::spec::Duration::from(timeout);
+        match &end {
+            DrainEnd::Complete => {}
+            DrainEnd::Abandoned(pods) => self.say(&format!(
+                "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
+                 (timeoutAction: Proceed): {}",
+                pods_count(pods.len()),
+                pods.join(", ")
+            )),
+            DrainEnd::Forced(pods) => self.say(&format!(
+                "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and gone \
+                 (timeoutAction: Force): {}",
+                pods_count(pods.len()),
+                pods.join(", ")
+            )),
+        }
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
     }
@@ -1321,6 +1343,10 @@ async fn configure_node<K: Cluster>(
     let mut wanted = spec.labels.clone();
     wanted.insert(labels::POOL.into(), pool.into());
     cluster.configure(name, &wanted, &spec.taints, reference).await
+}
+
+fn pods_count(n: usize) -> String {
+    if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") }
 }
 
 /// A step and its 1-based number in the whole plan, as the plan text shows it.
