@@ -34,6 +34,7 @@ mod lock;
 mod migrate;
 mod monitor;
 mod ownership;
+mod registration;
 mod replace;
 mod safety;
 mod scope;

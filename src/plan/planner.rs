@@ -777,7 +777,13 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) 
         .filter(|i| kept.contains(i.name) && !i.health.resumable)
         .filter_map(|i| {
             let node = i.node?;
-            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL);
+            // A Node still coming up is configured, its uninitialized taint removed with its
+            // labels, once it is Ready, not piecemeal before.
+            let uninitialized = node.config.taints.iter().any(|t| t.key == labels::UNINITIALIZED);
+            if uninitialized && !node.ready {
+                return None;
+            }
+            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL, node.ready);
             // The Node's proof that it is this container's, written with its labels.
             let reference = i.container.map(container_ref).filter(|r| node.reference.as_ref() != Some(r));
             if change.is_none() && reference.is_none() {

@@ -504,10 +504,14 @@ pub struct NodeSpec {
     /// How long a new instance's Node may take to register and turn Ready (default 5m).
     #[serde(default = "NodeSpec::default_ready_timeout")]
     pub ready_timeout: Duration,
-    /// Labels applied to the Node once it registers (`poolctl.dev/pool` is always added).
+    /// Labels of the Node (`poolctl.dev/pool` is always added). A new Node registers with
+    /// those a kubelet may set itself (outside the `kubernetes.io` and `k8s.io` namespaces, and
+    /// a few well-known ones); poolctl sets the rest once it is Ready.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Taints applied to the Node once it registers.
+    /// Taints of the Node. A new Node registers with them, and with
+    /// `poolctl.dev/uninitialized:NoSchedule`, which poolctl removes with the labels it sets
+    /// once the Node is Ready: no pod lands on a Node poolctl has not configured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<Taint>,
 }

@@ -433,7 +433,7 @@ impl Cluster for KubeCluster {
         reference: Option<&InstanceRef>,
     ) -> Result<(), BackendError> {
         let current = self.node(node).await?.ok_or_else(|| BackendError::NotFound(format!("Node {node}")))?;
-        let change = current.config.change_towards(node_labels, taints, labels::POOL);
+        let change = current.config.change_towards(node_labels, taints, labels::POOL, current.ready);
         let new_reference = reference.filter(|r| current.reference.as_ref() != Some(*r));
         if change.is_none() && new_reference.is_none() {
             return Ok(());

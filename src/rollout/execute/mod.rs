@@ -403,8 +403,28 @@ pub fn new_container(
             EnvValue::Secret(SecretEnv { value: None, .. }) => {}
         }
     }
+    let mut template_files = t.files.clone();
     if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
         env.extend(join::k3s_env(k3s));
+    }
+    // The new Node registers configured; a kubeadm join says so in its configuration.
+    if let Some(node) = &spec.node {
+        let registration = join::Registration::of(node);
+        match spec.join.as_ref() {
+            Some(j) if j.k3s.is_some() => template_files.push(registration.k3s_config()),
+            Some(_) => {}
+            None => {
+                // After the template's own flags, if it has any (copied from an instance of
+                // poolctl's, they may hold these already).
+                let args = registration.kubelet_args();
+                let all = match env.get(join::KUBELET_EXTRA_ARGS) {
+                    Some(own) if own.contains(&args) => own.clone(),
+                    Some(own) => format!("{own} {args}"),
+                    None => args,
+                };
+                env.insert(join::KUBELET_EXTRA_ARGS.to_owned(), all);
+            }
+        }
     }
     NewContainer {
         name: name.into(),
@@ -415,7 +435,7 @@ pub fn new_container(
         secret_env,
         // The executor adds a join's token, which it reads only when it creates the container.
         files: Vec::new(),
-        template_files: t.files.clone(),
+        template_files,
         labels: all_labels,
         network: t.network.clone(),
         extra_networks: t.extra_networks.clone(),
@@ -828,7 +848,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 let kubeadm = kubeadm.ok_or_else(|| StepError::NoJoin(pool_name.into()))?;
                 let secrets = self.secrets();
                 let known: Vec<&Secret> = secrets.iter().collect();
-                join::kubeadm(self.containers, kubeadm, name, &known, |warning| self.say(&warning)).await?;
+                let node =
+                    pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
+                let registration = join::Registration::of(node);
+                let warn = |warning: String| self.say(&warning);
+                join::kubeadm(self.containers, kubeadm, (name, &registration), &known, warn).await?;
             }
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
