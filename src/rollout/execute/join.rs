@@ -106,7 +106,10 @@ impl Registration {
     /// v1beta3, a list of name and value from v1beta4).
     fn kubeadm_yaml(&self, api_version: &str) -> String {
         let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
-        let mut out = String::from("  taints:\n");
+        let mut out = String::new();
+        if !self.taints.is_empty() {
+            out.push_str("  taints:\n");
+        }
         for t in &self.taints {
             let value = t.value.as_deref().map(|v| format!(", value: {}", q(v))).unwrap_or_default();
             let _ = writeln!(out, "    - {{key: {}{value}, effect: {}}}", q(&t.key), q(&t.effect));
@@ -457,6 +460,8 @@ mod tests {
         assert_eq!(token["caCertHashes"], serde_json::json!([HASH]));
         assert_eq!(token.get("unsafeSkipCAVerification"), None);
         assert_eq!(yaml["nodeRegistration"]["name"], "workers-1a2b3c4d5e-x1y2z");
+        // A pool without `node:`: nothing to register with, and nothing written for it.
+        assert_eq!(yaml["nodeRegistration"].as_object().map(serde_json::Map::len), Some(1), "{yaml}");
         assert_eq!(yaml["skipPhases"], serde_json::json!(["preflight"]));
     }
 

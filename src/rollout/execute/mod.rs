@@ -848,9 +848,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 let kubeadm = kubeadm.ok_or_else(|| StepError::NoJoin(pool_name.into()))?;
                 let secrets = self.secrets();
                 let known: Vec<&Secret> = secrets.iter().collect();
-                let node =
-                    pool.pool.spec.node.as_ref().ok_or_else(|| StepError::NoCluster(pool_name.into()))?;
-                let registration = join::Registration::of(node);
+                // A pool without `node:` is no cluster's: nothing configures its Nodes later.
+                let registration =
+                    pool.pool.spec.node.as_ref().map(join::Registration::of).unwrap_or_default();
                 let warn = |warning: String| self.say(&warning);
                 join::kubeadm(self.containers, kubeadm, (name, &registration), &known, warn).await?;
             }
