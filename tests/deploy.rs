@@ -380,7 +380,8 @@ async fn the_offline_image_runs_the_binary_cargo_built() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_unused() {
     let Some(rig) = Rig::new().await else { return };
-    let v1 = rig.spec().replicas(2);
+    // `Force`: a drain past its timeout deletes the pods left, which the role must allow.
+    let v1 = rig.spec().replicas(2).drain_timeout_action("Force");
     rig.write(&v1);
     // A replica killed outright left the pool's Lease behind, long expired: the watch takes it
     // over in place, as the other replica of the Deployment does.
@@ -405,18 +406,24 @@ async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_u
     let old: Vec<String> = rig.nodes().into_keys().collect();
     assert_eq!(old.len(), 2, "{old:?}");
 
-    // What a drain meets: an app under a PodDisruptionBudget, one pod on each Node, and a
-    // DaemonSet's pods, which stay.
+    // What a drain meets: an app under a PodDisruptionBudget, one pod on each Node, a
+    // DaemonSet's pods, which stay, and a single pod whose budget never lets it go, deleted
+    // once its Node's drain is past its timeout.
     rig.fake.add_app("default", "web", 2);
     rig.fake.put_pdb("default", "web", "web", PdbBound::MinAvailable(1));
+    rig.fake.add_app("default", "solo", 1);
+    rig.fake.put_pdb("default", "solo", "solo", PdbBound::MinAvailable(1));
     rig.fake.add_daemon_set("kube-system", "proxy");
     for node in &old {
         let proxy =
             PodSpecBuilder::new("kube-system", &format!("proxy-{node}"), node).owned_by("DaemonSet", "proxy");
         rig.fake.add_pod(&proxy);
     }
-    let placed =
-        |s: &Store| s.pods().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())).count() == 4;
+    let running = |p: &&k8s_openapi::api::core::v1::Pod| {
+        p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    let placed = |s: &Store| s.pods().filter(running).count() == 5;
     tokio::time::timeout(LIMIT, rig.fake.wait_until(placed)).await.expect("the app runs");
 
     // A new template: every old instance is retired in turn.
@@ -429,6 +436,10 @@ async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_u
     let now: Vec<String> = rig.nodes().into_keys().collect();
     assert!(old.iter().all(|n| !now.contains(n)), "retired: {old:?}, now {now:?}");
     assert!(!rig.fake.evictions().is_empty(), "the drains evicted");
+    // Once, or twice if its replacement landed on the other old Node before that was cordoned.
+    let forced =
+        rig.fake.requests().into_iter().filter(|r| r.method == "DELETE" && r.path.contains("/pods/solo-"));
+    assert!(forced.count() >= 1, "the pod a budget held was deleted past the drain's timeout");
 
     let rules = cluster_role().rules.expect("the role has rules");
     let requests = rig.fake.requests();

@@ -370,3 +370,47 @@ async fn a_pod_grace_period_is_in_every_eviction_and_absent_without_one() {
     let last = fake.evictions().last().map(grace);
     assert_eq!(last, Some(serde_json::Value::Null), "the pod's own grace period");
 }
+
+/// Past its timeout, `Force` deletes the pod its budget holds (a DELETE with the pool's grace
+/// period and the pod's UID, not an eviction) and waits until it is gone; `Proceed` leaves it.
+/// Neither goes on for a drain the pool's lock stopped: no pod is deleted then.
+#[tokio::test]
+async fn past_its_timeout_a_drain_deletes_or_leaves_the_pods_left_but_never_without_the_lock() {
+    use poolctl::backend::DrainEnd;
+    use poolctl::spec::DrainTimeoutAction::{Force, Proceed};
+    let (fake, cluster) = setup();
+    fake.put_pdb_object(strict_pdb("default", "web", Some(by_labels(&[("app", "web")]))));
+    fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").label("app", "web"));
+    let deletes = || fake.requests().into_iter().filter(|r| r.method == "DELETE").collect::<Vec<_>>();
+
+    // Without the lock, neither action acts: the drain fails at once, as without one.
+    for action in [Force, Proceed] {
+        let drain = DrainSpec { timeout_action: action, ..DrainSpec::default() };
+        let err = bounded(cluster.drain("n", Duration::from_secs(2), &drain, &LockGuard::guarding()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("lock of pool workers is not known to be held"), "{err}");
+    }
+    assert!(deletes().is_empty(), "{:?}", deletes());
+
+    let proceed = DrainSpec { timeout_action: Proceed, ..DrainSpec::default() };
+    let end = bounded(cluster.drain("n", Duration::from_secs(2), &proceed, &LockGuard::unguarded())).await;
+    assert_eq!(end.unwrap(), DrainEnd::Abandoned(vec!["default/web-1".to_owned()]));
+    assert!(fake.pod("default", "web-1").is_some() && deletes().is_empty());
+
+    let uid = fake.pod("default", "web-1").and_then(|p| p.metadata.uid).expect("a UID");
+    let force = DrainSpec {
+        timeout_action: Force,
+        pod_grace_period: Some("5s".parse().unwrap()),
+        ..DrainSpec::default()
+    };
+    let end = bounded(cluster.drain("n", Duration::from_secs(2), &force, &LockGuard::unguarded())).await;
+    assert_eq!(end.unwrap(), DrainEnd::Forced(vec!["default/web-1".to_owned()]));
+    assert!(fake.pod("default", "web-1").is_none());
+    let sent: Vec<_> = deletes().into_iter().map(|r| (r.path, r.body.unwrap_or_default())).collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].0, "/api/v1/namespaces/default/pods/web-1");
+    assert_eq!(sent[0].1["gracePeriodSeconds"], 5);
+    assert_eq!(sent[0].1["preconditions"]["uid"], uid.as_str());
+    assert!(fake.evictions().iter().all(|e| e.status == 429), "{:?}", fake.evictions());
+}

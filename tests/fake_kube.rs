@@ -402,6 +402,49 @@ async fn with_a_termination_delay_an_evicted_pod_lingers_terminating_then_goes()
     tokio::time::timeout(LIMIT, fk.wait_until(|s| s.pod("default", &name).is_none())).await.unwrap();
 }
 
+/// A DELETE is no eviction: no budget refuses it. Its UID precondition is checked, and on a pod
+/// terminating already a shorter grace period moves its end earlier, as kube-apiserver does.
+#[tokio::test]
+async fn a_pod_delete_ignores_budgets_checks_its_uid_and_a_shorter_grace_period_ends_it_sooner() {
+    let fk = FakeKube::start(FakeKubeOptions {
+        pod_termination_delay: Duration::from_secs(60),
+        ..Default::default()
+    });
+    fk.add_node("n1", true);
+    fk.add_pod(&PodSpecBuilder::new("default", "held", "n1").label("app", "held").grace_period(30));
+    fk.put_pdb("default", "held", "held", PdbBound::MinAvailable(1));
+    let pods: Api<Pod> = Api::default_namespaced(fk.client());
+    assert_eq!(api_error(evict(&pods, "held").await).code, 429);
+
+    let stale = DeleteParams {
+        preconditions: Some(kube::api::Preconditions { uid: Some("stale".into()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    let refused = pods.delete("held", &stale).await.map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 409), "{refused:?}");
+
+    let uid = fk.pod("default", "held").and_then(|p| p.metadata.uid).expect("a UID");
+    let matching = kube::api::Preconditions { uid: Some(uid), resource_version: None };
+    let params = DeleteParams { preconditions: Some(matching), ..DeleteParams::default() };
+    pods.delete("held", &params).await.expect("deleted whatever its budget");
+    let terminating = fk.pod("default", "held").expect("terminating");
+    let first = terminating.metadata.deletion_timestamp.clone().expect("a deletionTimestamp").0;
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+
+    let shorter = DeleteParams { grace_period_seconds: Some(5), ..DeleteParams::default() };
+    pods.delete("held", &shorter).await.expect("deleted again");
+    let sooner = fk.pod("default", "held").expect("still terminating");
+    let due = sooner.metadata.deletion_timestamp.clone().expect("a deletionTimestamp").0;
+    assert_eq!(first.duration_since(due), k8s_openapi::jiff::SignedDuration::from_secs(25));
+    assert_eq!(sooner.metadata.deletion_grace_period_seconds, Some(5));
+    // A longer one changes nothing.
+    pods.delete("held", &DeleteParams { grace_period_seconds: Some(20), ..DeleteParams::default() })
+        .await
+        .unwrap();
+    let same = fk.pod("default", "held").and_then(|p| p.metadata.deletion_timestamp).expect("terminating").0;
+    assert_eq!(same, due);
+}
+
 #[tokio::test]
 async fn a_watch_with_initial_events_ends_them_with_a_bookmark() {
     let fk = fake();

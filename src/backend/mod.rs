@@ -143,6 +143,21 @@ pub struct ServerVersion {
     pub minor: String,
 }
 
+/// How a drain ended that did not fail. Only the drain itself says it: nothing observed later
+/// (a Node without pods, say) stands for it, so a run that did not see its drain end drains
+/// again before a stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// Every pod it evicts or waits for is gone.
+    Complete,
+    /// `drainTimeout` passed and, as `timeoutAction: Proceed` says, these pods (`namespace/name`)
+    /// were left on the Node.
+    Abandoned(Vec<String>),
+    /// `drainTimeout` passed and, as `timeoutAction: Force` says, these pods were deleted,
+    /// whatever their PodDisruptionBudgets; they are gone.
+    Forced(Vec<String>),
+}
+
 /// How a container stopped running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -356,14 +371,17 @@ pub trait Cluster: Sync {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`; the pods' labels and the pool's drain `rules` say
     /// which to leave, which to wait for, and in which order ([`crate::model::Pod::drain_decision`]).
-    /// Every eviction is made only if `guard` says the pool's lock is known to be held.
+    /// Past `timeout`, its `timeoutAction` says whether the drain fails (`Halt`), leaves the
+    /// pods ([`DrainEnd::Abandoned`]) or deletes them and waits until they are gone
+    /// ([`DrainEnd::Forced`]). Every eviction and deletion is made only if `guard` says the
+    /// pool's lock is known to be held.
     fn drain(
         &self,
         node: &str,
         timeout: Duration,
         drain: &crate::spec::DrainSpec,
         guard: &LockGuard,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    ) -> impl Future<Output = Result<DrainEnd, BackendError>> + Send;
     /// What still holds volumes on the Node: its `status.volumesAttached` and the
     /// `storage.k8s.io/v1` `VolumeAttachments` that name it. Empty once every volume is detached.
     fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;

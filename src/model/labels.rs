@@ -106,3 +106,60 @@ pub const REVISION_RESULT: &str = "poolctl.dev/revision-result";
 /// On an image, set by whoever builds it (poolctl never writes it): the version of the kubelet
 /// the image runs (`v1.30.2`). The version-skew preflight reads it before the image's tag.
 pub const KUBELET_VERSION: &str = "poolctl.dev/kubelet-version";
+/// The taint (`NoSchedule`) every new Node of a pool registers with, beside the pool's own: no
+/// pod lands on it before poolctl has configured it. poolctl removes it, in the update that
+/// sets the Node's labels, once the Node is Ready; a Node that never gets there never takes
+/// pods. As Cluster API's `node.cluster.x-k8s.io/uninitialized`.
+pub const UNINITIALIZED: &str = "poolctl.dev/uninitialized";
+
+/// Whether a kubelet may set the label `key` on its own Node when it registers (`--node-labels`):
+/// any key outside the `kubernetes.io` and `k8s.io` namespaces, and within them only those of
+/// `kubelet.kubernetes.io` and `node.kubernetes.io` and a few well-known ones, as kubelet's own
+/// check (`IsKubeletLabel`) and the `NodeRestriction` admission plugin allow. The rest (a
+/// `node-role.kubernetes.io/...` role, say) poolctl sets once the Node is Ready.
+pub fn kubelet_may_set(key: &str) -> bool {
+    const WELL_KNOWN: [&str; 11] = [
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+    ];
+    let Some((namespace, _)) = key.split_once('/') else { return true };
+    let within = |domain: &str, ns: &str| ns == domain || ns.ends_with(&format!(".{domain}"));
+    if !within("kubernetes.io", namespace) && !within("k8s.io", namespace) {
+        return true;
+    }
+    WELL_KNOWN.contains(&key)
+        || within("kubelet.kubernetes.io", namespace)
+        || within("node.kubernetes.io", namespace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kubelet_may_set;
+
+    #[test]
+    fn a_kubelet_may_set_labels_outside_the_kubernetes_namespaces_and_a_few_within() {
+        for key in ["team", "example.com/gpu", "kubernetes.io.example.com/x", "topology.kubernetes.io/zone"] {
+            assert!(kubelet_may_set(key), "{key}");
+        }
+        for key in ["node.kubernetes.io/exclude-from-external-load-balancers", "kubelet.kubernetes.io/x"] {
+            assert!(kubelet_may_set(key), "{key}");
+        }
+        for key in [
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/role",
+            "node-restriction.kubernetes.io/pool",
+            "example.k8s.io/x",
+        ] {
+            assert!(!kubelet_may_set(key), "{key}");
+        }
+    }
+}

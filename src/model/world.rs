@@ -523,12 +523,15 @@ impl NodeConfig {
     /// What this Node must become to carry `labels` (the pool label included) and `taints`,
     /// keeping everybody else's labels and taints; `None` when it already does. What poolctl
     /// set earlier and the spec no longer asks for is removed; the pool label is never listed
-    /// as managed, because poolctl always keeps it.
+    /// as managed, because poolctl always keeps it. The taint the Node registered with to wait
+    /// for this ([`super::labels::UNINITIALIZED`]) goes too, once the Node is `ready`: until
+    /// then it stays, whatever else changes.
     pub fn change_towards(
         &self,
         labels: &BTreeMap<String, String>,
         taints: &[Taint],
         pool_label: &str,
+        ready: bool,
     ) -> Option<NodeConfigChange> {
         let set: BTreeMap<String, String> = labels
             .iter()
@@ -542,10 +545,12 @@ impl NodeConfig {
             .cloned()
             .collect();
         let desired_taint = |t: &Taint| taints.iter().any(|d| d.key == t.key && d.effect == t.effect);
+        let uninitialized = |t: &Taint| t.key == super::labels::UNINITIALIZED;
         let mut new_taints: Vec<Taint> = self
             .taints
             .iter()
             .filter(|t| !desired_taint(t) && !self.managed.contains(&Self::taint_entry(t)))
+            .filter(|t| !(ready && uninitialized(t)))
             .cloned()
             .collect();
         new_taints.extend(taints.iter().cloned());
@@ -611,8 +616,9 @@ mod tests {
             managed: vec!["label:gone".into(), "label:team".into(), "taint:mine-before:NoExecute".into()],
         };
         let want = labels(&[("poolctl.dev/pool", "k"), ("team", "infra")]);
-        let change =
-            node.change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool").unwrap();
+        let change = node
+            .change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool", true)
+            .unwrap();
         assert_eq!(change.set, labels(&[("poolctl.dev/pool", "k"), ("team", "infra")]));
         assert_eq!(change.remove, ["gone"], "only what poolctl set goes");
         assert_eq!(change.taints, [taint("theirs", "NoSchedule"), taint("dedicated", "NoSchedule")]);
@@ -620,7 +626,7 @@ mod tests {
         let after = node.changed(&change);
         assert!(after.labels.contains_key("kubernetes.io/hostname"));
         assert_eq!(
-            after.change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool"),
+            after.change_towards(&want, &[taint("dedicated", "NoSchedule")], "poolctl.dev/pool", true),
             None
         );
         assert_eq!(
@@ -646,8 +652,32 @@ mod tests {
         };
         let mut new = taint("dedicated", "NoSchedule");
         new.value = Some("b".into());
-        let change = node.change_towards(&BTreeMap::new(), std::slice::from_ref(&new), "p").unwrap();
+        let change = node.change_towards(&BTreeMap::new(), std::slice::from_ref(&new), "p", true).unwrap();
         assert_eq!(change.taints, [new]);
+    }
+
+    /// The uninitialized taint goes with the labels once the Node is Ready, in one change, and
+    /// stays while it is not.
+    #[test]
+    fn the_uninitialized_taint_goes_once_the_node_is_ready_and_not_before() {
+        let node = NodeConfig {
+            labels: labels(&[("kubernetes.io/hostname", "n")]),
+            taints: vec![
+                taint("dedicated", "NoSchedule"),
+                taint(super::super::labels::UNINITIALIZED, "NoSchedule"),
+            ],
+            managed: Vec::new(),
+        };
+        let want = labels(&[("poolctl.dev/pool", "k"), ("node-role.kubernetes.io/worker", "")]);
+        let wanted_taints = [taint("dedicated", "NoSchedule")];
+        let ready = node.change_towards(&want, &wanted_taints, "poolctl.dev/pool", true).unwrap();
+        assert_eq!(ready.taints, wanted_taints);
+        assert_eq!(ready.set, want, "in the same change as the labels");
+        let not_ready = node.change_towards(&want, &wanted_taints, "poolctl.dev/pool", false).unwrap();
+        assert!(not_ready.taints.iter().any(|t| t.key == super::super::labels::UNINITIALIZED));
+        // Configured, and not Ready yet: nothing to change.
+        let configured = NodeConfig { labels: want.clone(), ..node.changed(&not_ready) };
+        assert_eq!(configured.change_towards(&want, &wanted_taints, "poolctl.dev/pool", false), None);
     }
 
     #[test]

@@ -247,6 +247,11 @@ pub struct PoolPlan {
     /// short ID: `dev-worker (3f9a1c2b4d5e)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy_from: Option<String>,
+    /// What a drain of this plan does once `drainTimeout` has passed, when the pool's
+    /// `spec.drain.timeoutAction` goes on (`Proceed`, `Force`) and the plan retires one of its
+    /// Nodes: said beforehand, since pods are then left or deleted whatever their budgets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_timeout_action: Option<DrainEscalation>,
     /// Every existing instance and what becomes of it.
     pub instances: Vec<InstanceStatus>,
     /// Set when more instances are unhealthy than `maxUnhealthy` allows: why none is replaced.
@@ -277,6 +282,36 @@ impl PoolPlan {
     /// Every step the pool has: those to carry out, then those a pause holds back.
     pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
         self.steps.iter().chain(self.paused.iter().flat_map(|p| &p.steps))
+    }
+}
+
+/// What a drain does past its timeout, as a plan shows it beforehand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DrainEscalation {
+    /// `Proceed`: the pods left stay and the container stops; `Force`: they are deleted,
+    /// whatever their PodDisruptionBudgets, and the container stops once they are gone.
+    pub action: crate::spec::DrainTimeoutAction,
+    /// The pool's `drainTimeout`.
+    pub drain_timeout: crate::spec::Duration,
+}
+
+impl DrainEscalation {
+    /// What it does, in words: "a drain past its timeout (3s) deletes...".
+    pub fn describe(&self) -> String {
+        let what = match self.action {
+            crate::spec::DrainTimeoutAction::Force => {
+                "deletes the pods left, whatever their PodDisruptionBudgets, and the container stops once they \
+                 are gone"
+            }
+            crate::spec::DrainTimeoutAction::Proceed => {
+                "leaves the pods left on the Node and the container stops"
+            }
+            crate::spec::DrainTimeoutAction::Halt => "halts the rollout, the container running",
+        };
+        format!(
+            "a drain past its timeout ({}) {what} (drain.timeoutAction: {})",
+            self.drain_timeout, self.action
+        )
     }
 }
 

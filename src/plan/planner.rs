@@ -17,8 +17,8 @@ use crate::spec::{DeletePolicy, HASH_LEN, Strategy, canonical_template};
 use super::deadline::Deadlines;
 use super::health::{Assessment, Standing, assess, silent_for};
 use super::{
-    Action, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan, PodRef, PoolPlan,
-    PoolStatus, Proof, Step, Summary, TemplateChange,
+    Action, DrainEscalation, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan,
+    PodRef, PoolPlan, PoolStatus, Proof, Step, Summary, TemplateChange,
 };
 
 /// Choices the user makes on the command line that change the plan.
@@ -550,6 +550,7 @@ fn plan_pool(
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
         docker: target.docker(),
         copy_from: target.pool.and_then(|dp| dp.copied_from.as_ref()).map(ToString::to_string),
+        drain_timeout_action: drain_escalation(target, &steps),
         instances: all
             .iter()
             .map(|i| {
@@ -570,6 +571,17 @@ fn plan_pool(
         revision_end,
         steps,
     }
+}
+
+/// What a drain of the pool does past its timeout, when its `timeoutAction` goes on and `steps`
+/// retire a Node instance: a stop drains whatever Node the container has by then, so a stop
+/// counts as a drain does.
+fn drain_escalation(target: &Target<'_>, steps: &[Step]) -> Option<DrainEscalation> {
+    let spec = &target.pool?.pool.spec;
+    let action = spec.drain.timeout_action;
+    let drains = steps.iter().any(|s| matches!(s.action, Action::Drain(_) | Action::Stop));
+    (!action.is_halt() && target.with_nodes && drains)
+        .then_some(DrainEscalation { action, drain_timeout: spec.rollout.drain_timeout })
 }
 
 /// The number of the revision a rollout of template `hash` begins, if it begins one: the pool's
@@ -765,7 +777,13 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) 
         .filter(|i| kept.contains(i.name) && !i.health.resumable)
         .filter_map(|i| {
             let node = i.node?;
-            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL);
+            // A Node still coming up is configured, its uninitialized taint removed with its
+            // labels, once it is Ready, not piecemeal before.
+            let uninitialized = node.config.taints.iter().any(|t| t.key == labels::UNINITIALIZED);
+            if uninitialized && !node.ready {
+                return None;
+            }
+            let change = node.config.change_towards(&wanted, &node_spec.taints, labels::POOL, node.ready);
             // The Node's proof that it is this container's, written with its labels.
             let reference = i.container.map(container_ref).filter(|r| node.reference.as_ref() != Some(r));
             if change.is_none() && reference.is_none() {
@@ -799,6 +817,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         template_change: None,
         docker: target.docker(),
         copy_from: None,
+        drain_timeout_action: None,
         instances: all.iter().map(|i| status(target, i, true)).collect(),
         unhealthy_held: None,
         outdated_kept: 0,

@@ -276,6 +276,15 @@ fn pool_text(
     if let Some(why) = &pool.degraded {
         writeln!(out, "  {}", style.red(why))?;
     }
+    if let Some(escalation) = &pool.drain_timeout_action {
+        let said = escalation.describe();
+        let said = if escalation.action == crate::spec::DrainTimeoutAction::Force {
+            style.red(&said)
+        } else {
+            style.yellow(&said)
+        };
+        writeln!(out, "  {said}")?;
+    }
     if !pool.steps.is_empty() {
         writeln!(out, "  Steps:")?;
         let shown = if full || pool.steps.len() <= LONG_LIST { pool.steps.len() } else { SHOWN };

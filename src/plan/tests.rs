@@ -1084,6 +1084,49 @@ fn the_drain_preview_lists_evictions_skips_and_blocking_pdbs() {
     assert_eq!(drain.blocking_pdbs, ["default/api", "default/web"]);
 }
 
+/// `timeoutAction: Proceed` or `Force` is said on the pool, in text and JSON, before anything
+/// is drained; `Halt` (today's behaviour) and a plan that drains nothing say nothing.
+#[test]
+fn a_drain_timeout_action_that_goes_on_is_shown_on_the_pool_beforehand() {
+    use crate::spec::DrainTimeoutAction::{Force, Halt, Proceed};
+    let shown = |action, world: &World| {
+        let (mut desired, _) = drain_world();
+        desired.pools[0].pool.spec.drain.timeout_action = action;
+        let plan = plan(&desired, world, PlanOptions::default());
+        let mut json = Vec::new();
+        render_json(&plan, &mut json).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        (text(&plan), json["pools"][0]["drain_timeout_action"].clone())
+    };
+    let (_, world) = drain_world();
+    let (force, json) = shown(Force, &world);
+    assert!(
+        force.contains(
+            "  a drain past its timeout (5m) deletes the pods left, whatever their PodDisruptionBudgets, and the \
+             container stops once they are gone (drain.timeoutAction: Force)\n  Steps:"
+        ),
+        "{force}"
+    );
+    assert_eq!(json, serde_json::json!({"action": "Force", "drain_timeout": "5m"}));
+    let (proceed, json) = shown(Proceed, &world);
+    assert!(
+        proceed.contains(
+            "a drain past its timeout (5m) leaves the pods left on the Node and the container stops \
+             (drain.timeoutAction: Proceed)"
+        ),
+        "{proceed}"
+    );
+    assert_eq!(json["action"], "Proceed");
+    let (halt, json) = shown(Halt, &world);
+    assert!(!halt.contains("past its timeout"), "{halt}");
+    assert!(json.is_null(), "{json}");
+    // Nothing retired, nothing drained: nothing to say.
+    let converged = World { containers: Vec::new(), nodes: Vec::new(), ..world };
+    let (nothing, json) = shown(Force, &converged);
+    assert!(!nothing.contains("past its timeout"), "{nothing}");
+    assert!(json.is_null(), "{json}");
+}
+
 #[test]
 fn the_drain_preview_shows_what_the_pods_owners_asked_for_and_why() {
     let (desired, mut world) = drain_world();

@@ -131,11 +131,49 @@ pub struct DrainSpec {
     /// it ends sooner. Default: the pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_grace_period: Option<Duration>,
+    /// What a drain does with the pods still on the Node once `spec.rollout.drainTimeout` has
+    /// passed: `Halt` (the default: the retirement stops, the container keeps running),
+    /// `Proceed` (the pods are left where they are and the container is stopped, as Cluster
+    /// API's `nodeDrainTimeout`) or `Force` (the pods are deleted, not evicted, whatever their
+    /// PodDisruptionBudgets, and the container is stopped once they are gone, as Karpenter's
+    /// `terminationGracePeriod`). The plan says beforehand what a drain past its timeout does.
+    #[serde(default, skip_serializing_if = "DrainTimeoutAction::is_halt")]
+    pub timeout_action: DrainTimeoutAction,
 }
 
 impl DrainSpec {
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.pod_grace_period.is_none()
+        self.rules.is_empty() && self.pod_grace_period.is_none() && self.timeout_action.is_halt()
+    }
+}
+
+/// What a drain does once its timeout has passed with pods left (`spec.drain.timeoutAction`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DrainTimeoutAction {
+    /// The drain fails: the container keeps running and the rollout halts.
+    #[default]
+    Halt,
+    /// The pods left stay on the Node and the container is stopped.
+    Proceed,
+    /// The pods left are deleted, whatever their PodDisruptionBudgets, and the container is
+    /// stopped once they are gone.
+    Force,
+}
+
+impl DrainTimeoutAction {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    pub fn is_halt(&self) -> bool {
+        *self == Self::Halt
+    }
+}
+
+impl std::fmt::Display for DrainTimeoutAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Halt => "Halt",
+            Self::Proceed => "Proceed",
+            Self::Force => "Force",
+        })
     }
 }
 
@@ -466,10 +504,14 @@ pub struct NodeSpec {
     /// How long a new instance's Node may take to register and turn Ready (default 5m).
     #[serde(default = "NodeSpec::default_ready_timeout")]
     pub ready_timeout: Duration,
-    /// Labels applied to the Node once it registers (`poolctl.dev/pool` is always added).
+    /// Labels of the Node (`poolctl.dev/pool` is always added). A new Node registers with
+    /// those a kubelet may set itself (outside the `kubernetes.io` and `k8s.io` namespaces, and
+    /// a few well-known ones); poolctl sets the rest once it is Ready.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Taints applied to the Node once it registers.
+    /// Taints of the Node. A new Node registers with them, and with
+    /// `poolctl.dev/uninitialized:NoSchedule`, which poolctl removes with the labels it sets
+    /// once the Node is Ready: no pod lands on a Node poolctl has not configured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<Taint>,
 }

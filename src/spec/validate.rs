@@ -75,7 +75,7 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     for (path, message) in health_problems(&spec.health) {
         fail(path, message);
     }
-    for (path, message) in drain_problems(&spec.drain) {
+    for (path, message) in drain_problems(&spec.drain, spec.node.is_some()) {
         fail(path, message);
     }
     if let Some(after) = &spec.rollout.after
@@ -328,9 +328,20 @@ fn health_problems(health: &super::HealthSpec) -> Vec<(FieldPath, String)> {
     errors
 }
 
-/// The rules of `spec.drain`: selectors the API server would accept, orders of 0 or more.
-fn drain_problems(drain: &super::DrainSpec) -> Vec<(FieldPath, String)> {
+/// The rules of `spec.drain`: selectors the API server would accept, orders of 0 or more; a
+/// `timeoutAction` that goes on only where there is a Node to drain (`nodes`).
+fn drain_problems(drain: &super::DrainSpec, nodes: bool) -> Vec<(FieldPath, String)> {
     let mut errors = Vec::new();
+    // An escalation with no Node to drain would be a promise the plan could not show kept.
+    if !nodes && !drain.timeout_action.is_halt() {
+        errors.push((
+            FieldPath::of("spec.drain.timeoutAction"),
+            format!(
+                "{} acts on the drain of a Node, and the pool has no node: section (nothing is drained)",
+                drain.timeout_action
+            ),
+        ));
+    }
     for (i, rule) in drain.rules.iter().enumerate() {
         let path = FieldPath::of("spec.drain").key("rules").index(i);
         if rule.order < 0 {
@@ -872,6 +883,28 @@ mod tests {
         let unknown = errors("  template: {image: i}\n  drain:\n    rules:\n      - {behavior: Later}\n");
         assert!(unknown.len() == 1 && unknown[0].starts_with("a.yaml:10:"), "{unknown:?}");
         assert!(unknown[0].contains("Later") && unknown[0].contains("WaitCompleted"), "{unknown:?}");
+    }
+
+    #[test]
+    fn a_drain_timeout_action_is_checked_where_it_is_written() {
+        let node = "  node: {kubeconfig: k}\n";
+        let ok = errors(&format!("  template: {{image: i}}\n{node}  drain:\n    timeoutAction: Force\n"));
+        assert_eq!(ok, Vec::<String>::new());
+        let unknown =
+            errors(&format!("  template: {{image: i}}\n{node}  drain:\n    timeoutAction: Later\n"));
+        assert!(
+            unknown.len() == 1 && unknown[0].starts_with("a.yaml:10:20: spec.drain.timeoutAction:"),
+            "{unknown:?}"
+        );
+        assert!(unknown[0].contains("Later") && unknown[0].contains("Proceed"), "{unknown:?}");
+        let no_node = errors("  template: {image: i}\n  drain:\n    timeoutAction: Proceed\n");
+        assert_eq!(
+            no_node,
+            [
+                "a.yaml:9:20: spec.drain.timeoutAction: Proceed acts on the drain of a Node, and the pool has no node: \
+                 section (nothing is drained)"
+            ]
+        );
     }
 
     #[test]

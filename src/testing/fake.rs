@@ -891,12 +891,12 @@ impl Cluster for FakeCluster {
         _: Duration,
         _: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
-    ) -> Result<(), BackendError> {
+    ) -> Result<crate::backend::DrainEnd, BackendError> {
         self.world
             .call(format!("drain {node}"), |sim| {
                 guard.check(&self.pool)?;
                 sim.drain(node);
-                Ok(())
+                Ok(crate::backend::DrainEnd::Complete)
             })
             .await
     }

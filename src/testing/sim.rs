@@ -240,7 +240,7 @@ impl SimWorld {
         taints: &[Taint],
     ) -> bool {
         let Some(node) = self.node_mut(name) else { return false };
-        if let Some(change) = node.config.change_towards(wanted, taints, labels::POOL) {
+        if let Some(change) = node.config.change_towards(wanted, taints, labels::POOL, node.ready) {
             node.config = node.config.changed(&change);
         }
         node.pool = node.config.labels.get(labels::POOL).cloned();

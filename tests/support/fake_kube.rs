@@ -503,6 +503,18 @@ users:
         self.store().events().to_vec()
     }
 
+    /// Every version of Node `name` the server stored, oldest first (its registration first),
+    /// as far back as the server's history goes.
+    pub fn node_versions(&self, name: &str) -> Vec<Node> {
+        let changes = self.store().history().to_vec();
+        changes
+            .iter()
+            .filter(|c| c.resource == store::Resource::Nodes && c.kind != store::ChangeKind::Deleted)
+            .filter(|c| c.object.pointer("/metadata/name").and_then(serde_json::Value::as_str) == Some(name))
+            .filter_map(|c| serde_json::from_value(c.object.clone()).ok())
+            .collect()
+    }
+
     pub fn evictions(&self) -> Vec<EvictionRecord> {
         self.store().evictions().to_vec()
     }

@@ -207,6 +207,8 @@ pub struct PoolYaml {
     monitor: Option<String>,
     /// `spec.template.command`, when set.
     command: Vec<String>,
+    /// `spec.drain.timeoutAction`, when set.
+    drain_timeout_action: Option<String>,
 }
 
 impl PoolYaml {
@@ -240,7 +242,15 @@ impl PoolYaml {
             docker_host: None,
             monitor: Some("0s".to_owned()),
             command: Vec::new(),
+            drain_timeout_action: None,
         }
+    }
+
+    /// `spec.drain.timeoutAction` (`Halt`, `Proceed`, `Force`).
+    #[must_use]
+    pub fn drain_timeout_action(mut self, action: &str) -> Self {
+        self.drain_timeout_action = Some(action.to_owned());
+        self
     }
 
     /// `spec.rollout.monitor`; `None` leaves it out (the default, 5s).
@@ -498,6 +508,9 @@ impl fmt::Display for PoolYaml {
             for line in &self.health {
                 writeln!(f, "    {line}")?;
             }
+        }
+        if let Some(action) = &self.drain_timeout_action {
+            writeln!(f, "  drain:\n    timeoutAction: {action}")?;
         }
         writeln!(
             f,

@@ -2,7 +2,9 @@
 //! leave alone through the policy/v1 Eviction subresource, retry PodDisruptionBudget refusals
 //! until the drain timeout, and wait until each evicted pod is gone (or, on an unreachable Node,
 //! left terminating past its due time: see [`super::gone`]). Pods whose owners asked for
-//! `wait-completed` are not evicted but waited for until they complete or are gone.
+//! `wait-completed` are not evicted but waited for until they complete or are gone. Past the
+//! timeout, the pool's `timeoutAction` decides what becomes of the pods left
+//! ([`super::escalate`]).
 
 use std::time::Duration;
 
@@ -22,12 +24,72 @@ use tokio::time::{Instant, timeout_at};
 use super::KubeCluster;
 use super::convert::{DaemonSets, daemon_set_of, pdb_from, pod_from};
 use super::errors::{Class, classify, reason};
-use super::gone::{Contact, Departures};
-use crate::backend::BackendError;
+use super::escalate::Leftover;
+use super::gone::{Contact, Departures, Key};
 use crate::backend::LockGuard;
 use crate::backend::retry::Backoff;
+use crate::backend::{BackendError, DrainEnd};
 use crate::model::{DrainAction, Pod};
-use crate::spec::DrainSpec;
+use crate::spec::{DrainRule, DrainSpec};
+
+/// Why a pod of a drain is not known to be gone: the line that says so, and whether the pool's
+/// lock stopped the drain (which no `timeoutAction` goes past).
+pub(super) struct Failure {
+    line: String,
+    lock: bool,
+}
+
+impl Failure {
+    fn lock(line: String) -> Self {
+        Self { line, lock: true }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(line: String) -> Self {
+        Self { line, lock: false }
+    }
+}
+
+/// The pods of a drain, sorted by what it does with them.
+struct Sorted<'a> {
+    /// Evicted, in the group of their order.
+    evict: Vec<(&'a K8sPod, Pod, i64)>,
+    /// Not evicted but waited for (`wait-completed`, and why), in the group of their order.
+    completing: Vec<(&'a K8sPod, Pod, &'static str, i64)>,
+}
+
+impl<'a> Sorted<'a> {
+    fn of(pods: &[&'a K8sPod], daemon_sets: &DaemonSets, rules: &[DrainRule]) -> Self {
+        let mut sorted = Self { evict: Vec::new(), completing: Vec::new() };
+        for (raw, pod) in pods.iter().filter_map(|p| pod_from(p, daemon_sets).map(|m| (*p, m))) {
+            let decision = pod.drain_decision(rules);
+            match decision.action {
+                DrainAction::Skip(why) => {
+                    tracing::debug!("pod {}/{}: not evicted, {why}", pod.namespace, pod.name);
+                }
+                DrainAction::WaitCompleted(why) => sorted.completing.push((raw, pod, why, decision.order)),
+                DrainAction::Evict(warning) => {
+                    if let Some(warning) = warning {
+                        tracing::debug!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
+                    }
+                    sorted.evict.push((raw, pod, decision.order));
+                }
+            }
+        }
+        sorted
+    }
+
+    /// The awaited pods by key, for what the timeout action does with those left.
+    fn by_key(&self) -> BTreeMap<Key, (&'a K8sPod, &Pod)> {
+        let evict = self.evict.iter().map(|(raw, pod, _)| (*raw, pod));
+        let completing = self.completing.iter().map(|(raw, pod, ..)| (*raw, pod));
+        evict
+            .chain(completing)
+            .map(|(raw, pod)| ((pod.namespace.clone(), pod.name.clone()), (raw, pod)))
+            .collect()
+    }
+}
 
 /// The pods of a drain not gone yet, for the progress line: how many, and the last refusal.
 struct Left<'a> {
@@ -35,9 +97,17 @@ struct Left<'a> {
     pods: std::sync::atomic::AtomicUsize,
     /// Pods not evicted but waited for (`wait-completed`).
     completing: usize,
+    /// The pods whose eviction a PodDisruptionBudget refused, to name their budgets if the
+    /// timeout action goes past them.
+    blocked: std::sync::Mutex<std::collections::BTreeSet<Key>>,
 }
 
 impl Left<'_> {
+    fn blocked_by_budget(&self, namespace: &str, name: &str) {
+        let mut blocked = self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        blocked.insert((namespace.to_owned(), name.to_owned()));
+    }
+
     fn note(&self, refusal: Option<&str>) {
         let n = self.pods.load(std::sync::atomic::Ordering::SeqCst);
         let pods = if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") };
@@ -53,14 +123,15 @@ impl Left<'_> {
 impl KubeCluster {
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`; each eviction only while `guard` says the pool's
-    /// lock is known to be held.
+    /// lock is known to be held. Past `timeout`, `drain.timeout_action` says what becomes of the
+    /// pods left.
     pub(super) async fn drain_node(
         &self,
         node: &str,
         timeout: Duration,
         drain: &DrainSpec,
         guard: &LockGuard,
-    ) -> Result<(), BackendError> {
+    ) -> Result<DrainEnd, BackendError> {
         let (rules, grace) = (drain.rules.as_slice(), drain.pod_grace_period.map(|g| g.get().as_secs()));
         let deadline = Instant::now() + timeout;
         let pods_api: Api<K8sPod> = Api::all(self.client.clone());
@@ -77,23 +148,8 @@ impl KubeCluster {
         let contact = Contact::of(found?.as_ref());
         let on_node: Vec<&K8sPod> = list.items.iter().collect();
         let daemon_sets = self.daemon_sets_of(&on_node, deadline).await?;
-        let mut targets: Vec<(&K8sPod, Pod, i64)> = Vec::new();
-        let mut completing: Vec<(&K8sPod, Pod, &'static str, i64)> = Vec::new();
-        for (raw, pod) in on_node.into_iter().filter_map(|p| pod_from(p, &daemon_sets).map(|m| (p, m))) {
-            let decision = pod.drain_decision(rules);
-            match decision.action {
-                DrainAction::Skip(why) => {
-                    tracing::debug!("pod {}/{}: not evicted, {why}", pod.namespace, pod.name);
-                }
-                DrainAction::WaitCompleted(why) => completing.push((raw, pod, why, decision.order)),
-                DrainAction::Evict(warning) => {
-                    if let Some(warning) = warning {
-                        tracing::debug!("pod {}/{}: evicting; {warning}", pod.namespace, pod.name);
-                    }
-                    targets.push((raw, pod, decision.order));
-                }
-            }
-        }
+        let sorted = Sorted::of(&on_node, &daemon_sets, rules);
+        let (targets, completing) = (&sorted.evict, &sorted.completing);
         // What the progress line shows; the count is the user's, not a log's, so it is not logged
         // at the default level.
         tracing::debug!(node, pods = targets.len(), completing = completing.len(), "draining");
@@ -101,6 +157,7 @@ impl KubeCluster {
             node,
             pods: std::sync::atomic::AtomicUsize::new(targets.len()),
             completing: completing.len(),
+            blocked: std::sync::Mutex::default(),
         };
         left.note(None);
         let awaited = targets.iter().map(|(raw, ..)| *raw).chain(completing.iter().map(|(raw, ..)| *raw));
@@ -108,23 +165,24 @@ impl KubeCluster {
             .completing(completing.iter().map(|(raw, ..)| *raw));
         // Groups by `order`, lowest first: a group starts once every pod of the one before is gone
         // (as Cluster API's drain does), so an ingress or a log shipper can go last.
-        let mut groups: BTreeMap<i64, Vec<BoxFuture<'_, Result<(), String>>>> = BTreeMap::new();
-        for (raw, pod, order) in &targets {
+        let mut groups: BTreeMap<i64, Vec<BoxFuture<'_, Result<(), Failure>>>> = BTreeMap::new();
+        for (raw, pod, order) in targets {
             let eviction =
                 self.evict_and_wait(raw, pod, (grace, deadline), &departures, &left, guard).boxed();
             groups.entry(*order).or_default().push(eviction);
         }
-        for (_, pod, why, order) in &completing {
+        for (_, pod, why, order) in completing {
             let departures = &departures;
             let wait = async move {
                 departures
                     .wait(&pod.namespace, &pod.name, deadline)
                     .await
-                    .map_err(|e| format!("pod {}/{} ({why}): {e}", pod.namespace, pod.name))
+                    .map_err(|e| Failure::from(format!("pod {}/{} ({why}): {e}", pod.namespace, pod.name)))
             };
             groups.entry(*order).or_default().push(wait.boxed());
         }
         let several = groups.len() > 1;
+        let escalates = !drain.timeout_action.is_halt();
         let evictions = async move {
             let mut failures = Vec::new();
             for (order, group) in groups {
@@ -135,6 +193,11 @@ impl KubeCluster {
                 if !failures.is_empty() {
                     break;
                 }
+            }
+            // A timeout action acts at the timeout, whatever stopped the drain before it (a
+            // refusal for good, say): the pods may still go by themselves until then.
+            if escalates && !failures.is_empty() && !failures.iter().any(|f: &Failure| f.lock) {
+                tokio::time::sleep_until(deadline).await;
             }
             failures
         };
@@ -154,9 +217,14 @@ impl KubeCluster {
             never = follow => match never {},
         };
         if failures.is_empty() {
-            return Ok(());
+            return Ok(DrainEnd::Complete);
         }
-        let detail = failures.join("; ");
+        if escalates && !failures.iter().any(|f| f.lock) {
+            let blocked = left.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let leftover = Leftover { node, timeout, pods: sorted.by_key(), blocked };
+            return self.escalate(&leftover, drain, &departures, guard).await;
+        }
+        let detail = failures.iter().map(|f| f.line.as_str()).collect::<Vec<_>>().join("; ");
         if Instant::now() >= deadline {
             Err(BackendError::Timeout {
                 what: format!("drain of {node} (no PodDisruptionBudget was bypassed): {detail}"),
@@ -196,7 +264,7 @@ impl KubeCluster {
         departures: &Departures,
         left: &Left<'_>,
         guard: &LockGuard,
-    ) -> Result<(), String> {
+    ) -> Result<(), Failure> {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
@@ -232,20 +300,20 @@ impl KubeCluster {
         let mut last_refusal = None;
         loop {
             if Instant::now() >= deadline {
-                return Err(last_refusal.map_or_else(
+                return Err(Failure::from(last_refusal.map_or_else(
                     || format!("{id}: not evicted in time"),
                     |m| format!("{id} not evicted: {m}"),
-                ));
+                )));
             }
             // Every try, since a PDB refusal may be retried for long: no eviction without the lock.
-            guard.check(&self.pool).map_err(|e| format!("{id}: not evicted: {e}"))?;
+            guard.check(&self.pool).map_err(|e| Failure::lock(format!("{id}: not evicted: {e}")))?;
             let params = PostParams::default();
             let post = api.create_subresource("eviction", &name, &params, &body);
             let Ok(answer): Result<Result<serde_json::Value, kube::Error>, _> =
                 timeout_at(deadline, post).await
             else {
                 let last = last_refusal.map_or_else(String::new, |m| format!(" (before that: {m})"));
-                return Err(format!("{id}: no answer from {} to the eviction{last}", self.server));
+                return Err(format!("{id}: no answer from {} to the eviction{last}", self.server).into());
             };
             match answer {
                 // A 2xx can still carry a Failure status (a pod under several budgets, on
@@ -253,7 +321,7 @@ impl KubeCluster {
                 Ok(v) if v.get("status").and_then(|s| s.as_str()) == Some("Failure") => {
                     crate::backend::waiting::evicted(left.node, "failed");
                     let message = v.get("message").and_then(|m| m.as_str()).unwrap_or("no message");
-                    return Err(format!("{id}: {}", self.refused(seen, message, deadline).await));
+                    return Err(format!("{id}: {}", self.refused(seen, message, deadline).await).into());
                 }
                 Ok(_) => {
                     crate::backend::waiting::evicted(left.node, "evicted");
@@ -266,6 +334,7 @@ impl KubeCluster {
                     crate::backend::waiting::evicted(left.node, "refused");
                     let message = refusal_message(&status);
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
+                    left.blocked_by_budget(&ns, &name);
                     left.note(Some(&format!("{id} refused: {message}")));
                     self.tell_node(
                         left.node,
@@ -286,7 +355,9 @@ impl KubeCluster {
                             && status.message.contains("more than one PodDisruptionBudget")) =>
                 {
                     crate::backend::waiting::evicted(left.node, "failed");
-                    return Err(format!("{id}: {}", self.refused(seen, &status.message, deadline).await));
+                    return Err(
+                        format!("{id}: {}", self.refused(seen, &status.message, deadline).await).into()
+                    );
                 }
                 Err(e) if classify(&e) == Class::Transient => {
                     let why = reason(&e);
@@ -296,30 +367,19 @@ impl KubeCluster {
                 }
                 Err(e) => {
                     crate::backend::waiting::evicted(left.node, "failed");
-                    return Err(format!("{id}: eviction failed: {}", reason(&e)));
+                    return Err(format!("{id}: eviction failed: {}", reason(&e)).into());
                 }
             }
         }
         tracing::debug!("{id}: evicted");
-        departures.wait(&ns, &name, deadline).await.map_err(|why| format!("{id}: {why}"))
+        departures.wait(&ns, &name, deadline).await.map_err(|why| format!("{id}: {why}").into())
     }
 
     /// Why the API server refused an eviction for good. Its message for a pod under several
     /// budgets names none of them, so they are looked up (with the selector rule the preview
     /// uses) and named, with what to do.
     async fn refused(&self, pod: &Pod, message: &str, deadline: Instant) -> String {
-        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let params = ListParams::default();
-        let covering: Vec<String> = match self
-            .retrying("list PodDisruptionBudgets", deadline, || api.list(&params))
-            .await
-        {
-            Ok(list) => list.items.iter().map(pdb_from).filter(|b| b.covers(pod)).map(|b| b.id()).collect(),
-            Err(e) => {
-                tracing::warn!("cannot tell which PodDisruptionBudgets cover {}: {e}", pod.name);
-                Vec::new()
-            }
-        };
+        let covering = self.covering(pod, deadline).await;
         if covering.len() > 1 {
             format!(
                 "not evicted: {} PodDisruptionBudgets cover it ({}), and the API server evicts no pod \
@@ -329,6 +389,20 @@ impl KubeCluster {
             )
         } else {
             format!("eviction failed: {message}")
+        }
+    }
+
+    /// The PodDisruptionBudgets (`namespace/name`) that cover `pod` now, by the selector rule
+    /// the preview uses; none when they cannot be read by `deadline` (said in a warning).
+    pub(super) async fn covering(&self, pod: &Pod, deadline: Instant) -> Vec<String> {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = ListParams::default();
+        match self.retrying("list PodDisruptionBudgets", deadline, || api.list(&params)).await {
+            Ok(list) => list.items.iter().map(pdb_from).filter(|b| b.covers(pod)).map(|b| b.id()).collect(),
+            Err(e) => {
+                tracing::warn!("cannot tell which PodDisruptionBudgets cover {}: {e}", pod.name);
+                Vec::new()
+            }
         }
     }
 }

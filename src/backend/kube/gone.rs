@@ -31,7 +31,7 @@ use super::{KubeCluster, WATCH_WINDOW};
 use crate::backend::retry::Backoff;
 
 /// A pod by namespace and name.
-type Key = (String, String);
+pub(super) type Key = (String, String);
 
 /// How long past its deletionTimestamp a pod on an unreachable Node is still waited for.
 ///
@@ -181,6 +181,12 @@ impl Departures {
             )),
             (true, None) => Err("not evicted (wait-completed), and still running".to_owned()),
         }
+    }
+
+    /// The awaited pods not known to be gone, in order.
+    pub(super) fn left(&self) -> Vec<Key> {
+        let gone = self.gone.borrow();
+        self.awaited.keys().filter(|k| !gone.contains(k)).cloned().collect()
     }
 
     fn all_gone(&self) -> bool {

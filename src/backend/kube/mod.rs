@@ -34,7 +34,7 @@ use crate::backend::retry::Backoff;
 
 /// How long the API server may take to tell its time; past it, this process's clock stands in.
 const CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
-use crate::backend::{BackendError, Cluster, Connect, LockRecord, ServerVersion};
+use crate::backend::{BackendError, Cluster, Connect, DrainEnd, LockRecord, ServerVersion};
 use crate::model::{ClusterIdentity, ClusterRef, InstanceRef, Node, Pdb, Pod, labels};
 use crate::spec::{IN_CLUSTER, Taint};
 
@@ -42,6 +42,7 @@ mod cache;
 mod convert;
 mod drain;
 mod errors;
+mod escalate;
 mod events;
 mod gone;
 mod incluster;
@@ -432,7 +433,7 @@ impl Cluster for KubeCluster {
         reference: Option<&InstanceRef>,
     ) -> Result<(), BackendError> {
         let current = self.node(node).await?.ok_or_else(|| BackendError::NotFound(format!("Node {node}")))?;
-        let change = current.config.change_towards(node_labels, taints, labels::POOL);
+        let change = current.config.change_towards(node_labels, taints, labels::POOL, current.ready);
         let new_reference = reference.filter(|r| current.reference.as_ref() != Some(*r));
         if change.is_none() && new_reference.is_none() {
             return Ok(());
@@ -475,13 +476,20 @@ impl Cluster for KubeCluster {
         timeout: Duration,
         drain: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
-    ) -> Result<(), BackendError> {
+    ) -> Result<DrainEnd, BackendError> {
         self.wrote();
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
         self.tell_node(node, "Draining", said.into(), false).await;
         let drained = self.drain_node(node, timeout, drain, guard).await;
         let (reason, said, warning) = match &drained {
-            Ok(()) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
+            Ok(DrainEnd::Complete) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
+            Ok(DrainEnd::Forced(pods)) => (
+                "Drained",
+                format!("every pod is gone; {} deleted past drainTimeout (timeoutAction: Force)", pods.len()),
+                false,
+            ),
+            // Its DrainAbandoned Event says what it left.
+            Ok(DrainEnd::Abandoned(_)) => return drained,
             Err(e) => ("DrainFailed", format!("the drain did not finish: {e}"), true),
         };
         self.tell_node(node, reason, said, warning).await;

@@ -10,13 +10,121 @@
 //!   agent's container after it is created and before it starts; the agent gets its path as
 //!   `K3S_TOKEN_FILE`, which k3s reads as it would `K3S_TOKEN`. Docker has no other way to give
 //!   a process a value at start that `docker inspect` does not show.
+//!
+//! Whatever the join, the new Node registers configured ([`Registration`]): with the pool's
+//! taints and `poolctl.dev/uninitialized:NoSchedule`, and the pool's labels a kubelet may set
+//! itself, so that no pod lands on it before poolctl has configured it. kubeadm gets them in
+//! its `JoinConfiguration` (`nodeRegistration.taints`, `kubeletExtraArgs`), k3s in a drop-in
+//! configuration file (`node-taint`, `node-label`), and a pool that joins by itself (no
+//! `join:`) as kubelet flags in `KUBELET_EXTRA_ARGS`.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use super::redact;
 use crate::backend::{BackendError, Containers, NewFile};
-use crate::spec::{JOIN_DIR, K3sJoin, KubeadmJoin, Secret};
+use crate::model::labels;
+use crate::spec::{JOIN_DIR, K3sJoin, KubeadmJoin, NodeSpec, Secret, Taint, TemplateFile};
+
+/// Where a k3s agent reads the part of its configuration poolctl writes: a drop-in, which k3s
+/// merges into `/etc/rancher/k3s/config.yaml`, whatever the image has there.
+pub const K3S_CONFIG_FILE: &str = "/etc/rancher/k3s/config.yaml.d/50-poolctl.yaml";
+
+/// The environment variable that carries the kubelet flags of a pool that joins by itself.
+pub const KUBELET_EXTRA_ARGS: &str = "KUBELET_EXTRA_ARGS";
+
+/// What a new Node of a pool registers with: the pool's taints and
+/// [`labels::UNINITIALIZED`], and the pool's labels that a kubelet may set itself
+/// ([`labels::kubelet_may_set`]); poolctl sets the others, and removes the uninitialized taint,
+/// in one update once the Node is Ready.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registration {
+    pub taints: Vec<Taint>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Registration {
+    pub fn of(node: &NodeSpec) -> Self {
+        let mut taints: Vec<Taint> =
+            node.taints.iter().filter(|t| t.key != labels::UNINITIALIZED).cloned().collect();
+        taints.push(Taint {
+            key: labels::UNINITIALIZED.to_owned(),
+            value: None,
+            effect: "NoSchedule".to_owned(),
+        });
+        let labels = node
+            .labels
+            .iter()
+            .filter(|(k, _)| labels::kubelet_may_set(k))
+            .map(|(k, v)| (k.clone(), v.clone()));
+        Self { taints, labels: labels.collect() }
+    }
+
+    /// `key=value:Effect` (or `key:Effect`), as kubelet and k3s take a taint.
+    fn taint_flags(&self) -> Vec<String> {
+        let flag = |t: &Taint| match &t.value {
+            Some(v) => format!("{}={v}:{}", t.key, t.effect),
+            None => format!("{}:{}", t.key, t.effect),
+        };
+        self.taints.iter().map(flag).collect()
+    }
+
+    /// `key=value`, as kubelet and k3s take a label.
+    fn label_flags(&self) -> Vec<String> {
+        self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+
+    /// kubelet's flags: `--register-with-taints=... --node-labels=...`. Validation keeps
+    /// keys, values and effects free of spaces and commas.
+    pub fn kubelet_args(&self) -> String {
+        let mut args = vec![format!("--register-with-taints={}", self.taint_flags().join(","))];
+        if !self.labels.is_empty() {
+            args.push(format!("--node-labels={}", self.label_flags().join(",")));
+        }
+        args.join(" ")
+    }
+
+    /// A k3s configuration drop-in: `node-taint+` and `node-label+` add to whatever the image's
+    /// own configuration sets.
+    pub fn k3s_config(&self) -> TemplateFile {
+        let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
+        let mut content = String::from("# Written by poolctl: how this Node registers.\n");
+        let lists = [("node-taint+", self.taint_flags()), ("node-label+", self.label_flags())];
+        for (key, items) in lists.iter().filter(|(_, items)| !items.is_empty()) {
+            let _ = writeln!(content, "{key}:");
+            for item in items {
+                let _ = writeln!(content, "  - {}", q(item));
+            }
+        }
+        TemplateFile { path: K3S_CONFIG_FILE.to_owned(), content, mode: "0644".to_owned() }
+    }
+
+    /// The `nodeRegistration` entries of a kubeadm `JoinConfiguration` besides the name, in
+    /// YAML at two spaces: `taints`, and the labels as `kubeletExtraArgs` (a map until
+    /// v1beta3, a list of name and value from v1beta4).
+    fn kubeadm_yaml(&self, api_version: &str) -> String {
+        let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
+        let mut out = String::new();
+        if !self.taints.is_empty() {
+            out.push_str("  taints:\n");
+        }
+        for t in &self.taints {
+            let value = t.value.as_deref().map(|v| format!(", value: {}", q(v))).unwrap_or_default();
+            let _ = writeln!(out, "    - {{key: {}{value}, effect: {}}}", q(&t.key), q(&t.effect));
+        }
+        if !self.labels.is_empty() {
+            let labels = q(&self.label_flags().join(","));
+            if api_version == "kubeadm.k8s.io/v1beta3" {
+                let _ = writeln!(out, "  kubeletExtraArgs:\n    node-labels: {labels}");
+            } else {
+                let _ = writeln!(out, "  kubeletExtraArgs:\n    - {{name: node-labels, value: {labels}}}");
+            }
+        }
+        out
+    }
+}
 
 /// Where k3s keeps the token that agents join with, in the server's container.
 pub const K3S_NODE_TOKEN: &str = "/var/lib/rancher/k3s/server/node-token";
@@ -104,7 +212,7 @@ pub async fn k3s_token_for_agent<C: Containers>(
 pub async fn kubeadm<C: Containers>(
     containers: &C,
     join: &KubeadmJoin,
-    node: &str,
+    (node, registration): (&str, &Registration),
     known: &[&Secret],
     warn: impl Fn(String),
 ) -> Result<(), JoinError> {
@@ -120,7 +228,8 @@ pub async fn kubeadm<C: Containers>(
     let command = JoinCommand::parse(&printed)
         .map_err(|why| JoinError::Unexpected(format!("`kubeadm token create` on {control_plane}: {why}")))?;
     let secrets: Vec<&Secret> = known.iter().copied().chain([&command.token]).collect();
-    let config = NewFile { path: kubeadm_config_file(), content: command.configuration(api, node) };
+    let config =
+        NewFile { path: kubeadm_config_file(), content: command.configuration(api, node, registration) };
 
     let joined = async {
         containers.write_file(node, &config).await.map_err(|error| JoinError::Backend {
@@ -241,9 +350,10 @@ impl JoinCommand {
     }
 
     /// The `JoinConfiguration` for `node`: this endpoint and token, the CA pinned, the Node
-    /// named after the container, and kubeadm's preflight checks skipped as kind skips them (in
-    /// a container they fail on what kind nodes do on purpose).
-    fn configuration(&self, api_version: &str, node: &str) -> Secret {
+    /// named after the container and registered as `registration` says, and kubeadm's preflight
+    /// checks skipped as kind skips them (in a container they fail on what kind nodes do on
+    /// purpose).
+    fn configuration(&self, api_version: &str, node: &str, registration: &Registration) -> Secret {
         // A JSON string is a YAML scalar that no value can break out of.
         let q = |s: &str| serde_json::to_string(s).expect("a string serializes");
         let hashes = self.ca_hashes.iter().fold(String::new(), |mut out, h| {
@@ -253,10 +363,11 @@ impl JoinCommand {
         Secret::new(format!(
             "apiVersion: {api_version}\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    \
              apiServerEndpoint: {}\n    token: {}\n    caCertHashes:\n{hashes}nodeRegistration:\n  \
-             name: {}\nskipPhases:\n  - preflight\n",
+             name: {}\n{}skipPhases:\n  - preflight\n",
             q(&self.endpoint),
             q(self.token.expose()),
             q(node),
+            registration.kubeadm_yaml(api_version),
         ))
     }
 }
@@ -335,7 +446,11 @@ mod tests {
             token: Secret::new("abcdef.0123456789abcdef"),
             ca_hashes: vec![HASH.into()],
         };
-        let config = command.configuration("kubeadm.k8s.io/v1beta4", "workers-1a2b3c4d5e-x1y2z");
+        let config = command.configuration(
+            "kubeadm.k8s.io/v1beta4",
+            "workers-1a2b3c4d5e-x1y2z",
+            &Registration::default(),
+        );
         let yaml: serde_json::Value = serde_saphyr::from_str(config.expose()).unwrap();
         assert_eq!(yaml["apiVersion"], "kubeadm.k8s.io/v1beta4");
         assert_eq!(yaml["kind"], "JoinConfiguration");
@@ -345,7 +460,78 @@ mod tests {
         assert_eq!(token["caCertHashes"], serde_json::json!([HASH]));
         assert_eq!(token.get("unsafeSkipCAVerification"), None);
         assert_eq!(yaml["nodeRegistration"]["name"], "workers-1a2b3c4d5e-x1y2z");
+        // A pool without `node:`: nothing to register with, and nothing written for it.
+        assert_eq!(yaml["nodeRegistration"].as_object().map(serde_json::Map::len), Some(1), "{yaml}");
         assert_eq!(yaml["skipPhases"], serde_json::json!(["preflight"]));
+    }
+
+    fn registration() -> Registration {
+        let node = NodeSpec {
+            labels: BTreeMap::from([
+                ("team".to_owned(), "ci".to_owned()),
+                ("node-role.kubernetes.io/worker".to_owned(), String::new()),
+            ]),
+            taints: vec![Taint {
+                key: "dedicated".into(),
+                value: Some("ci".into()),
+                effect: "NoSchedule".into(),
+            }],
+            ..serde_saphyr::from_str("{}").unwrap()
+        };
+        Registration::of(&node)
+    }
+
+    #[test]
+    fn a_new_node_registers_with_the_pools_taints_the_uninitialized_one_and_the_labels_a_kubelet_may_set() {
+        let r = registration();
+        assert_eq!(r.taint_flags(), ["dedicated=ci:NoSchedule", "poolctl.dev/uninitialized:NoSchedule"]);
+        assert_eq!(r.label_flags(), ["team=ci"], "the role is poolctl's to set, once Ready");
+        assert_eq!(
+            r.kubelet_args(),
+            "--register-with-taints=dedicated=ci:NoSchedule,poolctl.dev/uninitialized:NoSchedule --node-labels=team=ci"
+        );
+        // Without labels, and without taints of its own, it still waits to be configured.
+        let bare = Registration::of(&serde_saphyr::from_str("{}").unwrap());
+        assert_eq!(bare.kubelet_args(), "--register-with-taints=poolctl.dev/uninitialized:NoSchedule");
+    }
+
+    #[test]
+    fn the_kubeadm_join_configuration_registers_the_node_configured() {
+        let command = JoinCommand {
+            endpoint: "cp:6443".into(),
+            token: Secret::new("abcdef.0123456789abcdef"),
+            ca_hashes: vec![HASH.into()],
+        };
+        for (api, labels) in [
+            ("kubeadm.k8s.io/v1beta4", serde_json::json!([{"name": "node-labels", "value": "team=ci"}])),
+            ("kubeadm.k8s.io/v1beta3", serde_json::json!({"node-labels": "team=ci"})),
+        ] {
+            let config = command.configuration(api, "w-1", &registration());
+            let yaml: serde_json::Value = serde_saphyr::from_str(config.expose()).unwrap();
+            let registered = &yaml["nodeRegistration"];
+            assert_eq!(registered["name"], "w-1");
+            assert_eq!(
+                registered["taints"],
+                serde_json::json!([
+                    {"key": "dedicated", "value": "ci", "effect": "NoSchedule"},
+                    {"key": "poolctl.dev/uninitialized", "effect": "NoSchedule"},
+                ])
+            );
+            assert_eq!(registered["kubeletExtraArgs"], labels, "{api}");
+            assert_eq!(yaml["skipPhases"], serde_json::json!(["preflight"]));
+        }
+    }
+
+    #[test]
+    fn the_k3s_agent_gets_its_taints_and_labels_in_a_configuration_drop_in() {
+        let file = registration().k3s_config();
+        assert_eq!(file.path, K3S_CONFIG_FILE);
+        let yaml: serde_json::Value = serde_saphyr::from_str(&file.content).unwrap();
+        assert_eq!(
+            yaml["node-taint+"],
+            serde_json::json!(["dedicated=ci:NoSchedule", "poolctl.dev/uninitialized:NoSchedule"])
+        );
+        assert_eq!(yaml["node-label+"], serde_json::json!(["team=ci"]));
     }
 
     #[test]

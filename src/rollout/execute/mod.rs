@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::backend::LockGuard;
-use crate::backend::{BackendError, Cluster, Containers, NewContainer, Stopped};
+use crate::backend::{BackendError, Cluster, Containers, DrainEnd, NewContainer, Stopped};
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::rollout::cancel::Interrupt;
@@ -213,7 +213,11 @@ pub struct Executor<'a, C, K> {
     /// Where what the run says goes.
     sink: &'a dyn Sink,
     interrupt: &'a Interrupt,
-    /// The Nodes this run drained, so that a Stop does not drain them again.
+    /// The Nodes this run drained, so that a Stop does not drain them again: each entered when
+    /// its drain ended, every pod gone or the pool's `timeoutAction` (`Proceed`, `Force`)
+    /// carried out, and by nothing else. It lives as long as the run: a run killed between a
+    /// drain and the stop leaves nothing that says "drained", so the next run drains again
+    /// before it stops the container (no Node without pods is taken for a drain that ended).
     drained: Mutex<HashSet<String>>,
     /// The number each step carries, as the plan text shows it.
     numbering: Mutex<numbering::Numbering>,
@@ -428,8 +432,28 @@ pub fn new_container(
             EnvValue::Secret(SecretEnv { value: None, .. }) => {}
         }
     }
+    let mut template_files = t.files.clone();
     if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
         env.extend(join::k3s_env(k3s));
+    }
+    // The new Node registers configured; a kubeadm join says so in its configuration.
+    if let Some(node) = &spec.node {
+        let registration = join::Registration::of(node);
+        match spec.join.as_ref() {
+            Some(j) if j.k3s.is_some() => template_files.push(registration.k3s_config()),
+            Some(_) => {}
+            None => {
+                // After the template's own flags, if it has any (copied from an instance of
+                // poolctl's, they may hold these already).
+                let args = registration.kubelet_args();
+                let all = match env.get(join::KUBELET_EXTRA_ARGS) {
+                    Some(own) if own.contains(&args) => own.clone(),
+                    Some(own) => format!("{own} {args}"),
+                    None => args,
+                };
+                env.insert(join::KUBELET_EXTRA_ARGS.to_owned(), all);
+            }
+        }
     }
     NewContainer {
         name: name.into(),
@@ -440,7 +464,7 @@ pub fn new_container(
         secret_env,
         // The executor adds a join's token, which it reads only when it creates the container.
         files: Vec::new(),
-        template_files: t.files.clone(),
+        template_files,
         labels: all_labels,
         network: t.network.clone(),
         extra_networks: t.extra_networks.clone(),
@@ -853,7 +877,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 let kubeadm = kubeadm.ok_or_else(|| StepError::NoJoin(pool_name.into()))?;
                 let secrets = self.secrets();
                 let known: Vec<&Secret> = secrets.iter().collect();
-                join::kubeadm(self.containers, kubeadm, name, &known, |warning| self.say(&warning)).await?;
+                // A pool without `node:` is no cluster's: nothing configures its Nodes later.
+                let registration =
+                    pool.pool.spec.node.as_ref().map(join::Registration::of).unwrap_or_default();
+                let warn = |warning: String| self.say(&warning);
+                join::kubeadm(self.containers, kubeadm, (name, &registration), &known, warn).await?;
             }
             Action::Bootstrap { .. } => {
                 for cmd in &self.pool(pool_name)?.pool.spec.bootstrap {
@@ -1041,10 +1069,28 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
+    /// Drain the Node, and record that this run did: only a drain that ended (every pod gone,
+    /// or its `timeoutAction` carried out) lets the container stop.
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
         let drain = self.pool(pool).map(|p| p.pool.spec.drain.clone()).unwrap_or_default();
-        self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
+        let end = self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
+        let after = crate::spec::Duration::from(timeout);
+        match &end {
+            DrainEnd::Complete => {}
+            DrainEnd::Abandoned(pods) => self.say(&format!(
+                "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
+                 (timeoutAction: Proceed): {}",
+                pods_count(pods.len()),
+                pods.join(", ")
+            )),
+            DrainEnd::Forced(pods) => self.say(&format!(
+                "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and gone \
+                 (timeoutAction: Force): {}",
+                pods_count(pods.len()),
+                pods.join(", ")
+            )),
+        }
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
     }
@@ -1366,6 +1412,10 @@ async fn configure_node<K: Cluster>(
     let mut wanted = spec.labels.clone();
     wanted.insert(labels::POOL.into(), pool.into());
     cluster.configure(name, &wanted, &spec.taints, reference).await
+}
+
+fn pods_count(n: usize) -> String {
+    if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") }
 }
 
 /// A step and its 1-based number in the whole plan, as the plan text shows it.

@@ -61,6 +61,7 @@ fn rolling_plan() -> Plan {
             template_change: None,
             docker: None,
             copy_from: None,
+            drain_timeout_action: None,
             instances: Vec::new(),
             unhealthy_held: None,
             outdated_kept: 0,

@@ -74,6 +74,7 @@ pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletO
             if let Some(name) = died.take() {
                 running.remove(&name);
             }
+            read_registrations(&shared, running, std::iter::once(&docker).chain(&extra)).await;
             shared.store.lock().expect("store lock").kubelet_sync(running, listed_at, Instant::now());
         }
         let mut wait = options.poll_interval;
@@ -101,6 +102,28 @@ pub async fn kubelet_loop(shared: Arc<Shared>, docker: Docker, options: KubeletO
                 _ => started_or_died = None,
             },
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// The flags each new container's kubelet registers with, from its `KUBELET_EXTRA_ARGS`, as a
+/// kubelet started in it would read them; once per container, asked of whichever daemon has it.
+async fn read_registrations<'d>(
+    shared: &Shared,
+    running: &BTreeSet<String>,
+    daemons: impl Iterator<Item = &'d Docker> + Clone,
+) {
+    for name in running {
+        if shared.store.lock().expect("store lock").knows_registration(name) {
+            continue;
+        }
+        for docker in daemons.clone() {
+            let Ok(inspect) = docker.inspect_container(name, None).await else { continue };
+            let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+            let args = env.iter().find_map(|e| e.strip_prefix("KUBELET_EXTRA_ARGS=")).unwrap_or_default();
+            let registration = super::store::Registration::from_args(args);
+            shared.store.lock().expect("store lock").set_registration(name, registration);
+            break;
         }
     }
 }

@@ -300,6 +300,43 @@ struct KubeletNode {
     running: bool,
 }
 
+/// What a kubelet registers its Node with, from its flags (`--register-with-taints`,
+/// `--node-labels`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Registration {
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Registration {
+    /// The flags of `args` (a `KUBELET_EXTRA_ARGS` value), as kubelet reads them: comma
+    /// separated `key=value:Effect` taints and `key=value` labels.
+    pub fn from_args(args: &str) -> Self {
+        let mut registration = Self::default();
+        for arg in args.split_whitespace() {
+            if let Some(taints) = arg.strip_prefix("--register-with-taints=") {
+                for taint in taints.split(',').filter(|t| !t.is_empty()) {
+                    let (key_value, effect) = taint.rsplit_once(':').unwrap_or((taint, ""));
+                    let (key, value) =
+                        key_value.split_once('=').map_or((key_value, None), |(k, v)| (k, Some(v)));
+                    registration.taints.push(k8s_openapi::api::core::v1::Taint {
+                        key: key.to_owned(),
+                        value: value.map(str::to_owned),
+                        effect: effect.to_owned(),
+                        time_added: None,
+                    });
+                }
+            } else if let Some(labels) = arg.strip_prefix("--node-labels=") {
+                for label in labels.split(',').filter(|l| !l.is_empty()) {
+                    let (key, value) = label.split_once('=').unwrap_or((label, ""));
+                    registration.labels.insert(key.to_owned(), value.to_owned());
+                }
+            }
+        }
+        registration
+    }
+}
+
 pub type PodKey = (String, String);
 
 /// The knobs that shape the simulation.
@@ -336,6 +373,8 @@ pub struct Store {
     faults: Vec<Fault>,
     traps: BTreeMap<PodKey, u16>,
     kubelet: BTreeMap<String, KubeletNode>,
+    /// What each container's kubelet registers its Node with, as its flags say.
+    registrations: HashMap<String, Registration>,
     prefix_policies: Vec<(String, ReadyPolicy)>,
     /// For each prefix with [`ReadyPolicy::First`]: the Nodes it let turn Ready.
     granted: BTreeMap<String, BTreeSet<String>>,
@@ -551,6 +590,7 @@ impl Store {
             faults: Vec::new(),
             traps: BTreeMap::new(),
             kubelet: BTreeMap::new(),
+            registrations: HashMap::new(),
             prefix_policies: Vec::new(),
             granted: BTreeMap::new(),
             deleted_nodes: HashMap::new(),
@@ -583,6 +623,11 @@ impl Store {
     }
 
     /// History entries after `rv` for a resource, or `None` when `rv` is older than what is kept.
+    /// Every change the server recorded, oldest first.
+    pub fn history(&self) -> &[Arc<Change>] {
+        &self.history
+    }
+
     pub fn history_since(&self, rv: u64, resource: Resource) -> Option<Vec<Arc<Change>>> {
         if let Some(first) = self.history.first()
             && rv + 1 < first.rv
@@ -966,9 +1011,12 @@ impl Store {
     /// Deletes a pod the way the API does for a graceful delete: with a termination delay it
     /// first gets a deletionTimestamp, which is when its grace period (`grace`, from the
     /// request's delete options, else the pod's own) runs out, and a zero grace period deletes
-    /// it at once. Its controller replaces it as soon as it is terminating.
+    /// it at once. Its controller replaces it as soon as it is terminating. A pod terminating
+    /// already keeps its deletionTimestamp, unless the request asks for a shorter grace period:
+    /// then, as the real server does (`BeforeDelete`), its end moves that much earlier.
     pub fn delete_pod(&mut self, key: &PodKey, grace: Option<i64>) -> Option<Pod> {
         let existing = self.pods.get(key)?;
+        let asked = grace;
         let grace = grace
             .or_else(|| existing.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
             .unwrap_or(DEFAULT_GRACE_PERIOD)
@@ -976,8 +1024,14 @@ impl Store {
         if self.opts.termination_delay.is_zero() || grace == 0 {
             return self.delete_pod_now(key);
         }
-        if existing.metadata.deletion_timestamp.is_some() {
-            return Some(existing.clone());
+        if let Some(Time(due)) = existing.metadata.deletion_timestamp {
+            let had = existing.metadata.deletion_grace_period_seconds.unwrap_or(grace);
+            let Some(shorter) = asked.filter(|g| *g < had) else { return Some(existing.clone()) };
+            let earlier = due - k8s_openapi::jiff::SignedDuration::from_secs(had - shorter);
+            return self.update_pod(key, |p| {
+                p.metadata.deletion_timestamp = Some(Time(earlier));
+                p.metadata.deletion_grace_period_seconds = Some(shorter);
+            });
         }
         let due = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(grace);
         let pod = self.update_pod(key, |p| {
@@ -1435,6 +1489,16 @@ impl Store {
     }
 
     /// One kubelet round: `running` are the names of the pool containers that run now.
+    /// Whether the kubelet of container `name` has had its flags read.
+    pub fn knows_registration(&self, name: &str) -> bool {
+        self.registrations.contains_key(name)
+    }
+
+    /// What the kubelet of container `name` registers its Node with from now on.
+    pub fn set_registration(&mut self, name: &str, registration: Registration) {
+        self.registrations.insert(name.to_owned(), registration);
+    }
+
     pub fn kubelet_sync(&mut self, running: &BTreeSet<String>, listed_at: Instant, now: Instant) {
         for name in running {
             let restarted = self.kubelet.get(name).is_none_or(|k| !k.running);
@@ -1446,8 +1510,18 @@ impl Store {
             // container, cannot register anything after the container stopped).
             let deleted_since = self.deleted_nodes.get(name).is_some_and(|at| *at >= listed_at);
             if !self.nodes.contains_key(name) && !deleted_since {
-                // A running kubelet registers its Node again after it was deleted.
-                self.create_node(Self::new_node(name, false));
+                // A running kubelet registers its Node again after it was deleted, with its flags.
+                let mut node = Self::new_node(name, false);
+                if let Some(registration) = self.registrations.get(name) {
+                    node.metadata
+                        .labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .extend(registration.labels.clone());
+                    let taints = registration.taints.clone();
+                    node.spec.get_or_insert_with(NodeSpec::default).taints =
+                        (!taints.is_empty()).then_some(taints);
+                }
+                self.create_node(node);
                 if let Some(k) = self.kubelet.get_mut(name) {
                     k.registered_at = now;
                 }
