@@ -45,3 +45,4 @@ mod template;
 mod ux;
 mod version_skew;
 mod watch;
+mod windows;

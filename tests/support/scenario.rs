@@ -207,6 +207,8 @@ pub struct PoolYaml {
     monitor: Option<String>,
     /// `spec.template.command`, when set.
     command: Vec<String>,
+    /// `spec.disruption.windows`, each as a YAML flow mapping.
+    windows: Vec<String>,
 }
 
 impl PoolYaml {
@@ -240,7 +242,16 @@ impl PoolYaml {
             docker_host: None,
             monitor: Some("0s".to_owned()),
             command: Vec::new(),
+            windows: Vec::new(),
         }
+    }
+
+    /// One more `spec.disruption.windows` entry, written as a YAML flow mapping:
+    /// `{kind: deny, schedule: "0 9 * * *", duration: 8h}`.
+    #[must_use]
+    pub fn window(mut self, window: &str) -> Self {
+        self.windows.push(window.to_owned());
+        self
     }
 
     /// `spec.rollout.monitor`; `None` leaves it out (the default, 5s).
@@ -521,6 +532,12 @@ impl fmt::Display for PoolYaml {
         }
         if let Some(policy) = &self.delete_policy {
             writeln!(f, "    deletePolicy: {policy}")?;
+        }
+        if !self.windows.is_empty() {
+            writeln!(f, "  disruption:\n    windows:")?;
+            for window in &self.windows {
+                writeln!(f, "      - {window}")?;
+            }
         }
         Ok(())
     }
