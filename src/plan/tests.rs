@@ -423,6 +423,29 @@ proptest! {
     }
 
     #[test]
+    fn an_open_deny_window_over_every_reason_retires_no_instance_a_container_serves_or_did(case in gen_case()) {
+        let spec = case.spec();
+        let mut dp = spec.build();
+        dp.pool.spec.disruption.windows = vec![crate::spec::DisruptionWindow {
+            kind: crate::spec::WindowKind::Deny,
+            schedule: "* * * * *".to_owned(),
+            duration: crate::spec::Duration::from_secs(3600),
+            time_zone: None,
+            reasons: Vec::new(),
+        }];
+        let world = case.world(&dp.template_hash);
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune, ..PlanOptions::default() });
+        let workers = pool_plan(&plan, "workers");
+        check_creation_first(&workers.steps);
+        check_retirement_order(&workers.steps);
+        // Only an orphan Node's cleanup disrupts nothing a window governs.
+        for i in workers.instances.iter().filter(|i| i.fate == Fate::Retire) {
+            prop_assert_eq!(i.container, "missing", "{} retired under a deny window", i.name);
+        }
+        execute_checking_capacity(&plan, &world, &spec);
+    }
+
+    #[test]
     fn a_healthy_pool_keeps_its_capacity(case in gen_case().prop_map(Case::healthy)) {
         let spec = case.spec();
         let dp = spec.build();

@@ -163,3 +163,60 @@ impl Held {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::Windows;
+    use crate::spec::{DisruptionReason, DisruptionSpec, DisruptionWindow, Duration, WindowKind};
+
+    /// One field of a cron schedule, valid or not for its place.
+    fn field() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => Just("*".to_owned()),
+            4 => (1..13u32).prop_map(|n| n.to_string()),
+            1 => (0..70u32).prop_map(|n| n.to_string()),
+            2 => (1..8u32).prop_map(|n| format!("*/{n}")),
+            2 => (1..7u32, 0..6u32).prop_map(|(a, b)| format!("{a}-{}", a + b)),
+            1 => (1..7u32, 1..7u32, 1..4u32).prop_map(|(a, b, c)| format!("{a},{b}-12/{c}")),
+            1 => prop::sample::select(vec![
+                "L", "5L", "15W", "LW", "MON#2", "FRI#5", "SUN-SAT", "FEB", "?", "2099"
+            ])
+            .prop_map(str::to_owned),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// No schedule, zone or time makes reading or judging a window panic.
+        #[test]
+        fn any_schedule_is_judged_without_panicking(
+            schedule in prop_oneof![
+                1 => "[0-9*/,LW#?@ A-Za-z-]{0,30}",
+                4 => prop::collection::vec(field(), 5..=6).prop_map(|fields| fields.join(" ")),
+            ],
+            zone in prop::sample::select(vec!["UTC", "Europe/Berlin", "America/St_Johns", "Pacific/Chatham", "Nowhere"]),
+            seconds in 0..(40 * 24 * 3600u64),
+            allow: bool,
+            now in -100_000_000_000i64..100_000_000_000,
+        ) {
+            let kind = if allow { WindowKind::Allow } else { WindowKind::Deny };
+            let window = DisruptionWindow {
+                kind,
+                schedule,
+                duration: Duration::from_secs(seconds),
+                time_zone: Some(zone.to_owned()),
+                reasons: Vec::new(),
+            };
+            let _ = crate::spec::window_problems(&window);
+            let spec = DisruptionSpec { windows: vec![window] };
+            let windows = Windows::of(&spec);
+            if let Some(held) = windows.held(DisruptionReason::Rollout, now) {
+                prop_assert!(held.until.is_none_or(|t| t >= now));
+                let _ = held.describe();
+            }
+        }
+    }
+}

@@ -37,6 +37,8 @@ pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
 pub use validate::{
     JOIN_DIR, K3S_JOIN_ENV, MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools,
 };
+#[cfg(test)]
+pub(crate) use window::problems as window_problems;
 pub use window::{
     DisruptionReason, DisruptionSpec, DisruptionWindow, MAX_WINDOW, WindowError, WindowKind, schedule, zone,
 };

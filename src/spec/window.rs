@@ -148,7 +148,7 @@ pub fn zone(name: &str) -> Result<jiff::tz::TimeZone, WindowError> {
 }
 
 /// The problems of a window, as (field, message), `field` under the window.
-pub(super) fn problems(window: &DisruptionWindow) -> Vec<(&'static str, String)> {
+pub(crate) fn problems(window: &DisruptionWindow) -> Vec<(&'static str, String)> {
     let mut errors = Vec::new();
     match schedule(&window.schedule) {
         // A schedule that parses but matches no time (`0 0 30 2 *`) would hold a pool for ever
