@@ -59,6 +59,9 @@ async fn a_deny_window_open_now_holds_a_template_change_and_ignore_windows_rolls
     assert_eq!(pool["windows"][0]["window"], "spec.disruption.windows[0]");
     assert_eq!(json["summary"]["window_held"], 2);
 
+    let status = s.run("status", &[]).expect_code(0);
+    assert!(status.stdout.contains(&said), "{}", status.stdout);
+
     // apply holds it too: nothing is created, nothing retired.
     s.run("apply", &["--yes"]).expect_code(0);
     assert_eq!(ids(&s.containers().await), ids(&before));
