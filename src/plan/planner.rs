@@ -765,8 +765,8 @@ fn held_status(
 }
 
 /// When to plan again ([`next_check`]), or when the first window that holds something back
-/// opens, whichever comes first. The instances the windows hold (`kept.1`) are not counted as
-/// kept: what expired and is held must not wake the watch at once, again and again.
+/// opens, whichever comes first. The instances the windows hold (`held`) do not count as kept
+/// here: one held although it expired must not wake the watch at once, again and again.
 fn look_again(
     all: &[Instance<'_>],
     (kept, held): (&FxHashSet<&str>, &FxHashMap<&str, DisruptionReason>),

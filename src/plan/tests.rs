@@ -2730,3 +2730,17 @@ fn a_window_over_remediation_holds_the_replacement_of_a_dead_instance_one_over_r
     assert_eq!(v, ["create", "await-ready", "remove"]);
     assert!(w.windows.is_empty());
 }
+
+#[test]
+fn an_expired_instance_a_window_holds_wakes_watch_when_the_window_ends_not_at_once() {
+    use crate::spec::{DisruptionReason::Expiry, WindowKind::Deny};
+    let (mut desired, world) =
+        windowed(1, vec![window(Deny, "0 9 * * *", 8, None, &[Expiry])], &["new"], monday_ten());
+    desired.pools[0].pool.spec.rollout.max_age = Some(crate::spec::Duration::from_secs(600));
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert_eq!(held_by_window(w), [("w-1", Expiry)]);
+    // It expired long ago: what wakes the watch is the window's end, at 17:00.
+    assert_eq!(plan.next_check(), Some(monday_ten() + 7 * 3600));
+}
