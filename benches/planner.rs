@@ -119,6 +119,7 @@ fn spec(template: Template) -> PoolSpec {
         rollout: RolloutSpec::default(),
         health: poolctl::spec::HealthSpec::default(),
         drain: poolctl::spec::DrainSpec::default(),
+        disruption: poolctl::spec::DisruptionSpec::default(),
         paused: false,
     }
 }

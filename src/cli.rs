@@ -170,6 +170,14 @@ pub struct PlanArgs {
     #[arg(long = "pool", value_name = "NAME")]
     pub pools: Vec<String>,
 
+    /// Plan as `apply --ignore-windows` does: disrupt instances although the pools' disruption
+    /// windows (spec.disruption.windows) hold that back now, naming each window overridden. A
+    /// plan saved with --out keeps the choice.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long)]
+    pub ignore_windows: bool,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -247,6 +255,13 @@ pub struct ApplyArgs {
     #[allow(clippy::doc_markdown)]
     #[arg(long, value_enum, value_name = "CHECK")]
     pub skip_preflight: Vec<Preflight>,
+
+    /// Disrupt instances although the pools' disruption windows (spec.disruption.windows) hold
+    /// that back now: the plan still names each window it overrides.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, conflicts_with = "plan_file")]
+    pub ignore_windows: bool,
 
     #[command(flatten)]
     pub planning: PlanningArgs,

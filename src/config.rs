@@ -210,7 +210,11 @@ impl Config {
         let task = match cli.command {
             Command::Plan(args) => Task::Plan(PlanConfig {
                 source: Source::from_args(&args.source)?,
-                options: PlanOptions { pools: args.pools.into_iter().collect(), ..options(&args.planning) },
+                options: PlanOptions {
+                    pools: args.pools.into_iter().collect(),
+                    ignore_windows: args.ignore_windows,
+                    ..options(&args.planning)
+                },
                 format: format(args.output),
                 detailed_exitcode: args.detailed_exitcode,
                 out: args.out,
@@ -233,6 +237,7 @@ impl Config {
                         retry_stalled: true,
                         pools: args.pools.into_iter().collect(),
                         rollback: args.rollback.into_iter().collect(),
+                        ignore_windows: args.ignore_windows,
                         ..options(&args.planning)
                     },
                     yes: args.yes,

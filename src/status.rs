@@ -56,6 +56,9 @@ pub struct PoolView {
     /// Set when `strategy: OnDelete` keeps outdated instances: how many, and how to replace one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_delete: Option<String>,
+    /// What the pool's disruption windows hold back now, and until when.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<String>,
     /// Set when the pool's template cannot be read now (its `copyFrom` container stopped, say):
     /// why, and what its instances are shown against.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,7 +175,11 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         template_hash: pool.template_hash.clone(),
         replicas: pool.replicas,
         up: instances.iter().filter(|i| i.up).count(),
-        in_sync: pool.steps.is_empty() && held == 0 && !waited && pool.degraded.is_none(),
+        in_sync: pool.steps.is_empty()
+            && held == 0
+            && !waited
+            && pool.degraded.is_none()
+            && pool.windows.iter().all(|w| w.ignored),
         pending_steps: pool.steps.len() + held,
         paused: pool.paused.is_some(),
         lock: lock.cloned(),
@@ -180,6 +187,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         instances,
         unhealthy_held: pool.unhealthy_held.clone(),
         on_delete: crate::plan::on_delete_note(pool),
+        windows: pool.windows.iter().filter(|w| !w.ignored).map(crate::plan::window_note).collect(),
         template_unread: None,
         degraded: pool.degraded.clone(),
     }
@@ -251,6 +259,9 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
             writeln!(out, "  {}", style.yellow(why))?;
         }
         if let Some(why) = &pool.on_delete {
+            writeln!(out, "  {}", style.yellow(why))?;
+        }
+        for why in &pool.windows {
             writeln!(out, "  {}", style.yellow(why))?;
         }
         if let Some(why) = &pool.degraded {

@@ -47,3 +47,4 @@ mod template;
 mod ux;
 mod version_skew;
 mod watch;
+mod windows;

@@ -97,6 +97,14 @@ impl Assessment {
         }
     }
 
+    /// Keep an unhealthy instance as it is: a disruption window holds back `remediation` now.
+    pub(super) fn hold_for_window(&mut self) {
+        self.hold();
+        if let Some(note) = &mut self.note {
+            note.action = "held (disruption window)";
+        }
+    }
+
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
     /// `maxUnhealthy` allows, so the fault is taken to be the cluster's.
     pub(super) fn hold(&mut self) {

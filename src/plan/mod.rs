@@ -9,6 +9,7 @@ pub mod saved;
 pub mod scope;
 #[cfg(test)]
 mod tests;
+mod window;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ pub use planner::{PlanOptions, is_up};
 pub(crate) use render::table;
 pub use render::{
     HeldLocks, JSON_FORMAT_VERSION, do_not_disrupt_note, on_delete_note, render_json, render_json_locked,
-    render_json_saved, render_text, render_text_locked, render_text_styled,
+    render_json_saved, render_text, render_text_locked, render_text_styled, window_note,
 };
 
 use crate::model::{Desired, World};
@@ -118,6 +119,7 @@ impl Plan {
             && s.unavailable == 0
             && s.unremediated == 0
             && s.degraded == 0
+            && s.window_held == 0
     }
 
     /// The pools with instances that are waited for (starting or unavailable within their
@@ -129,6 +131,7 @@ impl Plan {
 
     /// When the next instance that is waited for turns unhealthy, if the world says: when to
     /// plan again even if nothing else happens (`watch` wakes then).
+    /// Or when a window that holds something back opens.
     pub fn next_check(&self) -> Option<i64> {
         self.pools.iter().filter_map(|p| p.next_check).min()
     }
@@ -206,6 +209,10 @@ pub struct Summary {
     /// Pools whose rollout passed its `progressDeadline`.
     #[serde(skip_serializing_if = "is_zero")]
     pub degraded: usize,
+    /// Instances kept, not disrupted, because a disruption window holds back why they would be
+    /// (`spec.disruption.windows`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_held: usize,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -263,8 +270,13 @@ pub struct PoolPlan {
     /// Set when the pool's rollout passed its `progressDeadline`: why nothing is created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
-    /// When the first instance that is waited for turns unhealthy (seconds since the Unix
-    /// epoch), if the world says.
+    /// The kinds of disruption the pool's windows hold back now (`spec.disruption.windows`),
+    /// each with the instances it keeps; with `--ignore-windows`, those it would have kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<WindowHold>,
+    /// When to plan again although nothing else happens (seconds since the Unix epoch): the
+    /// first instance that is waited for turns unhealthy, one kept expires, or a window that
+    /// holds something back opens.
     #[serde(skip)]
     pub next_check: Option<i64>,
     /// The revision of the pool's history this plan rolls out and whose end is not recorded:
@@ -313,6 +325,35 @@ impl DrainEscalation {
             self.drain_timeout, self.action
         )
     }
+}
+
+/// A kind of disruption a disruption window holds back now, and the instances it keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WindowHold {
+    /// `rollout`, `scaleDown`, `remediation`, `replace` or `expiry`.
+    pub reason: crate::spec::DisruptionReason,
+    /// The window that holds it: `spec.disruption.windows[N]`, an open deny window or the allow
+    /// window that opens first.
+    pub window: String,
+    /// `allow` or `deny`.
+    pub kind: crate::spec::WindowKind,
+    pub schedule: String,
+    pub time_zone: String,
+    /// When that kind of disruption is next allowed, in the window's zone (RFC 3339); absent
+    /// when no time within a year is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// `until` in seconds since the Unix epoch: when `watch` plans again.
+    #[serde(skip)]
+    pub until_secs: Option<i64>,
+    /// The instances it keeps, not disrupted.
+    pub instances: Vec<InstanceName>,
+    /// `--ignore-windows`: the plan disrupts them all the same.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
+    /// `blocked by window spec.disruption.windows[0] (deny "0 9 * * MON-FRI" for 8h) until
+    /// 2026-12-07T17:00:00+01:00 (Europe/Berlin)`.
+    pub message: String,
 }
 
 /// What a paused pool holds back.
@@ -382,6 +423,10 @@ pub struct InstanceStatus {
     /// carries this `do-not-disrupt` annotation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub do_not_disrupt: Option<&'static str>,
+    /// Kept, not disrupted, because a disruption window holds back why it would be: `rollout`,
+    /// `scaleDown`, `remediation`, `replace` or `expiry` (the pool's `windows` say which window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by_window: Option<crate::spec::DisruptionReason>,
     /// Its Node carries `poolctl.dev/exclude-node-draining`: a retirement skips its drain.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub drain_excluded: bool,

@@ -12,16 +12,19 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, InstanceRef, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool, Revision, RolloutResult};
-use crate::spec::{DeletePolicy, HASH_LEN, Strategy, canonical_template};
+use crate::spec::{DeletePolicy, DisruptionReason, HASH_LEN, Strategy, canonical_template};
 
 use super::deadline::Deadlines;
 use super::health::{Assessment, Standing, assess, silent_for};
+use super::window::Windows;
 use super::{
     Action, DrainEscalation, DrainPreview, Fate, InstanceName, InstanceStatus, NodeConfigPreview, Plan,
-    PodRef, PoolPlan, PoolStatus, Proof, Step, Summary, TemplateChange,
+    PodRef, PoolPlan, PoolStatus, Proof, Step, Summary, TemplateChange, WindowHold,
 };
 
 /// Choices the user makes on the command line that change the plan.
+// Each switch stands alone, as its command-line flag does: no two make a state together.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
     /// Retire pools of this source that the source no longer declares.
@@ -46,6 +49,9 @@ pub struct PlanOptions {
     /// cluster): given, never read here, so that planning stays pure. A retirement of it is
     /// shown as refused; the executor refuses it.
     pub own_node: Option<String>,
+    /// Disrupt instances whatever the pool's disruption windows say (`apply --ignore-windows`):
+    /// the plan still names what each window would have held back, as overridden.
+    pub ignore_windows: bool,
 }
 
 impl PlanOptions {
@@ -92,7 +98,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
                     managed_by: Some(owner.to_owned()),
                     ..keep_pool(&target, world)
                 },
-                _ => plan_pool(&target, world, &mut names, &progress, &options.replace),
+                _ => plan_pool(&target, world, &mut names, &progress, options),
             }
         })
         .collect();
@@ -111,7 +117,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
     for name in undeclared {
         let target = Target::undeclared(name, world.world, options.prune);
         pools.push(if options.prune {
-            plan_pool(&target, world, &mut names, &progress, &options.replace)
+            plan_pool(&target, world, &mut names, &progress, options)
         } else {
             keep_pool(&target, world)
         });
@@ -142,6 +148,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
         summary.undeclared += usize::from(pool.status == PoolStatus::Undeclared);
         summary.degraded += usize::from(pool.degraded.is_some());
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
+        summary.window_held += pool.instances.iter().filter(|i| i.held_by_window.is_some()).count();
     }
     Plan {
         origin: desired.origin.clone(),
@@ -444,8 +451,9 @@ fn plan_pool(
     world: &Indexed<'_>,
     names: &mut Names<'_>,
     progress: &Deadlines,
-    replace: &BTreeSet<String>,
+    options: &PlanOptions,
 ) -> PoolPlan {
+    let replace = &options.replace;
     let mut all = instances(target, world);
     // An outdated instance whose coming up is not recorded, but that looks up (its Node Ready,
     // or its container up with nothing left to run), may serve: its record may just be lost (a
@@ -489,7 +497,7 @@ fn plan_pool(
     candidates.sort_by_key(|i| {
         std::cmp::Reverse((target.is_current(i), i.up, i.health.resumable, order(i), i.name))
     });
-    let (kept, disrupt_held) = keep(target.replicas, &all, &candidates, replace);
+    let (mut kept, disrupt_held) = keep(target.replicas, &all, &candidates, replace);
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
     // availability: they clear room for the surge even when no up instance may go yet (an
@@ -503,6 +511,9 @@ fn plan_pool(
         // Held by `maxUnhealthy`: the fault is taken to be the cluster's; it is left alone.
         (true, true) => false,
     };
+    let reason = |i: &Instance<'_>| disruption_reason(target, i, marked_by(i, replace, born_before));
+    let (now, ignore) = (world.world.now, options.ignore_windows);
+    let (windows, window_held) = hold_in_windows(target, &mut all, &mut kept, &retired, &reason, now, ignore);
     let mut retirees: Vec<&Instance<'_>> =
         all.iter().filter(|i| !kept.contains(i.name) && i.left.is_none() && retired(i)).collect();
     retirees.sort_by_key(|i| (i.up && !marked(i), target.is_current(i), order(i), i.name));
@@ -554,19 +565,20 @@ fn plan_pool(
         instances: all
             .iter()
             .map(|i| {
-                let mut status = status(target, i, !leaving.contains(i.name));
-                if disrupt_held.contains(i.name) {
-                    status.do_not_disrupt = i.node.and_then(|n| n.retirement.do_not_disrupt);
-                } else if status.health.is_none() {
-                    status.replace = marked_by(i, replace, born_before);
-                }
-                status
+                let held = (disrupt_held.contains(i.name), window_held.get(i.name).copied());
+                held_status(
+                    status(target, i, !leaving.contains(i.name)),
+                    i,
+                    held,
+                    marked_by(i, replace, born_before),
+                )
             })
             .collect(),
         unhealthy_held: held,
         outdated_kept: all.iter().filter(|i| !target.is_current(i) && kept.contains(i.name)).count(),
         degraded: progress.stalled.get(target.name).cloned(),
-        next_check: next_check(&all, &kept, max_age),
+        next_check: look_again(&all, (&kept, &window_held), &windows, max_age),
+        windows,
         revision,
         revision_end,
         steps,
@@ -638,11 +650,11 @@ fn replaced_before(target: &Target<'_>, now: i64) -> ((Option<i64>, Option<i64>)
 
 /// When the plan should be made again (seconds since the Unix epoch): when the first instance
 /// waited for turns unhealthy, or the first instance kept expires (`maxAge`), a second past it.
-fn next_check(all: &[Instance<'_>], kept: &FxHashSet<&str>, max_age: Option<i64>) -> Option<i64> {
+fn next_check(all: &[Instance<'_>], kept: &dyn Fn(&str) -> bool, max_age: Option<i64>) -> Option<i64> {
     let waited =
         all.iter().filter(|i| i.health.standing == Standing::Waiting).filter_map(|i| i.health.deadline);
     let expiry = max_age.and_then(|age| {
-        let kept = all.iter().filter(|i| kept.contains(i.name)).filter_map(|i| i.container);
+        let kept = all.iter().filter(|i| kept(i.name)).filter_map(|i| i.container);
         kept.map(|c| c.created.saturating_add(age).saturating_add(1)).min()
     });
     waited.chain(expiry).min()
@@ -655,18 +667,126 @@ fn marked_by(
     i: &Instance<'_>,
     replace: &BTreeSet<String>,
     (after, expired): (Option<i64>, Option<i64>),
-) -> Option<&'static str> {
+) -> Option<(&'static str, DisruptionReason)> {
     if replace.contains(i.name) {
-        Some("--replace")
+        Some(("--replace", DisruptionReason::Replace))
     } else if i.node.is_some_and(|n| n.config.labels.get(labels::REPLACE).is_some_and(|v| v == "true")) {
-        Some("label poolctl.dev/replace=true")
+        Some(("label poolctl.dev/replace=true", DisruptionReason::Replace))
     } else if after.is_some_and(|t| i.container.is_some_and(|c| c.created < t)) {
-        Some("created before spec.rollout.after")
+        Some(("created before spec.rollout.after", DisruptionReason::Rollout))
     } else if expired.is_some_and(|t| i.container.is_some_and(|c| c.created <= t)) {
-        Some("older than spec.rollout.maxAge")
+        Some(("older than spec.rollout.maxAge", DisruptionReason::Expiry))
     } else {
         None
     }
+}
+
+/// Why retiring the instance would disrupt it, as disruption windows name it: one reason, the
+/// first that applies of: it does not serve (`remediation`), it is marked for replacement
+/// (`replace`), it runs an outdated template or was made before `spec.rollout.after`
+/// (`rollout`), it expired (`expiry`), the pool has more than it needs (`scaleDown`). `None`
+/// for what disrupts nothing a window governs: an orphan Node's cleanup, and the end of a
+/// retirement an earlier run began (its Node cordoned by poolctl, it serves no more).
+fn disruption_reason(
+    target: &Target<'_>,
+    i: &Instance<'_>,
+    marked: Option<(&'static str, DisruptionReason)>,
+) -> Option<DisruptionReason> {
+    i.container?;
+    match i.health.standing {
+        Standing::Down => None,
+        Standing::Unhealthy => Some(DisruptionReason::Remediation),
+        // Retired only as one more than `replicas` (see `plan_pool`).
+        Standing::Waiting => Some(DisruptionReason::ScaleDown),
+        Standing::Up => Some(match marked {
+            Some((_, reason)) => reason,
+            None if !target.is_current(i) => DisruptionReason::Rollout,
+            None => DisruptionReason::ScaleDown,
+        }),
+    }
+}
+
+/// Hold back what the pool's disruption windows hold at `now`: of the instances the plan would
+/// retire (not `kept`, `retired`), each whose `reason` a window holds back now is kept, in a
+/// replica's place (so that nothing is created for it either), with that reason. Returns what
+/// the plan says of each reason held, with the instances it keeps, and those. With `ignore`
+/// (`--ignore-windows`) none is held, and what would have been is said as overridden.
+fn hold_in_windows<'a>(
+    target: &Target<'_>,
+    all: &mut [Instance<'a>],
+    kept: &mut FxHashSet<&'a str>,
+    retired: &dyn Fn(&Instance<'_>) -> bool,
+    reason: &dyn Fn(&Instance<'_>) -> Option<DisruptionReason>,
+    now: i64,
+    ignore: bool,
+) -> (Vec<WindowHold>, FxHashMap<&'a str, DisruptionReason>) {
+    let Some(dp) = target.pool else { return Default::default() };
+    let windows = Windows::of(&dp.pool.spec.disruption);
+    if windows.is_empty() {
+        return Default::default();
+    }
+    let mut judged: BTreeMap<DisruptionReason, Option<WindowHold>> = BTreeMap::new();
+    let mut kept_back = FxHashMap::default();
+    let leaves = |i: &&mut Instance<'_>| !kept.contains(i.name) && i.left.is_none() && retired(i);
+    for instance in all.iter_mut().filter(leaves) {
+        let Some(why) = reason(instance) else { continue };
+        let hold = judged.entry(why).or_insert_with(|| {
+            windows.held(why, now).map(|h| WindowHold {
+                reason: why,
+                window: format!("spec.disruption.windows[{}]", h.index),
+                kind: h.kind,
+                schedule: h.schedule.clone(),
+                time_zone: h.zone.clone(),
+                until: h.until_local.clone(),
+                until_secs: h.until,
+                instances: Vec::new(),
+                ignored: ignore,
+                message: h.describe(),
+            })
+        });
+        if let Some(hold) = hold {
+            hold.instances.push(instance.shared.clone());
+            if !ignore {
+                kept_back.insert(instance.name, why);
+                if why == DisruptionReason::Remediation {
+                    instance.health.hold_for_window();
+                }
+            }
+        }
+    }
+    kept.extend(kept_back.keys());
+    (judged.into_values().flatten().collect(), kept_back)
+}
+
+/// An instance's status with why it is kept although the plan would disrupt it, if it is (its
+/// Node's `do-not-disrupt`, `held.0`; a disruption window, `held.1`), or else why it is
+/// replaced although current (`marked`).
+fn held_status(
+    mut status: InstanceStatus,
+    i: &Instance<'_>,
+    held: (bool, Option<DisruptionReason>),
+    marked: Option<(&'static str, DisruptionReason)>,
+) -> InstanceStatus {
+    match held {
+        (true, _) => status.do_not_disrupt = i.node.and_then(|n| n.retirement.do_not_disrupt),
+        (false, Some(reason)) => status.held_by_window = Some(reason),
+        (false, None) if status.health.is_none() => status.replace = marked.map(|(by, _)| by),
+        (false, None) => {}
+    }
+    status
+}
+
+/// When to plan again ([`next_check`]), or when the first window that holds something back
+/// opens, whichever comes first. The instances the windows hold (`held`) do not count as kept
+/// here: one held although it expired must not wake the watch at once, again and again.
+fn look_again(
+    all: &[Instance<'_>],
+    (kept, held): (&FxHashSet<&str>, &FxHashMap<&str, DisruptionReason>),
+    windows: &[WindowHold],
+    max_age: Option<i64>,
+) -> Option<i64> {
+    let opens = windows.iter().filter(|w| !w.ignored).filter_map(|w| w.until_secs).min();
+    next_check(all, &|i| kept.contains(i) && !held.contains_key(i), max_age).into_iter().chain(opens).min()
 }
 
 /// What the pool's rollout progress says of the plan's creations.
@@ -822,6 +942,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         unhealthy_held: None,
         outdated_kept: 0,
         degraded: None,
+        windows: Vec::new(),
         next_check: None,
         revision: None,
         revision_end: None,
@@ -1036,6 +1157,7 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         fate: if keep { Fate::Keep } else { Fate::Retire },
         replace: None,
         do_not_disrupt: None,
+        held_by_window: None,
         drain_excluded: instance.node.is_some_and(|n| n.retirement.exclude_draining),
         hooks: instance
             .node

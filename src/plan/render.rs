@@ -101,6 +101,9 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     if s.outdated_kept > 0 {
         health.push(format!("{} outdated kept, not replaced", s.outdated_kept));
     }
+    if s.window_held > 0 {
+        health.push(format!("{} held by disruption windows", s.window_held));
+    }
     if s.degraded > 0 {
         health.push(format!(
             "{} pool{} degraded (past progressDeadline)",
@@ -229,6 +232,7 @@ fn pool_text(
         && left.is_empty()
         && pool.degraded.is_none()
         && pool.outdated_kept == 0
+        && pool.windows.is_empty()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
@@ -261,6 +265,7 @@ fn pool_text(
         )?;
     }
     write_kept(pool, style, out)?;
+    write_windows(pool, style, out)?;
     for instance in left {
         let why = format!("left alone: {}", instance.left.as_deref().unwrap_or_default());
         writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
@@ -394,6 +399,9 @@ fn pool_header(pool: &PoolPlan) -> String {
                 None if pool.degraded.is_some() => ", degraded",
                 None if pool.steps.is_empty() && pool.instances.iter().any(|i| i.health.is_some()) => {
                     ", waiting"
+                }
+                None if pool.steps.is_empty() && pool.windows.iter().any(|w| !w.ignored) => {
+                    ", held by disruption windows"
                 }
                 None if pool.steps.is_empty() && pool.outdated_kept > 0 => ", outdated instances kept",
                 None if pool.steps.is_empty() => ", up to date",
@@ -531,6 +539,31 @@ fn write_kept(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<
     Ok(())
 }
 
+/// What the pool's disruption windows hold back now, and until when; with `--ignore-windows`,
+/// what they would have held back and the plan disrupts all the same.
+fn write_windows(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    for hold in &pool.windows {
+        writeln!(out, "  {}", style.yellow(&window_note(hold)))?;
+    }
+    Ok(())
+}
+
+/// `rollout blocked by window ... until ... (zone): keeps w-a, w-b`, as plan and status say it.
+pub fn window_note(hold: &super::WindowHold) -> String {
+    let names: Vec<&str> = hold.instances.iter().map(super::InstanceName::as_str).collect();
+    let shown = if names.len() > SHOWN {
+        format!("{} and {} more", names[..SHOWN].join(", "), names.len() - SHOWN)
+    } else {
+        names.join(", ")
+    };
+    let reason = hold.reason.as_str();
+    if hold.ignored {
+        format!("--ignore-windows: {reason} goes ahead although {}; disrupting {shown}", hold.message)
+    } else {
+        format!("{reason} {}: keeps {shown}", hold.message)
+    }
+}
+
 /// Why an instance its Node's owner holds is kept, as plan and status say it.
 pub fn do_not_disrupt_note(annotation: &str) -> String {
     format!("held: its Node carries {annotation}=true; not disrupted until it goes")
@@ -538,7 +571,13 @@ pub fn do_not_disrupt_note(annotation: &str) -> String {
 
 /// What `strategy: OnDelete` leaves as it is, and the way to replace it, when it leaves any.
 pub fn on_delete_note(pool: &PoolPlan) -> Option<String> {
-    let marked_by_owner = pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()).count();
+    let hash = pool.template_hash.as_deref().unwrap_or_default();
+    // Kept by their Node's owner, or by a window: not what OnDelete keeps.
+    let marked_by_owner = pool
+        .instances
+        .iter()
+        .filter(|i| i.do_not_disrupt.is_some() || (i.held_by_window.is_some() && i.template_hash != hash))
+        .count();
     let kept = pool.outdated_kept.saturating_sub(marked_by_owner);
     (kept > 0).then(|| {
         let n = if kept == 1 {

@@ -50,13 +50,17 @@ pub struct SavedOptions {
     /// `--pool`: the only pools the plan covers (all when empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<String>,
+    /// `--ignore-windows`: disruption windows overridden.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_windows: bool,
 }
 
 impl SavedOptions {
     pub fn new(options: PlanOptions, seed: u64) -> Self {
         let replace = options.replace.into_iter().collect();
         let pools = options.pools.into_iter().collect();
-        Self { prune: options.prune, adopt: options.adopt, seed: format!("{seed:016x}"), replace, pools }
+        let (prune, adopt, ignore_windows) = (options.prune, options.adopt, options.ignore_windows);
+        Self { prune, adopt, seed: format!("{seed:016x}"), replace, pools, ignore_windows }
     }
 
     /// The choices the plan was made with.
@@ -72,6 +76,7 @@ impl SavedOptions {
             replace,
             pools,
             own_node: None,
+            ignore_windows: self.ignore_windows,
         }
     }
 }

@@ -423,6 +423,29 @@ proptest! {
     }
 
     #[test]
+    fn an_open_deny_window_over_every_reason_retires_no_instance_a_container_serves_or_did(case in gen_case()) {
+        let spec = case.spec();
+        let mut dp = spec.build();
+        dp.pool.spec.disruption.windows = vec![crate::spec::DisruptionWindow {
+            kind: crate::spec::WindowKind::Deny,
+            schedule: "* * * * *".to_owned(),
+            duration: crate::spec::Duration::from_secs(3600),
+            time_zone: None,
+            reasons: Vec::new(),
+        }];
+        let world = case.world(&dp.template_hash);
+        let plan = plan(&desired(vec![dp]), &world, PlanOptions { prune: case.prune, ..PlanOptions::default() });
+        let workers = pool_plan(&plan, "workers");
+        check_creation_first(&workers.steps);
+        check_retirement_order(&workers.steps);
+        // Only an orphan Node's cleanup disrupts nothing a window governs.
+        for i in workers.instances.iter().filter(|i| i.fate == Fate::Retire) {
+            prop_assert_eq!(i.container, "missing", "{} retired under a deny window", i.name);
+        }
+        execute_checking_capacity(&plan, &world, &spec);
+    }
+
+    #[test]
     fn a_healthy_pool_keeps_its_capacity(case in gen_case().prop_map(Case::healthy)) {
         let spec = case.spec();
         let dp = spec.build();
@@ -2571,4 +2594,196 @@ fn an_instance_older_than_max_age_is_replaced_surge_first_and_the_next_expiry_is
     assert!(text_of(&plan).contains("w-1: replaced although current (older than spec.rollout.maxAge)"));
     // w-2 expires at NOON + 300: the watch looks again then (a second later, to be past it).
     assert_eq!(plan.next_check(), Some(NOON + 301));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disruption windows
+
+/// 2026-12-07T10:00:00Z, a Monday: 11:00 in Europe/Berlin.
+fn monday_ten() -> i64 {
+    "2026-12-07T10:00:00Z".parse::<jiff::Timestamp>().unwrap().as_second()
+}
+
+fn window(
+    kind: crate::spec::WindowKind,
+    schedule: &str,
+    hours: u64,
+    zone: Option<&str>,
+    reasons: &[crate::spec::DisruptionReason],
+) -> crate::spec::DisruptionWindow {
+    crate::spec::DisruptionWindow {
+        kind,
+        schedule: schedule.to_owned(),
+        duration: crate::spec::Duration::from_secs(hours * 3600),
+        time_zone: zone.map(str::to_owned),
+        reasons: reasons.to_vec(),
+    }
+}
+
+/// Pool `w` of `replicas` with `windows`, and a world at `now` with its instances `w-1`..`w-n`
+/// of `hashes` (`new` is the spec's template), up.
+fn windowed(
+    replicas: i64,
+    windows: Vec<crate::spec::DisruptionWindow>,
+    hashes: &[&str],
+    now: i64,
+) -> (Desired, World) {
+    let mut dp = PoolArgs::new("w", replicas).build();
+    dp.pool.spec.disruption.windows = windows;
+    let hash = dp.template_hash.clone();
+    let containers = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let h = if *h == "new" { hash.as_str() } else { h };
+            container(&format!("w-{}", i + 1), "w", h, now - 3600 + i64::try_from(i).unwrap())
+        })
+        .collect();
+    (desired(vec![dp]), World { now, ..world_of(containers) })
+}
+
+fn held_by_window(pool: &PoolPlan) -> Vec<(&str, crate::spec::DisruptionReason)> {
+    pool.instances.iter().filter_map(|i| Some((i.name.as_str(), i.held_by_window?))).collect()
+}
+
+#[test]
+fn a_deny_window_open_now_holds_a_rollout_back_whole_names_its_end_and_wakes_watch_then() {
+    use crate::spec::{DisruptionReason::Rollout, WindowKind::Deny};
+    let working_hours = window(Deny, "0 9 * * MON-FRI", 8, Some("Europe/Berlin"), &[]);
+    let (desired, world) = windowed(3, vec![working_hours], &["0ld", "0ld", "0ld"], monday_ten());
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "no disruptive step, and no surge either: {:?}", verbs(w));
+    assert_eq!(held_by_window(w), [("w-1", Rollout), ("w-2", Rollout), ("w-3", Rollout)]);
+    // Opened at 09:00 in Berlin (08:00Z), closes at 17:00 there: 16:00Z.
+    let hold = &w.windows[0];
+    assert_eq!(hold.until.as_deref(), Some("2026-12-07T17:00:00+01:00"));
+    assert_eq!(plan.next_check(), Some(monday_ten() + 6 * 3600));
+    let said = "rollout blocked by window spec.disruption.windows[0] (deny \"0 9 * * MON-FRI\" for 8h) until \
+                2026-12-07T17:00:00+01:00 (Europe/Berlin): keeps w-1, w-2, w-3";
+    let text = text_of(&plan);
+    assert!(text.contains(said), "{text}");
+    assert!(text.contains("held by disruption windows"), "{text}");
+    assert_eq!(plan.summary.window_held, 3);
+    assert!(!plan.has_changes() && !plan.in_sync());
+    let mut json = Vec::new();
+    render_json(&plan, &mut json).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(json["pools"][0]["windows"][0]["until"], "2026-12-07T17:00:00+01:00");
+    assert_eq!(json["pools"][0]["windows"][0]["reason"], "rollout");
+    assert!(json["pools"][0]["windows"][0]["message"].as_str().unwrap().starts_with("blocked by window"));
+    assert_eq!(json["pools"][0]["instances"][0]["held_by_window"], "rollout");
+
+    // `--ignore-windows` rolls it all the same, and says what it overrides.
+    let options = PlanOptions { ignore_windows: true, ..PlanOptions::default() };
+    let ignored = crate::plan::plan(&desired, &world, options);
+    let w = pool_plan(&ignored, "w");
+    assert_eq!(retired(w), ["w-1", "w-2", "w-3"]);
+    assert!(w.windows[0].ignored && held_by_window(w).is_empty());
+    assert!(text_of(&ignored).contains("--ignore-windows: rollout goes ahead although blocked by window"));
+    assert_eq!(ignored.next_check(), None);
+
+    // Past 17:00 in Berlin the window is closed: the rollout goes on.
+    let (desired, evening) = windowed(
+        3,
+        desired.pools[0].pool.spec.disruption.windows.clone(),
+        &["0ld"; 3],
+        monday_ten() + 6 * 3600,
+    );
+    let w = pool_plan(&plan_of(&desired, &evening), "w").clone();
+    assert_eq!(retired(&w), ["w-1", "w-2", "w-3"]);
+    assert!(w.windows.is_empty());
+}
+
+#[test]
+fn with_an_allow_window_disruption_waits_for_it_to_open_deny_wins_and_a_scale_up_is_not_held() {
+    use crate::spec::DisruptionReason::{Rollout, ScaleDown};
+    use crate::spec::WindowKind::{Allow, Deny};
+    let nights = window(Allow, "0 22 * * *", 8, None, &[]);
+    let (desired, world) = windowed(4, vec![nights.clone()], &["0ld", "0ld", "0ld"], monday_ten());
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    // The scale-up disrupts nothing: one new instance; nothing retired.
+    let v: Vec<&str> = verbs(w).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready"]);
+    assert_eq!(held_by_window(w).len(), 3);
+    assert_eq!(w.windows[0].until.as_deref(), Some("2026-12-07T22:00:00+00:00"));
+    assert!(
+        w.windows[0].message.contains("(allow \"0 22 * * *\" for 8h) until 2026-12-07T22:00:00+00:00 (UTC)")
+    );
+    assert_eq!(plan.next_check(), Some(monday_ten() + 12 * 3600));
+
+    // At 23:00 it is open; a deny window open then for rollouts wins over it, until it closes.
+    let late = monday_ten() + 13 * 3600;
+    let (desired, world) = windowed(3, vec![nights.clone()], &["0ld"; 3], late);
+    assert_eq!(retired(pool_plan(&plan_of(&desired, &world), "w")), ["w-1", "w-2", "w-3"]);
+    let freeze = window(Deny, "0 20 * * *", 4, None, &[Rollout]);
+    let (desired, world) = windowed(3, vec![nights, freeze], &["0ld"; 3], late);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert_eq!(w.windows[0].window, "spec.disruption.windows[1]");
+    // Midnight: the deny window closes, the allow window is still open.
+    assert_eq!(w.windows[0].until.as_deref(), Some("2026-12-08T00:00:00+00:00"));
+
+    // A window for scale-downs only leaves a rollout alone, and holds a scale-down.
+    let (desired, world) =
+        windowed(2, vec![window(Deny, "0 9 * * *", 8, None, &[ScaleDown])], &["new"; 3], monday_ten());
+    let w = pool_plan(&plan_of(&desired, &world), "w").clone();
+    assert!(w.steps.is_empty(), "{:?}", verbs(&w));
+    assert_eq!(held_by_window(&w), [("w-1", ScaleDown)]);
+    let (desired, world) =
+        windowed(3, vec![window(Deny, "0 9 * * *", 8, None, &[ScaleDown])], &["0ld"; 3], monday_ten());
+    assert_eq!(retired(pool_plan(&plan_of(&desired, &world), "w")), ["w-1", "w-2", "w-3"]);
+}
+
+#[test]
+fn a_window_that_closes_mid_rollout_keeps_the_new_and_the_old_instances_serving() {
+    use crate::spec::WindowKind::Deny;
+    // The first batch made w-4 of the new template; then the window opened.
+    let deny = window(Deny, "0 10 * * *", 2, None, &[]);
+    let (desired, world) = windowed(3, vec![deny], &["0ld", "0ld", "0ld", "new"], monday_ten());
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert!(w.instances.iter().all(|i| i.fate == Fate::Keep));
+    assert_eq!(held_by_window(w).len(), 3, "the old ones are held, the new one kept");
+    assert_eq!(plan.next_check(), Some(monday_ten() + 2 * 3600));
+}
+
+#[test]
+fn a_window_over_remediation_holds_the_replacement_of_a_dead_instance_one_over_rollouts_does_not() {
+    use crate::spec::DisruptionReason::{Remediation, Rollout};
+    use crate::spec::WindowKind::Deny;
+    let (desired, mut world) =
+        windowed(3, vec![window(Deny, "0 9 * * *", 8, None, &[Remediation])], &["new"; 3], monday_ten());
+    world.containers[1].state = ContainerState::Exited;
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "not replaced, nothing created: {:?}", verbs(w));
+    assert_eq!(held_by_window(w), [("w-2", Remediation)]);
+    let note = w.instances[1].health.as_ref().unwrap();
+    assert_eq!(note.action, "held (disruption window)");
+
+    let (desired, _) =
+        windowed(3, vec![window(Deny, "0 9 * * *", 8, None, &[Rollout])], &["new"; 3], monday_ten());
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let v: Vec<&str> = verbs(w).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready", "remove"]);
+    assert!(w.windows.is_empty());
+}
+
+#[test]
+fn an_expired_instance_a_window_holds_wakes_watch_when_the_window_ends_not_at_once() {
+    use crate::spec::{DisruptionReason::Expiry, WindowKind::Deny};
+    let (mut desired, world) =
+        windowed(1, vec![window(Deny, "0 9 * * *", 8, None, &[Expiry])], &["new"], monday_ten());
+    desired.pools[0].pool.spec.rollout.max_age = Some(crate::spec::Duration::from_secs(600));
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert_eq!(held_by_window(w), [("w-1", Expiry)]);
+    // It expired long ago: what wakes the watch is the window's end, at 17:00.
+    assert_eq!(plan.next_check(), Some(monday_ten() + 7 * 3600));
 }

@@ -883,3 +883,49 @@ fn a_rollout_locks_the_pools_another_run_is_changing_unless_it_stands_by() {
     let watch = LockSettings { standby: true, ..settings() };
     assert_eq!(scope(&watch), BTreeSet::from(["q".to_owned()]), "watch leaves w to its holder");
 }
+
+/// A deny window that opens an hour from now (by this process's clock, the fake daemon's), on a
+/// schedule of that very second, for two hours.
+fn deny_from_an_hour_on() -> crate::spec::DisruptionWindow {
+    let at = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_zoned(jiff::tz::TimeZone::UTC);
+    crate::spec::DisruptionWindow {
+        kind: crate::spec::WindowKind::Deny,
+        schedule: format!("{} {} {} {} {} *", at.second(), at.minute(), at.hour(), at.day(), at.month()),
+        duration: crate::spec::Duration::from_secs(2 * 3600),
+        time_zone: None,
+        reasons: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_window_that_opens_mid_rollout_stops_it_at_the_next_batch_with_the_old_instances_serving() {
+    let mut w = PoolArgs { hash: Some("new"), ..PoolArgs::new("w", 3) }.build();
+    w.pool.spec.disruption.windows = vec![deny_from_an_hour_on()];
+    let desired = desired(vec![w]);
+    let world = World {
+        now: jiff::Timestamp::now().as_second(),
+        ..world_of(vec![
+            container("w-1", "w", "old", 1),
+            container("w-2", "w", "old", 2),
+            container("w-3", "w", "old", 3),
+        ])
+    };
+    let plan = crate::plan::plan(&desired, &world, PlanOptions::default());
+    assert_eq!(
+        plan.steps().filter(|(_, s)| s.action.verb() == "remove").count(),
+        3,
+        "the window is not open yet"
+    );
+    // The deny window opens while the first batch runs.
+    let fake = FakeWorld::new(world).pass_after("remove w-1", 3600 + 60);
+    let (report, _) = execute_all(&fake, &desired, &plan).await;
+    let report = report.unwrap();
+    assert!(report.failure().is_none() && report.stop_reason.is_none());
+    let mut left: Vec<(String, String)> =
+        fake.world().containers.iter().map(|c| (c.name.clone(), c.template_hash.clone())).collect();
+    left.sort();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert_eq!(left[0..2], [("w-2".to_owned(), "old".to_owned()), ("w-3".to_owned(), "old".to_owned())]);
+    assert_eq!(left[2].1, "new", "the instance the first batch made serves on: {left:?}");
+    assert!(!fake.calls().iter().any(|c| c.ends_with("w-2") || c.ends_with("w-3")), "{:?}", fake.calls());
+}

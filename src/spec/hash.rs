@@ -71,6 +71,7 @@ mod tests {
             rollout: RolloutSpec::default(),
             health: crate::spec::HealthSpec::default(),
             drain: crate::spec::DrainSpec::default(),
+            disruption: crate::spec::DisruptionSpec::default(),
             paused: false,
         }
     }

@@ -15,6 +15,7 @@ mod scale;
 mod secret;
 mod tree;
 mod validate;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +36,11 @@ pub use secret::{
 pub use tree::{MAX_ALIAS_EXPANSION, MAX_ALIASES, MAX_DEPTH, MAX_NODES, SpanMap};
 pub use validate::{
     JOIN_DIR, K3S_JOIN_ENV, MAX_DURATION, MAX_ITEMS, MAX_POOL_NAME_LEN, MAX_REPLICAS, validate_pools,
+};
+#[cfg(test)]
+pub(crate) use window::problems as window_problems;
+pub use window::{
+    DisruptionReason, DisruptionSpec, DisruptionWindow, MAX_WINDOW, WindowError, WindowKind, schedule, zone,
 };
 
 /// The apiVersion of every document poolctl reads.
@@ -110,6 +116,9 @@ pub struct PoolSpec {
     /// Not covered by the template hash.
     #[serde(default, skip_serializing_if = "DrainSpec::is_empty")]
     pub drain: DrainSpec,
+    /// When the pool's instances may be disrupted (`windows`). Default: at any time.
+    #[serde(default, skip_serializing_if = "DisruptionSpec::is_empty")]
+    pub disruption: DisruptionSpec,
     /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
     /// apply and watch change nothing in it, and a rollout in flight stops at the next step
     /// boundary (as a Deployment's `paused`, Flux's `suspend`).

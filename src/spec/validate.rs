@@ -78,13 +78,8 @@ fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     for (path, message) in drain_problems(&spec.drain, spec.node.is_some()) {
         fail(path, message);
     }
-    if let Some(after) = &spec.rollout.after
-        && spec.rollout.after_secs().is_none()
-    {
-        fail(
-            FieldPath::of("spec.rollout.after"),
-            format!("{after:?} is not an RFC 3339 time, e.g. 2026-12-04T10:00:00Z"),
-        );
+    for (path, message) in disruption_problems(&spec.disruption) {
+        fail(path, message);
     }
 
     for (path, message) in bound_problems(spec) {
@@ -191,6 +186,14 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
         }
     }
     errors.extend(duration_problems(spec));
+    if let Some(after) = &rollout.after
+        && rollout.after_secs().is_none()
+    {
+        errors.push((
+            FieldPath::of("spec.rollout.after"),
+            format!("{after:?} is not an RFC 3339 time, e.g. 2026-12-04T10:00:00Z"),
+        ));
+    }
     // A pool of 0 replicas written with percentages has nothing to replace; written as two
     // zeros it is the same mistake at any size.
     let both_written_zero = rollout.max_surge.is_zero() && rollout.max_unavailable.is_zero();
@@ -296,6 +299,16 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
                 super::Duration::from(stay_up)
             ),
         ));
+    }
+    errors
+}
+
+/// The rules of `spec.disruption`: each window's schedule, time zone and duration.
+fn disruption_problems(disruption: &super::DisruptionSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    for (i, window) in disruption.windows.iter().enumerate() {
+        let at = FieldPath::of("spec.disruption").key("windows").index(i);
+        errors.extend(super::window::problems(window).into_iter().map(|(field, why)| (at.key(field), why)));
     }
     errors
 }
@@ -1107,5 +1120,40 @@ mod tests {
         );
         let bare = problems(spec(None, Some("10.0.0.2:2376")));
         assert!(bare[0].contains("is not an address"), "{bare:?}");
+    }
+
+    #[test]
+    fn a_disruption_window_with_a_bad_schedule_zone_or_duration_is_refused_where_it_is_written() {
+        let found = errors(
+            "  template:\n    image: i\n  disruption:\n    windows:\n    \
+             - {kind: deny, schedule: '0 25 * * *', duration: 1h}\n    \
+             - {kind: allow, schedule: '0 0 30 2 *', duration: 1h, timeZone: Mars/Olympus}\n    \
+             - {kind: deny, schedule: '@daily', duration: 0s, reasons: [rollout]}\n    \
+             - {kind: allow, schedule: '*/5 * * * * *', duration: 9000h}\n    \
+             - {kind: allow, schedule: '0 22 * * MON-FRI', duration: 8h, timeZone: Europe/Berlin}\n",
+        );
+        let expected = [
+            "a.yaml:11:30: spec.disruption.windows[0].schedule: \"0 25 * * *\" is not a cron schedule",
+            "a.yaml:12:31: spec.disruption.windows[1].schedule: \"0 0 30 2 *\" never comes: no time matches it",
+            "a.yaml:12:69: spec.disruption.windows[1].timeZone: unknown time zone \"Mars/Olympus\"",
+            "a.yaml:13:50: spec.disruption.windows[2].duration: must be 1s or more",
+            "a.yaml:14:58: spec.disruption.windows[3].duration: must be at most 8784h, got 9000h",
+        ];
+        assert_eq!(found.len(), expected.len(), "{found:#?}");
+        for (found, expected) in found.iter().zip(expected) {
+            assert!(found.starts_with(expected), "{found}\nexpected: {expected}");
+        }
+        let kind = errors(
+            "  template:\n    image: i\n  disruption:\n    windows:\n    \
+             - {kind: sometimes, schedule: '@daily', duration: 1h}\n",
+        );
+        assert!(kind.len() == 1 && kind[0].starts_with("a.yaml:11:"), "{kind:?}");
+        assert!(kind[0].contains("sometimes") && kind[0].contains("allow"), "{kind:?}");
+        let reason = errors(
+            "  template:\n    image: i\n  disruption:\n    windows:\n    \
+             - {kind: deny, schedule: '@daily', duration: 1h, reasons: [rollout, upgrade]}\n",
+        );
+        assert!(reason.len() == 1 && reason[0].starts_with("a.yaml:11:"), "{reason:?}");
+        assert!(reason[0].contains("upgrade") && reason[0].contains("scaleDown"), "{reason:?}");
     }
 }

@@ -101,6 +101,7 @@ impl PoolArgs {
             rollout,
             health: crate::spec::HealthSpec::default(),
             drain: crate::spec::DrainSpec::default(),
+            disruption: crate::spec::DisruptionSpec::default(),
             paused: false,
         };
         let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);
@@ -159,6 +160,7 @@ pub(crate) fn instance_status(name: &str, hash: &str) -> crate::plan::InstanceSt
         fate: crate::plan::Fate::Retire,
         replace: None,
         do_not_disrupt: None,
+        held_by_window: None,
         drain_excluded: false,
         hooks: Vec::new(),
         health: None,

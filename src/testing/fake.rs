@@ -81,6 +81,9 @@ struct Faults {
     interrupt_after: Option<(String, Arc<Interrupt>)>,
     /// After this call, this container exits (an instance dying after it came up).
     die_after: Option<(String, String)>,
+    /// After this call, the daemon's clock jumps this many seconds ahead (a disruption window
+    /// opening in the middle of a rollout).
+    pass_after: Option<(String, i64)>,
     /// A stop that would leave fewer running containers than this fails.
     min_running: Option<usize>,
     /// Clusters that refuse connections.
@@ -191,6 +194,11 @@ impl FakeWorld {
 
     pub(crate) fn die_after(self, call: &str, container: &str) -> Self {
         self.faults().die_after = Some((call.to_owned(), container.to_owned()));
+        self
+    }
+
+    pub(crate) fn pass_after(self, call: &str, secs: i64) -> Self {
+        self.faults().pass_after = Some((call.to_owned(), secs));
         self
     }
 
@@ -337,6 +345,11 @@ impl FakeWorld {
             && *after == what
         {
             self.sim().stop(name);
+        }
+        if let Some((after, secs)) = &faults.pass_after
+            && *after == what
+        {
+            self.pass(*secs);
         }
         self.0.changed.notify_waiters();
         result

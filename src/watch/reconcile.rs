@@ -531,10 +531,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 /// for.
 fn say_unchanged(trigger: Trigger, plan: &Plan) {
     let s = plan.summary;
-    if s.unavailable + s.unremediated > 0 {
+    if s.unavailable + s.unremediated + s.window_held > 0 {
         info!(
-            "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced",
-            s.unchanged, s.unavailable, s.unremediated
+            "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced, \
+             {} held by disruption windows",
+            s.unchanged, s.unavailable, s.unremediated, s.window_held
         );
     } else {
         info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);

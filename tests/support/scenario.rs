@@ -209,6 +209,8 @@ pub struct PoolYaml {
     command: Vec<String>,
     /// `spec.drain.timeoutAction`, when set.
     drain_timeout_action: Option<String>,
+    /// `spec.disruption.windows`, each as a YAML flow mapping.
+    windows: Vec<String>,
 }
 
 impl PoolYaml {
@@ -243,6 +245,7 @@ impl PoolYaml {
             monitor: Some("0s".to_owned()),
             command: Vec::new(),
             drain_timeout_action: None,
+            windows: Vec::new(),
         }
     }
 
@@ -250,6 +253,14 @@ impl PoolYaml {
     #[must_use]
     pub fn drain_timeout_action(mut self, action: &str) -> Self {
         self.drain_timeout_action = Some(action.to_owned());
+        self
+    }
+
+    /// One more `spec.disruption.windows` entry, written as a YAML flow mapping:
+    /// `{kind: deny, schedule: "0 9 * * *", duration: 8h}`.
+    #[must_use]
+    pub fn window(mut self, window: &str) -> Self {
+        self.windows.push(window.to_owned());
         self
     }
 
@@ -534,6 +545,12 @@ impl fmt::Display for PoolYaml {
         }
         if let Some(policy) = &self.delete_policy {
             writeln!(f, "    deletePolicy: {policy}")?;
+        }
+        if !self.windows.is_empty() {
+            writeln!(f, "  disruption:\n    windows:")?;
+            for window in &self.windows {
+                writeln!(f, "      - {window}")?;
+            }
         }
         Ok(())
     }

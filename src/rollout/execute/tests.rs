@@ -66,6 +66,7 @@ fn rolling_plan() -> Plan {
             unhealthy_held: None,
             outdated_kept: 0,
             degraded: None,
+            windows: Vec::new(),
             next_check: None,
             revision: None,
             revision_end: None,
