@@ -121,6 +121,7 @@ fn spec(template: Template) -> PoolSpec {
         drain: poolctl::spec::DrainSpec::default(),
         disruption: poolctl::spec::DisruptionSpec::default(),
         paused: false,
+        depends_on: Vec::new(),
     }
 }
 

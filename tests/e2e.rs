@@ -395,3 +395,42 @@ async fn a_second_source_declaring_the_same_pool_leaves_it_alone_unless_it_adopt
     let plan = s.run("plan", &["--detailed-exitcode"]).expect_code(2);
     assert!(plan.stdout.contains("created from another source"), "{}", plan.stdout);
 }
+
+/// `spec.dependsOn`: when one commit changes both pools, `apps` waits for `system`. The plan
+/// says so beforehand; `apps`' first creation comes after `system`'s last retirement, in one
+/// apply.
+#[tokio::test]
+async fn a_pool_that_depends_on_another_rolls_out_after_it() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let (system, apps) = (s.pool_name().to_owned(), format!("{}-apps", s.pool_name()));
+    let system_v = |v: &str| s.pool().replicas(2).env("V", v);
+    let apps_v = |v: &str| s.pool().named(&apps).replicas(2).env("V", v).depends_on(&[system.as_str()]);
+    s.write_pool(&system_v("1"));
+    s.write("apps.yaml", &apps_v("1").to_string());
+    s.run("apply", &["--yes"]).expect_code(0);
+
+    s.write_pool(&system_v("2"));
+    s.write("apps.yaml", &apps_v("2").to_string());
+    let plan = s.run("plan", &[]).expect_code(0).stdout;
+    assert!(
+        plan.contains(&format!("Steps held back until pool {system} is in sync and serving (dependsOn)")),
+        "{plan}"
+    );
+    let out = s.run("apply", &["--yes"]).expect_code(0).stdout;
+    // The progress lines, not the plan printed before them.
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    let last_system_remove = lines
+        .iter()
+        .rposition(|l| {
+            l.contains(" remove ") && l.contains(" done") && l.contains(&system) && !l.contains(&apps)
+        })
+        .unwrap_or_else(|| panic!("no removal of {system}:\n{out}"));
+    let first_apps_create = lines
+        .iter()
+        .position(|l| l.contains(" create ") && l.contains(&format!("{apps}-")))
+        .unwrap_or_else(|| panic!("no creation of {apps}:\n{out}"));
+    assert!(last_system_remove < first_apps_create, "{out}");
+    let apps_now = s.docker().containers_of(&apps).await;
+    assert_eq!(apps_now.len(), 2, "{apps_now:#?}");
+    assert!(apps_now.iter().all(|c| c.state == ContainerState::Running), "{apps_now:#?}");
+}

@@ -575,3 +575,21 @@ fn a_relative_bind_source_is_refused_by_validation() {
     );
     assert!(error.contains("must be absolute"), "{error}");
 }
+
+#[test]
+fn depends_on_names_a_pool_of_the_source_never_itself_and_no_cycle() {
+    let on = |name: &str, deps: &str| pool(name, &format!("  dependsOn: [{deps}]\n"));
+    assert!(errors_of(&[("a.yaml", &on("apps", "system")), ("b.yaml", &pool("system", ""))]).is_empty());
+    assert_eq!(
+        errors_of(&[("a.yaml", &on("apps", "sytem")), ("b.yaml", &pool("system", ""))]),
+        ["a.yaml:9:15: spec.dependsOn[0]: no pool \"sytem\" in this source to depend on"]
+    );
+    assert_eq!(
+        errors_of(&[("a.yaml", &on("apps", "apps"))]),
+        ["a.yaml:9:15: spec.dependsOn[0]: pool \"apps\" cannot depend on itself"]
+    );
+    let errors =
+        errors_of(&[("a.yaml", &on("a", "b")), ("b.yaml", &on("b", "c")), ("c.yaml", &on("c", "a"))]);
+    assert_eq!(errors.len(), 3, "each pool of the cycle is told: {errors:#?}");
+    assert_eq!(errors[0], "a.yaml:9:15: spec.dependsOn[0]: a cycle of dependsOn: a -> b -> c -> a");
+}

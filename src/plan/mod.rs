@@ -41,7 +41,7 @@ use crate::model::{Desired, World};
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
-    hold_paused(desired, mark_own_node(planned, &options))
+    hold_dependents(desired, world, &options, hold_paused(desired, mark_own_node(planned, &options)))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
@@ -52,7 +52,8 @@ pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Pl
         Some(seed) => planner::Seed::Known(seed),
         None => planner::Seed::Derive(desired),
     };
-    hold_paused(desired, mark_own_node(planner::plan(desired, world, &options, seed), &options))
+    let planned = planner::plan(desired, world, &options, seed);
+    hold_dependents(desired, world, &options, hold_paused(desired, mark_own_node(planned, &options)))
 }
 
 /// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
@@ -72,16 +73,61 @@ fn mark_own_node(mut plan: Plan, options: &PlanOptions) -> Plan {
 fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
     let paused = |name: &str| desired.pools.iter().any(|p| p.name() == name && p.pool.spec.paused);
     for pool in plan.pools.iter_mut().filter(|p| paused(&p.name)) {
-        let steps = std::mem::take(&mut pool.steps);
-        let s = &mut plan.summary;
-        s.create -= steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
-        s.configure -= steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
-        let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
-        (s.retire, s.unchanged) = (s.retire - retired, s.unchanged + retired);
-        s.held += steps.len();
+        let steps = hold_back(pool, &mut plan.summary);
+        plan.summary.held += steps.len();
         pool.paused = Some(HeldBack { steps });
     }
     plan
+}
+
+/// Take `pool`'s steps out of the plan, and out of `summary`'s counts: held back, shown, never
+/// carried out.
+fn hold_back(pool: &mut PoolPlan, s: &mut Summary) -> Vec<Step> {
+    let steps = std::mem::take(&mut pool.steps);
+    s.create -= steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
+    s.configure -= steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
+    let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
+    (s.retire, s.unchanged) = (s.retire - retired, s.unchanged + retired);
+    steps
+}
+
+/// Hold back the steps of each pool that depends on a pool not in sync and serving
+/// (`spec.dependsOn`): once that pool's rollout ends, a plan made again (the rollout's next
+/// one, or watch's) gives the dependent its steps. A pool the plan does not cover (`--pool`,
+/// watch's reconcile of one pool) is judged by a plan of its own.
+fn hold_dependents(desired: &Desired, world: &World, options: &PlanOptions, mut plan: Plan) -> Plan {
+    let mut judged: std::collections::BTreeMap<String, bool> =
+        plan.pools.iter().map(|p| (p.name.clone(), ready(p))).collect();
+    let mut ready_of = |name: &str| {
+        *judged.entry(name.to_owned()).or_insert_with(|| {
+            let only = PlanOptions { pools: BTreeSet::from([name.to_owned()]), ..options.clone() };
+            let alone = hold_paused(desired, planner::plan(desired, world, &only, planner::Seed::Known(0)));
+            alone.pools.iter().all(ready)
+        })
+    };
+    for pool in &mut plan.pools {
+        let Some(dp) = desired.pools.iter().find(|p| p.name() == pool.name) else { continue };
+        let waiting: Vec<String> =
+            dp.pool.spec.depends_on.iter().filter(|on| !ready_of(on.as_str())).cloned().collect();
+        if waiting.is_empty() || pool.steps.is_empty() {
+            continue;
+        }
+        let steps = hold_back(pool, &mut plan.summary);
+        plan.summary.waiting_for_pools += steps.len();
+        pool.waits_for = Some(DependencyWait { pools: waiting, steps });
+    }
+    plan
+}
+
+/// Whether a pool is in sync and serving: nothing to do, nothing held back, every instance
+/// up, as many as it asks for.
+fn ready(pool: &PoolPlan) -> bool {
+    pool.steps.is_empty()
+        && pool.paused.as_ref().is_none_or(|held| held.steps.is_empty())
+        && pool.waits_for.is_none()
+        && pool.degraded.is_none()
+        && pool.instances.iter().all(|i| i.health.is_none() && i.fate == Fate::Keep)
+        && pool.instances.len() == usize::try_from(pool.replicas).unwrap_or(usize::MAX)
 }
 
 /// The whole plan for one source.
@@ -127,6 +173,12 @@ impl Plan {
     pub fn waiting_pools(&self) -> BTreeSet<String> {
         let waiting = |i: &InstanceStatus| i.health.as_ref().is_some_and(|h| h.action == "waiting");
         self.pools.iter().filter(|p| p.instances.iter().any(waiting)).map(|p| p.name.clone()).collect()
+    }
+
+    /// The pools whose steps wait for the pools they depend on (`spec.dependsOn`): a rollout
+    /// that changes those takes their locks too, and gives them their steps once it has.
+    pub fn dependents_waiting(&self) -> BTreeSet<String> {
+        self.pools.iter().filter(|p| p.waits_for.is_some()).map(|p| p.name.clone()).collect()
     }
 
     /// When the next instance that is waited for turns unhealthy, if the world says: when to
@@ -192,6 +244,10 @@ pub struct Summary {
     pub foreign: usize,
     /// Steps that paused pools hold back (not counted above).
     pub held: usize,
+    /// Steps that pools hold back while the pools they depend on are not ready (not counted
+    /// above).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting_for_pools: usize,
     /// Instances that do not serve and are waited for: starting, or unavailable within their
     /// timeout.
     #[serde(skip_serializing_if = "is_zero")]
@@ -242,6 +298,10 @@ pub struct PoolPlan {
     /// are then empty, so that nothing carries them out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<HeldBack>,
+    /// Set while a pool it depends on (`spec.dependsOn`) is not in sync and serving: those
+    /// pools, and the steps held back until they are. Its `steps` are then empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<DependencyWait>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -293,7 +353,8 @@ pub struct PoolPlan {
 impl PoolPlan {
     /// Every step the pool has: those to carry out, then those a pause holds back.
     pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
-        self.steps.iter().chain(self.paused.iter().flat_map(|p| &p.steps))
+        let waiting = self.waits_for.iter().flat_map(|w| &w.steps);
+        self.steps.iter().chain(self.paused.iter().flat_map(|p| &p.steps)).chain(waiting)
     }
 }
 
@@ -354,6 +415,15 @@ pub struct WindowHold {
     /// `blocked by window spec.disruption.windows[0] (deny "0 9 * * MON-FRI" for 8h) until
     /// 2026-12-07T17:00:00+01:00 (Europe/Berlin)`.
     pub message: String,
+}
+
+/// What a pool holds back while the pools it depends on are not ready.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DependencyWait {
+    /// The pools of its `dependsOn` that are not in sync and serving yet.
+    pub pools: Vec<String>,
+    /// The steps the plan would take if they were, in order.
+    pub steps: Vec<Step>,
 }
 
 /// What a paused pool holds back.

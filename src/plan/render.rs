@@ -113,7 +113,12 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     }
     let health =
         if health.is_empty() { String::new() } else { format!(" Instances: {}.", health.join(", ")) };
-    let paused = format!("{paused}{health}");
+    let waiting = match s.waiting_for_pools {
+        0 => String::new(),
+        1 => " 1 step waits for the pools its pool depends on (dependsOn).".to_owned(),
+        n => format!(" {n} steps wait for the pools their pools depend on (dependsOn)."),
+    };
+    let paused = format!("{paused}{waiting}{health}");
     let counts = format!(
         "{} {} to create, {} to retire{configure}, {} unchanged",
         style.bold("Plan:"),
@@ -124,7 +129,9 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     match (plan.has_changes(), alone.is_empty()) {
         (true, true) => format!("{counts}.{paused}"),
         (true, false) => format!("{counts}; left alone: {alone}.{paused}"),
-        (false, true) if s.held > 0 || !health.is_empty() => format!("No changes will be made.{paused}"),
+        (false, true) if s.held + s.waiting_for_pools > 0 || !health.is_empty() => {
+            format!("No changes will be made.{paused}")
+        }
         (false, true) => "No changes. The world matches the source.".to_owned(),
         (false, false) => {
             format!("No changes planned, but the world differs from the source; left alone: {alone}.{paused}")
@@ -222,12 +229,14 @@ fn pool_text(
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let held = pool.paused.as_ref().map_or(&[][..], |h| h.steps.as_slice());
+    let waiting = pool.waits_for.as_ref().map_or(&[][..], |w| w.steps.as_slice());
     let troubled: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.health.is_some()).collect();
     let left: Vec<&InstanceStatus> = pool.instances.iter().filter(|i| i.left.is_some()).collect();
     // An up-to-date pool takes one line; an undeclared one always lists what it leaves running,
     // and any pool says which instances do not serve and which it leaves alone.
     if pool.steps.is_empty()
         && held.is_empty()
+        && waiting.is_empty()
         && troubled.is_empty()
         && left.is_empty()
         && pool.degraded.is_none()
@@ -308,10 +317,24 @@ fn pool_text(
             *number += rest.len();
         }
     }
-    if !held.is_empty() {
-        // Unnumbered: a number names a step that apply carries out.
+    held_text(pool, style, out)
+}
+
+/// The steps a pool holds back, unnumbered: a number names a step that apply carries out.
+fn held_text(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
+    if let Some(held) = pool.paused.as_ref().filter(|h| !h.steps.is_empty()) {
         writeln!(out, "  Steps held back (the pool is paused; apply and watch leave it as it is):")?;
-        for step in held {
+        for step in &held.steps {
+            step_text("  -", step, style, out)?;
+        }
+    }
+    if let Some(wait) = pool.waits_for.as_ref().filter(|w| !w.steps.is_empty()) {
+        writeln!(
+            out,
+            "  Steps held back until {} in sync and serving (dependsOn); the rollout goes on then:",
+            pools_named(&wait.pools)
+        )?;
+        for step in &wait.steps {
             step_text("  -", step, style, out)?;
         }
     }
@@ -397,6 +420,7 @@ fn pool_header(pool: &PoolPlan) -> String {
                 Some(held) if held.steps.is_empty() => ", up to date, paused",
                 Some(_) => ", paused",
                 None if pool.degraded.is_some() => ", degraded",
+                None if pool.waits_for.is_some() => ", waiting for the pools it depends on",
                 None if pool.steps.is_empty() && pool.instances.iter().any(|i| i.health.is_some()) => {
                     ", waiting"
                 }
@@ -590,4 +614,13 @@ pub fn on_delete_note(pool: &PoolPlan) -> Option<String> {
              the label poolctl.dev/replace=true) or gone"
         )
     })
+}
+
+/// `pool a is`, `pools a and b are`, `pools a, b and c are`.
+fn pools_named(pools: &[String]) -> String {
+    match pools {
+        [one] => format!("pool {one} is"),
+        [rest @ .., last] => format!("pools {} and {last} are", rest.join(", ")),
+        [] => "the pools it depends on are".to_owned(),
+    }
 }

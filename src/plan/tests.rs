@@ -2787,3 +2787,43 @@ fn an_expired_instance_a_window_holds_wakes_watch_when_the_window_ends_not_at_on
     // It expired long ago: what wakes the watch is the window's end, at 17:00.
     assert_eq!(plan.next_check(), Some(monday_ten() + 7 * 3600));
 }
+
+#[test]
+fn a_pool_that_depends_on_another_waits_until_it_is_in_sync_and_serving() {
+    let system = PoolArgs::new("system", 1).build();
+    let mut apps = PoolArgs::new("apps", 1).build();
+    apps.pool.spec.depends_on = vec!["system".to_owned()];
+    let desired = desired(vec![system.clone(), apps]);
+    let empty = World { now: NOON, ..World::default() };
+
+    // Both new: system goes, apps waits for it, and the plan says so.
+    let both = plan_of(&desired, &empty);
+    assert!(!pool_plan(&both, "system").steps.is_empty());
+    let waiting = pool_plan(&both, "apps");
+    assert!(waiting.steps.is_empty(), "{:?}", waiting.steps);
+    let wait = waiting.waits_for.as_ref().expect("apps waits");
+    assert_eq!((wait.pools.as_slice(), wait.steps.is_empty()), (&["system".to_owned()][..], false));
+    assert_eq!((both.summary.create, both.summary.waiting_for_pools), (1, wait.steps.len()));
+    assert!(
+        text_of(&both).contains("Steps held back until pool system is in sync and serving"),
+        "{}",
+        text_of(&both)
+    );
+
+    // A plan of apps alone (a watch reconciles each pool on its own) judges system all the same.
+    let only_apps = PlanOptions { pools: BTreeSet::from(["apps".to_owned()]), ..PlanOptions::default() };
+    let alone = plan(&desired, &empty, only_apps.clone());
+    assert!(pool_plan(&alone, "apps").waits_for.is_some());
+
+    // system in sync and serving: apps goes.
+    let hash = system.template_hash.clone();
+    let up = World {
+        now: NOON,
+        containers: vec![container("system-1", "system", &hash, NOON - 60)],
+        ..World::default()
+    };
+    for plan in [plan_of(&desired, &up), plan(&desired, &up, only_apps)] {
+        let apps = pool_plan(&plan, "apps");
+        assert!(apps.waits_for.is_none() && !apps.steps.is_empty(), "{apps:?}");
+    }
+}

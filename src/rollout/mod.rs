@@ -336,6 +336,7 @@ impl<'a, C, K> Rollout<'a, C, K> {
         sink: &'a dyn Sink,
     ) -> Self {
         let mut scope = preview.plan.changed_pools();
+        scope.extend(preview.plan.dependents_waiting());
         if !locks.standby {
             scope.extend(preview.busy_pools());
         }
@@ -411,6 +412,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 observe_again(self.containers, self.clusters).await.map_err(RolloutError::ObserveLocked)?;
             let plan = crate::plan::plan(self.desired, &world, self.options.clone());
             wanted = plan.changed_pools();
+            wanted.extend(plan.dependents_waiting());
             if wanted.iter().all(|p| locks.pools().contains(p.as_str())) {
                 return Ok((plan, world));
             }
@@ -479,7 +481,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
         // Every round finishes at least one step, so a plan that keeps changing under our feet
         // ends instead of looping. An instance waited for may turn into a retirement (at most
         // five steps) once it serves again.
-        let max_rounds = plan.steps().count() + 6 * plan.summary.unavailable;
+        let max_rounds = plan.steps().count() + 6 * plan.summary.unavailable + plan.summary.waiting_for_pools;
         let mut report = Report::default();
         let mut current = plan.clone();
         executor.number_plan(plan);
@@ -503,19 +505,25 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     .map(|(p, s)| (p.name.clone(), s.instance.to_string(), s.action.verb())),
             );
             rest.pools.retain(|p| !stopped(p));
-            // Done, unless instances the plan waited for may have come back since: then the
-            // world is looked at once more, and what they held up is planned.
-            if interrupted || (!rest.has_changes() && current.summary.unavailable == 0) {
+            // Done, unless instances the plan waited for may have come back since, or pools wait
+            // for the pools this batch changed (`dependsOn`): then the world is looked at once
+            // more, and what they held up is planned.
+            let waited = current.summary.unavailable + current.summary.waiting_for_pools;
+            if interrupted || (!rest.has_changes() && waited == 0) {
                 break;
             }
             let world = observe_again(self.containers, self.clusters).await.map_err(RolloutError::Observe)?;
             // The steps left keep the names the plan showed for them.
             current = crate::plan::replan(self.desired, &world, self.options.clone(), plan);
-            // Only the pools this rollout set out to change and that have not failed: it holds
-            // their locks; work the world now shows elsewhere is left to the next run.
+            // Only the pools this rollout set out to change (those that waited for them
+            // included) and that have not failed: it holds their locks; work the world now shows
+            // elsewhere is left to the next run.
             current.pools.retain(|p| {
                 !failed.contains(&p.name)
-                    && plan.pools.iter().any(|q| q.name == p.name && !q.steps.is_empty())
+                    && plan
+                        .pools
+                        .iter()
+                        .any(|q| q.name == p.name && (!q.steps.is_empty() || q.waits_for.is_some()))
             });
             // A rollback decided now ends the revision it gives up.
             record_ends_of(&current, self.desired, self.containers, true).await;

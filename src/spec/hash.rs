@@ -73,6 +73,7 @@ mod tests {
             drain: crate::spec::DrainSpec::default(),
             disruption: crate::spec::DisruptionSpec::default(),
             paused: false,
+            depends_on: Vec::new(),
         }
     }
 

@@ -124,6 +124,12 @@ pub struct PoolSpec {
     /// boundary (as a Deployment's `paused`, Flux's `suspend`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Pools of the same source this pool waits for: its steps (creations included) wait until
+    /// each of them is in sync and serving, every instance up, as Flux's `dependsOn` and Argo
+    /// CD's sync waves order a change that touches them all (a `system` pool before `apps`).
+    /// Not covered by the template hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
 }
 
 /// Drain rules, as Cluster API's `MachineDrainRule`.

@@ -48,7 +48,56 @@ pub fn validate_pools(docs: &[Document]) -> Result<(), Vec<SpecError>> {
             }
         }
     }
+    errors.extend(dependency_errors(docs));
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// `spec.dependsOn` names pools of the source, never the pool itself, and forms no cycle (a
+/// pool that waits for itself, through others, would never move).
+fn dependency_errors(docs: &[Document]) -> Vec<SpecError> {
+    let depends: HashMap<&str, &[String]> =
+        docs.iter().map(|d| (d.pool.metadata.name.as_str(), d.pool.spec.depends_on.as_slice())).collect();
+    let mut errors = Vec::new();
+    for doc in docs {
+        let name = doc.pool.metadata.name.as_str();
+        for (i, on) in doc.pool.spec.depends_on.iter().enumerate() {
+            let at = FieldPath::of("spec.dependsOn").index(i);
+            let message = if on == name {
+                Some(format!("pool {name:?} cannot depend on itself"))
+            } else if !depends.contains_key(on.as_str()) {
+                Some(format!("no pool {on:?} in this source to depend on"))
+            } else {
+                cycle(&depends, name, on).map(|path| format!("a cycle of dependsOn: {}", path.join(" -> ")))
+            };
+            if let Some(message) = message {
+                errors.push(doc.error_at(&at, message));
+            }
+        }
+    }
+    errors
+}
+
+/// The path by which `from`'s dependency `on` leads back to `from`, if one does.
+fn cycle<'a>(depends: &HashMap<&'a str, &'a [String]>, from: &'a str, on: &'a str) -> Option<Vec<&'a str>> {
+    // Depth-first over the pools, each looked at once: at most as many steps as pools.
+    let mut stack = vec![vec![from, on]];
+    let mut seen = std::collections::HashSet::from([on]);
+    while let Some(path) = stack.pop() {
+        let last = *path.last().expect("never empty");
+        for next in depends.get(last).copied().unwrap_or_default() {
+            if next == from {
+                let mut found = path.clone();
+                found.push(from);
+                return Some(found);
+            }
+            if seen.insert(next.as_str()) {
+                let mut longer = path.clone();
+                longer.push(next.as_str());
+                stack.push(longer);
+            }
+        }
+    }
+    None
 }
 
 /// The rule violations of one pool, as (field path, message).

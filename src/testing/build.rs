@@ -103,6 +103,7 @@ impl PoolArgs {
             drain: crate::spec::DrainSpec::default(),
             disruption: crate::spec::DisruptionSpec::default(),
             paused: false,
+            depends_on: Vec::new(),
         };
         let hash = self.hash.map_or_else(|| template_hash(&spec), str::to_owned);
         DesiredPool {

@@ -28,6 +28,9 @@ pub(super) enum Trigger {
     Deadline,
     /// A failed reconcile's backoff ran out.
     Retry,
+    /// A pool this one depends on (`spec.dependsOn`) ended a reconcile in sync: what it held
+    /// back may go now.
+    Dependency,
 }
 
 impl Trigger {
@@ -40,6 +43,7 @@ impl Trigger {
             Self::Resync => "resync",
             Self::Deadline => "deadline",
             Self::Retry => "retry",
+            Self::Dependency => "dependency",
         }
     }
 }
@@ -232,6 +236,9 @@ pub(super) struct Machine {
     fetch_at: Option<Instant>,
     resync_at: Instant,
     look_again_at: Option<Instant>,
+    /// The pools that depend on each pool (`spec.dependsOn`), as the last good desired state
+    /// says.
+    dependents: BTreeMap<String, BTreeSet<String>>,
     /// The lanes: [`Lane::All`] until the first reconcile of the whole source ended well, then
     /// one per declared pool (and one per pool just undeclared, until it is reconciled).
     lanes: BTreeMap<Lane, LaneState>,
@@ -272,6 +279,7 @@ impl Machine {
             fetch_at: periods.fetch.map(|every| now + every),
             resync_at: now + periods.resync,
             look_again_at: None,
+            dependents: BTreeMap::new(),
             lanes: BTreeMap::new(),
         }
     }
@@ -284,6 +292,12 @@ impl Machine {
             .chain(lanes)
             .flatten()
             .fold(self.resync_at, Instant::min)
+    }
+
+    /// The pools that depend on each pool (`spec.dependsOn`) in the newest good desired
+    /// state: when one ends a reconcile well, its dependents are reconciled.
+    pub(super) fn depend(&mut self, dependents: BTreeMap<String, BTreeSet<String>>) {
+        self.dependents = dependents;
     }
 
     /// A reconcile is in flight.
@@ -579,6 +593,14 @@ impl Machine {
                 state.pending = pending;
             }
         }
+        if ended == Ended::Converged
+            && let Lane::Pool(pool) = lane
+        {
+            let dependents: Vec<String> = self.dependents.get(pool).into_iter().flatten().cloned().collect();
+            for dependent in dependents {
+                self.trigger(&Lane::Pool(dependent), Trigger::Dependency, out);
+            }
+        }
         self.settle(lane);
     }
 
@@ -788,6 +810,28 @@ mod tests {
         assert_eq!(on(&mut m, Event::Finished(pool("a"), Ended::Converged, None)), []);
         assert!(!m.lanes.contains_key(&pool("a")), "{m:?}");
         assert!(lane(&m, &pool("b")).running);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_that_ends_in_sync_has_the_pools_that_depend_on_it_reconciled() {
+        let mut m = reconciling();
+        let two = News::Loaded(BTreeMap::from([("apps".to_owned(), 1), ("system".to_owned(), 1)]));
+        m.depend(BTreeMap::from([("system".to_owned(), BTreeSet::from(["apps".to_owned()]))]));
+        on(&mut m, Event::Look);
+        read(&mut m, two);
+        finished(&mut m, Ended::Superseded);
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        let system = BTreeSet::from(["system".to_owned()]);
+        assert_eq!(on(&mut m, Event::Drift(Some(system))), [Reconcile(pool("system"), Trigger::Drift)]);
+        assert_eq!(
+            on(&mut m, Event::Finished(pool("system"), Ended::Converged, None)),
+            [Reconcile(pool("apps"), Trigger::Dependency)]
+        );
+        assert_eq!(
+            on(&mut m, Event::Finished(pool("apps"), Ended::Converged, None)),
+            [],
+            "no one depends on apps"
+        );
     }
 
     #[tokio::test(start_paused = true)]

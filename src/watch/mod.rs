@@ -357,6 +357,7 @@ impl Loop {
                 self.probes.source_broken(None);
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
+                self.machine.depend(dependents(&desired));
                 let mut prints = fingerprints(&desired);
                 prints.retain(|pool, _| self.config.options.covers(pool));
                 let news = SourceNews::Loaded(prints);
@@ -565,6 +566,17 @@ fn reconciling<'a>(
         skip_preflight: config.skip_preflight.clone(),
         drain_turns: &tell.drain_turns,
     }
+}
+
+/// The pools that depend on each pool (`spec.dependsOn`).
+fn dependents(desired: &Desired) -> BTreeMap<String, BTreeSet<String>> {
+    let mut dependents: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for pool in &desired.pools {
+        for on in &pool.pool.spec.depends_on {
+            dependents.entry(on.clone()).or_default().insert(pool.name().to_owned());
+        }
+    }
+    dependents
 }
 
 /// Whether `lane` covers `pool`.

@@ -211,6 +211,8 @@ pub struct PoolYaml {
     drain_timeout_action: Option<String>,
     /// `spec.disruption.windows`, each as a YAML flow mapping.
     windows: Vec<String>,
+    /// `spec.dependsOn`.
+    depends_on: Vec<String>,
 }
 
 impl PoolYaml {
@@ -246,7 +248,15 @@ impl PoolYaml {
             command: Vec::new(),
             drain_timeout_action: None,
             windows: Vec::new(),
+            depends_on: Vec::new(),
         }
+    }
+
+    /// `spec.dependsOn`: the pools this one waits for.
+    #[must_use]
+    pub fn depends_on(mut self, pools: &[&str]) -> Self {
+        self.depends_on = pools.iter().map(|p| (*p).to_owned()).collect();
+        self
     }
 
     /// `spec.drain.timeoutAction` (`Halt`, `Proceed`, `Force`).
@@ -551,6 +561,9 @@ impl fmt::Display for PoolYaml {
             for window in &self.windows {
                 writeln!(f, "      - {window}")?;
             }
+        }
+        if !self.depends_on.is_empty() {
+            writeln!(f, "  dependsOn: [{}]", self.depends_on.join(", "))?;
         }
         Ok(())
     }

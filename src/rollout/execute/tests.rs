@@ -54,6 +54,7 @@ fn rolling_plan() -> Plan {
         pools: vec![PoolPlan {
             managed_by: None,
             paused: None,
+            waits_for: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),
