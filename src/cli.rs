@@ -304,6 +304,16 @@ pub struct WatchArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
 
+    /// With --listen, also serve push receivers at POST /hooks/github (X-Hub-Signature-256),
+    /// /hooks/gitlab (X-Gitlab-Token) and /hooks/generic (X-Signature: sha256=HMAC), which
+    /// make watch fetch the source at once; FILE holds the secret the senders share (the
+    /// variable POOLCTL_HOOK_SECRET may hold it instead). Without a secret there are no
+    /// receivers.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub hook_secret: Option<std::path::PathBuf>,
+
     /// POST a JSON document to this http(s) URL when a rollout starts, succeeds or fails, as
     /// Flux's generic webhook does; retried a few times, never holding up the watch. The URL
     /// is never printed whole, as it often holds a token.

@@ -164,8 +164,10 @@ pub struct WatchConfig {
     pub resync: Duration,
     /// `--dry-run`: print each plan, apply nothing.
     pub dry_run: bool,
-    /// `--listen`: where to serve metrics and health.
+    /// `--listen`: where to serve metrics, health and the receivers.
     pub listen: Option<std::net::SocketAddr>,
+    /// `--hook-secret`: the file that holds the receivers' secret.
+    pub hook_secret: Option<PathBuf>,
     /// `--notify`: where to post rollout notifications.
     pub notify: Option<hyper::Uri>,
     /// `--skip-preflight`: the preflight checks not to make.
@@ -249,6 +251,7 @@ impl Config {
                 resync: args.resync.get().max(MIN_PERIOD),
                 dry_run: args.dry_run,
                 listen: args.listen,
+                hook_secret: args.hook_secret,
                 notify: args.notify.as_deref().map(notify_url).transpose()?,
                 skip_preflight: skipped(&args.skip_preflight),
                 max_concurrent_pools: args.max_concurrent_pools.map(usize::from),

@@ -28,6 +28,32 @@ pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// `POST path` to `addr` with `headers` and `body`: the status code and the body.
+pub(crate) async fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to --listen");
+    let fields: Vec<String> = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+    let fields = fields.concat();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{fields}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("send");
+    stream.write_all(body).await.expect("send the body");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    let code = answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status line");
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// `sha256=` and the hex HMAC-SHA256 of `body` under `key`, as GitHub signs a delivery.
+pub(crate) fn hub_signature(key: &str, body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("any key");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
 /// The samples of a scrape by metric name and labels, as a Prometheus text parser reads them.
 pub(crate) fn scrape(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
@@ -422,4 +448,64 @@ async fn a_two_pool_rollout_where_one_fails_reports_success_for_the_other() {
     assert!(heard.is_ok(), "each pool its own outcome: {docs:#?}");
     let failed_good = docs.iter().any(|d| d["pool"] == s.pool_name() && d["result"] == "failed");
     assert!(!failed_good, "the other pool's failure is not this one's: {docs:#?}");
+}
+
+/// A GitHub push to `POST /hooks/github` makes watch fetch and plan the new commit at once,
+/// though its fetch interval is an hour; a delivery with a wrong signature is refused with 401
+/// and makes it fetch nothing, and the secret is never said.
+#[tokio::test]
+async fn a_signed_github_push_makes_watch_fetch_at_once_and_a_wrong_one_nothing() {
+    let Some(mut s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.init_git();
+    let v1 = s.pool().replicas(1).env("V", "1");
+    s.write_pool(&v1);
+    s.commit("first");
+    // `file://localhost/`: a repository watch cannot watch the refs of, as a remote one.
+    let url = format!("file://localhost{}", s.dir().display());
+    s.set_source(&["--source", &url, "--ref", "main"]);
+    let secret = s.path("hook-secret");
+    std::fs::write(&secret, "s3cret-hook\n").unwrap();
+    let args = ["--interval", "1h", "--resync", "1h", "--listen", "127.0.0.1:0", "--hook-secret"];
+    let mut watch = s.spawn("watch", &[&args[..], &[secret.to_str().unwrap()]].concat());
+    let line = watch.wait_for(Stream::Stderr, "/hooks/ on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.applied();
+
+    s.write_pool(&v1.clone().env("V", "2"));
+    let commit = s.commit("bump")[..7].to_owned();
+    let push = br#"{"ref":"refs/heads/main"}"#;
+    let forged = hub_signature("guess", push);
+    let headers = [("X-GitHub-Event", "push"), ("X-Hub-Signature-256", forged.as_str())];
+    let (code, body) = post(&addr, "/hooks/github", &headers, push).await;
+    assert_eq!((code, body.as_str()), (401, "unauthorized\n"));
+    assert_eq!(post(&addr, "/hooks/github", &[("X-GitHub-Event", "push")], push).await.0, 401, "unsigned");
+    watch.wait_for(Stream::Stderr, "receiver github: refused");
+
+    let signed = hub_signature("s3cret-hook", push);
+    let headers = [("X-GitHub-Event", "push"), ("X-Hub-Signature-256", signed.as_str())];
+    assert_eq!(post(&addr, "/hooks/github", &headers, push).await.0, 202);
+    watch.wait_for(Stream::Stdout, &format!("({commit})"));
+    watch.applied();
+    // Counted once the reconcile has ended, a moment after its summary: scraped until then.
+    let counted = async {
+        loop {
+            let (_, text) = get(&addr, "/metrics").await;
+            if text.contains(r#"trigger="receiver",result="applied""#) {
+                return scrape(&text);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let m = tokio::time::timeout(LIMIT, counted).await.expect("the receiver's reconcile is counted");
+    let labels = [("pool", s.pool_name()), ("trigger", "receiver"), ("result", "applied")];
+    assert_eq!(whole(&m, "poolctl_reconcile_total", &labels), 1);
+
+    assert!(watch.signal("TERM").success());
+    let said = watch.output(Stream::Stderr) + &watch.output(Stream::Stdout);
+    assert_eq!(
+        said.matches("a push; looking at the source now").count(),
+        1,
+        "only the signed push looked:\n{said}"
+    );
+    assert!(!said.contains("s3cret-hook"), "the secret is never printed:\n{said}");
 }

@@ -33,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use crate::backend::{Connections, ContainerNews, Containers, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
-use crate::report::{Notifier, Probes, source_failure, write_stdout};
+use crate::report::{Notifier, Probes, Receiver, source_failure, write_stdout};
 use crate::rollout::cancel::{EXIT_INTERRUPTED, Interrupt, Signals, StopReason};
 use crate::rollout::execute::DrainTurns;
 use crate::rollout::lock::LockSettings;
@@ -45,12 +45,18 @@ use reconcile::{Acting, HealthLog, Reconcile};
 /// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
 /// every rollout. Ends `Ok` after a signal, and with an error only when no good desired state
 /// was ever read.
-pub async fn run(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Notifier>) -> Result<()> {
+/// A receiver's news of a push comes in on `pushes`.
+pub async fn run(
+    config: WatchConfig,
+    probes: Arc<Probes>,
+    notifier: Option<Notifier>,
+    pushes: mpsc::Receiver<Receiver>,
+) -> Result<()> {
     // One for the whole watch: what a standby saw of another replica's locks carries over from
     // one reconcile to the next (see `crate::rollout::lock`).
     // A replica that finds a pool locked stands by: the holder acts on it.
     let locks = Arc::new(LockSettings { standby: true, ..LockSettings::new("watch", Duration::ZERO)? });
-    Loop::new(config, probes, notifier, locks).run().await
+    Loop::new(config, probes, notifier, locks, pushes).run().await
 }
 
 /// How many lines of a broken source's errors `/readyz` answers with.
@@ -94,6 +100,8 @@ struct Loop {
     /// them are its own doing, not drift.
     acting: Arc<Acting>,
     changed_rx: mpsc::Receiver<()>,
+    /// The receivers' news of pushes (`watch --listen --hook-secret`).
+    pushes: mpsc::Receiver<Receiver>,
     /// What `/healthz` and `/readyz` answer (served with `--listen`).
     probes: Arc<Probes>,
     notifier: Option<Notifier>,
@@ -111,6 +119,7 @@ impl Loop {
         probes: Arc<Probes>,
         notifier: Option<Notifier>,
         locks: Arc<LockSettings>,
+        pushes: mpsc::Receiver<Receiver>,
     ) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
@@ -140,6 +149,7 @@ impl Loop {
             drift_rx,
             acting: Arc::default(),
             changed_rx,
+            pushes,
             probes,
             notifier,
             revision: String::new(),
@@ -176,6 +186,10 @@ impl Loop {
                 let check = &mut self.check;
                 tokio::select! {
                     Some(()) = self.changed_rx.recv() => Some(Event::Look),
+                    Some(receiver) = self.pushes.recv() => {
+                        info!("receiver {receiver}: a push; looking at the source now");
+                        Some(Event::Pushed)
+                    }
                     checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
                         self.check = None;
                         Some(Event::Checked(self.on_checked(checked)))
@@ -321,7 +335,8 @@ impl Loop {
         let said = decisions.iter().find_map(|decision| match decision {
             Decision::Reconcile(_, Trigger::Start) => Some("source read"),
             Decision::Same => Some("same"),
-            Decision::Reconcile(_, Trigger::SourceChanged) | Decision::Supersede(_) => Some("source changed"),
+            Decision::Reconcile(_, trigger) if trigger.new_spec() => Some("source changed"),
+            Decision::Supersede(_) => Some("source changed"),
             _ => None,
         });
         match said {

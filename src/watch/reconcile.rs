@@ -280,7 +280,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         }
         let s = plan.summary;
         if !plan.has_changes() {
-            if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
+            if trigger == Trigger::Start || trigger.new_spec() {
                 self.print(|out| render_text(plan, out));
             }
             if s.unavailable + s.unremediated > 0 {
