@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::e2e_kube::{docker_when, node_event, when};
-use crate::support::cli::{Process, Stream};
+use crate::support::cli::{Process, Run, Stream};
 use crate::support::fake_kube::{PdbBound, Store};
 use crate::support::rig::{LIMIT, Rig};
 
@@ -508,4 +508,121 @@ async fn a_signed_github_push_makes_watch_fetch_at_once_and_a_wrong_one_nothing(
         "only the signed push looked:\n{said}"
     );
     assert!(!said.contains("s3cret-hook"), "the secret is never printed:\n{said}");
+}
+
+/// What a fake GitHub API heard: per request, the commit, the token it was given, and the
+/// status document.
+type Statuses = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A fake GitHub API that takes commit statuses of `acme/fleet`, as `POST
+/// /repos/acme/fleet/statuses/{sha}` does (201); its base URL and what it heard.
+async fn fake_github() -> (String, Statuses) {
+    async fn status(
+        State(seen): State<Statuses>,
+        axum::extract::Path(sha): axum::extract::Path<String>,
+        headers: axum::http::HeaderMap,
+        Json(doc): Json<Value>,
+    ) -> StatusCode {
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        seen.lock().unwrap().push((sha, auth.to_owned(), doc));
+        StatusCode::CREATED
+    }
+    let seen = Statuses::default();
+    let app = axum::Router::new()
+        .route("/api/v3/repos/acme/fleet/statuses/{sha}", axum::routing::post(status))
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/api/v3", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+/// `--notify github://OWNER/REPO`: each pool's rollout of a commit sets its own status on
+/// that commit, `pending` then `success`, or `failure` for the pool whose new template fails,
+/// with the token of `--notify-token-file`, which is never printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn commit_statuses_are_set_per_pool_on_the_commit_rolled_out() {
+    let Some(mut s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.init_git();
+    let good = s.pool().replicas(1).env("V", "1");
+    let other = format!("{}-b", s.pool_name());
+    let bad = s.pool().named(&other).replicas(1).env("V", "1");
+    s.write_pool(&good);
+    s.write("b.yaml", &bad.to_string());
+    s.commit("first");
+    let source = s.dir().display().to_string();
+    s.set_source(&["--source", &source, "--ref", "main"]);
+    let (api, seen) = fake_github().await;
+    let token = s.path("github-token");
+    std::fs::write(&token, "ghp_s3cretToken\n").unwrap();
+    let notify = format!("github://acme/fleet?api={api}");
+    let args = ["--notify", &notify, "--notify-token-file", token.to_str().unwrap()];
+    let mut watch = s.spawn("watch", &args);
+    watch.applied();
+
+    s.write("b.yaml", &bad.clone().env("V", "2").bootstrap(&["sh", "-c", "exit 3"], None).to_string());
+    s.write_pool(&good.clone().env("V", "2"));
+    let sha = s.commit("second");
+    let states = |pool: &str| -> Vec<String> {
+        let seen = seen.lock().unwrap();
+        seen.iter()
+            .filter(|(at, _, doc)| *at == sha && doc["context"] == format!("poolctl/{pool}"))
+            .map(|(_, _, doc)| doc["state"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let told = async {
+        while states(s.pool_name()).len() < 2 || states(&other).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let heard = tokio::time::timeout(LIMIT, told).await;
+    assert!(watch.signal("TERM").success());
+    let all = seen.lock().unwrap().clone();
+    assert!(heard.is_ok(), "two statuses of each pool on {sha}: {all:#?}");
+    assert_eq!(states(s.pool_name()), ["pending", "success"], "{all:#?}");
+    assert_eq!(states(&other), ["pending", "failure"], "{all:#?}");
+    assert!(all.iter().all(|(_, auth, _)| auth == "Bearer ghp_s3cretToken"), "{all:#?}");
+    let failure = all.iter().find(|(at, _, d)| *at == sha && d["state"] == "failure").unwrap();
+    assert!(failure.2["description"].as_str().unwrap().contains("bootstrap"), "{failure:#?}");
+    let said = watch.output(Stream::Stderr) + &watch.output(Stream::Stdout);
+    assert!(!said.contains("ghp_s3cret"), "the token is never printed:\n{said}");
+}
+
+/// `apply --notify generic-hmac+URL`: the rollout's notices are signed with the key of
+/// `--notify-token-file` (`X-Signature`, checked here by the receiver), and delivered before
+/// apply exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_signs_its_notifications_and_delivers_them_before_it_exits() {
+    type Signed = Arc<Mutex<Vec<(bool, Value)>>>;
+    async fn hook(
+        State(seen): State<Signed>,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> StatusCode {
+        let signature = headers.get("x-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let valid = signature == hub_signature("k3y-s3cret", &body);
+        let doc = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        seen.lock().unwrap().push((valid, doc));
+        StatusCode::OK
+    }
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    let seen = Signed::default();
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("generic-hmac+http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let key = s.path("hmac-key");
+    std::fs::write(&key, "k3y-s3cret\n").unwrap();
+
+    let mut apply =
+        s.command("apply", &["--yes", "--notify", &url, "--notify-token-file", key.to_str().unwrap()]);
+    let run = tokio::task::spawn_blocking(move || Run::of(&mut apply)).await.unwrap();
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let seen = seen.lock().unwrap().clone();
+    let results: Vec<&str> = seen.iter().map(|(_, d)| d["result"].as_str().unwrap_or_default()).collect();
+    assert_eq!(results, ["started", "succeeded"], "{seen:#?}");
+    assert!(seen.iter().all(|(valid, d)| *valid && d["pool"] == s.pool_name()), "{seen:#?}");
+    assert!(seen[1].1["stepsDone"].as_u64() > Some(0), "the steps it carried out: {seen:#?}");
+    assert!(!(run.stdout + &run.stderr).contains("k3y-s3cret"));
 }

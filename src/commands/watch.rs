@@ -7,9 +7,10 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tracing::info;
 
+use super::common::{NOTIFY_FLUSH, notifier};
 use super::exit::Exit;
 use crate::config::WatchConfig;
-use crate::report::{Notifier, Probes, Receivers, Secret, serve};
+use crate::report::{Probes, Receivers, Secret, serve};
 
 /// The variable that may hold the receivers' secret instead of `--hook-secret FILE` (a
 /// Kubernetes Secret given to the container as a variable).
@@ -30,8 +31,12 @@ pub(super) async fn watch_command(config: WatchConfig) -> Result<Exit> {
         info!("serving /metrics, /healthz and /readyz{hooks} on http://{addr}");
         tokio::spawn(serve(listener, Arc::clone(&probes), Receivers::new(secret, pushes_tx)));
     }
-    let notifier = config.notify.clone().map(Notifier::start);
-    crate::watch::run(config, probes, notifier, pushes).await?;
+    let notifier = notifier(config.notify.as_ref())?;
+    let watched = crate::watch::run(config, probes, notifier.clone(), pushes).await;
+    if let Some(notifier) = notifier {
+        notifier.close(NOTIFY_FLUSH).await;
+    }
+    watched?;
     Ok(Exit::Success)
 }
 

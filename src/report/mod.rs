@@ -4,6 +4,7 @@
 
 mod metrics;
 mod progress;
+mod providers;
 mod receiver;
 mod serve;
 mod signature;
@@ -18,6 +19,7 @@ use crate::source::{self, SourceError};
 
 pub use metrics::Metrics;
 pub use progress::{Progress, ProgressFormat, ProgressUi};
+pub use providers::Target;
 pub use receiver::{MAX_BODY, Receiver, Receivers};
 pub use serve::{Probes, serve};
 pub use signature::{Secret, SecretError};

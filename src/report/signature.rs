@@ -62,6 +62,11 @@ impl Secret {
         Self::new(bytes, &what)
     }
 
+    /// The secret itself, for a header that carries it (an API token).
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self) -> Hmac<Sha256> {
         // HMAC takes a key of any length.
         Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC accepts every key length")

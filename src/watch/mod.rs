@@ -520,6 +520,10 @@ async fn reconcile(
         health: &health,
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
+        commit: match &desired.origin {
+            crate::model::Origin::Git { commit, .. } => Some(commit),
+            crate::model::Origin::Path { .. } => None,
+        },
         locks: &tell.locks,
         acting: &tell.acting,
         skip_preflight: config.skip_preflight.clone(),
