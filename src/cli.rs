@@ -234,6 +234,9 @@ pub struct ApplyArgs {
     #[arg(long, value_name = "DURATION", default_value = "0s")]
     pub lock_timeout: Duration,
 
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+
     /// Act only on this pool of the source (repeatable), as Terraform's -target: the others are
     /// left out, neither shown nor changed.
     #[arg(long = "pool", value_name = "NAME", conflicts_with = "plan_file")]
@@ -319,11 +322,18 @@ pub struct WatchArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
 
-    /// POST a JSON document to this http(s) URL when a rollout starts, succeeds or fails, as
-    /// Flux's generic webhook does; retried a few times, never holding up the watch. The URL
-    /// is never printed whole, as it often holds a token.
-    #[arg(long, value_name = "URL", env = "POOLCTL_NOTIFY_URL", hide_env_values = true)]
-    pub notify: Option<String>,
+    /// With --listen, also serve push receivers at POST /hooks/github (X-Hub-Signature-256),
+    /// /hooks/gitlab (X-Gitlab-Token) and /hooks/generic (X-Signature: sha256=HMAC), which
+    /// make watch fetch the source at once; FILE holds the secret the senders share (the
+    /// variable POOLCTL_HOOK_SECRET may hold it instead). Without a secret there are no
+    /// receivers.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub hook_secret: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    pub notify: NotifyArgs,
 
     /// Skip this preflight check (repeatable). With version-skew, new Nodes are created even
     /// when their kubelet (as the image's tag or its poolctl.dev/kubelet-version label says) is
@@ -341,6 +351,26 @@ pub struct WatchArgs {
 
     #[command(flatten)]
     pub planning: PlanningArgs,
+}
+
+/// Where apply and watch tell each pool's rollout.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NotifyArgs {
+    /// Tell each pool's rollout (started, succeeded, failed) to URL: http(s)://... (a JSON
+    /// document, as Flux's generic webhook), generic-hmac+https://... (the same, signed:
+    /// X-Signature: sha256=HMAC), slack+https://... (a Slack incoming webhook),
+    /// github://OWNER/REPO or gitlab://PROJECT (a commit status poolctl/POOL on the source's
+    /// commit; ?api=URL for GitHub Enterprise or a self-managed GitLab). Retried a few times,
+    /// never holding up the rollout; never printed whole, as it often holds a token.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, value_name = "URL", env = "POOLCTL_NOTIFY_URL", hide_env_values = true)]
+    pub notify: Option<String>,
+
+    /// The file that holds the token of --notify: the API token of github:// and gitlab://,
+    /// the key of generic-hmac+.
+    #[arg(long, value_name = "FILE", requires = "notify")]
+    pub notify_token_file: Option<std::path::PathBuf>,
 }
 
 /// Choices that change what the plan does, shared by plan, apply and watch.

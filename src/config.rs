@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, Command, OutputFormat, PlanningArgs, Preflight, SourceArgs};
+use crate::cli::{Cli, Command, NotifyArgs, OutputFormat, PlanningArgs, Preflight, SourceArgs};
 use crate::model::Origin;
 use crate::plan::PlanOptions;
+use crate::report::Target;
 use crate::rollout::execute::PreflightCheck;
 use crate::source::{SourceError, SourceSpec};
 use crate::style::ColorChoice;
@@ -29,19 +30,29 @@ pub enum ConfigError {
     Source(#[from] SourceError),
     #[error("apply -o json asks no question: pass --yes (or apply a saved plan)")]
     JsonNeedsYes,
-    /// Not an http or https URL; the URL itself is not shown, as it may hold a token.
-    #[error("--notify: not an http:// or https:// URL with a host ({0})")]
+    /// Not a URL `--notify` takes; the URL itself is not shown, as it may hold a token.
+    #[error("--notify: not a notification URL ({0})")]
     NotifyUrl(&'static str),
+    #[error("--notify {0} needs a token: --notify-token-file FILE")]
+    NotifyToken(String),
+}
+
+/// Where to notify, and with which token.
+#[derive(Debug, Clone)]
+pub struct Notify {
+    pub target: Target,
+    /// `--notify-token-file`.
+    pub token_file: Option<PathBuf>,
 }
 
 /// Check `--notify`'s URL, without echoing it: webhook URLs carry their token in the path.
-fn notify_url(url: &str) -> Result<hyper::Uri, ConfigError> {
-    let uri: hyper::Uri = url.parse().map_err(|_| ConfigError::NotifyUrl("it does not parse"))?;
-    match uri.scheme_str() {
-        Some("http" | "https") if uri.host().is_some() => Ok(uri),
-        Some("http" | "https") => Err(ConfigError::NotifyUrl("no host")),
-        _ => Err(ConfigError::NotifyUrl("the scheme is neither http nor https")),
+fn notify(args: &NotifyArgs) -> Result<Option<Notify>, ConfigError> {
+    let Some(url) = &args.notify else { return Ok(None) };
+    let target = Target::parse(url).map_err(ConfigError::NotifyUrl)?;
+    if target.needs_token() && args.notify_token_file.is_none() {
+        return Err(ConfigError::NotifyToken(target.shown()));
     }
+    Ok(Some(Notify { target, token_file: args.notify_token_file.clone() }))
 }
 
 /// One run of poolctl, as the command line asks for it.
@@ -151,6 +162,8 @@ pub struct ApplyConfig {
     pub lock_timeout: Duration,
     /// `--skip-preflight`: the preflight checks not to make.
     pub skip_preflight: BTreeSet<PreflightCheck>,
+    /// `--notify`: where to tell each pool's rollout.
+    pub notify: Option<Notify>,
 }
 
 /// `poolctl watch`.
@@ -164,10 +177,12 @@ pub struct WatchConfig {
     pub resync: Duration,
     /// `--dry-run`: print each plan, apply nothing.
     pub dry_run: bool,
-    /// `--listen`: where to serve metrics and health.
+    /// `--listen`: where to serve metrics, health and the receivers.
     pub listen: Option<std::net::SocketAddr>,
-    /// `--notify`: where to post rollout notifications.
-    pub notify: Option<hyper::Uri>,
+    /// `--hook-secret`: the file that holds the receivers' secret.
+    pub hook_secret: Option<PathBuf>,
+    /// `--notify`: where to tell each pool's rollout.
+    pub notify: Option<Notify>,
     /// `--skip-preflight`: the preflight checks not to make.
     pub skip_preflight: BTreeSet<PreflightCheck>,
     /// `--max-concurrent-pools`: how many pools are reconciled at once (no bound when `None`).
@@ -245,6 +260,7 @@ impl Config {
                     format,
                     lock_timeout: args.lock_timeout.get(),
                     skip_preflight: skipped(&args.skip_preflight),
+                    notify: notify(&args.notify)?,
                 })
             }
             Command::Watch(args) => Task::Watch(WatchConfig {
@@ -254,7 +270,8 @@ impl Config {
                 resync: args.resync.get().max(MIN_PERIOD),
                 dry_run: args.dry_run,
                 listen: args.listen,
-                notify: args.notify.as_deref().map(notify_url).transpose()?,
+                hook_secret: args.hook_secret,
+                notify: notify(&args.notify)?,
                 skip_preflight: skipped(&args.skip_preflight),
                 max_concurrent_pools: args.max_concurrent_pools.map(usize::from),
             }),
@@ -384,11 +401,16 @@ mod tests {
     fn a_notify_url_is_checked_without_being_echoed() {
         let ok = config(&["watch", "-s", "pools", "--notify", "https://hooks.example/T0/s3cret"]).unwrap();
         let Task::Watch(watch) = ok.task else { panic!("not watch") };
-        assert_eq!(watch.notify.unwrap().host(), Some("hooks.example"));
-        for bad in ["ftp://hooks.example/s3cret", "s3cret", "http:///s3cret"] {
+        assert_eq!(watch.notify.unwrap().target.shown(), "https://hooks.example");
+        for bad in ["ftp://hooks.example/s3cret", "s3cret", "http:///s3cret", "slack+ftp://x/s3cret"] {
             let err = config(&["watch", "-s", "pools", "--notify", bad]).unwrap_err().to_string();
-            assert!(err.starts_with("--notify: not an http:// or https:// URL"), "{err}");
+            assert!(err.starts_with("--notify: not a notification URL"), "{err}");
             assert!(!err.contains("s3cret"), "{err}");
         }
+        let err = config(&["apply", "-s", "p", "--notify", "github://acme/fleet"]).unwrap_err().to_string();
+        assert_eq!(err, "--notify github://acme/fleet needs a token: --notify-token-file FILE");
+        let args = ["apply", "-s", "p", "--notify", "gitlab://g/p", "--notify-token-file", "t"];
+        let Task::Apply(apply) = config(&args).unwrap().task else { panic!("not apply") };
+        assert_eq!(apply.notify.unwrap().token_file, Some(PathBuf::from("t")));
     }
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::e2e_kube::{docker_when, node_event, when};
-use crate::support::cli::{Process, Stream};
+use crate::support::cli::{Process, Run, Stream};
 use crate::support::fake_kube::{PdbBound, Store};
 use crate::support::rig::{LIMIT, Rig};
 
@@ -26,6 +26,32 @@ pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
     let code = answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status line");
     let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (code, body)
+}
+
+/// `POST path` to `addr` with `headers` and `body`: the status code and the body.
+pub(crate) async fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to --listen");
+    let fields: Vec<String> = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+    let fields = fields.concat();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{fields}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("send");
+    stream.write_all(body).await.expect("send the body");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    let code = answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status line");
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// `sha256=` and the hex HMAC-SHA256 of `body` under `key`, as GitHub signs a delivery.
+pub(crate) fn hub_signature(key: &str, body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("any key");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// The samples of a scrape by metric name and labels, as a Prometheus text parser reads them.
@@ -478,4 +504,181 @@ async fn a_retirement_waiting_for_a_hook_is_counted_and_notified_once() {
     tokio::time::timeout(LIMIT, waiting(0.0)).await.expect("the wait's end is counted");
     assert_eq!(heard().len(), 1, "one notice per wait: {:#?}", heard());
     assert!(watch.signal("TERM").success());
+}
+
+/// A GitHub push to `POST /hooks/github` makes watch fetch and plan the new commit at once,
+/// though its fetch interval is an hour; a delivery with a wrong signature is refused with 401
+/// and makes it fetch nothing, and the secret is never said.
+#[tokio::test]
+async fn a_signed_github_push_makes_watch_fetch_at_once_and_a_wrong_one_nothing() {
+    let Some(mut s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.init_git();
+    let v1 = s.pool().replicas(1).env("V", "1");
+    s.write_pool(&v1);
+    s.commit("first");
+    // `file://localhost/`: a repository watch cannot watch the refs of, as a remote one.
+    let url = format!("file://localhost{}", s.dir().display());
+    s.set_source(&["--source", &url, "--ref", "main"]);
+    let secret = s.path("hook-secret");
+    std::fs::write(&secret, "s3cret-hook\n").unwrap();
+    let args = ["--interval", "1h", "--resync", "1h", "--listen", "127.0.0.1:0", "--hook-secret"];
+    let mut watch = s.spawn("watch", &[&args[..], &[secret.to_str().unwrap()]].concat());
+    let line = watch.wait_for(Stream::Stderr, "/hooks/ on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    watch.applied();
+
+    s.write_pool(&v1.clone().env("V", "2"));
+    let commit = s.commit("bump")[..7].to_owned();
+    let push = br#"{"ref":"refs/heads/main"}"#;
+    let forged = hub_signature("guess", push);
+    let headers = [("X-GitHub-Event", "push"), ("X-Hub-Signature-256", forged.as_str())];
+    let (code, body) = post(&addr, "/hooks/github", &headers, push).await;
+    assert_eq!((code, body.as_str()), (401, "unauthorized\n"));
+    assert_eq!(post(&addr, "/hooks/github", &[("X-GitHub-Event", "push")], push).await.0, 401, "unsigned");
+    watch.wait_for(Stream::Stderr, "receiver github: refused");
+
+    let signed = hub_signature("s3cret-hook", push);
+    let headers = [("X-GitHub-Event", "push"), ("X-Hub-Signature-256", signed.as_str())];
+    assert_eq!(post(&addr, "/hooks/github", &headers, push).await.0, 202);
+    watch.wait_for(Stream::Stdout, &format!("({commit})"));
+    watch.applied();
+    // Counted once the reconcile has ended, a moment after its summary: scraped until then.
+    let counted = async {
+        loop {
+            let (_, text) = get(&addr, "/metrics").await;
+            if text.contains(r#"trigger="receiver",result="applied""#) {
+                return scrape(&text);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let m = tokio::time::timeout(LIMIT, counted).await.expect("the receiver's reconcile is counted");
+    let labels = [("pool", s.pool_name()), ("trigger", "receiver"), ("result", "applied")];
+    assert_eq!(whole(&m, "poolctl_reconcile_total", &labels), 1);
+
+    assert!(watch.signal("TERM").success());
+    let said = watch.output(Stream::Stderr) + &watch.output(Stream::Stdout);
+    assert_eq!(
+        said.matches("a push; looking at the source now").count(),
+        1,
+        "only the signed push looked:\n{said}"
+    );
+    assert!(!said.contains("s3cret-hook"), "the secret is never printed:\n{said}");
+}
+
+/// What a fake GitHub API heard: per request, the commit, the token it was given, and the
+/// status document.
+type Statuses = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A fake GitHub API that takes commit statuses of `acme/fleet`, as `POST
+/// /repos/acme/fleet/statuses/{sha}` does (201); its base URL and what it heard.
+async fn fake_github() -> (String, Statuses) {
+    async fn status(
+        State(seen): State<Statuses>,
+        axum::extract::Path(sha): axum::extract::Path<String>,
+        headers: axum::http::HeaderMap,
+        Json(doc): Json<Value>,
+    ) -> StatusCode {
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        seen.lock().unwrap().push((sha, auth.to_owned(), doc));
+        StatusCode::CREATED
+    }
+    let seen = Statuses::default();
+    let app = axum::Router::new()
+        .route("/api/v3/repos/acme/fleet/statuses/{sha}", axum::routing::post(status))
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/api/v3", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+/// `--notify github://OWNER/REPO`: each pool's rollout of a commit sets its own status on
+/// that commit, `pending` then `success`, or `failure` for the pool whose new template fails,
+/// with the token of `--notify-token-file`, which is never printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn commit_statuses_are_set_per_pool_on_the_commit_rolled_out() {
+    let Some(mut s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.init_git();
+    let good = s.pool().replicas(1).env("V", "1");
+    let other = format!("{}-b", s.pool_name());
+    let bad = s.pool().named(&other).replicas(1).env("V", "1");
+    s.write_pool(&good);
+    s.write("b.yaml", &bad.to_string());
+    s.commit("first");
+    let source = s.dir().display().to_string();
+    s.set_source(&["--source", &source, "--ref", "main"]);
+    let (api, seen) = fake_github().await;
+    let token = s.path("github-token");
+    std::fs::write(&token, "ghp_s3cretToken\n").unwrap();
+    let notify = format!("github://acme/fleet?api={api}");
+    let args = ["--notify", &notify, "--notify-token-file", token.to_str().unwrap()];
+    let mut watch = s.spawn("watch", &args);
+    watch.applied();
+
+    s.write("b.yaml", &bad.clone().env("V", "2").bootstrap(&["sh", "-c", "exit 3"], None).to_string());
+    s.write_pool(&good.clone().env("V", "2"));
+    let sha = s.commit("second");
+    let states = |pool: &str| -> Vec<String> {
+        let seen = seen.lock().unwrap();
+        seen.iter()
+            .filter(|(at, _, doc)| *at == sha && doc["context"] == format!("poolctl/{pool}"))
+            .map(|(_, _, doc)| doc["state"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let told = async {
+        while states(s.pool_name()).len() < 2 || states(&other).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let heard = tokio::time::timeout(LIMIT, told).await;
+    assert!(watch.signal("TERM").success());
+    let all = seen.lock().unwrap().clone();
+    assert!(heard.is_ok(), "two statuses of each pool on {sha}: {all:#?}");
+    assert_eq!(states(s.pool_name()), ["pending", "success"], "{all:#?}");
+    assert_eq!(states(&other), ["pending", "failure"], "{all:#?}");
+    assert!(all.iter().all(|(_, auth, _)| auth == "Bearer ghp_s3cretToken"), "{all:#?}");
+    let failure = all.iter().find(|(at, _, d)| *at == sha && d["state"] == "failure").unwrap();
+    assert!(failure.2["description"].as_str().unwrap().contains("bootstrap"), "{failure:#?}");
+    let said = watch.output(Stream::Stderr) + &watch.output(Stream::Stdout);
+    assert!(!said.contains("ghp_s3cret"), "the token is never printed:\n{said}");
+}
+
+/// `apply --notify generic-hmac+URL`: the rollout's notices are signed with the key of
+/// `--notify-token-file` (`X-Signature`, checked here by the receiver), and delivered before
+/// apply exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_signs_its_notifications_and_delivers_them_before_it_exits() {
+    type Signed = Arc<Mutex<Vec<(bool, Value)>>>;
+    async fn hook(
+        State(seen): State<Signed>,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> StatusCode {
+        let signature = headers.get("x-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let valid = signature == hub_signature("k3y-s3cret", &body);
+        let doc = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        seen.lock().unwrap().push((valid, doc));
+        StatusCode::OK
+    }
+    let Some(s) = crate::support::scenario::Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(1));
+    let seen = Signed::default();
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("generic-hmac+http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let key = s.path("hmac-key");
+    std::fs::write(&key, "k3y-s3cret\n").unwrap();
+
+    let mut apply =
+        s.command("apply", &["--yes", "--notify", &url, "--notify-token-file", key.to_str().unwrap()]);
+    let run = tokio::task::spawn_blocking(move || Run::of(&mut apply)).await.unwrap();
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let seen = seen.lock().unwrap().clone();
+    let results: Vec<&str> = seen.iter().map(|(_, d)| d["result"].as_str().unwrap_or_default()).collect();
+    assert_eq!(results, ["started", "succeeded"], "{seen:#?}");
+    assert!(seen.iter().all(|(valid, d)| *valid && d["pool"] == s.pool_name()), "{seen:#?}");
+    assert!(seen[1].1["stepsDone"].as_u64() > Some(0), "the steps it carried out: {seen:#?}");
+    assert!(!(run.stdout + &run.stderr).contains("k3y-s3cret"));
 }

@@ -16,7 +16,8 @@ use std::time::SystemTime;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::common::{
-    Planned, check_named, check_pools, check_replace, compute, confirm, held_locks, load_source,
+    NOTIFY_FLUSH, Planned, check_named, check_pools, check_replace, compute, confirm, held_locks,
+    load_source, notifier,
 };
 use super::exit::Exit;
 use crate::backend::Connections;
@@ -27,7 +28,7 @@ use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
 use crate::report::write_stdout;
-use crate::report::{Progress, ProgressFormat, ProgressUi, end_event, write_summary};
+use crate::report::{Notice, Notifier, Progress, ProgressFormat, ProgressUi, end_event, write_summary};
 use crate::rollout::cancel::EXIT_INTERRUPTED;
 use crate::rollout::cancel::{Interrupt, Signals, StopReason};
 use crate::rollout::execute::{PreflightCheck, Report};
@@ -236,6 +237,8 @@ struct Session {
     /// Where the rollout's progress goes: stdout, as lines, a live line or JSON events.
     progress: Progress,
     ui: ProgressUi,
+    /// `--notify`: where each pool's rollout is told.
+    notifier: Option<Notifier>,
 }
 
 impl Session {
@@ -244,13 +247,15 @@ impl Session {
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
         let progress = Progress::new(Box::new(io::stdout()), ui);
-        Ok(Self { settings, skip_preflight: config.skip_preflight.clone(), interrupt, progress, ui })
+        let notifier = notifier(config.notify.as_ref())?;
+        let skip_preflight = config.skip_preflight.clone();
+        Ok(Self { settings, skip_preflight, interrupt, progress, ui, notifier })
     }
 
     /// Roll `planned` out, `check` deciding whether the plan made under the locks may be
     /// carried out, and say how it ended.
     async fn roll_out(
-        &self,
+        self,
         planned: &Planned,
         check: impl FnOnce(&Plan, &crate::model::World) -> Result<()>,
     ) -> Result<Exit> {
@@ -258,7 +263,27 @@ impl Session {
         let rollout =
             Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &self.progress)
                 .skipping_preflight(&self.skip_preflight);
-        match Box::pin(rollout.run(check)).await.map_err(rollout_failure)? {
+        let tell = Tell::of(desired, self.notifier.as_ref());
+        // Each pool the plan made under the locks changes is told when it starts and ends.
+        let mut started = BTreeSet::new();
+        let announce = |current: &Plan, world: &crate::model::World| {
+            check(current, world)?;
+            started = current.changed_pools();
+            tell.started(&started);
+            Ok(())
+        };
+        let carried = Box::pin(rollout.run(announce)).await;
+        tell.ended(&started, &carried);
+        let exit = self.ended_as(carried.map_err(rollout_failure));
+        if let Some(notifier) = self.notifier {
+            notifier.close(NOTIFY_FLUSH).await;
+        }
+        exit
+    }
+
+    /// What the rollout's end means to apply.
+    fn ended_as(&self, carried: Result<Outcome<anyhow::Error>>) -> Result<Exit> {
+        match carried? {
             Outcome::NothingLeft => {
                 let text = "\nNo changes left: the world changed before the locks were taken, and matches the source.";
                 tell(self.ui, text)?;
@@ -283,6 +308,65 @@ impl Session {
             bail!("apply stopped: it lost a lock (see above), so another run may be changing the pool")
         } else {
             bail!("apply halted at a failed step; see above")
+        }
+    }
+}
+
+/// Who hears of each pool's rollout besides stdout (`--notify`), and of which revision.
+struct Tell<'n> {
+    notifier: Option<&'n Notifier>,
+    revision: String,
+    commit: Option<&'n str>,
+}
+
+impl<'n> Tell<'n> {
+    fn of(desired: &'n crate::model::Desired, notifier: Option<&'n Notifier>) -> Self {
+        // As watch names a revision: 12 digits of the commit, or of the pools' digest.
+        let revision = crate::plan::scope::revision(desired);
+        let revision = match revision.split_once(':') {
+            Some(("commit", id)) => id.chars().take(12).collect(),
+            Some((_, digest)) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
+            None => revision,
+        };
+        let commit = match &desired.origin {
+            Origin::Git { commit, .. } => Some(commit.as_str()),
+            Origin::Path { .. } => None,
+        };
+        Self { notifier, revision, commit }
+    }
+
+    fn send(&self, notice: Notice) {
+        if let Some(notifier) = self.notifier {
+            notifier.send(notice.on_commit(self.commit));
+        }
+    }
+
+    fn started(&self, pools: &BTreeSet<String>) {
+        for pool in pools {
+            self.send(Notice::new(pool, &self.revision, "started"));
+        }
+    }
+
+    /// How the rollout of `pools` ended, each pool by its own steps; a rollout that failed
+    /// as a whole (a lock lost, Docker gone) failed each of them.
+    fn ended<E>(&self, pools: &BTreeSet<String>, carried: &Result<Outcome<E>, RolloutError>) {
+        match carried {
+            Ok(Outcome::Done(report)) => {
+                for pool in pools {
+                    if let Some(notice) = Notice::ended(pool, &self.revision, report) {
+                        self.send(notice);
+                    }
+                }
+            }
+            Err(e) => {
+                let line = crate::backend::cause_chain(e);
+                for pool in pools {
+                    let mut notice = Notice::new(pool, &self.revision, "failed");
+                    notice.error = Some(line.clone());
+                    self.send(notice);
+                }
+            }
+            Ok(Outcome::NothingLeft | Outcome::Refused(_)) => {}
         }
     }
 }

@@ -5,18 +5,31 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, IsTerminal};
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::backend::{ClusterClient, Connections, DockerEndpoints, Locks};
-use crate::config::Source;
+use crate::config::{Notify, Source};
 use crate::model::{Desired, DesiredPool, LockHolder};
 use crate::plan::{Plan, PlanOptions};
-use crate::report::{source_failure, write_stdout};
+use crate::report::{Notifier, Secret, source_failure, write_stdout};
 use crate::rollout::lock::inspect_locks;
 use crate::rollout::{Preview, preview};
 use crate::source;
 
 /// Read and validate the source, and read the sensitive values it names.
+/// How long a command that ends waits for its last notifications to be delivered.
+pub(super) const NOTIFY_FLUSH: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Start delivering `--notify`'s notifications, with the token of `--notify-token-file`.
+pub(super) fn notifier(notify: Option<&Notify>) -> Result<Option<Notifier>> {
+    let Some(notify) = notify else { return Ok(None) };
+    let token = match &notify.token_file {
+        Some(file) => Some(Secret::read(file).context("--notify-token-file")?),
+        None => None,
+    };
+    Ok(Some(Notifier::start(notify.target.clone(), token)))
+}
+
 pub(super) fn load_source(source: &Source) -> Result<Desired> {
     source::load(&source.spec).map_err(|e| source_failure(&source.given, e))
 }

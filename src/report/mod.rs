@@ -1,10 +1,13 @@
 //! Where what a run says goes: the sinks a command chooses for a rollout's
 //! [`Event`](crate::rollout::event::Event)s, the webhook notifications and the HTTP endpoints
-//! of `watch`, and stdout itself. Nothing else writes a rollout's output.
+//! of `watch` (its probes, metrics and receivers), and stdout itself. Nothing else writes a rollout's output.
 
 mod metrics;
 mod progress;
+mod providers;
+mod receiver;
 mod serve;
+mod signature;
 mod summary;
 mod webhook;
 
@@ -16,7 +19,10 @@ use crate::source::{self, SourceError};
 
 pub use metrics::Metrics;
 pub use progress::{Progress, ProgressFormat, ProgressUi};
+pub use providers::Target;
+pub use receiver::{MAX_BODY, Receiver, Receivers};
 pub use serve::{Probes, serve};
+pub use signature::{Secret, SecretError};
 pub use summary::{end_event, write_summary};
 pub use webhook::{Notice, Notifier};
 

@@ -1,6 +1,7 @@
 //! `watch --listen`: the endpoints that a supervisor and Prometheus read. `/metrics` (the
 //! `OpenMetrics` text of [`crate::metrics`]), `/healthz` (the loop is alive) and `/readyz` (the
-//! source was read and the first reconcile ended), as every Kubernetes controller serves them.
+//! source was read and the first reconcile ended), as every Kubernetes controller serves them;
+//! and the receivers of [`super::receiver`] under `/hooks/`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +16,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tracing::debug;
+
+use super::receiver::Receivers;
 
 /// How long a client may take over one request: a scraper that never finishes holds nothing.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -89,7 +92,8 @@ impl Probes {
 }
 
 /// Serve the endpoints on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, probes: Arc<Probes>) {
+pub async fn serve(listener: TcpListener, probes: Arc<Probes>, receivers: Receivers) {
+    let receivers = Arc::new(receivers);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
@@ -103,11 +107,20 @@ pub async fn serve(listener: TcpListener, probes: Arc<Probes>) {
             }
         };
         let probes = Arc::clone(&probes);
+        let receivers = Arc::clone(&receivers);
         tokio::spawn(async move {
             let _slot = slot;
-            let service = hyper::service::service_fn(move |request| {
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let probes = Arc::clone(&probes);
-                async move { Ok::<_, Infallible>(answer(&request, &probes)) }
+                let receivers = Arc::clone(&receivers);
+                async move {
+                    let hook = request.uri().path().strip_prefix("/hooks/").map(str::to_owned);
+                    let answer = match hook {
+                        Some(name) => receivers.receive(&name, request).await,
+                        None => answer(&request, &probes),
+                    };
+                    Ok::<_, Infallible>(answer)
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -124,7 +137,7 @@ pub async fn serve(listener: TcpListener, probes: Arc<Probes>) {
 
 fn answer(request: &Request<Incoming>, probes: &Probes) -> Response<Full<Bytes>> {
     if request.method() != hyper::Method::GET && request.method() != hyper::Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".to_owned());
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match request.uri().path() {
         "/metrics" => {
@@ -140,19 +153,19 @@ fn answer(request: &Request<Incoming>, probes: &Probes) -> Response<Full<Bytes>>
         }
         "/healthz" => probe(probes.liveness()),
         "/readyz" => probe(probes.readiness()),
-        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n"),
     }
 }
 
 fn probe(result: Result<(), String>) -> Response<Full<Bytes>> {
     match result {
-        Ok(()) => text(StatusCode::OK, "ok\n".to_owned()),
+        Ok(()) => text(StatusCode::OK, "ok\n"),
         Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

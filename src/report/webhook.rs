@@ -1,19 +1,26 @@
-//! `watch --notify URL`: a JSON document, sent by POST when a pool's rollout starts, succeeds
-//! or fails, as Flux's notification controller posts to a generic webhook. One task delivers them
-//! in order from a bounded queue, retrying a failing receiver a few times: the watch never
-//! waits for a receiver, and a dead one costs a warning per notification, not memory.
+//! `--notify URL` of `watch` and `apply`: a notice when a pool's rollout starts, succeeds or
+//! fails, as Flux's notification controller sends it, to the [`Target`] the URL names (a
+//! generic webhook, signed or not, Slack, or a commit status). One task delivers them in order
+//! from a bounded queue, retrying a failing receiver a few times: the rollout never waits for
+//! a receiver, and a dead one costs a warning per notification, not memory.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::Full;
+use hyper::StatusCode;
 use hyper::body::Bytes;
-use hyper::{Request, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tracing::{debug, warn};
+
+use super::providers::Target;
+use super::signature::Secret;
+use crate::rollout::execute::{Report, StepOutcome};
 
 /// Notifications waiting for delivery; more than this while a receiver is down are dropped.
 const QUEUE: usize = 64;
@@ -28,6 +35,9 @@ pub struct Notice {
     pub pool: String,
     /// The source's revision: the commit id, or the digest of a directory's files.
     pub revision: String,
+    /// The full id of the commit the rollout came from; none for a directory source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     /// `started`, `succeeded` or `failed`; or, when a plan holds a pool back, `degraded` (its
     /// rollout stalled), `rolling_back` or `remediation_held` (above `maxUnhealthy`), with
     /// why in `error`; or `waiting` when a retirement begins to wait for its Node's deletion
@@ -53,10 +63,35 @@ impl Notice {
         }
     }
 
+    /// How `report`'s rollout ended for `pool`, by its own steps: `failed` (the failed step's
+    /// line in `error`) or `succeeded`; `None` while a stop at a step boundary (a signal, a
+    /// newer spec) left it unfinished, as the next run goes on and says how it ends.
+    pub fn ended(pool: &str, revision: &str, report: &Report) -> Option<Self> {
+        let failure = report.attempted.iter().find(|s| s.pool == pool && s.error.is_some());
+        let unfinished = report.not_started.iter().any(|(p, ..)| p == pool);
+        let result = match (failure, unfinished) {
+            (Some(_), _) => "failed",
+            (None, false) => "succeeded",
+            (None, true) => return None,
+        };
+        let mut notice = Self::new(pool, revision, result);
+        notice.steps_done = report.attempted.iter().filter(|s| s.pool == pool && s.error.is_none()).count();
+        notice.error = failure.map(StepOutcome::failure_line);
+        Some(notice)
+    }
+
+    /// The same notice, about `commit` (a Git source's full commit id).
+    #[must_use]
+    pub fn on_commit(mut self, commit: Option<&str>) -> Self {
+        self.commit = commit.map(str::to_owned);
+        self
+    }
+
     pub fn new(pool: &str, revision: &str, result: &'static str) -> Self {
         Self {
             pool: pool.to_owned(),
             revision: revision.to_owned(),
+            commit: None,
             result,
             steps_done: 0,
             error: None,
@@ -70,14 +105,29 @@ impl Notice {
 #[derive(Debug, Clone)]
 pub struct Notifier {
     tx: mpsc::Sender<Notice>,
+    /// The delivering task, for [`Notifier::close`].
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl Notifier {
-    /// Start delivering to `url` from a task of its own.
-    pub fn start(url: Uri) -> Self {
+    /// Start delivering to `target` from a task of its own, with `token` where the target
+    /// needs one (a commit status's API token, a signature's key).
+    pub fn start(target: Target, token: Option<Secret>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(deliver(url, rx));
-        Self { tx }
+        let task = tokio::spawn(deliver(target, token, rx));
+        Self { tx, task: Arc::new(Mutex::new(Some(task))) }
+    }
+
+    /// Deliver what is queued, for at most `within`, before the process ends: an apply's last
+    /// notice is sent as it exits.
+    pub async fn close(self, within: Duration) {
+        let task = self.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        drop(self.tx);
+        if let Some(task) = task
+            && tokio::time::timeout(within, task).await.is_err()
+        {
+            warn!("notifications not delivered within {}s are dropped", within.as_secs());
+        }
     }
 
     /// Queue `notice`; never waits.
@@ -102,57 +152,60 @@ fn client() -> Option<Client<Https, Full<Bytes>>> {
     Some(Client::builder(TokioExecutor::new()).build(connector))
 }
 
-/// Where notifications go, as logs may show it: scheme and host, never the path or query that
-/// carry a webhook's token.
-fn shown(url: &Uri) -> String {
-    format!("{}://{}", url.scheme_str().unwrap_or("http"), url.authority().map_or("", |a| a.host()))
-}
-
-async fn deliver(url: Uri, mut rx: mpsc::Receiver<Notice>) {
+async fn deliver(target: Target, token: Option<Secret>, mut rx: mpsc::Receiver<Notice>) {
     let Some(client) = client() else { return };
-    let to = shown(&url);
+    let to = target.shown();
+    let mut said_no_commit = false;
     while let Some(notice) = rx.recv().await {
-        let body = match serde_json::to_vec(&notice) {
-            Ok(body) => Bytes::from(body),
-            Err(e) => {
-                warn!("cannot encode a notification: {e}");
-                continue;
+        if target.sets_statuses() && notice.commit.is_none() {
+            if !std::mem::replace(&mut said_no_commit, true) {
+                warn!(
+                    "{to}: the source is no Git commit (a directory), so no commit status can be set; skipping them"
+                );
             }
-        };
+            continue;
+        }
         let mut wait = Duration::from_millis(500);
         for attempt in 1..=ATTEMPTS {
-            let request = Request::post(url.clone())
-                .header(hyper::header::CONTENT_TYPE, "application/json")
-                .header(hyper::header::USER_AGENT, concat!("poolctl/", env!("CARGO_PKG_VERSION")))
-                .body(Full::new(body.clone()));
-            let request = match request {
-                Ok(request) => request,
-                Err(e) => {
-                    warn!("cannot build a notification to {to}: {e}");
+            let request = match target.request(&notice, token.as_ref()) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(why) => {
+                    warn!("cannot build a notification to {to}: {why}");
                     break;
                 }
             };
-            let why = match tokio::time::timeout(DEADLINE, client.request(request)).await {
+            let (why, again) = match tokio::time::timeout(DEADLINE, client.request(request)).await {
                 Ok(Ok(answer)) if answer.status().is_success() => {
                     debug!(pool = notice.pool, result = notice.result, "notified {to}");
                     break;
                 }
-                Ok(Ok(answer)) => format!("it answered {}", answer.status()),
-                Ok(Err(e)) => crate::backend::cause_chain(&e),
-                Err(_) => format!("no answer in {}s", DEADLINE.as_secs()),
+                // The receiver refuses this request (a bad token, an unknown commit): the same
+                // again would be refused too.
+                Ok(Ok(answer)) => (format!("it answered {}", answer.status()), retried(answer.status())),
+                Ok(Err(e)) => (crate::backend::cause_chain(&e), true),
+                Err(_) => (format!("no answer in {}s", DEADLINE.as_secs()), true),
             };
-            if attempt == ATTEMPTS {
+            if attempt == ATTEMPTS || !again {
                 warn!(
                     "notification of pool {} ({}) not delivered to {to}: {why}",
                     notice.pool, notice.result
                 );
-            } else {
-                debug!("notification to {to} failed ({why}); retrying in {wait:?}");
-                tokio::time::sleep(wait).await;
-                wait *= 2;
+                break;
             }
+            debug!("notification to {to} failed ({why}); retrying in {wait:?}");
+            tokio::time::sleep(wait).await;
+            wait *= 2;
         }
     }
+}
+
+/// Whether an answer with `status` is worth another try: the server's trouble, or its asking
+/// to wait, not a refusal of the request itself.
+fn retried(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
 }
 
 #[cfg(test)]
@@ -171,7 +224,9 @@ mod tests {
         assert_eq!(doc["stepsDone"], 3);
         assert_eq!(doc["error"], "step drain w-1 failed");
         assert_eq!(doc["reportingController"], "poolctl");
-        let url: Uri = "https://hooks.example:8443/services/T0/s3cret?token=x".parse().unwrap();
-        assert_eq!(shown(&url), "https://hooks.example");
+        let url = Target::parse("https://hooks.example:8443/services/T0/s3cret?token=x").unwrap();
+        assert_eq!(url.shown(), "https://hooks.example");
+        assert!(retried(StatusCode::BAD_GATEWAY) && retried(StatusCode::TOO_MANY_REQUESTS));
+        assert!(!retried(StatusCode::UNAUTHORIZED) && !retried(StatusCode::UNPROCESSABLE_ENTITY));
     }
 }

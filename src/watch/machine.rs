@@ -19,6 +19,9 @@ pub(super) enum Trigger {
     Start,
     /// A new desired state differs from the last one (hash-wise).
     SourceChanged,
+    /// A new desired state, found by a look that a receiver asked for (a push): a
+    /// [`Trigger::SourceChanged`] in every respect but the metrics' label.
+    Receiver,
     /// Docker reported that a container of the pool died, stopped or went away.
     Drift,
     /// The periodic re-observation of the world.
@@ -34,11 +37,18 @@ pub(super) enum Trigger {
 }
 
 impl Trigger {
+    /// A new desired state: it outranks whatever else is queued, and stops the rollout
+    /// towards the old one.
+    pub(super) fn new_spec(self) -> bool {
+        matches!(self, Self::SourceChanged | Self::Receiver)
+    }
+
     /// As metrics label it.
     pub(super) fn label(self) -> &'static str {
         match self {
             Self::Start => "start",
             Self::SourceChanged => "source_changed",
+            Self::Receiver => "receiver",
             Self::Drift => "drift",
             Self::Resync => "resync",
             Self::Deadline => "deadline",
@@ -107,6 +117,9 @@ pub(super) enum Event<P> {
     Time,
     /// The source may have changed (a file or ref on this machine did).
     Look,
+    /// A receiver heard of a push: look at the source now; what that look finds new is the
+    /// receiver's doing.
+    Pushed,
     /// A look at the source ended, with what it found (nothing if the look itself failed).
     Checked(Option<SourceNews<P>>),
     /// Docker reported that containers of these pools stopped serving (of every pool, when
@@ -225,6 +238,8 @@ pub(super) struct Machine {
     checking: bool,
     /// The source may have changed during that look: look again once it ends.
     recheck: bool,
+    /// A receiver asked for the look under way (or the one after it).
+    pushed: bool,
     /// A signal arrived: no new reconcile starts.
     stopping: bool,
     /// A survey is under way.
@@ -273,6 +288,7 @@ impl Machine {
             source_read: false,
             checking: false,
             recheck: false,
+            pushed: false,
             stopping: false,
             surveying: false,
             source_failures: 0,
@@ -311,6 +327,10 @@ impl Machine {
         match event {
             Event::Time => self.fire(now, &mut out),
             Event::Look => self.look(&mut out),
+            Event::Pushed => {
+                self.pushed = true;
+                self.look(&mut out);
+            }
             Event::Checked(news) => {
                 self.checking = false;
                 if let Some(news) = news {
@@ -318,6 +338,8 @@ impl Machine {
                 }
                 if std::mem::take(&mut self.recheck) {
                     self.look(&mut out);
+                } else {
+                    self.pushed = false;
                 }
             }
             Event::Drift(pools) => self.drift(pools.as_ref(), &mut out),
@@ -482,8 +504,9 @@ impl Machine {
                 self.lanes.entry(Lane::Pool(pool.clone())).or_default();
             }
         }
+        let trigger = if self.pushed { Trigger::Receiver } else { Trigger::SourceChanged };
         for lane in self.routes(Some(&changed)) {
-            self.trigger(&lane, Trigger::SourceChanged, out);
+            self.trigger(&lane, trigger, out);
         }
     }
 
@@ -494,10 +517,10 @@ impl Machine {
         let Some(state) = self.lanes.get_mut(lane) else { return };
         if state.running {
             // A newer spec outranks whatever was queued; drift and resyncs coalesce into one.
-            if trigger == Trigger::SourceChanged || state.pending.is_none() {
+            if trigger.new_spec() || state.pending.is_none() {
                 state.pending = Some(trigger);
             }
-            if trigger == Trigger::SourceChanged {
+            if trigger.new_spec() {
                 out.push(Decision::Supersede(lane.clone()));
             }
             return;
@@ -509,7 +532,7 @@ impl Machine {
         state.backing_off = false;
         state.retry_at = None;
         // Started by `dispatch` as soon as it may (a newer spec outranks what waits).
-        if trigger == Trigger::SourceChanged || state.pending.is_none() {
+        if trigger.new_spec() || state.pending.is_none() {
             state.pending = Some(trigger);
         }
     }
@@ -568,10 +591,10 @@ impl Machine {
             return;
         }
         match (ended, state.pending.take()) {
-            (Ended::Failed, Some(Trigger::SourceChanged)) => {
+            (Ended::Failed, Some(trigger)) if trigger.new_spec() => {
                 // A new spec may be exactly the fix: try it at once.
                 state.failures += 1;
-                state.pending = Some(Trigger::SourceChanged);
+                state.pending = Some(trigger);
             }
             (Ended::Failed, _) => {
                 state.failures += 1;
@@ -702,6 +725,23 @@ mod tests {
         assert!(!m.running());
         assert_eq!(m.lanes.keys().collect::<Vec<_>>(), [&pool("w")], "then each pool goes its own way");
         assert_eq!(lane(&m, &pool("w")), &LaneState::default());
+    }
+
+    /// What a look a receiver asked for finds new is reconciled as any new spec, by the
+    /// receiver's trigger; a look of its own afterwards is the source's again.
+    #[tokio::test(start_paused = true)]
+    async fn a_push_looks_at_once_and_what_it_finds_is_the_receiver_s_doing() {
+        let mut m = reconciling();
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        assert_eq!(on(&mut m, Event::Pushed), [Check]);
+        assert_eq!(on(&mut m, Event::Pushed), [], "one look at a time");
+        assert_eq!(read(&mut m, News::Unchanged), [Check], "the second push is looked at too");
+        assert_eq!(read(&mut m, w(2)), [Reconcile(pool("w"), Trigger::Receiver)]);
+        on(&mut m, Event::Look);
+        assert_eq!(read(&mut m, w(3)), [Supersede(pool("w"))], "a new spec outranks the pushed one");
+        assert_eq!(lane(&m, &pool("w")).pending, Some(Trigger::SourceChanged));
+        assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(pool("w"), Trigger::SourceChanged)]);
+        assert_eq!(Trigger::Receiver.label(), "receiver");
     }
 
     #[tokio::test(start_paused = true)]

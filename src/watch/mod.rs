@@ -33,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use crate::backend::{Clusters, Connections, ContainerNews, Containers, DockerEndpoints, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
-use crate::report::{Notifier, Probes, source_failure, write_stdout};
+use crate::report::{Notifier, Probes, Receiver, source_failure, write_stdout};
 use crate::rollout::cancel::{EXIT_INTERRUPTED, Interrupt, Signals, StopReason};
 use crate::rollout::execute::DrainTurns;
 use crate::rollout::lock::LockSettings;
@@ -45,12 +45,18 @@ use reconcile::{Acting, HealthLog, Reconcile};
 /// Watch `config`'s source until a signal, telling `probes` how the loop is and `notifier` of
 /// every rollout. Ends `Ok` after a signal, and with an error only when no good desired state
 /// was ever read.
-pub async fn run(config: WatchConfig, probes: Arc<Probes>, notifier: Option<Notifier>) -> Result<()> {
+/// A receiver's news of a push comes in on `pushes`.
+pub async fn run(
+    config: WatchConfig,
+    probes: Arc<Probes>,
+    notifier: Option<Notifier>,
+    pushes: mpsc::Receiver<Receiver>,
+) -> Result<()> {
     // One for the whole watch: what a standby saw of another replica's locks carries over from
     // one reconcile to the next (see `crate::rollout::lock`).
     // A replica that finds a pool locked stands by: the holder acts on it.
     let locks = Arc::new(LockSettings { standby: true, ..LockSettings::new("watch", Duration::ZERO)? });
-    Loop::new(config, probes, notifier, locks).run().await
+    Loop::new(config, probes, notifier, locks, pushes).run().await
 }
 
 /// How many lines of a broken source's errors `/readyz` answers with.
@@ -96,6 +102,8 @@ struct Loop {
     /// them are its own doing, not drift.
     acting: Arc<Acting>,
     changed_rx: mpsc::Receiver<()>,
+    /// The receivers' news of pushes (`watch --listen --hook-secret`).
+    pushes: mpsc::Receiver<Receiver>,
     /// What `/healthz` and `/readyz` answer (served with `--listen`).
     probes: Arc<Probes>,
     notifier: Option<Notifier>,
@@ -113,6 +121,7 @@ impl Loop {
         probes: Arc<Probes>,
         notifier: Option<Notifier>,
         locks: Arc<LockSettings>,
+        pushes: mpsc::Receiver<Receiver>,
     ) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel(1);
         let (drift_tx, drift_rx) = mpsc::channel(1);
@@ -143,6 +152,7 @@ impl Loop {
             drift_rx,
             acting: Arc::default(),
             changed_rx,
+            pushes,
             probes,
             notifier,
             revision: String::new(),
@@ -179,6 +189,10 @@ impl Loop {
                 let (check, survey) = (&mut self.check, &mut self.survey);
                 tokio::select! {
                     Some(()) = self.changed_rx.recv() => Some(Event::Look),
+                    Some(receiver) = self.pushes.recv() => {
+                        info!("receiver {receiver}: a push; looking at the source now");
+                        Some(Event::Pushed)
+                    }
                     checked = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
                         self.check = None;
                         Some(Event::Checked(self.on_checked(checked)))
@@ -329,7 +343,8 @@ impl Loop {
         let said = decisions.iter().find_map(|decision| match decision {
             Decision::Reconcile(_, Trigger::Start) => Some("source read"),
             Decision::Same => Some("same"),
-            Decision::Reconcile(_, Trigger::SourceChanged) | Decision::Supersede(_) => Some("source changed"),
+            Decision::Reconcile(_, trigger) if trigger.new_spec() => Some("source changed"),
+            Decision::Supersede(_) => Some("source changed"),
             _ => None,
         });
         match said {
@@ -423,8 +438,9 @@ impl Loop {
                 }
             };
             let out = crate::report::Progress::stdout();
-            let found =
-                reconciling(&docker, &connections, &config, &out, &health, &tell).survey(&desired).await;
+            let found = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell)
+                .survey(&desired)
+                .await;
             if found.is_none() {
                 connections.forget();
             }
@@ -535,7 +551,7 @@ async fn reconcile(
         }
     };
     let out = crate::report::Progress::stdout();
-    let reconcile = reconciling(&docker, &connections, &config, &out, &health, &tell);
+    let reconcile = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell);
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
     if ended == Ended::Failed {
         connections.forget();
@@ -545,6 +561,7 @@ async fn reconcile(
 
 /// A reconcile over the kept connections, with `out` for output.
 fn reconciling<'a>(
+    desired: &'a Desired,
     docker: &'a DockerEndpoints,
     connections: &'a Connections,
     config: &'a WatchConfig,
@@ -561,6 +578,10 @@ fn reconciling<'a>(
         health,
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
+        commit: match &desired.origin {
+            crate::model::Origin::Git { commit, .. } => Some(commit.as_str()),
+            crate::model::Origin::Path { .. } => None,
+        },
         locks: &tell.locks,
         acting: &tell.acting,
         skip_preflight: config.skip_preflight.clone(),

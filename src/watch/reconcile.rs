@@ -39,6 +39,8 @@ pub(super) struct Reconcile<'a, C, N> {
     pub notifier: Option<&'a Notifier>,
     /// The source's revision, as notifications name it.
     pub revision: &'a str,
+    /// The full commit id of a Git source's revision, which commit statuses are set on.
+    pub commit: Option<&'a str>,
     /// How rollouts take locks: one value for the whole watch, so that what a standby saw of
     /// another replica's locks counts from one reconcile to the next.
     pub locks: &'a LockSettings,
@@ -290,7 +292,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         if !self.dry_run {
             crate::rollout::tell_conditions(plan, &preview.clusters).await;
             for (pool, reason, why) in held {
-                let mut notice = Notice::new(&pool, self.revision, Notice::result_of(reason));
+                let mut notice = self.notice(&pool, Notice::result_of(reason));
                 notice.error = Some(why);
                 self.notify(notice);
             }
@@ -345,7 +347,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let changed = plan.changed_pools();
         let s = plan.summary;
         if !plan.has_changes() {
-            if matches!(trigger, Trigger::Start | Trigger::SourceChanged) {
+            if trigger == Trigger::Start || trigger.new_spec() {
                 self.print(|out| render_text(plan, out));
             }
             say_unchanged(trigger, plan);
@@ -394,7 +396,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let mut degraded_under_locks = BTreeSet::new();
         let announce = |locked: &Plan, _: &_| {
             for pool in locked.changed_pools() {
-                self.notify(Notice::new(&pool, self.revision, "started"));
+                self.notify(self.notice(&pool, "started"));
             }
             for pool in &locked.pools {
                 let Some(why) = &pool.degraded else { continue };
@@ -455,7 +457,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                     if !tell {
                         continue;
                     }
-                    let mut notice = Notice::new(pool, self.revision, "failed");
+                    let mut notice = self.notice(pool, "failed");
                     notice.error = Some(line.clone());
                     self.notify(notice);
                 }
@@ -470,28 +472,22 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     /// and says how it ends.
     fn announce_end(&self, changed: &BTreeSet<String>, report: &Report) {
         for pool in changed {
-            let failure = pool_failure(report, pool);
-            let unfinished = report.not_started.iter().any(|(p, ..)| p == pool);
-            let result = match (failure, unfinished) {
-                (Some(_), _) => "failed",
-                (None, false) => "succeeded",
-                (None, true) => continue,
-            };
-            let error = failure.map(StepOutcome::failure_line);
+            let Some(notice) = Notice::ended(pool, self.revision, report) else { continue };
             {
                 let mut health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                match &error {
+                match &notice.error {
                     Some(line) if !health.tell_failure(pool, line, std::time::Instant::now()) => continue,
                     Some(_) => {}
                     None => health.succeeded(pool),
                 }
             }
-            let mut notice = Notice::new(pool, self.revision, result);
-            notice.steps_done =
-                report.attempted.iter().filter(|s| s.pool == *pool && s.error.is_none()).count();
-            notice.error = error;
-            self.notify(notice);
+            self.notify(notice.on_commit(self.commit));
         }
+    }
+
+    /// A notice of `pool`, of this reconcile's revision.
+    fn notice(&self, pool: &str, result: &'static str) -> Notice {
+        Notice::new(pool, self.revision, result).on_commit(self.commit)
     }
 
     fn notify(&self, notice: Notice) {
@@ -627,6 +623,7 @@ mod tests {
             health: health(),
             notifier: None,
             revision: "r1",
+            commit: None,
             locks: locks(),
             acting: Box::leak(Box::default()),
             skip_preflight: BTreeSet::new(),
