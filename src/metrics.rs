@@ -78,6 +78,19 @@ pub struct InstanceCounts {
     pub retiring: usize,
 }
 
+/// `poolctl_build_info`: set once, never changed.
+fn register_build_info(registry: &mut Registry) {
+    let build = Family::<BuildLabels, Gauge>::default();
+    registry.register("build_info", "The version and commit of this poolctl (always 1)", build.clone());
+    let commit = option_env!("POOLCTL_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
+    build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            commit: commit.to_owned(),
+        })
+        .set(1);
+}
+
 /// Every metric poolctl keeps, and the registry that encodes them.
 pub struct Metrics {
     registry: Registry,
@@ -89,6 +102,7 @@ pub struct Metrics {
     last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     lock_held: Family<PoolLabels, Gauge>,
     degraded: Family<PoolLabels, Gauge>,
+    remediation_held: Family<PoolLabels, Gauge>,
     waiting: Family<WaitLabels, Gauge>,
     in_sync: Family<PoolLabels, Gauge>,
     evictions: Family<ResultLabels, Counter>,
@@ -169,6 +183,13 @@ impl Metrics {
             "1 while the pool's rollout has stalled past its progressDeadline (Degraded), 0 otherwise",
             degraded.clone(),
         );
+        let remediation_held = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_remediation_held",
+            "1 while more of the pool's instances are unhealthy than maxUnhealthy allows, so that none is \
+             replaced (the cluster, not the instances, looks at fault), 0 otherwise",
+            remediation_held.clone(),
+        );
         let waiting = Family::<WaitLabels, Gauge>::default();
         registry.register(
             "retirements_waiting",
@@ -195,15 +216,7 @@ impl Metrics {
              errors; the last good state is kept) or unreachable (it could not be read or fetched)",
             source_errors.clone(),
         );
-        let build = Family::<BuildLabels, Gauge>::default();
-        registry.register("build_info", "The version and commit of this poolctl (always 1)", build.clone());
-        let commit = option_env!("POOLCTL_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
-        build
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                commit: commit.to_owned(),
-            })
-            .set(1);
+        register_build_info(&mut registry);
         Self {
             registry,
             reconciles,
@@ -214,6 +227,7 @@ impl Metrics {
             last_success,
             lock_held,
             degraded,
+            remediation_held,
             waiting,
             in_sync,
             evictions,
@@ -279,6 +293,12 @@ impl Metrics {
         self.degraded.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(degraded));
     }
 
+    /// Whether `maxUnhealthy` holds the pool's remediation (more instances unhealthy than it
+    /// allows: none is replaced).
+    pub fn remediation_held(&self, pool: &str, held: bool) {
+        self.remediation_held.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(held));
+    }
+
     /// A retirement of `pool` began (`waiting`) or ended waiting for `reason` (`hooks`,
     /// `volumes`).
     pub fn retirement_waits(&self, pool: &str, reason: &str, waiting: bool) {
@@ -334,6 +354,7 @@ mod tests {
         metrics.source("main@fedcba987654");
         metrics.lock_held("w", true);
         metrics.degraded("w", true);
+        metrics.remediation_held("w", true);
         metrics.evictions("refused", 1);
         metrics.reconciled("x", "drift", "failed");
         metrics.reconciled("y", "resync", "in_sync");
@@ -349,6 +370,7 @@ mod tests {
             r#"poolctl_source_info{revision="main@fedcba987654"} 1"#,
             r#"poolctl_lock_held{pool="w"} 1"#,
             r#"poolctl_pool_degraded{pool="w"} 1"#,
+            r#"poolctl_pool_remediation_held{pool="w"} 1"#,
             r#"poolctl_evictions_total{result="refused"} 1"#,
             r#"poolctl_pool_in_sync{pool="w"} 1"#,
             r#"poolctl_pool_in_sync{pool="x"} 0"#,

@@ -575,6 +575,7 @@ fn record_instances(plan: &Plan) {
         for pool in &plan.pools {
             m.instances(&pool.name, instance_counts(pool));
             m.degraded(&pool.name, pool.degraded.is_some());
+            m.remediation_held(&pool.name, pool.unhealthy_held.is_some());
         }
     });
 }
