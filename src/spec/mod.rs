@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 
 pub use copy::{CopiedFrom, copies_env, copies_label, env_of, merge};
 pub use duration::Duration;
-pub use hash::{HASH_LEN, canonical_template, template_hash};
+pub use hash::{
+    HASH_LEN, LIVE_FIELDS, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash,
+};
 pub use load::{
     Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
 };
