@@ -672,6 +672,12 @@ pub struct RolloutSpec {
     /// the old instance still serving. Default: no limit, as Cluster API's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_detach_timeout: Option<Duration>,
+    /// Whether a template change confined to what Docker changes on a running container
+    /// (`memory`, `cpus`, `pidsLimit`, `restart`) updates the instances in place (`docker
+    /// update`: same containers, no drain, in batches of `maxUnavailable`, at least 1):
+    /// `IfPossible` (default), or `Never`, which replaces them as any other change does.
+    #[serde(default, skip_serializing_if = "InPlace::is_if_possible")]
+    pub in_place: InPlace,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -736,6 +742,24 @@ impl Strategy {
     }
 }
 
+/// Whether a change of only the live settings updates instances in place
+/// (`spec.rollout.inPlace`), as Cluster API's in-place updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum InPlace {
+    /// Update in place when every changed field is one `docker update` changes live.
+    #[default]
+    IfPossible,
+    /// Replace the instances whatever changed.
+    Never,
+}
+
+impl InPlace {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_if_possible(&self) -> bool {
+        *self == Self::IfPossible
+    }
+}
+
 /// What a stalled rollout does (`spec.rollout.failureAction`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -795,6 +819,7 @@ impl Default for RolloutSpec {
             monitor: Self::default_monitor(),
             hook_timeout: None,
             volume_detach_timeout: None,
+            in_place: InPlace::IfPossible,
         }
     }
 }
