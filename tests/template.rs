@@ -3,6 +3,7 @@
 //! their own nodes; every other setting as `docker run` would send it; and bad settings caught
 //! offline, with file, line and field.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use poolctl::spec::{
 use serde_json::{Value, json};
 
 use crate::support::docker::{CASE_LABEL, HEALTHY_IMAGE, IMAGE, RUN_LABEL, TestDocker, docker, run_id};
+use crate::support::scenario::Scenario;
 
 /// Only keeps a broken test from hanging; nothing is timed.
 const UP: Duration = Duration::from_secs(60);
@@ -994,4 +996,84 @@ async fn an_image_re_tagged_under_the_pools_name_rolls_a_pool_that_follows_diges
         "{}",
         refused.stderr
     );
+}
+
+/// The IDs of the scenario's containers, by name.
+async fn ids(s: &Scenario) -> BTreeMap<String, String> {
+    s.containers().await.into_iter().map(|c| (c.name, c.id)).collect()
+}
+
+/// `memory` and `restart` change on the running containers (`docker update`): the plan says
+/// so, the containers stay, Docker shows the new values, and the next plan is empty. An update
+/// record lost (or never written: a run killed after the update) costs one more update, never a
+/// container. `env` still replaces, and the plan names it as the reason.
+#[tokio::test]
+async fn live_settings_change_in_place_and_env_replaces() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().replicas(2).max_unavailable(1).setting("memory", "64m"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before = ids(&s).await;
+    assert_eq!(before.len(), 2);
+
+    let live = s
+        .pool()
+        .replicas(2)
+        .max_unavailable(1)
+        .setting("memory", "128m")
+        .setting("restart", "unless-stopped");
+    s.write_pool(&live);
+    let plan = s.run("plan", &[]).expect_code(0);
+    for name in before.keys() {
+        assert!(
+            plan.stdout.contains(&format!("update-in-place {name}  (memory, restart; same container)")),
+            "{}",
+            plan.stdout
+        );
+    }
+    assert!(plan.stdout.contains("0 to create, 0 to retire, 2 to update in place"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(ids(&s).await, before, "the same containers");
+    for name in before.keys() {
+        let host = &inspect(name)["HostConfig"];
+        assert_eq!(host["Memory"], json!(128 << 20), "{name}");
+        assert_eq!(host["MemorySwap"], json!(256 << 20), "{name}: as a new container gets it");
+        assert_eq!(host["RestartPolicy"]["Name"], json!("unless-stopped"), "{name}");
+    }
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    let first = before.keys().next().expect("an instance").clone();
+    docker_cli(&["volume", "rm", &poolctl::backend::docker::updated_record_name(&first)]);
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains(&format!("update-in-place {first}")), "{}", plan.stdout);
+    assert!(plan.stdout.contains("0 to create, 0 to retire, 1 to update in place"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    assert_eq!(ids(&s).await, before);
+    s.run("plan", &["--detailed-exitcode"]).expect_code(0);
+
+    s.write_pool(&live.env("LEVEL", "2"));
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(plan.stdout.contains("replaced: env changed"), "{}", plan.stdout);
+    assert!(!plan.stdout.contains("update-in-place"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = ids(&s).await;
+    assert_eq!(after.len(), 2);
+    assert!(after.values().all(|id| !before.values().any(|old| old == id)), "{before:?} {after:?}");
+}
+
+/// `spec.rollout.inPlace: Never`: a change of live settings replaces, as any other.
+#[tokio::test]
+async fn in_place_never_replaces_a_change_of_live_settings() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&s.pool().setting("memory", "64m").in_place("Never"));
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before = ids(&s).await;
+    s.write_pool(&s.pool().setting("memory", "128m").in_place("Never"));
+    let plan = s.run("plan", &[]).expect_code(0);
+    assert!(!plan.stdout.contains("update-in-place"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("1 to create, 1 to retire"), "{}", plan.stdout);
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = ids(&s).await;
+    assert_eq!(after.len(), 1);
+    assert!(after.keys().all(|name| !before.contains_key(name)), "{before:?} {after:?}");
+    assert_eq!(inspect(after.keys().next().expect("one"))["HostConfig"]["Memory"], json!(128 << 20));
 }

@@ -235,6 +235,15 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.instance(name).remove(name).await
     }
 
+    async fn update_in_place(
+        &self,
+        name: &str,
+        update: &crate::backend::LiveUpdate,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.instance(name).update_in_place(name, update, labels).await
+    }
+
     /// On every endpoint: a pool that moved may have left a record where it was.
     async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {
         for (_, backend) in self.all() {

@@ -118,6 +118,21 @@ pub struct NewFile {
     pub content: Secret,
 }
 
+/// The live settings of a running container to change (`docker update`), as the template
+/// writes them, and the template the container runs once they are: what its update record
+/// says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveUpdate {
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids_limit: Option<i64>,
+    /// `None` is Docker's default, `no`.
+    pub restart: Option<String>,
+    pub template_hash: String,
+    /// The canonical template JSON (see [`crate::spec::canonical_template`]).
+    pub template: String,
+}
+
 /// What an exec inside a container ended with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -263,6 +278,18 @@ pub trait Containers: Sync {
     fn record_up(
         &self,
         name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Change the live settings of the running container `name` as `update` says (`docker
+    /// update`), then record, with `labels`, that this very container runs `update`'s template
+    /// now: the next list shows it with that template. Done again, it changes nothing: a run
+    /// killed between the two, or a record lost, costs one more update, never an instance. A
+    /// container that does not carry poolctl's pool label is never updated
+    /// ([`BackendError::NotOurs`]).
+    fn update_in_place(
+        &self,
+        name: &str,
+        update: &LiveUpdate,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Remove what poolctl keeps about `pool` beside its instances (its rollout record and its

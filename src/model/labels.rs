@@ -53,6 +53,11 @@ pub const RECORDS_UP: &str = "poolctl.dev/records-up";
 /// is a Docker volume named `poolctl-up-<instance>`, written as the last step of coming up (see
 /// `backend::docker::up`); earlier poolctl versions kept it as a never-started container.
 pub const UP_OF: &str = "poolctl.dev/up-of";
+/// On an update record: the ID of the instance container that was updated in place to the
+/// template the record carries in [`TEMPLATE_HASH`] and [`TEMPLATE`]. A container's own labels
+/// cannot change, so the record, a Docker volume named `poolctl-updated-<instance>` (as an up
+/// record is), says what it runs since (see `backend::docker::up`).
+pub const UPDATED_OF: &str = "poolctl.dev/updated-of";
 /// On a pool's rollout record (`poolctl-rollout-<pool>`, a Docker volume, as an up record is):
 /// the template hash its last rollout was to; the record's creation time is when that rollout
 /// began.

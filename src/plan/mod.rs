@@ -86,6 +86,7 @@ fn hold_back(pool: &mut PoolPlan, s: &mut Summary) -> Vec<Step> {
     let steps = std::mem::take(&mut pool.steps);
     s.create -= steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
     s.configure -= steps.iter().filter(|s| matches!(s.action, Action::Configure(_))).count();
+    s.update_in_place -= steps.iter().filter(|s| matches!(s.action, Action::UpdateInPlace { .. })).count();
     let retired = pool.instances.iter().filter(|i| i.fate == Fate::Retire).count();
     (s.retire, s.unchanged) = (s.retire - retired, s.unchanged + retired);
     steps
@@ -237,6 +238,9 @@ pub struct Summary {
     pub unchanged: usize,
     /// Kept instances whose Node's labels or taints differ from the spec.
     pub configure: usize,
+    /// Instances updated in place (`docker update`): kept, not counted as unchanged.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub update_in_place: usize,
     /// Pools that have containers from this source but are no longer declared, left alone
     /// without `--prune`.
     pub undeclared: usize,
@@ -463,6 +467,10 @@ pub struct TemplateChange {
     /// now sha256:... (was sha256:...)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_moved: Option<String>,
+    /// The changed fields that `docker update` cannot carry out, and so replace the instances
+    /// (`env`, `image`, `bootstrap`...); empty when the change is live settings only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaced_by: Vec<String>,
 }
 
 /// One existing instance, as observed, and its fate.
@@ -653,6 +661,13 @@ pub enum Action {
     DeleteNode,
     /// Remove the container.
     Remove,
+    /// Change the running container's live settings (`docker update`) to the spec's template,
+    /// and record that it runs that template now: same container, no drain.
+    UpdateInPlace {
+        template_hash: String,
+        /// The template fields that change (`memory`, `restart`...).
+        fields: Vec<String>,
+    },
 }
 
 impl Action {
@@ -669,6 +684,7 @@ impl Action {
             Self::Stop => "stop",
             Self::DeleteNode => "delete-node",
             Self::Remove => "remove",
+            Self::UpdateInPlace { .. } => "update-in-place",
         }
     }
 

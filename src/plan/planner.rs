@@ -12,7 +12,10 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{Container, DrainAction, InstanceRef, Node, Pdb, Pod, World, is_instance_name, labels};
 use crate::model::{Desired, DesiredPool, Revision, RolloutResult};
-use crate::spec::{DeletePolicy, DisruptionReason, HASH_LEN, Strategy, canonical_template};
+use crate::spec::{
+    DeletePolicy, DisruptionReason, HASH_LEN, InPlace, Strategy, TemplateDiff, canonical_template,
+    diff_templates,
+};
 
 use super::deadline::Deadlines;
 use super::health::{Assessment, Standing, assess, silent_for};
@@ -125,16 +128,25 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
 
     let mut summary = Summary::default();
     for pool in &pools {
+        let updated: FxHashSet<&str> = pool
+            .steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::UpdateInPlace { .. }))
+            .map(|s| s.instance.as_str())
+            .collect();
         for step in &pool.steps {
             match step.action {
                 Action::Create { .. } => summary.create += 1,
                 Action::Configure(_) => summary.configure += 1,
+                Action::UpdateInPlace { .. } => summary.update_in_place += 1,
                 _ => {}
             }
         }
         for instance in &pool.instances {
             match instance.fate {
-                Fate::Keep => summary.unchanged += 1,
+                // An instance updated in place is kept, but not unchanged.
+                Fate::Keep if !updated.contains(instance.name.as_str()) => summary.unchanged += 1,
+                Fate::Keep => {}
                 Fate::Retire => summary.retire += 1,
             }
             match instance.health.as_ref().map(|h| h.action) {
@@ -245,6 +257,59 @@ impl<'a> Indexed<'a> {
     }
 }
 
+/// The outdated instances of `dp` that an update in place brings to its template: running,
+/// come up, where the spec places the pool, and created from a template (its label) that
+/// differs from the spec's in live fields only. An instance without that label (or whose
+/// label does not read) is replaced: what it runs is not known. `strategy: OnDelete` updates
+/// nothing by itself, as it replaces nothing.
+fn updatable_in_place(dp: &DesiredPool, world: &World) -> FxHashSet<String> {
+    let rollout = &dp.pool.spec.rollout;
+    if rollout.in_place == InPlace::Never || rollout.strategy == Strategy::OnDelete {
+        return FxHashSet::default();
+    }
+    let canonical = std::cell::OnceCell::new();
+    world
+        .containers
+        .iter()
+        .filter(|c| c.pool == dp.name() && c.template_hash != dp.template_hash && c.elsewhere.is_none())
+        .filter(|c| c.state == crate::model::ContainerState::Running && c.came_up.is_some())
+        .filter(|c| {
+            let new = canonical.get_or_init(|| canonical_template(&dp.pool.spec));
+            c.template.as_deref().is_some_and(|old| matches!(diff_templates(old, new), TemplateDiff::Live(_)))
+        })
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// The `update-in-place` steps of the instances `target` updates in place and keeps, by name,
+/// `maxUnavailable` (at least one) to a batch: the rollout observes and plans again after each
+/// batch, so a failed update halts it with the rest as they were.
+fn updates_in_place(
+    target: &Target<'_>,
+    all: &[Instance<'_>],
+    kept: &FxHashSet<&str>,
+    steps: &mut Vec<Step>,
+) {
+    let Some(dp) = target.pool else { return };
+    let new = canonical_template(&dp.pool.spec);
+    let mut updated: Vec<&Instance<'_>> =
+        all.iter().filter(|i| kept.contains(i.name) && target.in_place.contains(i.name)).collect();
+    if updated.is_empty() {
+        return;
+    }
+    updated.sort_by_key(|i| i.name);
+    let per_batch = target.max_unavailable.max(1);
+    for (n, instance) in updated.into_iter().enumerate() {
+        let old = instance.container.and_then(|c| c.template.as_deref()).unwrap_or_default();
+        let TemplateDiff::Live(fields) = diff_templates(old, &new) else { continue };
+        let batch = u32::try_from(n / per_batch + 1).unwrap_or(u32::MAX);
+        let action = Action::UpdateInPlace { template_hash: dp.template_hash.clone(), fields };
+        steps.push(Step { batch, instance: instance.shared.clone(), action });
+    }
+    // Each batch's updates go after what else it does, whose steps are in batch order already.
+    steps.sort_by_key(|s| s.batch);
+}
+
 /// What a pool should become, reduced to what planning needs.
 struct Target<'a> {
     name: &'a str,
@@ -261,6 +326,9 @@ struct Target<'a> {
     /// Some instance is a Node, by the spec or by its container's cluster labels: Nodes are
     /// observed and joined to containers, and orphan Nodes of the pool are cleaned up.
     any_nodes: bool,
+    /// The outdated instances whose template differs from the spec's in live fields only
+    /// (`spec.rollout.inPlace`): they count as current, and are updated where they run.
+    in_place: FxHashSet<String>,
 }
 
 impl<'a> Target<'a> {
@@ -278,6 +346,7 @@ impl<'a> Target<'a> {
             max_unavailable: to_count(spec.rollout.unavailable(spec.replicas)),
             with_nodes: spec.node.is_some(),
             any_nodes: spec.node.is_some() || labelled,
+            in_place: updatable_in_place(dp, world),
         }
     }
 
@@ -303,15 +372,17 @@ impl<'a> Target<'a> {
             max_unavailable: 0,
             with_nodes,
             any_nodes: with_nodes,
+            in_place: FxHashSet::default(),
         }
     }
 
     /// Whether the instance runs the spec's template where the spec places the pool: one left
     /// on a Docker endpoint the pool moved away from is replaced like an outdated one.
     fn is_current(&self, instance: &Instance<'_>) -> bool {
-        instance
-            .container
-            .is_some_and(|c| Some(c.template_hash.as_str()) == self.hash && c.elsewhere.is_none())
+        instance.container.is_some_and(|c| {
+            (Some(c.template_hash.as_str()) == self.hash || self.in_place.contains(&c.name))
+                && c.elsewhere.is_none()
+        })
     }
 
     /// Whether the instance is a Node, and so is retired with cordon, drain and Node deletion:
@@ -530,13 +601,7 @@ fn plan_pool(
     let leaving: FxHashSet<&str> = retirees.iter().map(|i| i.name).collect();
 
     let mut steps = configure(target, &all, &kept);
-    // A starting instance whose coming up was cut short after its bootstrap and join is finished
-    // in the first batch, before any retirement: its `await-ready` records it up.
-    for instance in all.iter().filter(|i| kept.contains(i.name) && i.health.resumable) {
-        let action = Action::AwaitReady { node: target.with_nodes };
-        steps.push(Step { batch: 1, instance: instance.shared.clone(), action });
-    }
-    let resumed = all.iter().filter(|i| kept.contains(i.name) && i.health.resumable).count();
+    let resumed = resume(target, &all, &kept, &mut steps);
     let history = world.world.history.get(target.name).map_or(&[][..], Vec::as_slice);
     let starts = progress.starts.contains(target.name);
     let creations = Creations {
@@ -550,6 +615,7 @@ fn plan_pool(
             .and_then(|hash| new_revision(history, hash, progress, target.name)),
     };
     rollout(target, &all, (kept.len(), resumed), retirees, world, names, &creations, &mut steps);
+    updates_in_place(target, &all, &kept, &mut steps);
     let (revision, revision_end) = revision_of(target, &all, &steps, history, progress);
     PoolPlan {
         name: target.name.to_owned(),
@@ -923,6 +989,18 @@ fn configure(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>) 
         .collect()
 }
 
+/// A starting instance whose coming up was cut short after its bootstrap and join is finished
+/// in the first batch, before any retirement: its `await-ready` records it up. How many.
+fn resume(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>, steps: &mut Vec<Step>) -> usize {
+    let resumable: Vec<&Instance<'_>> =
+        all.iter().filter(|i| kept.contains(i.name) && i.health.resumable).collect();
+    for instance in &resumable {
+        let action = Action::AwaitReady { node: target.with_nodes };
+        steps.push(Step { batch: 1, instance: instance.shared.clone(), action });
+    }
+    resumable.len()
+}
+
 /// A pool that is shown, never touched: undeclared without `--prune`, or another source's
 /// without `--adopt`.
 fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
@@ -1208,7 +1286,8 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
     {
         let new = json_to_yaml(&canonical_template(spec)).unwrap_or_default();
         let (from_hash, old, image_moved) = (String::new(), String::new(), None);
-        return Some(TemplateChange { from_hash, to_hash: dp.template_hash.clone(), old, new, image_moved });
+        let to_hash = dp.template_hash.clone();
+        return Some(TemplateChange { from_hash, to_hash, old, new, image_moved, replaced_by: Vec::new() });
     }
     // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
     let (from_hash, containers) =
@@ -1222,12 +1301,18 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
         let (was, now) = (o["imageId"].as_str()?.to_owned(), spec.template.image_id.as_deref()?);
         (was != now).then(|| format!("image {} is now {now} (was {was})", spec.template.image))
     });
+    let new = canonical_template(spec);
+    let replaced_by = match diff_templates(old_json.unwrap_or_default(), &new) {
+        TemplateDiff::Replace(fields) => fields,
+        TemplateDiff::Live(_) => Vec::new(),
+    };
     Some(TemplateChange {
         from_hash: from_hash.to_owned(),
         to_hash: dp.template_hash.clone(),
         old: old_json.and_then(json_to_yaml).unwrap_or_default(),
-        new: json_to_yaml(&canonical_template(spec)).unwrap_or_default(),
+        new: json_to_yaml(&new).unwrap_or_default(),
         image_moved,
+        replaced_by,
     })
 }
 

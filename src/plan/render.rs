@@ -91,6 +91,12 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         n => format!(" {n} steps are held back: their pools are paused."),
     };
     let configure = if s.configure > 0 { format!(", {} to configure", s.configure) } else { String::new() };
+    let in_place = if s.update_in_place > 0 {
+        format!(", {} to update in place", s.update_in_place)
+    } else {
+        String::new()
+    };
+    let configure = format!("{configure}{in_place}");
     let mut health = Vec::new();
     if s.unavailable > 0 {
         health.push(format!("{} waited for (not serving, within their timeout)", s.unavailable));
@@ -216,6 +222,16 @@ fn template_diff(change: &crate::plan::TemplateChange, style: Style, out: &mut d
     }
     if let Some(moved) = &change.image_moved {
         writeln!(out, "  {}", style.yellow(moved))?;
+    }
+    // Said before the steps, as Cluster API users asked to know beforehand what replaces.
+    if !change.replaced_by.is_empty() {
+        let fields = change.replaced_by.join(", ");
+        let it = if change.replaced_by.len() == 1 { "it" } else { "them" };
+        writeln!(
+            out,
+            "  {}",
+            style.yellow(&format!("replaced: {fields} changed (docker update cannot change {it})"))
+        )?;
     }
     Ok(())
 }
@@ -506,6 +522,7 @@ fn step_text(marker: &str, step: &Step, style: Style, out: &mut dyn Write) -> io
         Action::AwaitReady { node: true } => "  (container up, Node Ready)".to_owned(),
         Action::AwaitReady { node: false } => "  (container up)".to_owned(),
         Action::Configure(preview) => format!("  ({})", preview.changes.join(", ")),
+        Action::UpdateInPlace { fields, .. } => format!("  ({}; same container)", fields.join(", ")),
         Action::Drain(preview) if preview.evict.is_empty() && preview.skip.is_empty() => {
             "  (no pods)".to_owned()
         }

@@ -1762,6 +1762,124 @@ fn the_delete_policy_chooses_which_instances_a_scale_down_retires() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Updates in place
+
+/// `n` running instances of pool `w`, created from `old`'s template (their label keeps it).
+fn created_from(old: &crate::model::DesiredPool, n: usize) -> World {
+    let canonical = crate::spec::canonical_template(&old.pool.spec);
+    world_of(
+        (0..n)
+            .map(|i| crate::model::Container {
+                template: Some(canonical.clone()),
+                ..container(&format!("w-{i}"), "w", &old.template_hash, i64::try_from(i).unwrap() + 1)
+            })
+            .collect(),
+    )
+}
+
+/// Pool `w` of `replicas` with `maxUnavailable`, changed by `change` from its built template.
+fn changed(
+    replicas: i64,
+    unavailable: i64,
+    change: impl Fn(&mut crate::spec::PoolSpec),
+) -> crate::model::DesiredPool {
+    let mut dp = PoolArgs { unavailable, ..PoolArgs::new("w", replicas) }.build();
+    change(&mut dp.pool.spec);
+    dp.template_hash = crate::spec::template_hash(&dp.pool.spec);
+    dp
+}
+
+fn more_memory_and_a_restart_policy(spec: &mut crate::spec::PoolSpec) {
+    spec.template.memory = Some("128m".to_owned());
+    spec.template.restart = Some("always".to_owned());
+}
+
+#[test]
+fn a_change_of_live_settings_alone_updates_in_place_in_batches_of_max_unavailable() {
+    let world = created_from(&PoolArgs::new("w", 3).build(), 3);
+    let new = changed(3, 2, more_memory_and_a_restart_policy);
+    let desired = desired(vec![new.clone()]);
+    let plan = plan(&desired, &world, PlanOptions::default());
+    let w = pool_plan(&plan, "w");
+    let by_batch: Vec<(u32, &str, &str)> =
+        w.steps.iter().map(|s| (s.batch, s.action.verb(), s.instance.as_str())).collect();
+    assert_eq!(
+        by_batch,
+        [(1, "update-in-place", "w-0"), (1, "update-in-place", "w-1"), (2, "update-in-place", "w-2")],
+        "no create, no retirement: the same containers, maxUnavailable to a batch"
+    );
+    let Action::UpdateInPlace { fields, template_hash } = &w.steps[0].action else { unreachable!() };
+    assert_eq!(
+        (fields.as_slice(), template_hash),
+        (&["memory".to_owned(), "restart".to_owned()][..], &new.template_hash)
+    );
+    assert!(retired(w).is_empty());
+    assert_eq!((plan.summary.update_in_place, plan.summary.unchanged, plan.summary.create), (3, 0, 0));
+    assert!(w.template_change.as_ref().is_some_and(|c| c.replaced_by.is_empty()));
+    let shown = text(&plan);
+    assert!(shown.contains("update-in-place w-0  (memory, restart; same container)"), "{shown}");
+    assert!(shown.contains("3 to update in place"), "{shown}");
+
+    // `maxUnavailable: 0` still updates, one at a time; applied, the plan is empty.
+    let plan = plan_of_one(&changed(3, 0, more_memory_and_a_restart_policy), &world);
+    let batches: Vec<u32> = pool_plan(&plan, "w").steps.iter().map(|s| s.batch).collect();
+    assert_eq!(batches, [1, 2, 3]);
+    let after = execute_checking_capacity(&plan, &world, &PoolArgs::new("w", 3));
+    let again = plan_of_one(&changed(3, 0, more_memory_and_a_restart_policy), &after);
+    assert!(!again.has_changes(), "{:?}", again.pools[0].steps);
+}
+
+fn plan_of_one(dp: &crate::model::DesiredPool, world: &World) -> Plan {
+    plan(&desired(vec![dp.clone()]), world, PlanOptions::default())
+}
+
+#[test]
+fn any_other_change_replaces_and_the_plan_names_the_fields_that_force_it() {
+    let world = created_from(&PoolArgs::new("w", 2).build(), 2);
+    let new = changed(2, 0, |spec| {
+        more_memory_and_a_restart_policy(spec);
+        spec.template.env.insert("NEW".to_owned(), crate::spec::EnvValue::plain("1"));
+    });
+    let plan = plan_of_one(&new, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.iter().all(|s| !matches!(s.action, Action::UpdateInPlace { .. })));
+    assert_eq!(retired(w), ["w-0", "w-1"]);
+    assert_eq!(w.template_change.as_ref().unwrap().replaced_by, ["env"]);
+    let shown = text(&plan);
+    assert!(shown.contains("replaced: env changed (docker update cannot change it)"), "{shown}");
+
+    // Docker cannot take a limit away from a running container either.
+    let limited = changed(2, 0, more_memory_and_a_restart_policy);
+    let plan = plan_of_one(&PoolArgs::new("w", 2).build(), &created_from(&limited, 2));
+    assert_eq!(retired(pool_plan(&plan, "w")), ["w-0", "w-1"]);
+    assert_eq!(pool_plan(&plan, "w").template_change.as_ref().unwrap().replaced_by, ["memory"]);
+}
+
+#[test]
+fn in_place_never_an_unknown_template_or_a_stopped_container_replaces() {
+    let old = PoolArgs::new("w", 2).build();
+    let never = changed(2, 0, |spec| {
+        more_memory_and_a_restart_policy(spec);
+        spec.rollout.in_place = crate::spec::InPlace::Never;
+    });
+    let plan = plan_of_one(&never, &created_from(&old, 2));
+    assert_eq!(retired(pool_plan(&plan, "w")), ["w-0", "w-1"]);
+    assert_eq!(plan.summary.update_in_place, 0);
+
+    let new = changed(2, 0, more_memory_and_a_restart_policy);
+    let mut world = created_from(&old, 2);
+    // What w-0 runs is not known (no template label); w-1 does not run.
+    world.containers[0].template = None;
+    world.containers[1].state = ContainerState::Exited;
+    let plan = plan_of_one(&new, &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.iter().all(|s| !matches!(s.action, Action::UpdateInPlace { .. })), "{:?}", verbs(w));
+    let mut gone = retired(w);
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-0", "w-1"]);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Snapshots of the output
 
 /// The plan's text and JSON, as the snapshots `<name>_text` and `<name>_json`.

@@ -42,6 +42,70 @@ pub fn template_hash(spec: &PoolSpec) -> String {
     hex_prefix(&Sha256::digest(canonical_template(spec).as_bytes()), HASH_LEN)
 }
 
+/// The template fields that `docker update` changes on a running container, as the canonical
+/// JSON names them: a change confined to them needs no new container
+/// (`spec.rollout.inPlace`). The rest of bollard's `ContainerUpdateBody` (CPU shares, swap,
+/// block I/O weights...) has no field in the template.
+pub const LIVE_FIELDS: [&str; 4] = ["memory", "cpus", "pidsLimit", "restart"];
+
+/// Of these, the ones a `docker update` can set but not unset (Docker reads 0 as "leave as
+/// it is"): removing one needs a new container.
+const SET_ONLY: [&str; 3] = ["memory", "cpus", "pidsLimit"];
+
+/// How a container's template differs from the spec's, both as canonical JSON
+/// ([`canonical_template`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateDiff {
+    /// Only these live fields changed, each to a value `docker update` can set.
+    Live(Vec<String>),
+    /// These fields changed and need a new container (`template.env`, `bootstrap`, or
+    /// `template` when the old one cannot be read).
+    Replace(Vec<String>),
+}
+
+/// The hashes of the two parts of a canonical template: everything but the live fields, and
+/// the live fields alone. Two templates of the same first hash differ in live fields only.
+/// `None` for text that is not a canonical template.
+pub fn split_hashes(canonical: &str) -> Option<(String, String)> {
+    let mut whole: serde_json::Value = serde_json::from_str(canonical).ok()?;
+    let template = whole.get_mut("template")?.as_object_mut()?;
+    let live: serde_json::Map<String, serde_json::Value> =
+        LIVE_FIELDS.iter().filter_map(|f| Some(((*f).to_owned(), template.remove(*f)?))).collect();
+    let digest = |text: String| hex_prefix(&Sha256::digest(text.as_bytes()), HASH_LEN);
+    Some((digest(whole.to_string()), digest(serde_json::Value::Object(live).to_string())))
+}
+
+/// What tells `old` from `new` (canonical templates): the fields that changed, and whether
+/// `docker update` can carry the change out. A template that does not read is all changed.
+pub fn diff_templates(old: &str, new: &str) -> TemplateDiff {
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    let (Some(old), Some(new)) = (parse(old), parse(new)) else {
+        return TemplateDiff::Replace(vec!["template".to_owned()]);
+    };
+    let empty = serde_json::Map::new();
+    let fields =
+        |v: &serde_json::Value, key: &str| v.get(key).and_then(|t| t.as_object()).unwrap_or(&empty).clone();
+    let (old_t, new_t) = (fields(&old, "template"), fields(&new, "template"));
+    let mut keys: Vec<&String> = old_t.keys().chain(new_t.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let changed: Vec<String> = keys.into_iter().filter(|k| old_t.get(*k) != new_t.get(*k)).cloned().collect();
+    let mut forced: Vec<String> = changed
+        .iter()
+        .filter(|f| {
+            let field = f.as_str();
+            !LIVE_FIELDS.contains(&field) || (SET_ONLY.contains(&field) && !new_t.contains_key(field))
+        })
+        .cloned()
+        .collect();
+    for key in ["bootstrap", "join"] {
+        if old.get(key) != new.get(key) {
+            forced.push(key.to_owned());
+        }
+    }
+    if forced.is_empty() { TemplateDiff::Live(changed) } else { TemplateDiff::Replace(forced) }
+}
+
 /// The first `len` (even) hex digits of a digest.
 pub(super) fn hex_prefix(digest: &[u8], len: usize) -> String {
     let mut hex = String::with_capacity(len);
@@ -141,6 +205,48 @@ tmpfs: ["/tmp", "/run"]
             let changed = hash_of(&format!("image: busybox\n{setting}\n"));
             assert_ne!(changed, base, "{setting} left the hash as it was");
         }
+    }
+
+    fn canonical_of(yaml: &str) -> String {
+        canonical_template(&spec(template(yaml), Vec::new(), None))
+    }
+
+    #[test]
+    fn the_live_fields_hash_apart_from_the_rest() {
+        let old = canonical_of("image: busybox\nmemory: 64m\nenv: {A: '1'}\n");
+        let live = canonical_of("image: busybox\nmemory: 128m\nrestart: always\nenv: {A: '1'}\n");
+        let env = canonical_of("image: busybox\nmemory: 64m\nenv: {A: '2'}\n");
+        let (old_fixed, old_live) = split_hashes(&old).expect("canonical");
+        let (live_fixed, live_live) = split_hashes(&live).expect("canonical");
+        let (env_fixed, env_live) = split_hashes(&env).expect("canonical");
+        assert_eq!(old_fixed, live_fixed);
+        assert_ne!(old_live, live_live);
+        assert_ne!(old_fixed, env_fixed);
+        assert_eq!(old_live, env_live);
+        assert_eq!(split_hashes("not json"), None);
+    }
+
+    #[test]
+    fn a_change_of_live_fields_alone_is_live_and_any_other_names_what_forces_a_replacement() {
+        let old = canonical_of("image: busybox\nmemory: 64m\ncpus: '1'\n");
+        let diff = |yaml: &str| diff_templates(&old, &canonical_of(yaml));
+        assert_eq!(
+            diff("image: busybox\nmemory: 128m\ncpus: '1'\nrestart: always\npidsLimit: 50\n"),
+            TemplateDiff::Live(vec!["memory".into(), "pidsLimit".into(), "restart".into()])
+        );
+        assert_eq!(
+            diff("image: busybox\nmemory: 128m\ncpus: '1'\nenv: {A: '1'}\n"),
+            TemplateDiff::Replace(vec!["env".into()])
+        );
+        // Docker cannot take a memory limit away from a running container.
+        assert_eq!(diff("image: busybox\ncpus: '1'\n"), TemplateDiff::Replace(vec!["memory".into()]));
+        let with_bootstrap = canonical_template(&spec(
+            template("image: busybox\nmemory: 64m\ncpus: '1'\n"),
+            serde_saphyr::from_str("- exec: [true]\n").expect("steps"),
+            None,
+        ));
+        assert_eq!(diff_templates(&old, &with_bootstrap), TemplateDiff::Replace(vec!["bootstrap".into()]));
+        assert_eq!(diff_templates("{", &old), TemplateDiff::Replace(vec!["template".into()]));
     }
 
     #[test]

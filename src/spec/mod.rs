@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 
 pub use copy::{CopiedFrom, copies_env, copies_label, env_of, merge};
 pub use duration::Duration;
-pub use hash::{HASH_LEN, canonical_template, template_hash};
+pub use hash::{
+    HASH_LEN, LIVE_FIELDS, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash,
+};
 pub use load::{
     Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
 };
@@ -676,6 +678,12 @@ pub struct RolloutSpec {
     /// the old instance still serving. Default: no limit, as Cluster API's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_detach_timeout: Option<Duration>,
+    /// Whether a template change confined to what Docker changes on a running container
+    /// (`memory`, `cpus`, `pidsLimit`, `restart`) updates the instances in place (`docker
+    /// update`: same containers, no drain, in batches of `maxUnavailable`, at least 1):
+    /// `IfPossible` (default), or `Never`, which replaces them as any other change does.
+    #[serde(default, skip_serializing_if = "InPlace::is_if_possible")]
+    pub in_place: InPlace,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -740,6 +748,24 @@ impl Strategy {
     }
 }
 
+/// Whether a change of only the live settings updates instances in place
+/// (`spec.rollout.inPlace`), as Cluster API's in-place updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum InPlace {
+    /// Update in place when every changed field is one `docker update` changes live.
+    #[default]
+    IfPossible,
+    /// Replace the instances whatever changed.
+    Never,
+}
+
+impl InPlace {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_if_possible(&self) -> bool {
+        *self == Self::IfPossible
+    }
+}
+
 /// What a stalled rollout does (`spec.rollout.failureAction`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -799,6 +825,7 @@ impl Default for RolloutSpec {
             monitor: Self::default_monitor(),
             hook_timeout: None,
             volume_detach_timeout: None,
+            in_place: InPlace::IfPossible,
         }
     }
 }

@@ -617,6 +617,22 @@ impl Containers for FakeWorld {
         .await
     }
 
+    async fn update_in_place(
+        &self,
+        name: &str,
+        update: &crate::backend::LiveUpdate,
+        _: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        self.call(format!("update {name}"), |sim| {
+            let c = sim.world.containers.iter_mut().find(|c| c.name == name);
+            let c = c.ok_or_else(|| BackendError::NotFound(format!("container {name}")))?;
+            c.template_hash.clone_from(&update.template_hash);
+            c.template = Some(update.template.clone());
+            Ok(())
+        })
+        .await
+    }
+
     fn rollouts(&self) -> BTreeMap<String, crate::model::RolloutRecord> {
         self.sim().world.rollouts.clone()
     }

@@ -109,6 +109,12 @@ impl SimWorld {
             // registered after it was observed, so a missing one is no error.
             Action::DeleteNode => self.delete_node(name),
             Action::Remove => assert!(self.remove(name), "remove {name}: no container"),
+            Action::UpdateInPlace { template_hash, .. } => {
+                let c = self.world.containers.iter_mut().find(|c| c.name == name);
+                let c = c.unwrap_or_else(|| panic!("update {name}: no container"));
+                assert!(c.is_up(), "update {name}: not running");
+                c.template_hash.clone_from(template_hash);
+            }
         }
     }
 

@@ -213,6 +213,10 @@ pub struct PoolYaml {
     windows: Vec<String>,
     /// `spec.dependsOn`.
     depends_on: Vec<String>,
+    /// More `spec.template` settings, as `key: value` lines (`memory: 64m`).
+    settings: Vec<String>,
+    /// `spec.rollout.inPlace`, when set.
+    in_place: Option<String>,
 }
 
 impl PoolYaml {
@@ -249,6 +253,8 @@ impl PoolYaml {
             drain_timeout_action: None,
             windows: Vec::new(),
             depends_on: Vec::new(),
+            settings: Vec::new(),
+            in_place: None,
         }
     }
 
@@ -256,6 +262,20 @@ impl PoolYaml {
     #[must_use]
     pub fn depends_on(mut self, pools: &[&str]) -> Self {
         self.depends_on = pools.iter().map(|p| (*p).to_owned()).collect();
+        self
+    }
+
+    /// One more `spec.template` setting, as `docker run` would take it: `("memory", "64m")`.
+    #[must_use]
+    pub fn setting(mut self, key: &str, value: &str) -> Self {
+        self.settings.push(format!("{key}: {}", quote(value)));
+        self
+    }
+
+    /// `spec.rollout.inPlace` (`IfPossible`, `Never`).
+    #[must_use]
+    pub fn in_place(mut self, in_place: &str) -> Self {
+        self.in_place = Some(in_place.to_owned());
         self
     }
 
@@ -466,6 +486,39 @@ fn quote(text: &str) -> String {
     serde_json::to_string(text).expect("a string serialises")
 }
 
+impl PoolYaml {
+    /// The `spec.rollout` section.
+    fn write_rollout(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "  rollout:\n    maxSurge: {}\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
+            self.max_surge, self.max_unavailable, self.stop_grace_period, self.drain_timeout
+        )?;
+        if let Some(monitor) = &self.monitor {
+            writeln!(f, "    monitor: {monitor}")?;
+        }
+        if let Some(age) = &self.max_age {
+            writeln!(f, "    maxAge: {age}")?;
+        }
+        if let Some(deadline) = &self.progress_deadline {
+            writeln!(f, "    progressDeadline: {deadline}")?;
+        }
+        if self.on_delete {
+            writeln!(f, "    strategy: OnDelete")?;
+        }
+        if self.rollback {
+            writeln!(f, "    failureAction: rollback")?;
+        }
+        if let Some(policy) = &self.delete_policy {
+            writeln!(f, "    deletePolicy: {policy}")?;
+        }
+        if let Some(in_place) = &self.in_place {
+            writeln!(f, "    inPlace: {in_place}")?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for PoolYaml {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "apiVersion: poolctl.dev/v1alpha1\nkind: Pool\nmetadata:\n  name: {}", self.name)?;
@@ -492,6 +545,9 @@ impl fmt::Display for PoolYaml {
         }
         if let Some(network) = &self.network {
             writeln!(f, "    network: {network}")?;
+        }
+        for setting in &self.settings {
+            writeln!(f, "    {setting}")?;
         }
         if let Some(host) = &self.docker_host {
             writeln!(f, "  docker:\n    host: {}", quote(host))?;
@@ -533,29 +589,7 @@ impl fmt::Display for PoolYaml {
         if let Some(action) = &self.drain_timeout_action {
             writeln!(f, "  drain:\n    timeoutAction: {action}")?;
         }
-        writeln!(
-            f,
-            "  rollout:\n    maxSurge: {}\n    maxUnavailable: {}\n    stopGracePeriod: {}\n    drainTimeout: {}",
-            self.max_surge, self.max_unavailable, self.stop_grace_period, self.drain_timeout
-        )?;
-        if let Some(monitor) = &self.monitor {
-            writeln!(f, "    monitor: {monitor}")?;
-        }
-        if let Some(age) = &self.max_age {
-            writeln!(f, "    maxAge: {age}")?;
-        }
-        if let Some(deadline) = &self.progress_deadline {
-            writeln!(f, "    progressDeadline: {deadline}")?;
-        }
-        if self.on_delete {
-            writeln!(f, "    strategy: OnDelete")?;
-        }
-        if self.rollback {
-            writeln!(f, "    failureAction: rollback")?;
-        }
-        if let Some(policy) = &self.delete_policy {
-            writeln!(f, "    deletePolicy: {policy}")?;
-        }
+        self.write_rollout(f)?;
         if !self.windows.is_empty() {
             writeln!(f, "  disruption:\n    windows:")?;
             for window in &self.windows {

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigCgroupnsModeEnum, PortBinding,
-    ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, ContainerUpdateBody, DeviceMapping, HostConfig, HostConfigCgroupnsModeEnum,
+    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 
-use crate::backend::NewContainer;
+use crate::backend::{LiveUpdate, NewContainer};
 use crate::spec::docker::{self, Restart, Volume};
 use crate::spec::{CgroupnsMode, UsernsMode};
 
@@ -126,6 +126,22 @@ fn ulimits(limits: &std::collections::BTreeMap<String, String>) -> Result<Vec<Re
             Ok(ResourcesUlimits { name: Some(name.clone()), soft: Some(soft), hard: Some(hard) })
         })
         .collect()
+}
+
+/// The `docker update` of a running container's live settings, as a container created with
+/// them would have them: a memory limit brings the swap limit Docker gives a new container
+/// (twice the memory), or raising the memory past the old swap limit is refused.
+pub(super) fn update_body(update: &LiveUpdate) -> Result<ContainerUpdateBody, String> {
+    let memory = update.memory.as_deref().map(docker::parse_memory).transpose()?;
+    let restart = update.restart.as_deref().map(docker::parse_restart).transpose()?;
+    Ok(ContainerUpdateBody {
+        memory,
+        memory_swap: memory.map(|m| m.saturating_mul(2)),
+        nano_cpus: update.cpus.as_deref().map(docker::parse_cpus).transpose()?,
+        pids_limit: update.pids_limit,
+        restart_policy: Some(restart_policy(restart.unwrap_or(Restart::No))),
+        ..Default::default()
+    })
 }
 
 fn restart_policy(restart: Restart) -> RestartPolicy {

@@ -46,7 +46,7 @@ pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
 pub use history::revision_record_name;
 pub use lock::lock_name;
-pub use up::{rollout_record_name, up_record_name};
+pub use up::{rollout_record_name, up_record_name, updated_record_name};
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -517,12 +517,15 @@ impl Containers for DockerBackend {
             }
         }
         let mut progressed = Vec::new();
+        let mut updated = HashMap::new();
         for volume in volumes.volumes.iter().flatten() {
             let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
             if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
                 rollouts.insert(pool, record);
+            } else if let Some((instance, record)) = up::updated_record_from(name, labels) {
+                updated.insert(instance, record);
             } else if let Some(pool) = up::progress_record_of(name, labels) {
                 progressed.push((pool, created));
             } else if let Some(record) = history::history_record_from(name, labels, created) {
@@ -538,6 +541,7 @@ impl Containers for DockerBackend {
         *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         up::join_up_records(&mut containers, &records);
+        up::join_updated_records(&mut containers, &updated);
         for c in &mut containers {
             c.docker_host.clone_from(&self.address);
         }
@@ -781,8 +785,27 @@ impl Containers for DockerBackend {
         // Its up record goes with it, at the same time. Should the container still run (the
         // remove is not forced, so it stays), it has lost its record: the next plan counts it
         // as not up, the cautious side.
-        let (container, record) = tokio::join!(container, self.remove_up_record(name));
-        container.and(record)
+        let updated_record = up::updated_record_name(name);
+        let (container, record, updated) =
+            tokio::join!(container, self.remove_up_record(name), self.remove_volume(&updated_record));
+        container.and(record).and(updated)
+    }
+
+    async fn update_in_place(
+        &self,
+        name: &str,
+        update: &crate::backend::LiveUpdate,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let id =
+            self.owned_id(name).await?.ok_or_else(|| BackendError::NotFound(format!("container {name}")))?;
+        let body =
+            create::update_body(update).map_err(|e| BackendError::Failed(format!("update {name}: {e}")))?;
+        self.call(self.docker.update_container(&id, body))
+            .await
+            .map_err(|e| self.error(&format!("update container {name}"), e))?;
+        // Last: the record says the update is done, never before it is.
+        self.write_updated_record(name, &id, update, labels).await
     }
 
     async fn forget_pool(&self, pool: &str) -> Result<(), BackendError> {

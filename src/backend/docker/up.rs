@@ -97,6 +97,45 @@ pub(super) fn join_up_records(containers: &mut [Container], records: &HashMap<St
     }
 }
 
+/// The name of the update record of `instance`: what it runs since it was updated in place.
+pub fn updated_record_name(instance: &str) -> String {
+    format!("poolctl-updated-{instance}")
+}
+
+/// One update record, as the list shows it.
+pub(super) struct UpdatedRecord {
+    /// The instance container it vouches for.
+    of: String,
+    template_hash: String,
+    template: Option<String>,
+}
+
+/// The update record named `name` with `labels`, by instance name; `None` for anything that is
+/// not one.
+pub(super) fn updated_record_from(
+    name: &str,
+    labels: &HashMap<String, String>,
+) -> Option<(String, UpdatedRecord)> {
+    let of = labels.get(labels::UPDATED_OF)?.clone();
+    let instance = name.strip_prefix("poolctl-updated-")?.to_owned();
+    let template_hash = labels.get(labels::TEMPLATE_HASH)?.clone();
+    let template = labels.get(labels::TEMPLATE).cloned();
+    Some((instance, UpdatedRecord { of, template_hash, template }))
+}
+
+/// Join the instances of a list with their update records: an instance updated in place runs
+/// the record's template, if the record vouches for this very container (a record left by an
+/// earlier container of the same name says nothing of this one). Without its record it shows
+/// the template it was created from, and is updated again: a lost record costs an update.
+pub(super) fn join_updated_records(containers: &mut [Container], records: &HashMap<String, UpdatedRecord>) {
+    for c in containers {
+        if let Some(record) = records.get(&c.name).filter(|r| r.of == c.id) {
+            c.template_hash.clone_from(&record.template_hash);
+            c.template.clone_from(&record.template);
+        }
+    }
+}
+
 /// Whether the planner needs to know since when the container has not been serving: Docker's
 /// list says only that it restarts or fails its HEALTHCHECK, not since when.
 pub(super) fn needs_since(c: &Container) -> bool {
@@ -183,6 +222,30 @@ impl DockerBackend {
             }
         }
         Err(BackendError::Failed(format!("{}: the volume {name} stays someone else's", doing())))
+    }
+
+    /// Write the update record of `instance` (container `id`): it runs `update`'s template now.
+    /// A record of an earlier update, or of an earlier container of the name, is replaced.
+    pub(super) async fn write_updated_record(
+        &self,
+        instance: &str,
+        id: &str,
+        update: &crate::backend::LiveUpdate,
+        record_labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let name = updated_record_name(instance);
+        let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
+        labels.insert(labels::UPDATED_OF.to_owned(), id.to_owned());
+        labels.insert(labels::TEMPLATE_HASH.to_owned(), update.template_hash.clone());
+        labels.insert(labels::TEMPLATE.to_owned(), update.template.clone());
+        // A volume's labels cannot change either: the record is made anew.
+        self.remove_volume(&name).await?;
+        let made =
+            self.create_record(&name, labels.clone(), &format!("record that {instance} was updated")).await?;
+        if made.labels != labels {
+            return Err(BackendError::Failed(format!("the volume {name} stays someone else's")));
+        }
+        Ok(())
     }
 
     /// Write `pool`'s rollout record: its rollout to `template_hash` begins now. The record of an

@@ -973,7 +973,17 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 self.lock_guard.check(pool_name)?;
                 self.containers.remove(name).await?;
             }
+            Action::UpdateInPlace { .. } => self.update_in_place(pool_name, name).await?,
         }
+        Ok(())
+    }
+
+    /// Bring the running instance `name` to its pool's template by `docker update`: the plan
+    /// found that only live settings differ.
+    async fn update_in_place(&self, pool_name: &str, name: &str) -> Result<(), StepError> {
+        let pool = self.pool(pool_name)?;
+        self.lock_guard.check(pool_name)?;
+        self.containers.update_in_place(name, &live_update(&pool), &record_labels(&pool)).await?;
         Ok(())
     }
 
@@ -1393,6 +1403,20 @@ fn retires_current(pool: &PoolPlan, step: &Step) -> bool {
 /// The labels of a pool's records (an instance's up record, the pool's rollout and revision
 /// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
 /// containers by one of those finds the record too.
+/// The live settings of `pool`'s template, and the template an instance runs once they are
+/// applied to it.
+fn live_update(pool: &DesiredPool) -> crate::backend::LiveUpdate {
+    let template = &pool.pool.spec.template;
+    crate::backend::LiveUpdate {
+        memory: template.memory.clone(),
+        cpus: template.cpus.clone(),
+        pids_limit: template.pids_limit,
+        restart: template.restart.clone(),
+        template_hash: pool.template_hash.clone(),
+        template: crate::spec::canonical_template(&pool.pool.spec),
+    }
+}
+
 pub(crate) fn record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     let mut labels = pool.pool.spec.template.labels.clone();
     labels.insert(labels::POOL.into(), pool.name().into());

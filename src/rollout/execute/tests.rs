@@ -814,3 +814,32 @@ async fn skipping_the_version_skew_check_or_a_pool_without_a_cluster_passes() {
     let executor = Executor::new(&desired, &fake, &none, &progress, &interrupt);
     assert_eq!(executor.preflight(&plan).await, Ok(()));
 }
+
+/// Updates in place, one batch after another: each changes the very container and the template
+/// it is read with; a failed one halts the rollout before the next batch.
+#[tokio::test]
+async fn updates_in_place_change_the_containers_and_a_failed_one_halts() {
+    let update = || Action::UpdateInPlace { template_hash: "new".into(), fields: vec!["memory".into()] };
+    let mut plan = rolling_plan();
+    plan.pools[0].steps = vec![step(0, "o1", update()), step(1, "o2", update())];
+    let world = || {
+        let fake = FakeWorld::default();
+        fake.sim().world.containers.extend([container("o1", "w", "old", 1), container("o2", "w", "old", 2)]);
+        fake
+    };
+    let fake = world();
+    let (report, _) = run(&fake, &desired(0, None), &plan, &Interrupt::default()).await;
+    assert!(report.complete());
+    {
+        let sim = fake.sim();
+        let hashes: Vec<(&str, &str)> =
+            sim.world.containers.iter().map(|c| (c.id.as_str(), c.template_hash.as_str())).collect();
+        assert_eq!(hashes, [("id-o1", "new"), ("id-o2", "new")], "the same containers, of the new template");
+        assert!(sim.world.containers[0].template.as_deref().is_some_and(|t| t.contains("img:1")));
+    }
+
+    let fake = world().failing("update o1");
+    let (report, _) = run(&fake, &desired(0, None), &plan, &Interrupt::default()).await;
+    assert_eq!(report.failure().map(|f| f.verb), Some("update-in-place"));
+    assert!(!fake.calls().iter().any(|c| c == "update o2"), "{:?}", fake.calls());
+}
