@@ -48,6 +48,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
     check_rollback(&planned)?;
+    check_suspended(plan)?;
     if !config.dry_run {
         crate::rollout::tell_conditions(plan, &planned.preview.clusters).await;
         crate::rollout::record_ends(plan, &planned.desired, &*planned.docker).await;
@@ -342,4 +343,19 @@ fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
         eprintln!("interrupt: exiting now; run apply again to continue");
         std::process::exit(EXIT_INTERRUPTED);
     });
+}
+
+/// Refuse a pool that `poolctl suspend` suspended and that this apply would change: a stop
+/// button that an apply silently skipped would look pressed and not be. Said with who pressed
+/// it, why, and the two ways on.
+fn check_suspended(plan: &Plan) -> Result<()> {
+    let held = |p: &&crate::plan::PoolPlan| p.paused.as_ref().is_some_and(|h| !h.steps.is_empty());
+    let Some(pool) = plan.pools.iter().filter(held).find(|p| p.suspended.is_some()) else { return Ok(()) };
+    let suspension = pool.suspended.as_ref().map(crate::model::Suspension::describe).unwrap_or_default();
+    bail!(
+        "pool {} is {suspension}: nothing was changed. Resume it with `poolctl resume {} --source ...`, \
+         or apply with --ignore-suspend to roll it all the same",
+        pool.name,
+        pool.name
+    )
 }

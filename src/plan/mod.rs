@@ -30,7 +30,8 @@ pub use render::{
 use crate::model::{Desired, World};
 
 /// Compute the plan that takes `world` to `desired` ([`planner::plan`]), with the steps of
-/// each paused pool (`spec.paused`) held back: shown, never carried out.
+/// each paused pool (`spec.paused`) and each suspended one (`poolctl suspend`, recorded in the
+/// world) held back: shown, never carried out.
 ///
 /// The random part of new instance names comes from a seed derived from the source revision
 /// and the observed pools ([`saved::seed`]): planning the same revision in the same world names
@@ -41,7 +42,7 @@ use crate::model::{Desired, World};
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
-    hold_paused(desired, mark_own_node(planned, &options))
+    hold_paused(desired, world, &options, mark_own_node(planned, &options))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
@@ -52,7 +53,8 @@ pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Pl
         Some(seed) => planner::Seed::Known(seed),
         None => planner::Seed::Derive(desired),
     };
-    hold_paused(desired, mark_own_node(planner::plan(desired, world, &options, seed), &options))
+    let planned = planner::plan(desired, world, &options, seed);
+    hold_paused(desired, world, &options, mark_own_node(planned, &options))
 }
 
 /// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
@@ -69,9 +71,14 @@ fn mark_own_node(mut plan: Plan, options: &PlanOptions) -> Plan {
     plan
 }
 
-fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
+/// Hold back the steps of each paused or suspended pool. A suspension holds a pool whatever
+/// the source says of it, declared or not: a stop button must stop everything, a prune too.
+fn hold_paused(desired: &Desired, world: &World, options: &PlanOptions, mut plan: Plan) -> Plan {
+    for pool in plan.pools.iter_mut().filter(|_| !options.ignore_suspend) {
+        pool.suspended = world.suspended.get(&pool.name).cloned();
+    }
     let paused = |name: &str| desired.pools.iter().any(|p| p.name() == name && p.pool.spec.paused);
-    for pool in plan.pools.iter_mut().filter(|p| paused(&p.name)) {
+    for pool in plan.pools.iter_mut().filter(|p| paused(&p.name) || p.suspended.is_some()) {
         let steps = std::mem::take(&mut pool.steps);
         let s = &mut plan.summary;
         s.create -= steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count();
@@ -242,6 +249,10 @@ pub struct PoolPlan {
     /// are then empty, so that nothing carries them out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<HeldBack>,
+    /// Set for a pool suspended by `poolctl suspend`: who, when and why. Its steps are held
+    /// back in `paused` as a paused pool's are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<crate::model::Suspension>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -356,7 +367,7 @@ pub struct WindowHold {
     pub message: String,
 }
 
-/// What a paused pool holds back.
+/// What a paused or suspended pool holds back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeldBack {
     /// The steps the plan would take if the pool were not paused, in order.

@@ -54,6 +54,7 @@ fn rolling_plan() -> Plan {
         pools: vec![PoolPlan {
             managed_by: None,
             paused: None,
+            suspended: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),
