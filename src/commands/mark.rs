@@ -63,6 +63,11 @@ async fn resume(docker: &impl Containers, pool: &str) -> Result<()> {
         return Ok(());
     };
     docker.resume(pool).await.with_context(|| format!("cannot resume pool {pool}"))?;
+    // As `flux resume` does: the pool is reconciled at once, not at watch's next resync.
+    docker
+        .request_reconcile(pool)
+        .await
+        .with_context(|| format!("cannot request a reconcile of pool {pool}"))?;
     write_stdout(|out| writeln!(out, "Pool {pool} resumed (it was {}).", suspension.describe()))?;
     Ok(())
 }

@@ -70,8 +70,11 @@ impl DockerBackend {
         })
     }
 
-    /// Write `pool`'s reconcile request; one already there stands.
+    /// Write `pool`'s reconcile request, made anew: Docker tells `watch` of a volume's
+    /// creation, and an old request left over (a watch that was down) would be answered with
+    /// no event.
     pub(super) async fn write_request(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_volume(&request_record_name(pool)).await?;
         let labels = HashMap::from([
             (labels::POOL.to_owned(), pool.to_owned()),
             (labels::RECONCILE_REQUESTED.to_owned(), pool.to_owned()),
