@@ -48,7 +48,6 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     let plan = &planned.preview.plan;
     check_replace(plan, &config.options)?;
     check_rollback(&planned)?;
-    check_suspended(plan)?;
     if !config.dry_run {
         crate::rollout::tell_conditions(plan, &planned.preview.clusters).await;
         crate::rollout::record_ends(plan, &planned.desired, &*planned.docker).await;
@@ -74,6 +73,8 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
         tell(progress_ui, "\nDry run: nothing was changed.")?;
         return Ok(Exit::Success);
     }
+    // After the plan is shown, which says what the suspension holds back.
+    check_suspended(plan)?;
     // A pool another run is changing shows instances in the making, waited for: its lock is
     // waited for too (`--lock-timeout`), and the plan made under it carried out.
     let busy = planned.preview.busy_pools();
