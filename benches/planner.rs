@@ -174,6 +174,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
         locked: std::collections::BTreeSet::new(),
         rollouts: BTreeMap::new(),
         history: BTreeMap::new(),
+        suspended: BTreeMap::new(),
         listed: std::collections::BTreeSet::from([HOST.to_owned()]),
     };
     for i in 0..size {

@@ -98,6 +98,24 @@ pub enum Command {
     /// after its last renewal); this breaks it at once. A run whose lock is broken while it
     /// still runs stops at its next step boundary.
     Unlock(UnlockArgs),
+    /// Suspend a pool: no apply or watch rolls it out or remediates it until `poolctl resume`.
+    ///
+    /// A stop button that is not a commit: recorded in the world (beside the pool's instances,
+    /// on its Docker endpoint), so that every watch replica honours it at once. Plan and status
+    /// say who suspended it, when and why; apply refuses it unless --ignore-suspend.
+    #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
+    #[command(after_help = EXIT_STATUS)]
+    Suspend(SuspendArgs),
+    /// Resume a pool that `poolctl suspend` suspended: watch rolls it again at once.
+    #[allow(clippy::doc_markdown)] // a --help text
+    #[command(after_help = EXIT_STATUS)]
+    Resume(PoolArgs),
+    /// Ask watch to reconcile a pool now, without waiting for its next fetch or resync.
+    ///
+    /// The request is recorded in the world; the watch replica that acts on the pool takes it
+    /// at once (within a couple of seconds, whatever its --resync) and removes it.
+    #[command(after_help = EXIT_STATUS)]
+    Reconcile(ReconcileArgs),
     /// Print the JSON Schema of the pool file.
     #[command(after_help = EXIT_STATUS)]
     Schema,
@@ -206,6 +224,8 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
+// Each bool is a flag a user types: clap's way of saying a switch.
+#[allow(clippy::struct_excessive_bools)]
 pub struct ApplyArgs {
     /// A plan saved with `poolctl plan --out FILE`: carry out exactly that plan. --source may
     /// then be left out (the file names it).
@@ -266,6 +286,13 @@ pub struct ApplyArgs {
     #[arg(long, conflicts_with = "plan_file")]
     pub ignore_windows: bool,
 
+    /// Roll out and remediate the pools that `poolctl suspend` suspended all the same (they
+    /// stay suspended for watch). Without it, apply refuses a suspended pool that has steps.
+    // A --help text: backticks would be printed as they are.
+    #[allow(clippy::doc_markdown)]
+    #[arg(long, conflicts_with = "plan_file")]
+    pub ignore_suspend: bool,
+
     #[command(flatten)]
     pub planning: PlanningArgs,
 }
@@ -283,6 +310,47 @@ pub struct HistoryArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct SuspendArgs {
+    /// The pool to suspend.
+    #[arg(value_name = "POOL")]
+    pub pool: String,
+
+    /// The source that declares the pool (it says on which Docker endpoint the pool lives).
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Why, for whoever finds the pool suspended (shown by plan and status).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PoolArgs {
+    /// The pool.
+    #[arg(value_name = "POOL")]
+    pub pool: String,
+
+    /// The source that declares the pool (it says on which Docker endpoint the pool lives).
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The pool to reconcile now.
+    #[arg(value_name = "POOL", required_unless_present = "all", conflicts_with = "all")]
+    pub pool: Option<String>,
+
+    /// Every pool the source declares.
+    #[arg(long)]
+    pub all: bool,
+
+    /// The source that declares the pool (it says on which Docker endpoint the pool lives).
+    #[command(flatten)]
+    pub source: SourceArgs,
 }
 
 #[derive(Debug, Args)]

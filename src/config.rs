@@ -81,6 +81,8 @@ pub enum Task {
     /// Check a source offline.
     Validate(Source),
     Unlock(UnlockConfig),
+    /// `poolctl suspend`, `resume`, `reconcile`.
+    Mark(MarkConfig),
     History(HistoryConfig),
     /// Print the JSON Schema of the pool file.
     Schema,
@@ -210,6 +212,23 @@ pub struct HistoryConfig {
     pub format: Format,
 }
 
+/// What `poolctl suspend`, `resume` and `reconcile` record in the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mark {
+    Suspend { reason: Option<String> },
+    Resume,
+    Reconcile,
+}
+
+/// `poolctl suspend`, `resume` and `reconcile`: the pools (empty: every declared pool, for
+/// `reconcile --all`), the source that declares them, and what to record.
+#[derive(Debug, Clone)]
+pub struct MarkConfig {
+    pub pools: Vec<String>,
+    pub source: Source,
+    pub mark: Mark,
+}
+
 /// `poolctl unlock`.
 #[derive(Debug, Clone)]
 pub struct UnlockConfig {
@@ -253,6 +272,7 @@ impl Config {
                         pools: args.pools.into_iter().collect(),
                         rollback: args.rollback.into_iter().collect(),
                         ignore_windows: args.ignore_windows,
+                        ignore_suspend: args.ignore_suspend,
                         ..options(&args.planning)
                     },
                     yes: args.yes,
@@ -292,6 +312,21 @@ impl Config {
                 source: Source::from_args(&args.source)?,
                 pool: args.pool,
                 yes: args.yes,
+            }),
+            Command::Suspend(args) => Task::Mark(MarkConfig {
+                source: Source::from_args(&args.source)?,
+                pools: vec![args.pool],
+                mark: Mark::Suspend { reason: args.reason.filter(|r| !r.trim().is_empty()) },
+            }),
+            Command::Resume(args) => Task::Mark(MarkConfig {
+                source: Source::from_args(&args.source)?,
+                pools: vec![args.pool],
+                mark: Mark::Resume,
+            }),
+            Command::Reconcile(args) => Task::Mark(MarkConfig {
+                source: Source::from_args(&args.source)?,
+                pools: args.pool.into_iter().collect(),
+                mark: Mark::Reconcile,
             }),
             Command::Schema => Task::Schema,
             Command::Completions { shell } => Task::Completions(shell),

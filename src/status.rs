@@ -42,6 +42,13 @@ pub struct PoolView {
     /// `spec.paused`: apply and watch leave the pool as it is.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Set when `poolctl suspend` suspended the pool: "suspended by WHO at WHEN: REASON".
+    /// Apply and watch leave it as it is until `poolctl resume`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<String>,
+    /// The suspension as recorded: who, when (seconds since the Unix epoch) and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<crate::model::Suspension>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockHolder>,
     /// Whether the pool's instances are Nodes (the NODE and CORDONED columns).
@@ -181,7 +188,9 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
             && pool.degraded.is_none()
             && pool.windows.iter().all(|w| w.ignored),
         pending_steps: pool.steps.len() + held,
-        paused: pool.paused.is_some(),
+        paused: pool.paused.is_some() && pool.suspended.is_none(),
+        suspended: pool.suspended.as_ref().map(crate::model::Suspension::describe),
+        suspension: pool.suspended.clone(),
         lock: lock.cloned(),
         nodes,
         instances,
@@ -291,7 +300,11 @@ fn pool_line(pool: &PoolView) -> String {
             format!("not in sync ({n} step{} pending)", if n == 1 { "" } else { "s" })
         }
     };
-    let paused = if pool.paused { ", paused" } else { "" };
+    let paused = match &pool.suspended {
+        Some(suspended) => format!(", {suspended}"),
+        None if pool.paused => ", paused".to_owned(),
+        None => String::new(),
+    };
     let hash = pool.template_hash.as_deref().unwrap_or("-");
     format!("Pool {name}: {}/{} up, template {hash}, {state}{paused}", pool.up, pool.replicas)
 }

@@ -43,6 +43,7 @@ mod service;
 mod source;
 mod spec;
 mod support;
+mod suspend;
 mod template;
 mod ux;
 mod version_skew;

@@ -269,6 +269,36 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.all().iter().flat_map(|(_, backend)| backend.rollouts()).collect()
     }
 
+    /// Every endpoint's, as [`Containers::rollouts`]: a pool's record lives on its endpoint.
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
+        self.all().iter().flat_map(|(_, backend)| backend.suspensions()).collect()
+    }
+
+    fn requests(&self) -> std::collections::BTreeSet<String> {
+        self.all().iter().flat_map(|(_, backend)| backend.requests()).collect()
+    }
+
+    async fn suspend(
+        &self,
+        pool: &str,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<crate::model::Suspension, BackendError> {
+        self.pool(pool).suspend(pool, by, reason).await
+    }
+
+    async fn resume(&self, pool: &str) -> Result<(), BackendError> {
+        self.pool(pool).resume(pool).await
+    }
+
+    async fn request_reconcile(&self, pool: &str) -> Result<(), BackendError> {
+        self.pool(pool).request_reconcile(pool).await
+    }
+
+    async fn consume_request(&self, pool: &str) -> Result<(), BackendError> {
+        self.pool(pool).consume_request(pool).await
+    }
+
     async fn record_rollout(
         &self,
         pool: &str,

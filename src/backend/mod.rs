@@ -318,6 +318,42 @@ pub trait Containers: Sync {
     /// revisions oldest first: its records come back in the same call (see
     /// [`crate::model::Revision`]).
     fn history(&self) -> BTreeMap<String, Vec<Revision>>;
+    /// The suspended pools, by pool, that the last [`Containers::list`] showed: their records
+    /// come back in the same call (see [`crate::model::Suspension`]).
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
+        BTreeMap::new()
+    }
+    /// The pools with a reconcile request that the last [`Containers::list`] showed.
+    fn requests(&self) -> std::collections::BTreeSet<String> {
+        std::collections::BTreeSet::new()
+    }
+    /// Record in the world that `by` suspends `pool` for `reason`, and return the suspension
+    /// that stands (an earlier one stays as it was).
+    fn suspend(
+        &self,
+        pool: &str,
+        by: &str,
+        reason: Option<&str>,
+    ) -> impl Future<Output = Result<crate::model::Suspension, BackendError>> + Send {
+        let _ = (by, reason);
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
+    /// Remove `pool`'s suspension, if it has one.
+    fn resume(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
+    /// Record in the world a request to reconcile `pool` now (what `watch` acts on at once).
+    fn request_reconcile(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
+    /// Remove `pool`'s reconcile request, once acted on.
+    fn consume_request(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
     /// Record that `pool`'s rollout of `revision` (its number, template and origin; its start
     /// and end are ignored) begins now, with `labels`; the pool's revisions older than
     /// [`crate::model::REVISION_HISTORY_LIMIT`] before it go. A revision record is written once
@@ -337,6 +373,11 @@ pub trait Containers: Sync {
         result: RolloutResult,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// What a backend that keeps no records in the world answers a write of one.
+fn no_records(pool: &str) -> BackendError {
+    BackendError::Failed(format!("pool {pool}: this backend keeps no records"))
 }
 
 /// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.

@@ -74,6 +74,8 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
         tell(progress_ui, "\nDry run: nothing was changed.")?;
         return Ok(Exit::Success);
     }
+    // After the plan is shown, which says what the suspension holds back.
+    check_suspended(plan)?;
     // A pool another run is changing shows instances in the making, waited for: its lock is
     // waited for too (`--lock-timeout`), and the plan made under it carried out.
     let busy = planned.preview.busy_pools();
@@ -426,4 +428,19 @@ fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
         eprintln!("interrupt: exiting now; run apply again to continue");
         std::process::exit(EXIT_INTERRUPTED);
     });
+}
+
+/// Refuse a pool that `poolctl suspend` suspended and that this apply would change: a stop
+/// button that an apply silently skipped would look pressed and not be. Said with who pressed
+/// it, why, and the two ways on.
+fn check_suspended(plan: &Plan) -> Result<()> {
+    let held = |p: &&crate::plan::PoolPlan| p.paused.as_ref().is_some_and(|h| !h.steps.is_empty());
+    let Some(pool) = plan.pools.iter().filter(held).find(|p| p.suspended.is_some()) else { return Ok(()) };
+    let suspension = pool.suspended.as_ref().map(crate::model::Suspension::describe).unwrap_or_default();
+    bail!(
+        "pool {} is {suspension}: nothing was changed. Resume it with `poolctl resume {} --source ...`, \
+         or apply with --ignore-suspend to roll it all the same",
+        pool.name,
+        pool.name
+    )
 }

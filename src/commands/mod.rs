@@ -1,4 +1,5 @@
-//! The commands: plan, apply, status, history, validate, watch, unlock, schema and completions, each a
+//! The commands: plan, apply, status, history, validate, watch, unlock, suspend, resume,
+//! reconcile, schema and completions, each a
 //! small file over the stages (source -> observe -> plan -> rollout). This is the CLI edge,
 //! where library errors gain context and become exit statuses; a command takes the checked
 //! [`Config`] and the run's [`crate::backend::Connections`], never a clap type or a concrete
@@ -8,6 +9,7 @@ mod apply;
 mod common;
 mod exit;
 mod history;
+mod mark;
 mod plan;
 mod status;
 mod unlock;
@@ -38,6 +40,7 @@ pub async fn dispatch(config: Config) -> Result<Exit> {
             Ok(Exit::Success)
         }
         Task::Unlock(unlock) => unlock::unlock_command(&unlock).await,
+        Task::Mark(mark) => mark::mark_command(&mark).await,
         Task::History(history) => history::history_command(&history, ui).await,
         Task::Version(format) => {
             let version = env!("CARGO_PKG_VERSION");

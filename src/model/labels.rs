@@ -70,6 +70,17 @@ pub const CREATED_AT: &str = "poolctl.dev/created-at";
 /// record's creation time is when its rollout last stepped forward (a Node cordoned or drained,
 /// an instance stopped or removed), written again at each such step.
 pub const PROGRESS_OF: &str = "poolctl.dev/progress-of";
+/// On a pool's suspension record (`poolctl-suspend-<pool>`, a Docker volume): the pool. The
+/// record's creation time is when `poolctl suspend` suspended it.
+pub const SUSPENDED: &str = "poolctl.dev/suspended";
+/// On a suspension record: who suspended the pool (`user@host`, or the Pod).
+pub const SUSPENDED_BY: &str = "poolctl.dev/suspended-by";
+/// On a suspension record: why, as `--reason` gave it.
+pub const SUSPEND_REASON: &str = "poolctl.dev/suspend-reason";
+/// On a pool's reconcile request (`poolctl-reconcile-<pool>`, a Docker volume): the pool, which
+/// `watch` reconciles at once and then removes the request (Flux's
+/// `reconcile.fluxcd.io/requestedAt`); its creation time is when it was asked for.
+pub const RECONCILE_REQUESTED: &str = "poolctl.dev/reconcile-requested";
 /// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
 /// Annotation on a Node: its retirement does not wait for its volumes to detach.

@@ -36,6 +36,33 @@ pub struct World {
     /// `containers` is known to be gone only from these. Any other daemon was not looked at,
     /// and what lives there is out of view, not gone.
     pub listed: std::collections::BTreeSet<String>,
+    /// The pools suspended by `poolctl suspend`, by pool: their record in the world, which
+    /// every run and every replica reads, so that none of them rolls or remediates the pool.
+    pub suspended: BTreeMap<String, Suspension>,
+}
+
+/// A pool's suspension, as `poolctl suspend` recorded it in the world: a stop button that is
+/// not a commit (Flux's `flux suspend`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suspension {
+    /// Who suspended it: `user@host`, or the Pod poolctl ran in.
+    pub by: String,
+    /// When, in seconds since the Unix epoch, by the clock of the world that keeps the record.
+    pub at: i64,
+    /// Why, as given with `--reason`.
+    pub reason: Option<String>,
+}
+
+impl Suspension {
+    /// `suspended by ann@devbox at 2026-12-06T04:00:00Z: incident`.
+    pub fn describe(&self) -> String {
+        let at = k8s_openapi::jiff::Timestamp::from_second(self.at)
+            .map_or_else(|_| self.at.to_string(), |t| t.to_string());
+        match &self.reason {
+            Some(reason) => format!("suspended by {} at {at}: {reason}", self.by),
+            None => format!("suspended by {} at {at}", self.by),
+        }
+    }
 }
 
 /// What ties a Node to the container that runs its kubelet, written by poolctl on the Node

@@ -30,7 +30,8 @@ pub use render::{
 use crate::model::{Desired, World};
 
 /// Compute the plan that takes `world` to `desired` ([`planner::plan`]), with the steps of
-/// each paused pool (`spec.paused`) held back: shown, never carried out.
+/// each paused pool (`spec.paused`) and each suspended one (`poolctl suspend`, recorded in the
+/// world) held back: shown, never carried out.
 ///
 /// The random part of new instance names comes from a seed derived from the source revision
 /// and the observed pools ([`saved::seed`]): planning the same revision in the same world names
@@ -41,7 +42,12 @@ use crate::model::{Desired, World};
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
     let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
-    hold_dependents(desired, world, &options, hold_paused(desired, mark_own_node(planned, &options)))
+    hold_dependents(
+        desired,
+        world,
+        &options,
+        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
+    )
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
@@ -53,7 +59,12 @@ pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Pl
         None => planner::Seed::Derive(desired),
     };
     let planned = planner::plan(desired, world, &options, seed);
-    hold_dependents(desired, world, &options, hold_paused(desired, mark_own_node(planned, &options)))
+    hold_dependents(
+        desired,
+        world,
+        &options,
+        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
+    )
 }
 
 /// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
@@ -70,9 +81,14 @@ fn mark_own_node(mut plan: Plan, options: &PlanOptions) -> Plan {
     plan
 }
 
-fn hold_paused(desired: &Desired, mut plan: Plan) -> Plan {
+/// Hold back the steps of each paused or suspended pool. A suspension holds a pool whatever
+/// the source says of it, declared or not: a stop button must stop everything, a prune too.
+fn hold_paused(desired: &Desired, world: &World, options: &PlanOptions, mut plan: Plan) -> Plan {
+    for pool in plan.pools.iter_mut().filter(|_| !options.ignore_suspend) {
+        pool.suspended = world.suspended.get(&pool.name).cloned();
+    }
     let paused = |name: &str| desired.pools.iter().any(|p| p.name() == name && p.pool.spec.paused);
-    for pool in plan.pools.iter_mut().filter(|p| paused(&p.name)) {
+    for pool in plan.pools.iter_mut().filter(|p| paused(&p.name) || p.suspended.is_some()) {
         let steps = hold_back(pool, &mut plan.summary);
         plan.summary.held += steps.len();
         pool.paused = Some(HeldBack { steps });
@@ -102,7 +118,12 @@ fn hold_dependents(desired: &Desired, world: &World, options: &PlanOptions, mut 
     let mut ready_of = |name: &str| {
         *judged.entry(name.to_owned()).or_insert_with(|| {
             let only = PlanOptions { pools: BTreeSet::from([name.to_owned()]), ..options.clone() };
-            let alone = hold_paused(desired, planner::plan(desired, world, &only, planner::Seed::Known(0)));
+            let alone = hold_paused(
+                desired,
+                world,
+                &only,
+                planner::plan(desired, world, &only, planner::Seed::Known(0)),
+            );
             alone.pools.iter().all(ready)
         })
     };
@@ -306,6 +327,10 @@ pub struct PoolPlan {
     /// pools, and the steps held back until they are. Its `steps` are then empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waits_for: Option<DependencyWait>,
+    /// Set for a pool suspended by `poolctl suspend`: who, when and why. Its steps are held
+    /// back in `paused` as a paused pool's are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<crate::model::Suspension>,
     /// Old and new canonical templates, rendered as YAML, when some instance runs another
     /// template than the spec's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -430,7 +455,7 @@ pub struct DependencyWait {
     pub steps: Vec<Step>,
 }
 
-/// What a paused pool holds back.
+/// What a paused or suspended pool holds back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeldBack {
     /// The steps the plan would take if the pool were not paused, in order.

@@ -55,6 +55,8 @@ pub struct PlanOptions {
     /// Disrupt instances whatever the pool's disruption windows say (`apply --ignore-windows`):
     /// the plan still names what each window would have held back, as overridden.
     pub ignore_windows: bool,
+    /// Roll the pools that `poolctl suspend` suspended all the same (`apply --ignore-suspend`).
+    pub ignore_suspend: bool,
 }
 
 impl PlanOptions {
@@ -623,6 +625,7 @@ fn plan_pool(
         managed_by: None,
         paused: None,
         waits_for: None,
+        suspended: None,
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
@@ -1012,6 +1015,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         managed_by: None,
         paused: None,
         waits_for: None,
+        suspended: None,
         template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
         template_change: None,

@@ -258,9 +258,14 @@ fn pool_text(
         && pool.degraded.is_none()
         && pool.outdated_kept == 0
         && pool.windows.is_empty()
+        && pool.suspended.is_none()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
+    }
+    if let Some(suspension) = &pool.suspended {
+        let resume = format!("poolctl resume {}", pool.name);
+        writeln!(out, "  {} (held back until `{resume}`)", style.yellow(&suspension.describe()))?;
     }
     if let Some(change) = &pool.template_change {
         template_diff(change, style, out)?;
@@ -433,6 +438,8 @@ fn pool_header(pool: &PoolPlan) -> String {
                 .filter(|c| !c.from_hash.is_empty())
                 .map(|c| format!(" (was {})", c.from_hash));
             let state = match &pool.paused {
+                Some(held) if pool.suspended.is_some() && held.steps.is_empty() => ", up to date, suspended",
+                Some(_) if pool.suspended.is_some() => ", suspended",
                 Some(held) if held.steps.is_empty() => ", up to date, paused",
                 Some(_) => ", paused",
                 None if pool.degraded.is_some() => ", degraded",

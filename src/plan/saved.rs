@@ -77,6 +77,8 @@ impl SavedOptions {
             pools,
             own_node: None,
             ignore_windows: self.ignore_windows,
+            // A saved plan of a pool suspended since no longer matches the world: refused.
+            ignore_suspend: false,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use crate::model::{ContainerState, Desired, Health, Origin, Pdb, Pod, World};
+use crate::model::{Container, ContainerState, Desired, Health, Origin, Pdb, Pod, World};
 use crate::plan::{
     Action, Fate, Plan, PlanOptions, PoolPlan, PoolStatus, Step, plan, render_json, render_text,
 };
@@ -547,6 +547,43 @@ fn scale_down_retires_the_oldest_first() {
     let web = pool_plan(&plan, "web");
     assert_eq!(verbs(web), [("stop", "web-c"), ("remove", "web-c"), ("stop", "web-b"), ("remove", "web-b")]);
     assert_eq!(retired(web), ["web-b", "web-c"]);
+}
+
+/// A suspended pool (`poolctl suspend`, recorded in the world) is neither rolled out nor
+/// remediated: its steps are held back and shown with who suspended it, while the pool beside
+/// it rolls; `apply --ignore-suspend` rolls it all the same.
+#[test]
+fn a_suspended_pool_holds_its_rollout_and_remediation_back_and_says_who_and_why() {
+    let web = PoolArgs::new("web", 2).build();
+    let api = PoolArgs::new("api", 1).build();
+    let mut world = world_of(vec![
+        container("web-old-1", "web", "0ld", 1),
+        // Exited: remediation would replace it.
+        Container { state: ContainerState::Exited, ..container("web-old-2", "web", "0ld", 2) },
+        container("api-old-1", "api", "0ld", 1),
+    ]);
+    let suspension = crate::model::Suspension {
+        by: "ann@box".to_owned(),
+        at: 1_700_000_000,
+        reason: Some("incident".into()),
+    };
+    world.suspended.insert("web".to_owned(), suspension.clone());
+    let source = desired(vec![web, api]);
+    let planned = plan(&source, &world, PlanOptions::default());
+    let held = pool_plan(&planned, "web");
+    assert!(held.steps.is_empty(), "{:?}", verbs(held));
+    assert!(held.paused.as_ref().is_some_and(|h| !h.steps.is_empty()));
+    assert_eq!(held.suspended.as_ref(), Some(&suspension));
+    assert!(!pool_plan(&planned, "api").steps.is_empty(), "the other pool rolls");
+    let shown = text(&planned);
+    assert!(shown.contains("Pool web: 2 replicas"), "{shown}");
+    assert!(shown.contains("suspended by ann@box at 2023-11-14T22:13:20Z: incident"), "{shown}");
+    let json = serde_json::to_value(held).unwrap();
+    assert_eq!(json["suspended"]["by"], "ann@box", "{json}");
+
+    let ignored = plan(&source, &world, PlanOptions { ignore_suspend: true, ..PlanOptions::default() });
+    let rolled = pool_plan(&ignored, "web");
+    assert!(!rolled.steps.is_empty() && rolled.suspended.is_none());
 }
 
 #[test]

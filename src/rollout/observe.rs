@@ -239,6 +239,7 @@ async fn observe_with<C: Containers, K: Cluster>(
         rollouts: containers.rollouts(),
         history: containers.history(),
         listed: containers.hosts().into_iter().collect(),
+        suspended: containers.suspensions(),
         ..World::default()
     };
     // Each cluster's clock, asked once per cluster however many pools share it.
@@ -362,6 +363,7 @@ mod tests {
             rollouts: BTreeMap::new(),
             history: BTreeMap::new(),
             listed: std::collections::BTreeSet::new(),
+            suspended: BTreeMap::new(),
         };
         (desired, FakeWorld::new(world))
     }

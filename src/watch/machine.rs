@@ -26,6 +26,8 @@ pub(super) enum Trigger {
     Drift,
     /// The periodic re-observation of the world.
     Resync,
+    /// `poolctl reconcile` asked for it (a request record in the world).
+    Requested,
     /// An instance that the last plan waited for turns unhealthy now, if it still does not
     /// serve: plan again at that moment rather than at the next resync.
     Deadline,
@@ -51,11 +53,19 @@ impl Trigger {
             Self::Receiver => "receiver",
             Self::Drift => "drift",
             Self::Resync => "resync",
+            Self::Requested => "requested",
             Self::Deadline => "deadline",
             Self::Retry => "retry",
             Self::Dependency => "dependency",
         }
     }
+}
+
+/// Whether a request (`poolctl reconcile`) takes the place of what waits: a drift, a resync, a
+/// deadline or a retry, each of which it covers, so that the request is said and consumed.
+fn outranks(trigger: Trigger, pending: Option<Trigger>) -> bool {
+    trigger == Trigger::Requested
+        && matches!(pending, Some(Trigger::Drift | Trigger::Resync | Trigger::Deadline | Trigger::Retry))
 }
 
 /// How a reconcile ended.
@@ -125,6 +135,11 @@ pub(super) enum Event<P> {
     /// Docker reported that containers of these pools stopped serving (of every pool, when
     /// it could not tell which).
     Drift(Option<BTreeSet<String>>),
+    /// `poolctl reconcile` asked to reconcile these pools now; Docker's drift news of the same
+    /// burst came along, if any (as [`Event::Drift`] carries it).
+    // The inner `Option` is the drift's own: every pool, when Docker could not tell which.
+    #[allow(clippy::option_option)]
+    Requested { pools: BTreeSet<String>, drift: Option<Option<BTreeSet<String>>> },
     /// A lane's reconcile ended; the instant the first instance its plan waited for turns
     /// unhealthy, if any.
     Finished(Lane, Ended, Option<Instant>),
@@ -343,6 +358,14 @@ impl Machine {
                 }
             }
             Event::Drift(pools) => self.drift(pools.as_ref(), &mut out),
+            Event::Requested { pools, drift } => {
+                for lane in self.routes(Some(&pools)) {
+                    self.trigger(&lane, Trigger::Requested, &mut out);
+                }
+                if let Some(drift) = drift {
+                    self.drift(drift.as_ref(), &mut out);
+                }
+            }
             Event::Finished(lane, ended, deadline) => self.finished(&lane, ended, deadline, now, &mut out),
             Event::Surveyed(survey) => self.surveyed(survey, &mut out),
             Event::Signal if self.stopping => out.push(Decision::ExitNow),
@@ -516,8 +539,9 @@ impl Machine {
         }
         let Some(state) = self.lanes.get_mut(lane) else { return };
         if state.running {
-            // A newer spec outranks whatever was queued; drift and resyncs coalesce into one.
-            if trigger.new_spec() || state.pending.is_none() {
+            // A newer spec outranks whatever was queued; drift and resyncs coalesce into one,
+            // and a request outranks them (the reconcile after it takes the request).
+            if trigger.new_spec() || state.pending.is_none() || outranks(trigger, state.pending) {
                 state.pending = Some(trigger);
             }
             if trigger.new_spec() {
@@ -532,7 +556,7 @@ impl Machine {
         state.backing_off = false;
         state.retry_at = None;
         // Started by `dispatch` as soon as it may (a newer spec outranks what waits).
-        if trigger.new_spec() || state.pending.is_none() {
+        if trigger.new_spec() || state.pending.is_none() || outranks(trigger, state.pending) {
             state.pending = Some(trigger);
         }
     }
@@ -742,6 +766,22 @@ mod tests {
         assert_eq!(lane(&m, &pool("w")).pending, Some(Trigger::SourceChanged));
         assert_eq!(finished(&mut m, Ended::Superseded), [Reconcile(pool("w"), Trigger::SourceChanged)]);
         assert_eq!(Trigger::Receiver.label(), "receiver");
+    }
+
+    /// `poolctl reconcile w`: the pool's lane reconciles at once, said as `Requested` (whose
+    /// reconcile consumes the request), also in place of a drift queued behind a running one.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_reconciles_its_pool_at_once_and_takes_the_place_of_queued_drift() {
+        let mut m = reconciling();
+        assert_eq!(finished(&mut m, Ended::Converged), []);
+        let w = || BTreeSet::from(["w".to_owned()]);
+        let requested = on(&mut m, Event::Requested { pools: w(), drift: None });
+        assert_eq!(requested, [Reconcile(pool("w"), Trigger::Requested)], "no resync waited for");
+        assert_eq!(on(&mut m, Event::Drift(Some(w()))), []);
+        assert_eq!(lane(&m, &pool("w")).pending, Some(Trigger::Drift));
+        assert_eq!(on(&mut m, Event::Requested { pools: w(), drift: None }), []);
+        assert_eq!(lane(&m, &pool("w")).pending, Some(Trigger::Requested), "the request outranks drift");
+        assert_eq!(finished(&mut m, Ended::Converged), [Reconcile(pool("w"), Trigger::Requested)]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -212,7 +212,27 @@ impl Loop {
     }
 
     /// What Docker's news means: drift of the pools it names, unless a rollout did it.
-    fn on_drift(&self, news: ContainerNews) -> Option<Event<SourceError>> {
+    fn on_drift(&self, mut news: ContainerNews) -> Option<Event<SourceError>> {
+        let requested = std::mem::take(&mut news.requested);
+        if requested.is_empty() {
+            return self.on_container_news(news);
+        }
+        let pools: Vec<&str> = requested.iter().map(String::as_str).collect();
+        info!("reconcile requested: {}", pools.join(", "));
+        let drift = if news.names.is_empty() {
+            None
+        } else {
+            match self.on_container_news(news) {
+                Some(Event::Drift(pools)) => Some(pools),
+                _ => None,
+            }
+        };
+        Some(Event::Requested { pools: requested, drift })
+    }
+
+    /// What Docker's news of containers means: drift of the pools it names, unless a rollout
+    /// did it.
+    fn on_container_news(&self, news: ContainerNews) -> Option<Event<SourceError>> {
         if self.acting.covers(&news.names) {
             debug!("the rollout's own doing, not drift: {}", news.what);
             return None;

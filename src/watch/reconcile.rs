@@ -243,6 +243,9 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let started = std::time::Instant::now();
         let mut results = Results::new();
         let ended = self.reconcile(desired, trigger, interrupt, &mut results).await;
+        if trigger == Trigger::Requested {
+            self.consume_requests(desired).await;
+        }
         let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
         for (pool, result) in &mut results {
             if degraded.contains(pool) && matches!(*result, "in_sync" | "applied") {
@@ -256,6 +259,18 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
         });
         ended
+    }
+
+    /// Remove the reconcile requests of the pools this reconcile covered: acted on, they are
+    /// consumed (a request that fails to go stays, and asks for one reconcile more).
+    async fn consume_requests(&self, desired: &Desired) {
+        let covered =
+            desired.pools.iter().map(crate::model::DesiredPool::name).filter(|p| self.options.covers(p));
+        for pool in covered {
+            if let Err(e) = self.containers.consume_request(pool).await {
+                warn!("pool {pool}: cannot remove its reconcile request: {e}");
+            }
+        }
     }
 
     /// Observe the world and plan, and tell what the plan holds back (log, Events,

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use bollard::models::EventMessageTypeEnum;
 use bollard::query_parameters::EventsOptions;
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -24,7 +25,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub const DRIFT_EVENTS: &[&str] = &["die", "stop", "destroy"];
 
 /// What Docker said of a source's containers: a burst of events, told as one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerNews {
     /// The containers the events were about.
     pub names: std::collections::BTreeSet<String>,
@@ -32,6 +33,8 @@ pub struct ContainerNews {
     pub pools: std::collections::BTreeSet<String>,
     /// The first event, and how many more came with it, for the log.
     pub what: String,
+    /// The pools whose reconcile was requested (`poolctl reconcile`): not drift.
+    pub requested: std::collections::BTreeSet<String>,
 }
 
 /// Forward the `actions` (`die`, `start`...) on `endpoint` of the containers whose scope label
@@ -82,33 +85,56 @@ async fn subscribe(
         ("label", vec![format!("{}={scope}", labels::SCOPE)]),
     ];
     let since = since.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let options = EventsOptions {
-        since: Some(format!("{}.{:09}", since.as_secs(), since.subsec_nanos())),
+    let since = format!("{}.{:09}", since.as_secs(), since.subsec_nanos());
+    let options = |filters: Vec<(&str, Vec<String>)>| EventsOptions {
+        since: Some(since.clone()),
         until: None,
         filters: Some(filters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
     };
-    let mut events = docker.client().events(Some(options));
+    let containers = docker.client().events(Some(options(filters.to_vec())));
+    // Watch follows reconcile requests too (`poolctl reconcile`): the create of a request
+    // record. A volume's event carries no labels, so its name says whose request it is; a
+    // record's create is never drift, and a container's create is not followed at all.
+    let requests = ["volume".to_owned()];
+    let requests = options(vec![("type", requests.to_vec()), ("event", vec!["create".to_owned()])]);
+    let requests = if actions == DRIFT_EVENTS {
+        docker.client().events(Some(requests)).boxed()
+    } else {
+        futures::stream::empty().boxed()
+    };
+    let mut events = futures::stream::select(containers, requests);
     debug!("following Docker events of {scope} on {}", endpoint.name);
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| format!("the event stream failed: {e}"))?;
-        let (mut names, mut pools) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+        let mut news = ContainerNews::default();
         let mut note = |event: bollard::models::EventMessage| {
-            let mut attributes = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+            let actor = event.actor.unwrap_or_default();
+            if event.typ == Some(EventMessageTypeEnum::VOLUME) {
+                let name = actor.id.unwrap_or_default();
+                let pool = name.strip_prefix("poolctl-reconcile-").filter(|p| !p.is_empty());
+                news.requested.extend(pool.map(str::to_owned));
+                return format!("volume {name}");
+            }
+            let mut attributes = actor.attributes.unwrap_or_default();
             let name = attributes.remove("name").unwrap_or_default();
-            pools.extend(attributes.remove(labels::POOL));
-            names.insert(name.clone());
-            name
+            news.pools.extend(attributes.remove(labels::POOL));
+            news.names.insert(name.clone());
+            format!("container {name}")
         };
         let action = event.action.clone().unwrap_or_default();
-        let what = format!("container {} {action}", note(event));
+        let what = format!("{} {action}", note(event));
         // Let the burst end: the loop observes once for all of it.
         let mut more = 0;
         while let Ok(Some(Ok(event))) = tokio::time::timeout(DRIFT_DEBOUNCE, events.next()).await {
             more += 1;
             note(event);
         }
-        let what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
-        if tx.send(ContainerNews { names, pools, what }).await.is_err() {
+        news.what = if more == 0 { what } else { format!("{what} (+{more} more events)") };
+        if news.names.is_empty() && news.requested.is_empty() {
+            // Another volume's creation.
+            continue;
+        }
+        if tx.send(news).await.is_err() {
             return Ok(());
         }
     }

@@ -5,7 +5,7 @@
 //! list's `Status` text rather than from an inspect per container. Every request to the daemon
 //! bumps a counter ([`DockerBackend::api_calls`]) so that tests and the benchmark can check that.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,7 +25,9 @@ use futures::StreamExt;
 
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, CUT, Containers, ExecOutput, NewContainer, NewFile, Stopped};
-use crate::model::{Container, Desired, InstanceRef, Revision, RolloutRecord, RolloutResult, labels};
+use crate::model::{
+    Container, Desired, InstanceRef, Revision, RolloutRecord, RolloutResult, Suspension, labels,
+};
 use crate::spec::{Secret, TemplateFile};
 
 mod archive;
@@ -36,6 +38,7 @@ pub mod endpoint;
 mod events;
 mod history;
 mod lock;
+mod suspend;
 mod up;
 
 use convert::container_from_summary;
@@ -46,6 +49,7 @@ pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
 pub use history::revision_record_name;
 pub use lock::lock_name;
+pub use suspend::{request_record_name, suspension_record_name};
 pub use up::{rollout_record_name, up_record_name, updated_record_name};
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
@@ -117,6 +121,10 @@ pub struct DockerBackend {
     rollouts: std::sync::Mutex<BTreeMap<String, RolloutRecord>>,
     /// The rollout history the last list showed, by pool (see [`Containers::history`]).
     history: std::sync::Mutex<BTreeMap<String, Vec<Revision>>>,
+    /// The suspensions and the reconcile requests the last list showed, by pool (see
+    /// [`Containers::suspensions`], [`Containers::requests`]).
+    suspensions: std::sync::Mutex<BTreeMap<String, Suspension>>,
+    requests: std::sync::Mutex<BTreeSet<String>>,
     /// The records the last list showed kept as containers, by an earlier poolctl: removed
     /// with what they record.
     legacy_records: std::sync::Mutex<HashSet<String>>,
@@ -149,6 +157,8 @@ impl DockerBackend {
             timeouts,
             rollouts: std::sync::Mutex::default(),
             history: std::sync::Mutex::default(),
+            suspensions: std::sync::Mutex::default(),
+            requests: std::sync::Mutex::default(),
             legacy_records: std::sync::Mutex::default(),
             slots: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
         })
@@ -518,9 +528,14 @@ impl Containers for DockerBackend {
         }
         let mut progressed = Vec::new();
         let mut updated = HashMap::new();
+        let (mut suspensions, mut requests) = (BTreeMap::new(), BTreeSet::new());
         for volume in volumes.volumes.iter().flatten() {
             let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
-            if let Some((instance, record)) = up::up_record_from(name, labels, created) {
+            if let Some((pool, suspension)) = suspend::suspension_from(name, labels, created) {
+                suspensions.insert(pool, suspension);
+            } else if let Some(pool) = suspend::request_of(name, labels) {
+                requests.insert(pool);
+            } else if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
                 rollouts.insert(pool, record);
@@ -540,6 +555,8 @@ impl Containers for DockerBackend {
         *self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = history::assemble(history);
         *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
+        *self.suspensions.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = suspensions;
+        *self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = requests;
         up::join_up_records(&mut containers, &records);
         up::join_updated_records(&mut containers, &updated);
         for c in &mut containers {
@@ -837,6 +854,30 @@ impl Containers for DockerBackend {
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
         self.write_rollout_record(pool, template_hash, rolled_back_from, labels).await
+    }
+
+    fn suspensions(&self) -> BTreeMap<String, Suspension> {
+        self.suspensions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn requests(&self) -> BTreeSet<String> {
+        self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn suspend(&self, pool: &str, by: &str, reason: Option<&str>) -> Result<Suspension, BackendError> {
+        self.write_suspension(pool, by, reason).await
+    }
+
+    async fn resume(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_volume(&suspension_record_name(pool)).await
+    }
+
+    async fn request_reconcile(&self, pool: &str) -> Result<(), BackendError> {
+        self.write_request(pool).await
+    }
+
+    async fn consume_request(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_volume(&request_record_name(pool)).await
     }
 
     fn history(&self) -> BTreeMap<String, Vec<Revision>> {

@@ -55,6 +55,7 @@ fn rolling_plan() -> Plan {
             managed_by: None,
             paused: None,
             waits_for: None,
+            suspended: None,
             name: "w".into(),
             status: PoolStatus::Existing,
             template_hash: Some("new".into()),
