@@ -117,10 +117,7 @@ impl<K: Locks + Cluster> View<'_, K> {
     /// since drains go one Node at a time per cluster, whichever pool. Said only of a pool a
     /// rollout holds the lock of: only a rollout takes turns.
     fn turn_waits(&self, status: &mut Status, plan: &Plan) {
-        let cluster_of = |pool: &str| {
-            let id = self.clusters.get(pool)?.identity();
-            Some(id.uid.clone().unwrap_or_else(|| id.server.clone()))
-        };
+        let cluster_of = |pool: &str| Some(self.clusters.get(pool)?.identity().key().to_owned());
         let planned = |pool: &str| plan.pools.iter().find(|p| p.name == pool);
         let mut draining: BTreeMap<String, String> = BTreeMap::new();
         for pool in &status.pools {

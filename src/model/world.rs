@@ -167,6 +167,12 @@ impl ClusterIdentity {
             _ => self.server == other.server,
         }
     }
+
+    /// One string per cluster, where a map needs a key: the UID of its `kube-system`, else its
+    /// server URL.
+    pub fn key(&self) -> &str {
+        self.uid.as_deref().unwrap_or(&self.server)
+    }
 }
 
 impl std::fmt::Display for ClusterIdentity {

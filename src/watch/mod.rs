@@ -450,13 +450,7 @@ impl Loop {
             (Arc::clone(&self.connections), Arc::clone(&self.config), Arc::clone(&self.health));
         let tell = self.tell();
         self.survey = Some(tokio::spawn(async move {
-            let (desired, docker) = match connections.connect_docker(Desired::clone(&desired)).await {
-                Ok(connected) => connected,
-                Err(e) => {
-                    error!("{e:#}");
-                    return None;
-                }
-            };
+            let (desired, docker) = connected(&connections, &desired).await?;
             let out = crate::report::Progress::stdout();
             let found = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell)
                 .survey(&desired)
@@ -563,13 +557,7 @@ async fn reconcile(
     health: Arc<Mutex<HealthLog>>,
     tell: Tell,
 ) -> Ended {
-    let (desired, docker) = match connections.connect_docker(Desired::clone(&desired)).await {
-        Ok(connected) => connected,
-        Err(e) => {
-            error!("{e:#}");
-            return Ended::Failed;
-        }
-    };
+    let Some((desired, docker)) = connected(&connections, &desired).await else { return Ended::Failed };
     let out = crate::report::Progress::stdout();
     let reconcile = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell);
     let ended = reconcile.run(&desired, trigger, &interrupt).await;
@@ -577,6 +565,12 @@ async fn reconcile(
         connections.forget();
     }
     ended
+}
+
+/// `desired` with its copies resolved, and the Docker endpoints of its pools over the kept
+/// connections; `None` when they cannot be had, said here.
+async fn connected(connections: &Connections, desired: &Desired) -> Option<(Desired, Arc<DockerEndpoints>)> {
+    connections.connect_docker(Desired::clone(desired)).await.inspect_err(|e| error!("{e:#}")).ok()
 }
 
 /// A reconcile over the kept connections, with `out` for output.

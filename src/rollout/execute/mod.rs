@@ -1349,10 +1349,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
     /// cluster, told by its identity (the UID of its `kube-system`, else its server).
     fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let key = self.clusters.get(pool).map(|c| {
-            let id = c.identity();
-            id.uid.clone().unwrap_or_else(|| id.server.clone())
-        });
+        let key = self.clusters.get(pool).map(|c| c.identity().key().to_owned());
         let mut turns = self.drain_turns.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
