@@ -105,10 +105,15 @@ async fn a_pdb_that_selects_by_expressions_holds_the_drain_up() {
     assert_eq!(shown["default/web-1"], ["default/web"], "the preview sees the budget");
     assert!(shown["default/canary-1"].is_empty(), "NotIn leaves the canary out");
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/web-1") && what.contains("The disruption budget web"), "{what}");
     assert!(fake.pod("default", "web-1").is_some(), "no budget is bypassed");
@@ -137,9 +142,10 @@ async fn a_pod_under_two_pdbs_fails_the_drain_at_once_naming_both() {
 
     // The drain timeout is longer than the hang guard: only a drain that fails without waiting
     // for it gets an answer here.
-    let err = bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded()))
-        .await
-        .unwrap_err();
+    let err =
+        bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded(), &|_, _| ()))
+            .await
+            .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(
         message.contains("pod default/queue-0: not evicted: 2 PodDisruptionBudgets cover it (default/queue, default/shared)"),
@@ -167,9 +173,15 @@ async fn an_orphaned_daemonset_pod_is_evicted_and_a_managed_one_is_left() {
     assert_eq!(orphaned, [("logs-n", true), ("proxy-n", false)]);
     assert_eq!(preview(&cluster).await.into_keys().collect::<Vec<_>>(), ["kube-system/logs-n"]);
 
-    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
-        .await
-        .unwrap();
+    bounded(cluster.drain(
+        "n",
+        Duration::from_secs(10),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap();
     assert_eq!(evicted(&fake), ["kube-system/logs-n"]);
     assert!(fake.pod("kube-system", "proxy-n").is_some(), "its DaemonSet would recreate it at once");
 }
@@ -186,10 +198,15 @@ async fn an_empty_selector_covers_every_pod_of_its_namespace_and_no_selector_cov
     assert_eq!(shown["team/unlabelled"], ["team/everything"]);
     assert!(shown["free/anything"].is_empty());
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod team/unlabelled") && what.contains("everything"), "{what}");
     assert_eq!(evicted(&fake), ["free/anything"]);
@@ -221,10 +238,15 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     assert_eq!(actions["batch"], DrainAction::WaitCompleted("annotated karpenter.sh/do-not-disrupt"));
 
     // While they run, the drain waits for them (and says which), and evicts neither.
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(
         what.contains("pod default/job-1 (labelled cluster.x-k8s.io/drain=wait-completed): not evicted (wait-completed), and still running"),
@@ -243,7 +265,7 @@ async fn a_pod_labelled_skip_stays_and_the_drain_waits_until_wait_completed_pods
     let before = watches(&fake.store());
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard, &|_, _| ());
     let finish = async {
         fake.wait_until(|s| watches(s) > before).await;
         assert!(fake.complete_pod("default", "job-1", "Succeeded"));
@@ -290,14 +312,15 @@ async fn drain_rules_evict_group_by_group_each_gone_before_the_next_starts() {
 
     // While a budget holds the first group, no later group starts.
     fake.put_pdb_object(strict_pdb("default", "web", Some(by_labels(&[("app", "web")]))));
-    let err = bounded(cluster.drain("n", Duration::from_secs(2), &rules, &LockGuard::unguarded()))
-        .await
-        .unwrap_err();
+    let err =
+        bounded(cluster.drain("n", Duration::from_secs(2), &rules, &LockGuard::unguarded(), &|_, _| ()))
+            .await
+            .unwrap_err();
     assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
     assert!(evicted(&fake).is_empty(), "{:?}", evicted(&fake));
 
     assert!(fake.delete_pdb("default", "web"));
-    bounded(cluster.drain("n", LIMIT, &rules, &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", LIMIT, &rules, &LockGuard::unguarded(), &|_, _| ())).await.unwrap();
     let done: Vec<_> = fake.evictions().into_iter().filter(|e| e.status == 201).collect();
     let order: Vec<&str> = done.iter().map(|e| e.pod.as_str()).collect();
     assert_eq!(order, ["web-1", "ingress-1", "logs-1"], "group by group; the cache is skipped");
@@ -339,10 +362,15 @@ async fn no_pod_is_evicted_while_the_pool_s_lock_is_not_known_to_be_held() {
     let (fake, cluster) = setup();
     fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n").owned_by("ReplicaSet", "web"));
     // A run's guard without the pool's lock (lost, or not renewed within its deadline).
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::guarding()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::guarding(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("pod default/web-1: not evicted: the lock of pool workers is not known to be held"),
@@ -359,14 +387,16 @@ async fn a_pod_grace_period_is_in_every_eviction_and_absent_without_one() {
     let (fake, cluster) = setup();
     fake.add_pod(&PodSpecBuilder::new("default", "web-1", "n"));
     let drain = DrainSpec { pod_grace_period: Some("5s".parse().unwrap()), ..DrainSpec::default() };
-    bounded(cluster.drain("n", LIMIT, &drain, &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", LIMIT, &drain, &LockGuard::unguarded(), &|_, _| ())).await.unwrap();
     let grace =
         |e: &crate::support::fake_kube::EvictionRecord| e.body["deleteOptions"]["gracePeriodSeconds"].clone();
     let sent: Vec<serde_json::Value> = fake.evictions().iter().map(grace).collect();
     assert_eq!(sent, [serde_json::json!(5)]);
 
     fake.add_pod(&PodSpecBuilder::new("default", "web-2", "n"));
-    bounded(cluster.drain("n", LIMIT, &DrainSpec::default(), &LockGuard::unguarded())).await.unwrap();
+    bounded(cluster.drain("n", LIMIT, &DrainSpec::default(), &LockGuard::unguarded(), &|_, _| ()))
+        .await
+        .unwrap();
     let last = fake.evictions().last().map(grace);
     assert_eq!(last, Some(serde_json::Value::Null), "the pod's own grace period");
 }
@@ -386,15 +416,18 @@ async fn past_its_timeout_a_drain_deletes_or_leaves_the_pods_left_but_never_with
     // Without the lock, neither action acts: the drain fails at once, as without one.
     for action in [Force, Proceed] {
         let drain = DrainSpec { timeout_action: action, ..DrainSpec::default() };
-        let err = bounded(cluster.drain("n", Duration::from_secs(2), &drain, &LockGuard::guarding()))
-            .await
-            .unwrap_err();
+        let err =
+            bounded(cluster.drain("n", Duration::from_secs(2), &drain, &LockGuard::guarding(), &|_, _| ()))
+                .await
+                .unwrap_err();
         assert!(err.to_string().contains("lock of pool workers is not known to be held"), "{err}");
     }
     assert!(deletes().is_empty(), "{:?}", deletes());
 
     let proceed = DrainSpec { timeout_action: Proceed, ..DrainSpec::default() };
-    let end = bounded(cluster.drain("n", Duration::from_secs(2), &proceed, &LockGuard::unguarded())).await;
+    let end =
+        bounded(cluster.drain("n", Duration::from_secs(2), &proceed, &LockGuard::unguarded(), &|_, _| ()))
+            .await;
     assert_eq!(end.unwrap(), DrainEnd::Abandoned(vec!["default/web-1".to_owned()]));
     assert!(fake.pod("default", "web-1").is_some() && deletes().is_empty());
 
@@ -404,7 +437,9 @@ async fn past_its_timeout_a_drain_deletes_or_leaves_the_pods_left_but_never_with
         pod_grace_period: Some("5s".parse().unwrap()),
         ..DrainSpec::default()
     };
-    let end = bounded(cluster.drain("n", Duration::from_secs(2), &force, &LockGuard::unguarded())).await;
+    let end =
+        bounded(cluster.drain("n", Duration::from_secs(2), &force, &LockGuard::unguarded(), &|_, _| ()))
+            .await;
     assert_eq!(end.unwrap(), DrainEnd::Forced(vec!["default/web-1".to_owned()]));
     assert!(fake.pod("default", "web-1").is_none());
     let sent: Vec<_> = deletes().into_iter().map(|r| (r.path, r.body.unwrap_or_default())).collect();

@@ -108,7 +108,7 @@ async fn on_an_unreachable_node_an_evicted_pod_is_left_terminating_once_overdue(
 
     // The drain timeout is longer than the hang guard: only a drain that stops waiting for the
     // pod gets an answer here.
-    bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded()))
+    bounded(cluster.drain("n", 2 * LIMIT, &DrainSpec::default(), &LockGuard::unguarded(), &|_, _| ()))
         .await
         .expect("drained");
 
@@ -132,7 +132,7 @@ async fn on_a_node_whose_kubelet_answers_an_overdue_pod_is_waited_for_until_it_i
 
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard, &|_, _| ());
     let end_it = async {
         fake.wait_until(evicted_and_watched).await;
         assert!(fake.finish_termination("default", "stuck"), "still terminating when its kubelet ends it");
@@ -152,10 +152,15 @@ async fn a_not_ready_node_still_has_a_kubelet_and_its_pods_are_waited_for_until_
     fake.add_pod(&stuck_for_a_minute());
     let (logs, _guard) = Logs::capture();
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("pod default/stuck: evicted but still present"), "{what}");
     assert_eq!(eviction_answers(&fake, "stuck"), [201]);
@@ -170,7 +175,7 @@ async fn a_node_that_becomes_unreachable_during_the_drain_is_read_again_and_its_
 
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", 2 * LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", 2 * LIMIT, &no_rules, &guard, &|_, _| ());
     let silence = async {
         fake.wait_until(evicted_and_watched).await;
         fake.set_node_unreachable("n");
@@ -194,10 +199,15 @@ async fn an_unreachable_node_bypasses_no_pod_disruption_budget() {
     fake.set_node_unreachable("n");
     let (logs, _guard) = Logs::capture();
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, .. } = &err else { panic!("expected a timeout, got {err:?}") };
     assert!(what.contains("no PodDisruptionBudget was bypassed"), "{what}");
     assert!(

@@ -51,7 +51,7 @@ async fn a_drain_ends_when_its_watch_reports_the_pod_gone_without_asking_after_t
     let (fake, cluster) = setup();
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard, &|_, _| ());
     let end_it = async {
         evicted_and_watched(&fake).await;
         assert!(fake.finish_termination("default", "slow"));
@@ -80,7 +80,7 @@ async fn a_watch_cut_off_mid_drain_is_followed_by_a_new_look_and_the_drain_still
     let (fake, cluster) = setup();
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard, &|_, _| ());
     let outage = async {
         evicted_and_watched(&fake).await;
         // Closes the open watch; nothing answers until the server is back.
@@ -113,7 +113,7 @@ async fn credentials_that_may_not_watch_pods_make_the_drain_list_them_again_inst
     fake.refuse_watches(true);
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", LIMIT, &no_rules, &guard);
+    let draining = cluster.drain("n", LIMIT, &no_rules, &guard, &|_, _| ());
     let end_it = async {
         let refused = |s: &crate::support::fake_kube::Store| {
             let terminating =

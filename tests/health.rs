@@ -387,7 +387,12 @@ async fn a_new_pool_that_never_comes_up_is_degraded_and_stops_being_made() {
         "{status:#}"
     );
     // And `kubectl get events` says so, on the pool's Lease, as a Warning.
-    let told = rig.fake.events_about("Lease", &format!("poolctl-{pool}"));
+    let lease = format!("poolctl-{pool}");
+    let degraded = |s: &crate::support::fake_kube::Store| {
+        s.k8s_events().about("Lease", &lease).iter().any(|e| e.reason.as_deref() == Some("RolloutDegraded"))
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(degraded)).await.expect("a RolloutDegraded Event");
+    let told = rig.fake.events_about("Lease", &lease);
     let degraded = told.iter().find(|e| e.reason.as_deref() == Some("RolloutDegraded")).expect("an Event");
     assert_eq!(degraded.type_.as_deref(), Some("Warning"), "{degraded:#?}");
     assert!(degraded.note.as_deref().is_some_and(|n| n.contains("progressDeadline 3s")), "{degraded:#?}");

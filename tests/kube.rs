@@ -155,9 +155,15 @@ async fn drain_evicts_what_kubectl_would_with_a_policy_v1_eviction_and_waits_for
     fake.add_pod(&PodSpecBuilder::new("default", "done", "n").owner(Some("Job")).phase("Succeeded"));
     fake.add_pod(&PodSpecBuilder::new("default", "elsewhere", "other"));
 
-    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
-        .await
-        .unwrap();
+    bounded(cluster.drain(
+        "n",
+        Duration::from_secs(10),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap();
 
     let mut evicted: Vec<String> =
         fake.evictions().iter().map(|e| format!("{}/{}", e.namespace, e.pod)).collect();
@@ -190,9 +196,15 @@ async fn drain_waits_for_a_terminating_pod_to_go() {
     let cluster = KubeCluster::from_config(fake.config(), POOL).unwrap();
     fake.add_node("n", true);
     fake.add_pod(&PodSpecBuilder::new("default", "slow", "n"));
-    bounded(cluster.drain("n", Duration::from_secs(10), &DrainSpec::default(), &LockGuard::unguarded()))
-        .await
-        .unwrap();
+    bounded(cluster.drain(
+        "n",
+        Duration::from_secs(10),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap();
     // The drain returned only once the pod was gone, not when the eviction was accepted.
     assert!(fake.pod("default", "slow").is_none());
     let events = fake.events();
@@ -207,10 +219,15 @@ async fn a_pdb_refusal_is_retried_until_the_drain_timeout_and_named_in_the_error
     fake.put_pdb("default", "web-pdb", "web", PdbBound::MinAvailable(1));
     fake.wait_until(|s| s.pods().count() == 1).await;
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(2), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(2),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Timeout { what, after } = &err else { panic!("expected a timeout, got {err:?}") };
     assert_eq!(*after, Duration::from_secs(2));
     assert!(what.contains("The disruption budget web-pdb needs 1 healthy pods"), "{what}");
@@ -230,7 +247,7 @@ async fn a_relaxed_pdb_lets_a_waiting_drain_finish() {
     fake.wait_until(|s| s.pods().count() == 1).await;
     let guard = LockGuard::unguarded();
     let no_rules = DrainSpec::default();
-    let draining = cluster.drain("n", Duration::from_secs(30), &no_rules, &guard);
+    let draining = cluster.drain("n", Duration::from_secs(30), &no_rules, &guard, &|_, _| ());
     let relax = async {
         fake.wait_until(|s| s.evictions().iter().any(|e| e.status == 429)).await;
         fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
@@ -248,10 +265,15 @@ async fn a_pod_under_two_pdbs_is_an_error_not_a_wait() {
     fake.put_pdb("default", "one", "x", PdbBound::MaxUnavailable(1));
     fake.put_pdb("default", "two", "x", PdbBound::MaxUnavailable(1));
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(30), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(30),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(message.contains("pod default/p") && message.contains("more than one PodDisruptionBudget"));
     assert_eq!(fake.evictions().len(), 1, "a 500 is not retried");
@@ -265,10 +287,15 @@ async fn a_2xx_eviction_answer_with_a_failure_status_is_an_error() {
     fake.add_pod(&PodSpecBuilder::new("default", "trap", "n"));
     fake.set_eviction_trap("default", "trap", 200);
 
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(30), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(30),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Failed(message) = &err else { panic!("expected a failure, got {err:?}") };
     assert!(message.contains("pod default/trap: eviction failed"), "{message}");
     assert!(fake.pod("default", "trap").is_some(), "the pod was not evicted");
@@ -299,10 +326,15 @@ async fn server_errors_and_an_api_outage_are_retried_within_the_window() {
 async fn an_api_that_stays_down_fails_the_drain_within_its_timeout() {
     let (fake, cluster) = setup();
     tokio::task::block_in_place(|| fake.set_api_down(true));
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(1), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(1),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     assert!(matches!(err, BackendError::Unreachable { .. }), "{err:?}");
     assert!(err.to_string().contains(&fake.url().replace("http://", "")), "{err}");
 }

@@ -149,10 +149,15 @@ async fn a_server_that_accepts_and_never_answers_fails_the_step_within_its_deadl
 
     // TLS done, the request read, no answer.
     fake.set_silence(Silence::AfterRequest);
-    let err =
-        bounded(cluster.drain("n", Duration::from_secs(1), &DrainSpec::default(), &LockGuard::unguarded()))
-            .await
-            .unwrap_err();
+    let err = bounded(cluster.drain(
+        "n",
+        Duration::from_secs(1),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap_err();
     let BackendError::Unreachable { at, reason, .. } = &err else {
         panic!("expected no answer, got {err:?}")
     };
@@ -197,9 +202,15 @@ async fn a_window_of_500s_shorter_than_the_steps_deadline_is_ridden_out() {
     // server's trouble, not an answer.
     fake.add_pod(&PodSpecBuilder::new("default", "p", "n"));
     fake.fail_next(Some("POST"), "/api/v1/namespaces/default/pods/p/eviction", 2, 500);
-    bounded(cluster.drain("n", Duration::from_secs(20), &DrainSpec::default(), &LockGuard::unguarded()))
-        .await
-        .unwrap();
+    bounded(cluster.drain(
+        "n",
+        Duration::from_secs(20),
+        &DrainSpec::default(),
+        &LockGuard::unguarded(),
+        &|_, _| (),
+    ))
+    .await
+    .unwrap();
     assert!(fake.pod("default", "p").is_none());
     let evictions: Vec<u16> = fake
         .requests_matching("POST", "/api/v1/namespaces/default/pods/p/eviction")

@@ -116,7 +116,12 @@ async fn a_pre_drain_hook_holds_a_retirement_until_its_owner_removes_it() {
         )),
         "{status}"
     );
-    // So does `kubectl describe node`.
+    // So does `kubectl describe node`, once the Event is sent beside the rollout.
+    let told = |st: &crate::support::fake_kube::Store| {
+        let waits = st.k8s_events().about("Node", &victim);
+        waits.iter().any(|e| e.reason.as_deref() == Some("WaitingForHooks"))
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(told)).await.expect("a WaitingForHooks Event");
     let waits = rig.fake.events_about("Node", &victim);
     let waiting = waits.iter().find(|e| e.reason.as_deref() == Some("WaitingForHooks")).expect("an Event");
     assert!(

@@ -215,8 +215,11 @@ async fn watch_serves_metrics_and_health_leaves_events_on_each_retired_node_and_
         .expect("the drain is refused twice");
     rig.fake.put_pdb("default", "web-pdb", "web", PdbBound::MaxUnavailable(1));
     watch.applied();
-    let gone = |s: &Store| s.node(&old).is_none();
-    tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the old Node is deleted");
+    let gone = |s: &Store| {
+        let told = s.k8s_events().about("Node", &old);
+        s.node(&old).is_none() && told.iter().any(|e| e.reason.as_deref() == Some("NodeDeleted"))
+    };
+    tokio::time::timeout(LIMIT, rig.fake.wait_until(gone)).await.expect("the old Node is deleted, and told");
 
     // `kubectl describe node` tells the retirement, step by step; a repeated refusal is one
     // Event counted as a series, naming the budget.

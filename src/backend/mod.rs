@@ -173,6 +173,11 @@ pub enum DrainEnd {
     Forced(Vec<String>),
 }
 
+/// What a drain tells the cluster's users as it goes, each as a Warning Event on its Node: an
+/// eviction a budget refuses (`DrainBlocked`), the pods left or deleted past `drainTimeout`
+/// (`DrainAbandoned`, `DrainForced`). The rollout hands it on to its sinks.
+pub type DrainNews<'a> = &'a (dyn Fn(&'static str, String) + Sync);
+
 /// How a container stopped running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -442,35 +447,31 @@ pub trait Cluster: Sync {
     /// Past `timeout`, its `timeoutAction` says whether the drain fails (`Halt`), leaves the
     /// pods ([`DrainEnd::Abandoned`]) or deletes them and waits until they are gone
     /// ([`DrainEnd::Forced`]). Every eviction and deletion is made only if `guard` says the
-    /// pool's lock is known to be held.
+    /// pool's lock is known to be held. It tells `news` of refused evictions and of its timeout action.
     fn drain(
         &self,
         node: &str,
         timeout: Duration,
         drain: &crate::spec::DrainSpec,
         guard: &LockGuard,
+        news: DrainNews<'_>,
     ) -> impl Future<Output = Result<DrainEnd, BackendError>> + Send;
     /// What still holds volumes on the Node: its `status.volumesAttached` and the
     /// `storage.k8s.io/v1` `VolumeAttachments` that name it. Empty once every volume is detached.
     fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
     /// Delete the Node object. Deleting a missing Node succeeds.
     fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
-    /// Tell the cluster's users how the pool's rollout goes (a Kubernetes Event): `reason` is
-    /// `RolloutStarted`, `RolloutSucceeded`, `RolloutFailed`, `RolloutDegraded`, `RollingBack` or
-    /// `RemediationHeld`. Best effort: it never fails.
-    fn tell_rollout(&self, reason: &'static str, note: String) -> impl Future<Output = ()> + Send {
-        let _ = (reason, note);
-        async {}
-    }
-    /// Tell the cluster's users what the retirement of Node `node` waits for (a Kubernetes
-    /// Event on it): `reason` is `WaitingForHooks` or `WaitingForVolumes`. Best effort.
-    fn tell_node_waits(
+    /// Tell the cluster's users, as a Kubernetes Event, of Node `node` or, without one, of the
+    /// pool's rollout (on its Lease). What `crate::report::KubeEvents` hands on; best effort: it
+    /// never fails.
+    fn tell(
         &self,
-        node: &str,
+        node: Option<&str>,
         reason: &'static str,
         note: String,
+        warning: bool,
     ) -> impl Future<Output = ()> + Send {
-        let _ = (node, reason, note);
+        let _ = (node, reason, note, warning);
         async {}
     }
 }

@@ -28,7 +28,9 @@ use crate::plan::{
     HeldLocks, JSON_FORMAT_VERSION, Plan, PlanOptions, render_json_saved, render_text, render_text_styled,
 };
 use crate::report::write_stdout;
-use crate::report::{Notice, Notifier, Progress, ProgressFormat, ProgressUi, end_event, write_summary};
+use crate::report::{
+    KubeEvents, Notice, Notifier, Progress, ProgressFormat, ProgressUi, end_event, tell_now, write_summary,
+};
 use crate::rollout::cancel::EXIT_INTERRUPTED;
 use crate::rollout::cancel::{Interrupt, Signals, StopReason};
 use crate::rollout::execute::{PreflightCheck, Report};
@@ -50,7 +52,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     check_replace(plan, &config.options)?;
     check_rollback(&planned)?;
     if !config.dry_run {
-        crate::rollout::tell_conditions(plan, &planned.preview.clusters).await;
+        tell_now(&planned.preview.clusters, |sink| crate::rollout::tell_conditions(plan, sink)).await;
         crate::rollout::record_ends(plan, &planned.desired, &*planned.docker).await;
     }
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;
@@ -262,9 +264,10 @@ impl Session {
         check: impl FnOnce(&Plan, &crate::model::World) -> Result<()>,
     ) -> Result<Exit> {
         let Planned { desired, docker, preview, .. } = planned;
-        let rollout =
-            Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &self.progress)
-                .skipping_preflight(&self.skip_preflight);
+        let events = KubeEvents::default();
+        let sink = (&self.progress, &events);
+        let rollout = Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &sink)
+            .skipping_preflight(&self.skip_preflight);
         let tell = Tell::of(desired, self.notifier.as_ref());
         // Each pool the plan made under the locks changes is told when it starts and ends.
         let mut started = BTreeSet::new();
@@ -274,7 +277,7 @@ impl Session {
             tell.started(&started);
             Ok(())
         };
-        let carried = Box::pin(rollout.run(announce)).await;
+        let carried = events.beside(&preview.clusters, Box::pin(rollout.run(announce))).await;
         tell.ended(&started, &carried);
         let exit = self.ended_as(carried.map_err(rollout_failure));
         if let Some(notifier) = self.notifier {

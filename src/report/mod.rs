@@ -2,6 +2,7 @@
 //! [`Event`](crate::rollout::event::Event)s, the webhook notifications and the HTTP endpoints
 //! of `watch` (its probes, metrics and receivers), and stdout itself. Nothing else writes a rollout's output.
 
+mod kube_events;
 mod metrics;
 mod progress;
 mod providers;
@@ -17,6 +18,7 @@ use anyhow::Context;
 
 use crate::source::{self, SourceError};
 
+pub use kube_events::{KubeEvents, tell_now};
 pub use metrics::Metrics;
 pub use progress::{Progress, ProgressFormat, ProgressUi};
 pub use providers::Target;

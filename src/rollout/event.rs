@@ -56,6 +56,27 @@ pub enum Event<'a> {
     Lock { pool: &'a str, held: bool },
     /// What a bootstrap command printed, for a sink that shows it (`-v`).
     BootstrapOutput { instance: &'a str, argv: &'a [String], output: &'a str },
+    /// What the cluster's users should find where `kubectl get events` and `kubectl describe`
+    /// look, as a Kubernetes Event: `reason` (`Cordoned`, `DrainBlocked`, `RolloutStarted`...)
+    /// and `note`, about a Node of the pool or about the pool's rollout.
+    Kube { about: About<'a>, reason: &'static str, note: &'a str, warning: bool },
+}
+
+/// What a [`Event::Kube`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum About<'a> {
+    /// Node `node` of `pool`.
+    Node { pool: &'a str, node: &'a str },
+    /// The rollout of `pool` (told on its Lease).
+    Pool(&'a str),
+}
+
+impl About<'_> {
+    pub fn pool(&self) -> &str {
+        match self {
+            About::Node { pool, .. } | About::Pool(pool) => pool,
+        }
+    }
 }
 
 /// Where a rollout's events go. Best effort: a sink that cannot show an event must not fail

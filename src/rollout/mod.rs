@@ -114,14 +114,13 @@ pub fn conditions(plan: &Plan) -> Vec<(&str, &'static str, &str)> {
     said
 }
 
-/// Tell the cluster of each pool what [`conditions`] finds in `plan`, as a Warning Event on
+/// Tell the cluster's users what [`conditions`] finds in `plan`, each as a Warning Event on
 /// the pool's Lease: `kubectl get events` shows it, and a repeat only counts up the Event's
-/// series. What `apply` and `watch` do; `plan` writes nothing.
-pub async fn tell_conditions<K: Cluster>(plan: &Plan, clusters: &BTreeMap<String, K>) {
-    let tells = conditions(plan)
-        .into_iter()
-        .filter_map(|(pool, reason, why)| Some(clusters.get(pool)?.tell_rollout(reason, why.to_owned())));
-    futures::future::join_all(tells).await;
+/// series. What `apply` and `watch` do; `plan` tells nothing.
+pub fn tell_conditions(plan: &Plan, sink: &dyn Sink) {
+    for (pool, reason, why) in conditions(plan) {
+        sink.event(&event::Event::Kube { about: event::About::Pool(pool), reason, note: why, warning: true });
+    }
 }
 
 /// Record the ends of revisions that `plan`, made without the locks, finds
@@ -436,8 +435,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 self.desired.origin
             );
             Some(("RolloutStarted", note))
-        })
-        .await;
+        });
         // What the plan made under the locks found ended (a stalled rollout tried again or
         // rolled back) is recorded before its new revision begins.
         record_ends_of(plan, self.desired, self.containers, true).await;
@@ -453,19 +451,19 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                 })
             }
             Err(e) => Some(("RolloutFailed", crate::backend::cause_chain(e))),
-        })
-        .await;
+        });
         result
     }
 
-    /// Tell the cluster of each pool `plan` changes what `what` says, as an Event.
-    async fn tell(&self, plan: &Plan, what: impl Fn(&PoolPlan) -> Option<(&'static str, String)>) {
-        let tells = plan.pools.iter().filter(|p| !p.steps.is_empty()).filter_map(|pool| {
-            let cluster = self.clusters.get(&pool.name)?;
-            let (reason, note) = what(pool)?;
-            Some(cluster.tell_rollout(reason, note))
-        });
-        futures::future::join_all(tells).await;
+    /// Tell the cluster's users of each pool `plan` changes what `what` says, as an Event on
+    /// the pool's Lease.
+    fn tell(&self, plan: &Plan, what: impl Fn(&PoolPlan) -> Option<(&'static str, String)>) {
+        for pool in plan.pools.iter().filter(|p| !p.steps.is_empty() && self.clusters.contains_key(&p.name)) {
+            let Some((reason, note)) = what(pool) else { continue };
+            let warning = reason != "RolloutStarted" && reason != "RolloutSucceeded";
+            let about = event::About::Pool(&pool.name);
+            self.sink.event(&event::Event::Kube { about, reason, note: &note, warning });
+        }
     }
 
     async fn carry_out_batches(&self, plan: &Plan, guard: &LockGuard) -> Result<Report, RolloutError> {

@@ -111,6 +111,31 @@ async fn a_preview_observed_through_fakes_retires_node_instances_with_a_drain() 
 }
 
 #[tokio::test]
+async fn a_rollout_tells_each_retirement_step_to_the_kubernetes_events_sink_in_order() {
+    let (mut desired, fake) = scene();
+    desired.pools[1].template_hash = "new".into();
+    fake.sim().world.containers.push(Container {
+        cluster: Some(ClusterRef { kubeconfig: None, context: None }),
+        ..container("k-a", "k", "kh", 4)
+    });
+    fake.sim().world.nodes.push(node("k-a", "k"));
+    let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap();
+    let (locks, interrupt) = (settings(), Interrupt::default());
+    let events = crate::report::KubeEvents::default();
+    let rollout = Rollout::new(&desired, &fake, &shown, &locks, &interrupt, &events);
+    let run = rollout.run(|_, _| Ok::<(), std::convert::Infallible>(()));
+    let outcome = events.beside(&shown.clusters, run).await;
+    assert!(matches!(outcome, Ok(Outcome::Done(ref r)) if r.complete()), "{outcome:?}");
+    // Told once the rollout ended, in the order said; only pool k has a cluster to tell.
+    let told = fake.told();
+    let k_a = ["k-a Cordoned", "k-a Draining", "k-a Drained", "k-a NodeDeleted"];
+    let retirement: Vec<&str> = told.iter().map(String::as_str).filter(|t| t.starts_with("k-a")).collect();
+    assert_eq!(retirement, k_a, "{told:?}");
+    assert_eq!(told.first().map(String::as_str), Some("lease/k RolloutStarted"), "{told:?}");
+    assert_eq!(told.last().map(String::as_str), Some("lease/k RolloutSucceeded"), "{told:?}");
+}
+
+#[tokio::test]
 async fn the_pools_a_plan_changes_are_locked_where_they_live_and_the_plan_is_made_again_under_the_locks() {
     let (desired, fake) = scene();
     let shown = preview(&desired, &fake, &fake, PlanOptions::default()).await.unwrap().plan;

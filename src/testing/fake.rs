@@ -40,6 +40,8 @@ struct Inner {
     joining: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Every name noted as joining, with how many calls had been made by then.
     noted: Mutex<Vec<(String, usize)>>,
+    /// Every Kubernetes Event told, as `<Node or Lease> <reason>`.
+    told: Mutex<Vec<String>>,
     /// Seconds the daemon's clock ([`Containers::clock`]) is ahead of this process's: time that
     /// passes for the world at once, as far as every record's age goes.
     ahead: std::sync::atomic::AtomicI64,
@@ -363,6 +365,11 @@ impl FakeWorld {
     /// Record `name` as joining in `pool`'s lock, as an earlier run would have.
     pub(crate) fn note_joining(&self, pool: &str, name: &str) {
         self.0.joining.lock().unwrap().entry(pool.to_owned()).or_default().insert(name.to_owned());
+    }
+
+    /// Every Kubernetes Event told, in order, as `<Node name or lease/pool> <reason>`.
+    pub(crate) fn told(&self) -> Vec<String> {
+        self.0.told.lock().unwrap().clone()
     }
 
     /// Every name noted as joining, with how many calls (see [`FakeWorld::calls`]) had been
@@ -797,6 +804,11 @@ pub(crate) struct FakeCluster {
 }
 
 impl Cluster for FakeCluster {
+    async fn tell(&self, node: Option<&str>, reason: &'static str, _: String, _: bool) {
+        let about = node.map_or_else(|| format!("lease/{}", self.pool), str::to_owned);
+        self.world.0.told.lock().unwrap().push(format!("{about} {reason}"));
+    }
+
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
         let joining = self.world.joining(&self.pool);
         let sim = self.world.sim();
@@ -920,6 +932,7 @@ impl Cluster for FakeCluster {
         _: Duration,
         _: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
+        _: crate::backend::DrainNews<'_>,
     ) -> Result<crate::backend::DrainEnd, BackendError> {
         self.world
             .call(format!("drain {node}"), |sim| {

@@ -305,7 +305,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
         }
         if !self.dry_run {
-            crate::rollout::tell_conditions(plan, &preview.clusters).await;
+            crate::report::tell_now(&preview.clusters, |sink| crate::rollout::tell_conditions(plan, sink))
+                .await;
             for (pool, reason, why) in held {
                 let mut notice = self.notice(&pool, Notice::result_of(reason));
                 notice.error = Some(why);
@@ -402,7 +403,8 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let shown = (self.out, &Metrics);
         let waits = Waits { notifier: self.notifier, revision: self.revision };
         let told = (self.acting, &waits);
-        let sink = (&shown, &told);
+        let events = crate::report::KubeEvents::default();
+        let sink = (&(&shown, &told), &events);
         let rollout = Rollout::new(desired, self.containers, preview, self.locks, interrupt, &sink)
             .skipping_preflight(&self.skip_preflight)
             .sharing_drain_turns(self.drain_turns);
@@ -425,7 +427,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
             Ok::<(), Infallible>(())
         };
-        let carried = Box::pin(rollout.run(announce)).await;
+        let carried = events.beside(&preview.clusters, Box::pin(rollout.run(announce))).await;
         match carried {
             Ok(Outcome::NothingLeft) => {
                 info!("nothing left to do once the locks were taken");

@@ -28,7 +28,7 @@ use super::escalate::Leftover;
 use super::gone::{Contact, Departures, Key};
 use crate::backend::LockGuard;
 use crate::backend::retry::Backoff;
-use crate::backend::{BackendError, DrainEnd};
+use crate::backend::{BackendError, DrainEnd, DrainNews};
 use crate::model::{DrainAction, Pod};
 use crate::spec::{DrainRule, DrainSpec};
 
@@ -94,6 +94,8 @@ impl<'a> Sorted<'a> {
 /// The pods of a drain not gone yet, for the progress line: how many, and the last refusal.
 struct Left<'a> {
     node: &'a str,
+    /// Where a refused eviction is told.
+    news: DrainNews<'a>,
     pods: std::sync::atomic::AtomicUsize,
     /// Pods not evicted but waited for (`wait-completed`).
     completing: usize,
@@ -131,6 +133,7 @@ impl KubeCluster {
         timeout: Duration,
         drain: &DrainSpec,
         guard: &LockGuard,
+        news: DrainNews<'_>,
     ) -> Result<DrainEnd, BackendError> {
         let (rules, grace) = (drain.rules.as_slice(), drain.pod_grace_period.map(|g| g.get().as_secs()));
         let deadline = Instant::now() + timeout;
@@ -155,6 +158,7 @@ impl KubeCluster {
         tracing::debug!(node, pods = targets.len(), completing = completing.len(), "draining");
         let left = Left {
             node,
+            news,
             pods: std::sync::atomic::AtomicUsize::new(targets.len()),
             completing: completing.len(),
             blocked: std::sync::Mutex::default(),
@@ -221,7 +225,7 @@ impl KubeCluster {
         }
         if escalates && !failures.iter().any(|f| f.lock) {
             let blocked = left.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-            let leftover = Leftover { node, timeout, pods: sorted.by_key(), blocked };
+            let leftover = Leftover { node, news, timeout, pods: sorted.by_key(), blocked };
             return self.escalate(&leftover, drain, &departures, guard).await;
         }
         let detail = failures.iter().map(|f| f.line.as_str()).collect::<Vec<_>>().join("; ");
@@ -336,13 +340,7 @@ impl KubeCluster {
                     tracing::warn!("{id}: eviction refused, will retry: {message}");
                     left.blocked_by_budget(&ns, &name);
                     left.note(Some(&format!("{id} refused: {message}")));
-                    self.tell_node(
-                        left.node,
-                        "DrainBlocked",
-                        format!("eviction of {id} refused: {message}"),
-                        true,
-                    )
-                    .await;
+                    (left.news)("DrainBlocked", format!("eviction of {id} refused: {message}"));
                     last_refusal = Some(message);
                     backoff.wait_until(deadline).await;
                 }

@@ -17,7 +17,7 @@ use super::errors::{Class, classify, reason};
 use super::gone::{Departures, Key};
 use super::{API_RETRY_WINDOW, KubeCluster};
 use crate::backend::retry::Backoff;
-use crate::backend::{BackendError, DrainEnd, LockGuard};
+use crate::backend::{BackendError, DrainEnd, DrainNews, LockGuard};
 use crate::model::Pod;
 use crate::spec::{DrainSpec, DrainTimeoutAction};
 
@@ -30,6 +30,8 @@ const DEFAULT_GRACE: u64 = 30;
 /// A drain that reached its timeout with pods left.
 pub(super) struct Leftover<'a> {
     pub(super) node: &'a str,
+    /// Where what the timeout action did is told.
+    pub(super) news: DrainNews<'a>,
     /// `drainTimeout`.
     pub(super) timeout: Duration,
     /// Every pod the drain evicts or waits for, by key.
@@ -67,7 +69,7 @@ impl KubeCluster {
                     count(left.len())
                 );
                 tracing::debug!(node, "{said}");
-                self.tell_node(node, "DrainAbandoned", said, true).await;
+                (leftover.news)("DrainAbandoned", said);
                 Ok(DrainEnd::Abandoned(left.iter().map(|(ns, name)| format!("{ns}/{name}")).collect()))
             }
             DrainTimeoutAction::Force => self.force(leftover, &left, &named, drain, departures, guard).await,
@@ -107,7 +109,7 @@ impl KubeCluster {
                 count(left.len()),
                 if left.len() == 1 { "it" } else { "them" }
             );
-            self.tell_node(node, "DrainForced", said, true).await;
+            (leftover.news)("DrainForced", said);
         }
         if !failures.is_empty() {
             let failures: Vec<&str> = failures.iter().map(|s| s.as_str()).collect();

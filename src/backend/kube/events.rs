@@ -1,9 +1,10 @@
-//! Kubernetes Events that say what poolctl did and why, where `kubectl describe node` and
-//! `kubectl get events` look: on the Node for each step of its retirement, on the pool's Lease
-//! for its rollouts. Sent through kube-runtime's recorder (`events.k8s.io/v1`, reporting
-//! controller `poolctl.dev/poolctl`), which counts a repeated Event as a series instead of
-//! creating it again. An Event is a courtesy: a cluster that refuses them (RBAC) or does not
-//! answer costs one warning, never a step.
+//! Sending Kubernetes Events, where `kubectl describe node` and `kubectl get events` look: on
+//! the Node for each step of its retirement, on the pool's Lease for its rollouts. What to tell
+//! is the rollout's to say and `crate::report::KubeEvents`' to hand on; this is the transport,
+//! kube-runtime's recorder (`events.k8s.io/v1`, reporting controller `poolctl.dev/poolctl`),
+//! which counts a repeated Event as a series instead of creating it again. An Event is a
+//! courtesy: a cluster that refuses them (RBAC) or does not answer costs one warning, never a
+//! step.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +20,7 @@ use super::lease::{LEASE_NAMESPACE, lease_name};
 /// The `reportingController` of poolctl's Events.
 const REPORTING_CONTROLLER: &str = "poolctl.dev/poolctl";
 
-/// The longest an Event may hold up the step it tells of.
+/// The longest one Event may take to be sent.
 const DEADLINE: Duration = Duration::from_secs(5);
 
 /// The API server caps a note at 1 kB.
@@ -76,17 +77,13 @@ fn capped(note: String) -> String {
 }
 
 impl KubeCluster {
-    /// Tell of a step on Node `node`: `reason` (`Cordoned`, `Drained`...) with `text`.
-    pub(super) async fn tell_node(&self, node: &str, reason: &str, text: String, warning: bool) {
-        self.tell(&node_ref(node), reason, text, warning).await;
-    }
-
-    /// Tell of the pool's rollout, on its Lease.
-    pub(super) async fn tell_pool(&self, reason: &str, note: String, warning: bool) {
-        self.tell(&lease_ref(&self.pool), reason, note, warning).await;
-    }
-
-    async fn tell(&self, regarding: &ObjectReference, why: &str, note: String, warning: bool) {
+    /// Publish an Event about Node `node` or, without one, about the pool's rollout (on its
+    /// Lease).
+    pub(super) async fn publish(&self, node: Option<&str>, why: &str, text: String, warning: bool) {
+        let regarding = match node {
+            Some(node) => node_ref(node),
+            None => lease_ref(&self.pool),
+        };
         let teller = &self.teller;
         if teller.off.load(Ordering::Relaxed) {
             return;
@@ -94,11 +91,12 @@ impl KubeCluster {
         let event = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: why.to_owned(),
-            note: Some(capped(note)),
+            note: Some(capped(text)),
             action: why.to_owned(),
             secondary: None,
         };
-        let failure = match tokio::time::timeout(DEADLINE, teller.recorder.publish(&event, regarding)).await {
+        let failure = match tokio::time::timeout(DEADLINE, teller.recorder.publish(&event, &regarding)).await
+        {
             Ok(Ok(())) => return,
             Ok(Err(e)) => reason(&e),
             Err(_) => format!("no answer within {}s", DEADLINE.as_secs()),

@@ -465,9 +465,7 @@ impl Cluster for KubeCluster {
             "metadata": { "annotations": { labels::RETIRING: "cordoned by poolctl to retire this instance" } },
             "spec": { "unschedulable": true }
         });
-        self.patch_node(node, "cordon node", patch).await?;
-        self.tell_node(node, "Cordoned", "cordoned by poolctl to retire this instance".into(), false).await;
-        Ok(())
+        self.patch_node(node, "cordon node", patch).await
     }
 
     async fn drain(
@@ -476,24 +474,10 @@ impl Cluster for KubeCluster {
         timeout: Duration,
         drain: &crate::spec::DrainSpec,
         guard: &crate::backend::LockGuard,
+        news: crate::backend::DrainNews<'_>,
     ) -> Result<DrainEnd, BackendError> {
         self.wrote();
-        let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
-        self.tell_node(node, "Draining", said.into(), false).await;
-        let drained = self.drain_node(node, timeout, drain, guard).await;
-        let (reason, said, warning) = match &drained {
-            Ok(DrainEnd::Complete) => ("Drained", "every pod the drain evicts is gone".to_owned(), false),
-            Ok(DrainEnd::Forced(pods)) => (
-                "Drained",
-                format!("every pod is gone; {} deleted past drainTimeout (timeoutAction: Force)", pods.len()),
-                false,
-            ),
-            // Its DrainAbandoned Event says what it left.
-            Ok(DrainEnd::Abandoned(_)) => return drained,
-            Err(e) => ("DrainFailed", format!("the drain did not finish: {e}"), true),
-        };
-        self.tell_node(node, reason, said, warning).await;
-        drained
+        self.drain_node(node, timeout, drain, guard, news).await
     }
 
     async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, BackendError> {
@@ -547,19 +531,10 @@ impl Cluster for KubeCluster {
                 other => other.map(drop),
             }
         };
-        self.retrying("delete node", deadline, delete).await?;
-        let said = "deleted by poolctl: its container was stopped after the drain".to_owned();
-        self.tell_node(node, "NodeDeleted", said, false).await;
-        Ok(())
+        self.retrying("delete node", deadline, delete).await
     }
 
-    async fn tell_rollout(&self, reason: &'static str, note: String) {
-        let warning =
-            matches!(reason, "RolloutFailed" | "RolloutDegraded" | "RollingBack" | "RemediationHeld");
-        self.tell_pool(reason, note, warning).await;
-    }
-
-    async fn tell_node_waits(&self, node: &str, reason: &'static str, said: String) {
-        self.tell_node(node, reason, said, false).await;
+    async fn tell(&self, node: Option<&str>, reason: &'static str, text: String, warning: bool) {
+        self.publish(node, reason, text, warning).await;
     }
 }

@@ -938,7 +938,16 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 let reference = self.containers.instance_ref(name).or_else(|| preview.reference.clone());
                 configure_node(self.cluster(pool_name)?, pool_name, spec, name, reference.as_ref()).await?;
             }
-            Action::Cordon => self.cluster(pool_name)?.cordon(name).await?,
+            Action::Cordon => {
+                self.cluster(pool_name)?.cordon(name).await?;
+                self.tell_node(
+                    pool_name,
+                    name,
+                    "Cordoned",
+                    "cordoned by poolctl to retire this instance",
+                    false,
+                );
+            }
             Action::Drain(_) => {
                 // Another controller's hook may hold this Node for long: meanwhile its cluster's
                 // drain turn goes to other Nodes, this pool's or another's, and is taken again
@@ -955,20 +964,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 self.drain_unless_excluded(pool_name, name).await?;
             }
             Action::Stop => self.stop_after_drain(pool_name, name).await?,
-            Action::DeleteNode => {
-                // The Node goes only once its container does not run: a running kubelet
-                // registers it again, and pods may be bound to it. The plan may have seen the
-                // container created but not started (an apply killed during create, whose start
-                // Docker finished afterwards); then it is stopped now, the safe way.
-                if self.containers.may_run(name).await? {
-                    self.say(&format!(
-                        "{name}: its container runs now; stopping it before its Node is deleted"
-                    ));
-                    self.stop_after_drain(pool_name, name).await?;
-                }
-                self.lock_guard.check(pool_name)?;
-                self.cluster(pool_name)?.delete_node(name).await?;
-            }
+            Action::DeleteNode => self.delete_node(pool_name, name).await?,
             Action::Remove => {
                 self.lock_guard.check(pool_name)?;
                 self.containers.remove(name).await?;
@@ -1079,12 +1075,52 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
+    /// Delete the Node of `name`, once its container does not run: a running kubelet registers
+    /// it again, and pods may be bound to it. The plan may have seen the container created but
+    /// not started (an apply killed during create, whose start Docker finished afterwards); then
+    /// it is stopped now, the safe way.
+    async fn delete_node(&self, pool: &str, name: &str) -> Result<(), StepError> {
+        if self.containers.may_run(name).await? {
+            self.say(&format!("{name}: its container runs now; stopping it before its Node is deleted"));
+            self.stop_after_drain(pool, name).await?;
+        }
+        self.lock_guard.check(pool)?;
+        self.cluster(pool)?.delete_node(name).await?;
+        let said = "deleted by poolctl: its container was stopped after the drain";
+        self.tell_node(pool, name, "NodeDeleted", said, false);
+        Ok(())
+    }
+
     /// Drain the Node, and record that this run did: only a drain that ended (every pod gone,
     /// or its `timeoutAction` carried out) lets the container stop.
     async fn drain(&self, pool: &str, node: &str) -> Result<(), StepError> {
         let timeout = self.rollout_of(pool).drain_timeout.get();
         let drain = self.pool(pool).map(|p| p.pool.spec.drain.clone()).unwrap_or_default();
-        let end = self.cluster(pool)?.drain(node, timeout, &drain, &self.lock_guard).await?;
+        let cluster = self.cluster(pool)?;
+        let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
+        self.tell_node(pool, node, "Draining", said, false);
+        let news = |reason, note: String| self.tell_node(pool, node, reason, &note, true);
+        let end = match cluster.drain(node, timeout, &drain, &self.lock_guard, &news).await {
+            Ok(end) => end,
+            Err(e) => {
+                self.tell_node(pool, node, "DrainFailed", &format!("the drain did not finish: {e}"), true);
+                return Err(e.into());
+            }
+        };
+        match &end {
+            DrainEnd::Complete => {
+                self.tell_node(pool, node, "Drained", "every pod the drain evicts is gone", false);
+            }
+            DrainEnd::Forced(pods) => {
+                let said = format!(
+                    "every pod is gone; {} deleted past drainTimeout (timeoutAction: Force)",
+                    pods.len()
+                );
+                self.tell_node(pool, node, "Drained", &said, false);
+            }
+            // Its DrainAbandoned Event says what it left.
+            DrainEnd::Abandoned(_) => {}
+        }
         let after = crate::spec::Duration::from(timeout);
         match &end {
             DrainEnd::Complete => {}
@@ -1284,7 +1320,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     });
                     wait_told = Some(Unheld { sink: self.sink, pool, instance: name, reason });
                 }
-                cluster.tell_node_waits(name, reason, told).await;
+                self.tell_node(pool, name, reason, &told, false);
                 self.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }

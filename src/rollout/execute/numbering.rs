@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Executor, StepError};
 use crate::backend::waiting;
 use crate::plan::{Action, Plan, PoolPlan, Step};
-use crate::rollout::event::{Event, StepEnd, StepId};
+use crate::rollout::event::{About, Event, StepEnd, StepId};
 
 /// How often a step under way says what it waits for.
 const TICK: Duration = Duration::from_secs(1);
@@ -162,6 +162,12 @@ impl<C, K> Executor<'_, C, K> {
     /// Say one line.
     pub(super) fn say(&self, line: &str) {
         self.sink.say(line);
+    }
+
+    /// Tell the cluster's users of Node `node` of `pool`: a Kubernetes Event, where a sink sends
+    /// them.
+    pub(super) fn tell_node(&self, pool: &str, node: &str, reason: &'static str, text: &str, warning: bool) {
+        self.sink.event(&Event::Kube { about: About::Node { pool, node }, reason, note: text, warning });
     }
 }
 

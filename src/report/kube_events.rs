@@ -1,0 +1,94 @@
+//! The Kubernetes Events sink: what a rollout tells its cluster's users ([`Event::Kube`]),
+//! handed to the cluster of its pool in the order told. It is sent beside the rollout, so that
+//! no step waits for an API server to take an Event; the command that chose the sink waits for
+//! the last ones before it ends.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc;
+
+use crate::backend::Cluster;
+use crate::rollout::event::{About, Event, Sink};
+
+/// How many Events may wait to be sent; more are dropped (an Event is a courtesy), never
+/// piled up without bound behind a slow API server.
+const QUEUE: usize = 256;
+
+/// One Event to send.
+struct Told {
+    pool: String,
+    node: Option<String>,
+    reason: &'static str,
+    note: String,
+    warning: bool,
+}
+
+/// Queues each [`Event::Kube`] for [`KubeEvents::beside`] to send. One rollout's: once its
+/// Events are sent, it takes no more.
+pub struct KubeEvents {
+    sender: Mutex<Option<mpsc::Sender<Told>>>,
+    receiver: Mutex<Option<mpsc::Receiver<Told>>>,
+}
+
+impl Default for KubeEvents {
+    fn default() -> Self {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        Self { sender: Mutex::new(Some(sender)), receiver: Mutex::new(Some(receiver)) }
+    }
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl KubeEvents {
+    /// Carry `work` out while what it tells is sent to the cluster of each pool in `clusters`,
+    /// and return once the last of it is sent too.
+    pub async fn beside<K: Cluster, T>(
+        &self,
+        clusters: &BTreeMap<String, K>,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let work = async {
+            let out = work.await;
+            locked(&self.sender).take();
+            out
+        };
+        let (out, ()) = tokio::join!(work, self.send(clusters));
+        out
+    }
+
+    /// Send what is told until the sender is dropped and the queue is empty.
+    async fn send<K: Cluster>(&self, clusters: &BTreeMap<String, K>) {
+        let Some(mut queue) = locked(&self.receiver).take() else { return };
+        while let Some(told) = queue.recv().await {
+            if let Some(cluster) = clusters.get(&told.pool) {
+                cluster.tell(told.node.as_deref(), told.reason, told.note, told.warning).await;
+            }
+        }
+    }
+}
+
+/// Send at once what `say` tells the clusters of `clusters`' pools: for what is told outside a
+/// rollout (the conditions a plan finds).
+pub async fn tell_now<K: Cluster>(clusters: &BTreeMap<String, K>, say: impl FnOnce(&dyn Sink)) {
+    let events = KubeEvents::default();
+    events.beside(clusters, async { say(&events) }).await;
+}
+
+impl Sink for KubeEvents {
+    fn event(&self, event: &Event<'_>) {
+        let Event::Kube { about, reason, note, warning } = *event else { return };
+        let node = match about {
+            About::Node { node, .. } => Some(node.to_owned()),
+            About::Pool(_) => None,
+        };
+        let told = Told { pool: about.pool().to_owned(), node, reason, note: note.to_owned(), warning };
+        let sender = locked(&self.sender);
+        let Some(sender) = sender.as_ref() else { return };
+        if sender.try_send(told).is_err() {
+            tracing::debug!("{reason}: not sent as a Kubernetes Event, {QUEUE} wait to be sent already");
+        }
+    }
+}
