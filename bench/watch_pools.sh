@@ -68,7 +68,7 @@ for try in $(seq 50); do
 done
 : > "$WORK/requests"
 
-count() { grep -c "$1" "$2" 2>/dev/null || true; }
+count() { local n; n=$(grep -c "$1" "$2" 2>/dev/null); echo "${n:-0}"; }
 wait_count() { # until file $2 holds more than $3 lines matching $1 (bounded)
     local deadline=$((SECONDS + 600))
     until [ "$(count "$1" "$2")" -gt "$3" ]; do
@@ -101,7 +101,7 @@ done_before=$(count "Apply complete" "$WORK/out")
 t1=$(date +%s.%N)
 pool_yaml 1 1 > "$WORK/src/pool-1.yaml"
 wait_count "Apply complete" "$WORK/out" "$done_before"
-first_created=$(docker ps -aq --filter "label=poolctl.dev/pool=$RUN-1" | xargs docker inspect -f '{{.Created}}' | sort | tail -1)
+first_created=$(docker ps -aq --filter "label=poolctl.dev/pool=$RUN-1" | xargs docker inspect -f '{{.Created}}' | sort | head -1)
 CHANGE_MS=$(since_ms "$first_created" "$t1")
 RECONCILED=$(($(count '"message":"plan (' "$WORK/log") - plans_before))
 sleep 2

@@ -545,6 +545,22 @@ fn no_command_names_a_concrete_backend() {
     }
 }
 
+/// Reporting has one home, `src/report/`: the rollout (its executor, lock, observe) and the
+/// backends say what they have to say as events or return values, and write no output nor
+/// record a metric themselves; one writer is shared behind a lock, the progress sink's.
+#[test]
+fn output_and_metrics_have_one_home() {
+    let writes = ["println!", "eprintln!", "print!(", "eprint!(", "io::stdout", "io::stderr", "metrics::"];
+    for (path, code) in sources_under("rollout").into_iter().chain(sources_under("backend")) {
+        for write in writes {
+            assert!(!code.contains(write), "{} uses {write}", path.display());
+        }
+    }
+    let shared: usize =
+        sources_under("").iter().map(|(_, code)| code.matches("Mutex<Box<dyn Write").count()).sum();
+    assert!(shared <= 2, "{shared} writers shared behind a lock in src/ (at most 2)");
+}
+
 /// `watch` is a library (`src/watch/`); its command is the thin edge over it.
 #[test]
 fn the_watch_command_is_thin() {

@@ -284,3 +284,44 @@ async fn a_watch_reconcile_where_nothing_changed_sends_no_list() {
     assert!(!since.is_empty(), "the reconciles still read the cluster's identity");
     watch.signal("TERM");
 }
+
+/// Minutes of quiet under `watch` against the fake API server: after the first lists, the
+/// resyncs read the cluster from the mirrors' watches alone, however long nothing changes (a
+/// watch the server ends is opened again from where it was, not listed again). Five minutes
+/// by default, past the watches' own window (290 s); see BENCHMARKS.md, "Quiet minutes".
+#[tokio::test]
+#[ignore = "a benchmark: run with bench/quiet_watch.sh"]
+async fn bench_quiet_minutes_under_watch_send_no_list() {
+    let quiet: u64 =
+        std::env::var("POOLCTL_BENCH_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let Some(rig) = Rig::new().await else { return };
+    rig.write(&rig.spec().replicas(2));
+    let mut watch = rig.s.spawn("watch", &["--resync", "60s"]);
+    watch.applied();
+    // The first resync reads back what the rollout changed; from then on the cluster is quiet.
+    watch.wait_for(Stream::Stderr, "plan (Resync)");
+    let from = rig.fake.requests().len();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(quiet)).await;
+    let since = requests_since(&rig, from);
+    let listed: Vec<String> = since.iter().filter(|r| is_list(r)).map(line).collect();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &since {
+        let watching = r.query.as_deref().is_some_and(|q| q.contains("watch=true") || q.contains("watch=1"));
+        *kinds
+            .entry(format!("{} {}{}", r.method, r.path, if watching { " (watch)" } else { "" }))
+            .or_default() += 1;
+    }
+    println!(
+        "| {} s quiet under `watch --resync 60s`, one Node pool of 2 | value |",
+        started.elapsed().as_secs()
+    );
+    println!("| --- | --- |");
+    println!("| list requests | {} |", listed.len());
+    println!("| requests in all | {} |", since.len());
+    for (kind, n) in &kinds {
+        println!("| {kind} | {n} |");
+    }
+    watch.signal("TERM");
+    assert!(listed.is_empty(), "{listed:#?}");
+}
