@@ -12,7 +12,7 @@ impl Sink for Metrics {
             Event::Ended { step, elapsed, .. } => crate::metrics::record(|m| m.step_took(step.verb, elapsed)),
             Event::Lock { pool, held } => crate::metrics::record(|m| m.lock_held(pool, held)),
             Event::Evictions { result, count, .. } => crate::metrics::record(|m| m.evictions(result, count)),
-            Event::Held { pool, reason, waiting, .. } => {
+            Event::RetirementWaits { pool, reason, waiting, .. } => {
                 crate::metrics::record(|m| m.retirement_waits(pool, reason, waiting));
             }
             _ => {}

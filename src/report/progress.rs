@@ -237,7 +237,10 @@ impl Sink for Progress {
                  {why}; the {left} left are numbered {first}-{total}"
             )),
             // Said in a message of the lock's own, or of the wait; counted by the metrics.
-            Event::Lock { .. } | Event::Evictions { .. } | Event::Held { .. } | Event::Kube { .. } => {}
+            Event::Lock { .. }
+            | Event::Evictions { .. }
+            | Event::RetirementWaits { .. }
+            | Event::Kube { .. } => {}
             Event::BootstrapOutput { instance, argv, output } => {
                 if self.ui.verbose && !output.trim().is_empty() && self.ui.format == ProgressFormat::Text {
                     self.line(&format!(

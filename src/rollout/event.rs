@@ -51,7 +51,7 @@ pub enum Event<'a> {
     /// The retirement of `instance` began (`waiting`, with `what` holds it) or ended waiting for
     /// what another controller holds: `reason` `hooks` (its Node's deletion hooks) or
     /// `volumes` (its volumes to detach). Each begin is followed by one end.
-    Held { pool: &'a str, instance: &'a str, reason: &'static str, waiting: bool, what: &'a str },
+    RetirementWaits { pool: &'a str, instance: &'a str, reason: &'static str, waiting: bool, what: &'a str },
     /// The run took the lock of `pool` (`held`), or gave it up or lost it.
     Lock { pool: &'a str, held: bool },
     /// What a bootstrap command printed, for a sink that shows it (`-v`).

@@ -98,7 +98,7 @@ impl crate::rollout::event::Sink for Waits<'_> {
     fn event(&self, event: &crate::rollout::event::Event<'_>) {
         if let (
             Some(notifier),
-            crate::rollout::event::Event::Held { pool, instance, waiting: true, what, .. },
+            crate::rollout::event::Event::RetirementWaits { pool, instance, waiting: true, what, .. },
         ) = (self.notifier, *event)
         {
             let mut notice = Notice::new(pool, self.revision, "waiting");

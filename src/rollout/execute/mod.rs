@@ -259,7 +259,7 @@ struct Unheld<'s> {
 impl Drop for Unheld<'_> {
     fn drop(&mut self) {
         let (pool, instance, reason) = (self.pool, self.instance, self.reason);
-        self.sink.event(&Event::Held { pool, instance, reason, waiting: false, what: "" });
+        self.sink.event(&Event::RetirementWaits { pool, instance, reason, waiting: false, what: "" });
     }
 }
 
@@ -1311,7 +1311,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         Hold::Hooks(_) => "hooks",
                         Hold::Volumes => "volumes",
                     };
-                    self.sink.event(&Event::Held {
+                    self.sink.event(&Event::RetirementWaits {
                         pool,
                         instance: name,
                         reason,
