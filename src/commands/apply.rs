@@ -52,7 +52,8 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     check_replace(plan, &config.options)?;
     check_rollback(&planned)?;
     if !config.dry_run {
-        tell_now(&planned.preview.clusters, |sink| crate::rollout::tell_conditions(plan, sink)).await;
+        tell_now(&planned.preview.clusters, |sink| crate::rollout::tell_conditions(plan, |_| true, sink))
+            .await;
         crate::rollout::record_ends(plan, &planned.desired, &*planned.docker).await;
     }
     let locks = held_locks(plan, &planned.docker, &planned.preview.clusters).await;

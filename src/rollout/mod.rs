@@ -114,11 +114,11 @@ pub fn conditions(plan: &Plan) -> Vec<(&str, &'static str, &str)> {
     said
 }
 
-/// Tell the cluster's users what [`conditions`] finds in `plan`, each as a Warning Event on
-/// the pool's Lease: `kubectl get events` shows it, and a repeat only counts up the Event's
-/// series. What `apply` and `watch` do; `plan` tells nothing.
-pub fn tell_conditions(plan: &Plan, sink: &dyn Sink) {
-    for (pool, reason, why) in conditions(plan) {
+/// Tell the cluster's users what [`conditions`] finds in `plan` of the pools `told` picks,
+/// each as a Warning Event on the pool's Lease: `kubectl get events` shows it, and a repeat
+/// only counts up the Event's series. What `apply` and `watch` do; `plan` tells nothing.
+pub fn tell_conditions(plan: &Plan, told: impl Fn(&str) -> bool, sink: &dyn Sink) {
+    for (pool, reason, why) in conditions(plan).into_iter().filter(|(pool, ..)| told(pool)) {
         sink.event(&event::Event::Kube { about: event::About::Pool(pool), reason, note: why, warning: true });
     }
 }

@@ -275,8 +275,15 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 
     /// Observe the world and plan, and tell what the plan holds back (log, Events,
     /// notifications, the ends of revisions the world shows): what every reconcile and survey
-    /// begins with. `None` when the world could not be observed, said here.
-    async fn look(&self, desired: &Desired, results: &mut Results) -> Option<Preview<N::Cluster>> {
+    /// begins with. A survey (`surveying`) leaves the log and Events of a pool with changes to
+    /// that pool's own reconcile, which looks again, so that each is said once. `None` when
+    /// the world could not be observed, said here.
+    async fn look(
+        &self,
+        desired: &Desired,
+        results: &mut Results,
+        surveying: bool,
+    ) -> Option<Preview<N::Cluster>> {
         let preview = match preview(desired, self.containers, self.connect, self.options.clone()).await {
             Ok(preview) => preview,
             Err(e) => {
@@ -299,14 +306,16 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             health.update(plan);
             health.newly_held(plan)
         };
-        for pool in &plan.pools {
+        let told = |pool: &str| !surveying || !changed.contains(pool);
+        for pool in plan.pools.iter().filter(|p| told(&p.name)) {
             if let Some(why) = &pool.degraded {
                 warn!("pool {}: {why}", pool.name);
             }
         }
         if !self.dry_run {
-            crate::report::tell_now(&preview.clusters, |sink| crate::rollout::tell_conditions(plan, sink))
-                .await;
+            let tell =
+                |sink: &dyn crate::rollout::event::Sink| crate::rollout::tell_conditions(plan, told, sink);
+            crate::report::tell_now(&preview.clusters, tell).await;
             for (pool, reason, why) in held {
                 let mut notice = self.notice(&pool, Notice::result_of(reason));
                 notice.error = Some(why);
@@ -323,7 +332,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     pub(super) async fn survey(&self, desired: &Desired) -> Option<Findings> {
         let started = std::time::Instant::now();
         let mut results = Results::new();
-        let preview = self.look(desired, &mut results).await;
+        let preview = self.look(desired, &mut results, true).await;
         let changed = preview.as_ref().map(|p| p.plan.changed_pools()).unwrap_or_default();
         let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
         crate::metrics::record(|m| {
@@ -358,7 +367,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         interrupt: &Interrupt,
         results: &mut Results,
     ) -> Ended {
-        let Some(preview) = self.look(desired, results).await else { return Ended::Failed };
+        let Some(preview) = self.look(desired, results, false).await else { return Ended::Failed };
         let plan = &preview.plan;
         let changed = plan.changed_pools();
         let s = plan.summary;
