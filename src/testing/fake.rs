@@ -40,6 +40,8 @@ struct Inner {
     joining: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Every name noted as joining, with how many calls had been made by then.
     noted: Mutex<Vec<(String, usize)>>,
+    /// The suspension each node pool's Lease records ([`Cluster::marks`]).
+    lease_suspensions: Mutex<BTreeMap<String, crate::model::Suspension>>,
     /// Seconds the daemon's clock ([`Containers::clock`]) is ahead of this process's: time that
     /// passes for the world at once, as far as every record's age goes.
     ahead: std::sync::atomic::AtomicI64,
@@ -355,6 +357,11 @@ impl FakeWorld {
         result
     }
 
+    /// Suspend `pool` on its Lease, as `poolctl suspend` does a node pool.
+    pub(crate) fn suspend_on_lease(&self, pool: &str, suspension: crate::model::Suspension) {
+        self.0.lease_suspensions.lock().unwrap().insert(pool.to_owned(), suspension);
+    }
+
     /// The joining instances `pool`'s lock records now.
     pub(crate) fn joining(&self, pool: &str) -> BTreeSet<String> {
         self.0.joining.lock().unwrap().get(pool).cloned().unwrap_or_default()
@@ -666,6 +673,10 @@ impl Containers for FakeWorld {
         self.sim().world.history.clone()
     }
 
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
+        self.sim().world.suspended.clone()
+    }
+
     async fn record_revision(
         &self,
         pool: &str,
@@ -797,6 +808,11 @@ pub(crate) struct FakeCluster {
 }
 
 impl Cluster for FakeCluster {
+    fn marks(&self) -> crate::backend::LeaseMarks {
+        let suspension = self.world.0.lease_suspensions.lock().unwrap().get(&self.pool).cloned();
+        crate::backend::LeaseMarks { suspension, requested: None }
+    }
+
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {
         let joining = self.world.joining(&self.pool);
         let sim = self.world.sim();
