@@ -14,7 +14,9 @@ use crate::model::{
 };
 use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
-pub use connections::{ClusterClient, Clusters, ConnectError, Connections, DockerEndpoints, Events};
+pub use connections::{
+    ClusterClient, Clusters, ConnectError, Connections, DockerEndpoints, Events, follow_requests,
+};
 /// What the commands need of the concrete backends, named here so that they depend on this
 /// facade only: `copyFrom` resolved on a pool's Docker endpoint, and an error's causes worded
 /// once, as the backends' errors word them.

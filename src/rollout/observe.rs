@@ -83,8 +83,7 @@ pub fn cluster_refs(
         }
     }
     for pool in &desired.pools {
-        if let Some(node) = &pool.pool.spec.node {
-            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+        if let Some(cluster) = pool.cluster() {
             refs.insert(pool.name().to_owned(), cluster);
         }
     }
