@@ -4,7 +4,8 @@
 //! Shaped like kube-runtime's controller: every decision and every timer lives in a small state
 //! machine ([`machine`]) that returns decisions instead of doing anything; [`run`] is a thin
 //! loop that turns its inputs (source looks and notify events from [`inputs`], Docker events,
-//! the machine's next wake-up, signals) into events and carries the decisions out. Each pool
+//! the reconcile requests on the node pools' Leases, the machine's next wake-up, signals) into
+//! events and carries the decisions out. Each pool
 //! is reconciled ([`reconcile`]) in a lane of its own, as a spawned task, so that a long
 //! rollout of one pool never holds up another's (the first reconcile covers the whole source);
 //! a newer desired state of a pool stops its reconcile at the next step boundary and the loop
