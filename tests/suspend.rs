@@ -184,9 +184,11 @@ async fn a_reconcile_request_on_a_node_pools_lease_is_acted_on_at_once_and_clear
     let Some(rig) = Rig::new().await else { return };
     let pool = rig.pool().to_owned();
     rig.start(&rig.spec().replicas(1)).await;
-    // A ten-minute resync: only the request can make the watch plan again now.
+    // Two replicas with a ten-minute resync: only the request can make them plan again now.
     let mut watch = rig.s.spawn("watch", &["--resync", "10m"]);
     watch.wait_for(Stream::Stderr, "plan (Start)");
+    let mut other = rig.s.spawn("watch", &["--resync", "10m"]);
+    other.wait_for(Stream::Stderr, "plan (Start)");
 
     let requested = rig.poolctl("reconcile", &[&pool]).expect_code(0);
     assert!(requested.stdout.contains("requested"), "{}", requested.stdout);
@@ -202,8 +204,11 @@ async fn a_reconcile_request_on_a_node_pools_lease_is_acted_on_at_once_and_clear
             .is_some_and(|a| a[key].is_string())),
         "the request is written on the Lease: {asked:?}"
     );
-    watch.wait_for(Stream::Stderr, &format!("reconcile requested: {pool}"));
-    watch.wait_until(Stream::Stderr, "plan (Requested)", |line| line.contains("plan (Requested)"));
+    // Each replica follows the Lease: both hear of it at once.
+    for replica in [&mut watch, &mut other] {
+        replica.wait_for(Stream::Stderr, &format!("reconcile requested: {pool}"));
+        replica.wait_until(Stream::Stderr, "plan (Requested)", |line| line.contains("plan (Requested)"));
+    }
     // Acted on, it is cleared (by a patch against the Lease's resourceVersion).
     let name = lease_name(&pool);
     let cleared = |store: &Store| {
@@ -219,4 +224,5 @@ async fn a_reconcile_request_on_a_node_pools_lease_is_acted_on_at_once_and_clear
     let volumes = String::from_utf8_lossy(&volumes.stdout);
     assert!(!volumes.lines().any(|v| v == format!("poolctl-reconcile-{pool}")), "{volumes}");
     watch.assert_alive();
+    other.assert_alive();
 }
