@@ -396,7 +396,7 @@ async fn the_cluster_role_allows_every_request_of_a_rollout_and_grants_nothing_u
             "renewTime": "2020-01-01T00:00:00.000000Z",
         },
     });
-    let (code, _) = rig.fake.store().leases().serve(&Method::POST, "kube-system", None, Some(&killed));
+    let (code, _) = rig.fake.store().serve_lease(&Method::POST, "kube-system", None, Some(&killed));
     assert_eq!(code, 201);
     let mut watch = rig.s.spawn("watch", &["--resync", "1h"]);
     tokio::task::block_in_place(|| {

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
@@ -127,6 +128,46 @@ async fn a_watch_from_a_list_version_sees_a_node_turn_ready() {
     let mut from_zero = nodes.watch(&WatchParams::default().timeout(60), "0").await.unwrap().boxed();
     let first = tokio::time::timeout(LIMIT, from_zero.try_next()).await.unwrap().unwrap().unwrap();
     assert!(matches!(first, WatchEvent::Added(_)));
+}
+
+#[tokio::test]
+async fn leases_are_patched_against_their_version_and_watched_by_name() {
+    let fk = fake();
+    let leases: Api<Lease> = Api::namespaced(fk.client(), "kube-system");
+    let lease = |name: &str| Lease {
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+        spec: Some(LeaseSpec::default()),
+    };
+    let params = PostParams::default();
+    let created = leases.create(&params, &lease("poolctl-a")).await.unwrap();
+    leases.create(&params, &lease("poolctl-b")).await.unwrap();
+    let list = leases.list(&ListParams::default().fields("metadata.name=poolctl-a")).await.unwrap();
+    assert_eq!(list.items.len(), 1, "{list:?}");
+    let rv = list.metadata.resource_version.unwrap();
+    let wp = WatchParams::default().fields("metadata.name=poolctl-a").timeout(60);
+    let mut stream = leases.watch(&wp, &rv).await.unwrap().boxed();
+
+    // Another Lease's change is not this watch's; a patch naming the current version applies.
+    let annotate = |version: Option<&str>, value: &str| json!({"metadata": {"resourceVersion": version, "annotations": {"k": value}}});
+    let pp = PatchParams::default();
+    leases.patch("poolctl-b", &pp, &Patch::Merge(&annotate(None, "b"))).await.unwrap();
+    let current = created.metadata.resource_version.as_deref();
+    let patched = leases.patch("poolctl-a", &pp, &Patch::Merge(&annotate(current, "1"))).await.unwrap();
+    // One naming a version that is no longer current is refused, as on a real server.
+    let stale = leases.patch("poolctl-a", &pp, &Patch::Merge(&annotate(current, "2"))).await;
+    assert!(matches!(stale, Err(kube::Error::Api(ref s)) if s.code == 409), "{stale:?}");
+    let event = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
+    match event {
+        WatchEvent::Modified(l) => {
+            assert_eq!(l.metadata.name.as_deref(), Some("poolctl-a"));
+            assert_eq!(l.metadata.annotations.unwrap()["k"], "1");
+            assert_eq!(l.metadata.resource_version, patched.metadata.resource_version);
+        }
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    leases.delete("poolctl-a", &DeleteParams::default()).await.unwrap();
+    let event = tokio::time::timeout(LIMIT, stream.try_next()).await.unwrap().unwrap().unwrap();
+    assert!(matches!(event, WatchEvent::Deleted(_)), "{event:?}");
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -156,6 +157,46 @@ impl Connections {
             .collect())
     }
 }
+
+/// Follow the Lease of each node pool of `desired` that `covers` accepts, sending each new
+/// reconcile request on it to `tx` (see [`KubeCluster::follow_requests`]): one task to spawn per
+/// pool, keyed by the pool and its cluster. Each connects on its own (again, with backoff, until
+/// it can) and follows until `tx` is closed.
+pub fn follow_requests(
+    desired: &Desired,
+    covers: impl Fn(&str) -> bool,
+    tx: &mpsc::Sender<super::ContainerNews>,
+) -> Vec<(String, impl Future<Output = ()> + Send + 'static)> {
+    let node_pools = desired.pools.iter().filter(|p| covers(p.name()));
+    let node_pools = node_pools.filter_map(|p| Some((p.name().to_owned(), p.cluster()?)));
+    node_pools
+        .map(|(pool, cluster)| {
+            let key = format!("{pool} {cluster:?}");
+            let tx = tx.clone();
+            let task = async move {
+                let mut failures = 0;
+                while !tx.is_closed() {
+                    match KubeConnect.connect(&cluster, &pool).await {
+                        Ok(connected) => return connected.follow_requests(tx).await,
+                        Err(e) => {
+                            failures += 1;
+                            let after = super::retry::delay(failures, Duration::from_secs(1), MAX_BACKOFF);
+                            tracing::warn!(
+                                "pool {pool}: cannot follow its Lease ({e}); again in {}s",
+                                after.as_secs()
+                            );
+                            tokio::time::sleep(after).await;
+                        }
+                    }
+                }
+            };
+            (key, task)
+        })
+        .collect()
+}
+
+/// The longest wait before connecting again to follow a pool's Lease.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A connected cluster, as [`Connections::clusters`] connects it.
 pub type ClusterClient = <Clusters as Connect>::Cluster;

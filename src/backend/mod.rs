@@ -14,7 +14,9 @@ use crate::model::{
 };
 use crate::spec::{CgroupnsMode, Secret, Taint, TemplateFile, UsernsMode};
 
-pub use connections::{ClusterClient, Clusters, ConnectError, Connections, DockerEndpoints, Events};
+pub use connections::{
+    ClusterClient, Clusters, ConnectError, Connections, DockerEndpoints, Events, follow_requests,
+};
 /// What the commands need of the concrete backends, named here so that they depend on this
 /// facade only: `copyFrom` resolved on a pool's Docker endpoint, and an error's causes worded
 /// once, as the backends' errors word them.
@@ -385,6 +387,15 @@ fn no_records(pool: &str) -> BackendError {
     BackendError::Failed(format!("pool {pool}: this backend keeps no records"))
 }
 
+/// What a node pool's Lease records beside its lock: its suspension and its reconcile request
+/// (see [`Cluster::marks`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseMarks {
+    pub suspension: Option<crate::model::Suspension>,
+    /// The reconcile request's value (when it was asked for), as written.
+    pub requested: Option<String>,
+}
+
 /// Kubernetes, as the executor sees it: one cluster, as named by a pool's `node:` section.
 pub trait Cluster: Sync {
     /// Nodes that carry the `poolctl.dev/pool` label, or whose names are given (the pool's
@@ -404,6 +415,42 @@ pub trait Cluster: Sync {
     ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send;
     /// Drop these names from the record.
     fn forget_joining(&self, names: &[String]) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// What the pool's Lease recorded of its suspension and reconcile request when
+    /// [`Cluster::nodes`] last read it: the same read, so that observing a node pool costs no
+    /// request more for them.
+    fn marks(&self) -> LeaseMarks {
+        LeaseMarks::default()
+    }
+    /// The pool's suspension as its Lease records it now: one read.
+    fn suspension(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::model::Suspension>, BackendError>> + Send {
+        async { Ok(None) }
+    }
+    /// Record on the pool's Lease that `by` suspends the pool for `reason` (creating the Lease,
+    /// without a holder, if there is none), and return the suspension that stands (an earlier
+    /// one stays as it was).
+    fn suspend(
+        &self,
+        by: &str,
+        reason: Option<&str>,
+    ) -> impl Future<Output = Result<crate::model::Suspension, BackendError>> + Send {
+        let _ = (by, reason);
+        async { Err(BackendError::Failed("this cluster keeps no records".into())) }
+    }
+    /// Remove the suspension from the pool's Lease, if it has one.
+    fn resume(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+        async { Ok(()) }
+    }
+    /// Record on the pool's Lease a request to reconcile it now (what `watch` follows).
+    fn request_reconcile(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+        async { Err(BackendError::Failed("this cluster keeps no records".into())) }
+    }
+    /// Remove from the pool's Lease the reconcile request [`Cluster::marks`] saw, once acted
+    /// on; a newer one stays, and asks for one reconcile more.
+    fn consume_request(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+        async { Ok(()) }
+    }
     /// Pods bound to the given nodes, and the PodDisruptionBudgets of their namespaces (for
     /// drain previews).
     fn pods_and_pdbs(

@@ -1,13 +1,15 @@
-//! `poolctl suspend`, `resume` and `reconcile`: record in the world, beside the pool's
-//! instances, that a pool is suspended, resumed or asked to reconcile now, for every run and
-//! every `watch` replica to read (see [`crate::model::Suspension`]).
+//! `poolctl suspend`, `resume` and `reconcile`: record in the world that a pool is suspended,
+//! resumed or asked to reconcile now, for every run and every `watch` replica to read (see
+//! [`crate::model::Suspension`]): on a node pool's Lease, and beside a pool of containers'
+//! instances (Docker volumes) for the others.
 
 use anyhow::{Context, Result, bail};
 
 use super::common::load_source;
 use super::exit::Exit;
-use crate::backend::{Connections, Containers};
+use crate::backend::{Cluster, Connect, Connections, Containers};
 use crate::config::{Mark, MarkConfig};
+use crate::model::Suspension;
 use crate::report::write_stdout;
 
 pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
@@ -17,8 +19,8 @@ pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     } else {
         config.pools.clone()
     };
-    // Only a declared pool: the source says on which Docker endpoint it lives, and a name
-    // mistyped must not leave a record that nothing reads.
+    // Only a declared pool: the source says on which Docker endpoint (or in which cluster) it
+    // lives, and a name mistyped must not leave a record that nothing reads.
     if let Some(unknown) = pools.iter().find(|p| !desired.pools.iter().any(|d| d.name() == p.as_str())) {
         bail!("the source declares no pool {unknown}");
     }
@@ -26,14 +28,24 @@ pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     let docker = connections.docker(&desired).await?;
     docker.list().await.context("cannot list the pools' records")?;
     for pool in &pools {
-        match &config.mark {
-            Mark::Suspend { reason } => suspend(&*docker, pool, reason.as_deref()).await?,
-            Mark::Resume => resume(&*docker, pool).await?,
-            Mark::Reconcile => {
-                docker
-                    .request_reconcile(pool)
+        // A node pool's records live on its Lease, which every replica of its cluster reads.
+        let declared = desired.pools.iter().find(|d| d.name() == pool.as_str());
+        let cluster = match declared.and_then(crate::model::DesiredPool::cluster) {
+            Some(cluster) => Some(
+                connections
+                    .clusters()
+                    .connect(&cluster, pool)
                     .await
-                    .with_context(|| format!("cannot request a reconcile of pool {pool}"))?;
+                    .with_context(|| format!("cannot connect to the cluster of pool {pool}"))?,
+            ),
+            None => None,
+        };
+        let records = Records { docker: &*docker, cluster: cluster.as_ref() };
+        match &config.mark {
+            Mark::Suspend { reason } => records.suspend(pool, reason.as_deref()).await?,
+            Mark::Resume => records.resume(pool).await?,
+            Mark::Reconcile => {
+                records.request(pool).await?;
                 write_stdout(|out| writeln!(out, "Reconcile of pool {pool} requested."))?;
             }
         }
@@ -41,35 +53,67 @@ pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-async fn suspend(docker: &impl Containers, pool: &str, reason: Option<&str>) -> Result<()> {
-    let already = docker.suspensions().contains_key(pool);
-    let standing = docker
-        .suspend(pool, &who_am_i(), reason)
-        .await
-        .with_context(|| format!("cannot suspend pool {pool}"))?;
-    write_stdout(|out| {
-        if already {
-            writeln!(out, "Pool {pool} was already {}.", standing.describe())
-        } else {
-            writeln!(out, "Pool {pool} {}.", standing.describe())
-        }
-    })?;
-    Ok(())
+/// Where a pool's records are: Docker volumes beside its containers, and, for a node pool, its
+/// Lease too. A suspension on either counts (a pool that became a node pool keeps its Docker
+/// one); a new one, or a request, goes on the Lease of a node pool.
+struct Records<'a, C, K> {
+    docker: &'a C,
+    cluster: Option<&'a K>,
 }
 
-async fn resume(docker: &impl Containers, pool: &str) -> Result<()> {
-    let Some(suspension) = docker.suspensions().remove(pool) else {
-        write_stdout(|out| writeln!(out, "Pool {pool} is not suspended."))?;
-        return Ok(());
-    };
-    docker.resume(pool).await.with_context(|| format!("cannot resume pool {pool}"))?;
-    // As `flux resume` does: the pool is reconciled at once, not at watch's next resync.
-    docker
-        .request_reconcile(pool)
-        .await
-        .with_context(|| format!("cannot request a reconcile of pool {pool}"))?;
-    write_stdout(|out| writeln!(out, "Pool {pool} resumed (it was {}).", suspension.describe()))?;
-    Ok(())
+impl<C: Containers, K: Cluster> Records<'_, C, K> {
+    /// The suspension on each record: Docker's (as the last list showed it), the Lease's.
+    async fn suspensions(&self, pool: &str) -> Result<(Option<Suspension>, Option<Suspension>)> {
+        let docker = self.docker.suspensions().remove(pool);
+        let lease = match self.cluster {
+            Some(cluster) => {
+                cluster.suspension().await.with_context(|| format!("cannot read pool {pool}'s Lease"))?
+            }
+            None => None,
+        };
+        Ok((docker, lease))
+    }
+
+    async fn suspend(&self, pool: &str, reason: Option<&str>) -> Result<()> {
+        let (docker, lease) = self.suspensions(pool).await?;
+        let standing = match (docker.or(lease), self.cluster) {
+            (Some(standing), _) => {
+                write_stdout(|out| writeln!(out, "Pool {pool} was already {}.", standing.describe()))?;
+                return Ok(());
+            }
+            (None, Some(cluster)) => cluster.suspend(&who_am_i(), reason).await,
+            (None, None) => self.docker.suspend(pool, &who_am_i(), reason).await,
+        };
+        let standing = standing.with_context(|| format!("cannot suspend pool {pool}"))?;
+        write_stdout(|out| writeln!(out, "Pool {pool} {}.", standing.describe()))?;
+        Ok(())
+    }
+
+    async fn resume(&self, pool: &str) -> Result<()> {
+        let (docker, lease) = self.suspensions(pool).await?;
+        let Some(suspension) = docker.clone().or_else(|| lease.clone()) else {
+            write_stdout(|out| writeln!(out, "Pool {pool} is not suspended."))?;
+            return Ok(());
+        };
+        if docker.is_some() {
+            self.docker.resume(pool).await.with_context(|| format!("cannot resume pool {pool}"))?;
+        }
+        if let (Some(cluster), Some(_)) = (self.cluster, lease) {
+            cluster.resume().await.with_context(|| format!("cannot resume pool {pool}"))?;
+        }
+        // As `flux resume` does: the pool is reconciled at once, not at watch's next resync.
+        self.request(pool).await?;
+        write_stdout(|out| writeln!(out, "Pool {pool} resumed (it was {}).", suspension.describe()))?;
+        Ok(())
+    }
+
+    async fn request(&self, pool: &str) -> Result<()> {
+        match self.cluster {
+            Some(cluster) => cluster.request_reconcile().await,
+            None => self.docker.request_reconcile(pool).await,
+        }
+        .with_context(|| format!("cannot request a reconcile of pool {pool}"))
+    }
 }
 
 /// Who suspends: `user@host` on a workstation, `pod NAME` in a cluster (where the host name is

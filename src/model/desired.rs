@@ -96,6 +96,12 @@ impl DesiredPool {
         &self.pool.metadata.name
     }
 
+    /// The cluster its `node:` section names: `None` for a pool of containers only.
+    pub fn cluster(&self) -> Option<super::ClusterRef> {
+        let node = self.pool.spec.node.as_ref()?;
+        Some(super::ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() })
+    }
+
     /// How many env values of the template are `valueFrom`s.
     pub fn reads_secrets(&self) -> usize {
         let env = &self.pool.spec.template.env;

@@ -77,6 +77,14 @@ pub const SUSPENDED: &str = "poolctl.dev/suspended";
 pub const SUSPENDED_BY: &str = "poolctl.dev/suspended-by";
 /// On a suspension record: why, as `--reason` gave it.
 pub const SUSPEND_REASON: &str = "poolctl.dev/suspend-reason";
+/// Annotation on a node pool's Lease, beside [`SUSPENDED_BY`] and [`SUSPEND_REASON`] (the
+/// annotations that suspend a node pool): when, by the API server's clock (RFC 3339). A
+/// Lease has no creation time of the suspension's own, as a Docker volume has.
+pub const SUSPENDED_AT: &str = "poolctl.dev/suspended-at";
+/// Annotation on a node pool's Lease: a reconcile request, as Flux's
+/// `reconcile.fluxcd.io/requestedAt`; its value (when it was asked, RFC 3339) tells one request
+/// from the next, so that the replica that acts on it clears only the one it saw.
+pub const RECONCILE_REQUESTED_AT: &str = "reconcile.poolctl.dev/requestedAt";
 /// On a pool's reconcile request (`poolctl-reconcile-<pool>`, a Docker volume): the pool, which
 /// `watch` reconciles at once and then removes the request (Flux's
 /// `reconcile.fluxcd.io/requestedAt`); its creation time is when it was asked for.

@@ -1,7 +1,8 @@
 //! Observe: from a desired state to the world it is compared with. One Docker list, then, for
 //! every pool whose instances are Nodes, a connection to its cluster and one list of its Nodes
-//! (plus the pods and PodDisruptionBudgets a drain preview needs). Runs over the backend traits,
-//! so that tests plug in fakes.
+//! (plus the pods and PodDisruptionBudgets a drain preview needs, and the one read of the pool's
+//! Lease that finds its joining instances, which also says whether it is suspended). Runs over
+//! the backend traits, so that tests plug in fakes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,8 +83,7 @@ pub fn cluster_refs(
         }
     }
     for pool in &desired.pools {
-        if let Some(node) = &pool.pool.spec.node {
-            let cluster = ClusterRef { kubeconfig: node.kubeconfig.clone(), context: node.context.clone() };
+        if let Some(cluster) = pool.cluster() {
             refs.insert(pool.name().to_owned(), cluster);
         }
     }
@@ -248,6 +248,11 @@ async fn observe_with<C: Containers, K: Cluster>(
         let names: Vec<String> =
             world.containers.iter().filter(|c| &c.pool == pool).map(|c| c.name.clone()).collect();
         let mut nodes = cluster.nodes(&names).await?;
+        // The same read of the pool's Lease says whether it is suspended there. Either record
+        // counts: a pool that became a node pool keeps its Docker one until it is resumed.
+        if let Some(suspension) = cluster.marks().suspension {
+            world.suspended.entry(pool.clone()).or_insert(suspension);
+        }
         let server = cluster.identity().server.clone();
         let skew = if let Some(&skew) = skews.get(&server) {
             skew
@@ -397,6 +402,20 @@ mod tests {
         assert_eq!(pods, ["web-1"], "only the pods of the pool's Nodes");
         assert_eq!(observed.world.containers.len(), 3);
         assert!(fake.calls().is_empty(), "observing changes nothing: {:?}", fake.calls());
+    }
+
+    #[tokio::test]
+    async fn a_node_pool_suspended_on_its_lease_or_in_docker_is_suspended() {
+        let (desired, fake) = node_pool_world();
+        let on = |by: &str| crate::model::Suspension { by: by.to_owned(), at: 1, reason: None };
+        fake.suspend_on_lease("k", on("lease"));
+        let observed = observe(&desired, &fake, &fake).await.unwrap();
+        assert_eq!(observed.world.suspended.keys().collect::<Vec<_>>(), ["k"], "the plain pool is not");
+        assert_eq!(observed.world.suspended["k"].by, "lease");
+        // Suspended in Docker too (before it became a node pool): that record stands.
+        fake.sim().world.suspended.insert("k".to_owned(), on("docker"));
+        let observed = observe(&desired, &fake, &fake).await.unwrap();
+        assert_eq!(observed.world.suspended["k"].by, "docker");
     }
 
     #[tokio::test]

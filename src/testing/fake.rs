@@ -42,6 +42,8 @@ struct Inner {
     noted: Mutex<Vec<(String, usize)>>,
     /// Every Kubernetes Event told, as `<Node or Lease> <reason>`.
     told: Mutex<Vec<String>>,
+    /// The suspension each node pool's Lease records ([`Cluster::marks`]).
+    lease_suspensions: Mutex<BTreeMap<String, crate::model::Suspension>>,
     /// Seconds the daemon's clock ([`Containers::clock`]) is ahead of this process's: time that
     /// passes for the world at once, as far as every record's age goes.
     ahead: std::sync::atomic::AtomicI64,
@@ -355,6 +357,11 @@ impl FakeWorld {
         }
         self.0.changed.notify_waiters();
         result
+    }
+
+    /// Suspend `pool` on its Lease, as `poolctl suspend` does a node pool.
+    pub(crate) fn suspend_on_lease(&self, pool: &str, suspension: crate::model::Suspension) {
+        self.0.lease_suspensions.lock().unwrap().insert(pool.to_owned(), suspension);
     }
 
     /// The joining instances `pool`'s lock records now.
@@ -673,6 +680,10 @@ impl Containers for FakeWorld {
         self.sim().world.history.clone()
     }
 
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
+        self.sim().world.suspended.clone()
+    }
+
     async fn record_revision(
         &self,
         pool: &str,
@@ -807,6 +818,11 @@ impl Cluster for FakeCluster {
     async fn tell(&self, node: Option<&str>, reason: &'static str, _: String, _: bool) {
         let about = node.map_or_else(|| format!("lease/{}", self.pool), str::to_owned);
         self.world.0.told.lock().unwrap().push(format!("{about} {reason}"));
+    }
+
+    fn marks(&self) -> crate::backend::LeaseMarks {
+        let suspension = self.world.0.lease_suspensions.lock().unwrap().get(&self.pool).cloned();
+        crate::backend::LeaseMarks { suspension, requested: None }
     }
 
     async fn nodes(&self, names: &[String]) -> Result<Vec<Node>, BackendError> {

@@ -4,7 +4,8 @@
 //! Shaped like kube-runtime's controller: every decision and every timer lives in a small state
 //! machine ([`machine`]) that returns decisions instead of doing anything; [`run`] is a thin
 //! loop that turns its inputs (source looks and notify events from [`inputs`], Docker events,
-//! the machine's next wake-up, signals) into events and carries the decisions out. Each pool
+//! the reconcile requests on the node pools' Leases, the machine's next wake-up, signals) into
+//! events and carries the decisions out. Each pool
 //! is reconciled ([`reconcile`]) in a lane of its own, as a spawned task, so that a long
 //! rollout of one pool never holds up another's (the first reconcile covers the whole source);
 //! a newer desired state of a pool stops its reconcile at the next step boundary and the loop
@@ -98,6 +99,9 @@ struct Loop {
     drift: BTreeMap<String, JoinHandle<()>>,
     drift_tx: mpsc::Sender<ContainerNews>,
     drift_rx: mpsc::Receiver<ContainerNews>,
+    /// The Leases followed for reconcile requests (`poolctl reconcile`), one per node pool, by
+    /// pool and cluster; what they hear comes in with Docker's news.
+    requests: BTreeMap<String, JoinHandle<()>>,
     /// The containers the last reconcile's rollout stopped or removed: Docker's events about
     /// them are its own doing, not drift.
     acting: Arc<Acting>,
@@ -150,6 +154,7 @@ impl Loop {
             drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
+            requests: BTreeMap::new(),
             acting: Arc::default(),
             changed_rx,
             pushes,
@@ -392,6 +397,7 @@ impl Loop {
                 self.probes.source_broken(None);
                 self.seen = Some(revision);
                 self.follow_drift_events(&desired);
+                self.follow_lease_requests(&desired);
                 self.machine.depend(dependents(&desired));
                 let mut prints = fingerprints(&desired);
                 prints.retain(|pool, _| self.config.options.covers(pool));
@@ -483,6 +489,23 @@ impl Loop {
         });
         for (host, task) in follow {
             self.drift.entry(host).or_insert_with(|| tokio::spawn(task));
+        }
+    }
+
+    /// Follow the Lease of every node pool this watch covers, where `poolctl reconcile` asks
+    /// for a node pool's reconcile; stop following the pools no longer there (or moved).
+    fn follow_lease_requests(&mut self, desired: &Desired) {
+        let options = &self.config.options;
+        let follow = crate::backend::follow_requests(desired, |pool| options.covers(pool), &self.drift_tx);
+        self.requests.retain(|key, task| {
+            let keep = follow.iter().any(|(k, _)| k == key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (key, task) in follow {
+            self.requests.entry(key).or_insert_with(|| tokio::spawn(task));
         }
     }
 

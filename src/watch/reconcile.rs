@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{error, info, warn};
 
 use super::machine::{Ended, Findings, Trigger};
-use crate::backend::{Connect, Containers, Locks};
+use crate::backend::{Cluster, Connect, Containers, Locks};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
 use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
@@ -262,13 +262,22 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
     }
 
     /// Remove the reconcile requests of the pools this reconcile covered: acted on, they are
-    /// consumed (a request that fails to go stays, and asks for one reconcile more).
+    /// consumed (a request that fails to go stays, and asks for one reconcile more). A node
+    /// pool's is on its Lease, cleared only if it is still the one this reconcile observed.
     async fn consume_requests(&self, desired: &Desired) {
-        let covered =
-            desired.pools.iter().map(crate::model::DesiredPool::name).filter(|p| self.options.covers(p));
+        let covered = desired.pools.iter().filter(|p| self.options.covers(p.name()));
         for pool in covered {
-            if let Err(e) = self.containers.consume_request(pool).await {
-                warn!("pool {pool}: cannot remove its reconcile request: {e}");
+            let name = pool.name();
+            if let Err(e) = self.containers.consume_request(name).await {
+                warn!("pool {name}: cannot remove its reconcile request: {e}");
+            }
+            let Some(cluster) = pool.cluster() else { continue };
+            let consumed = match self.connect.connect(&cluster, name).await {
+                Ok(cluster) => cluster.consume_request().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = consumed {
+                warn!("pool {name}: cannot remove its reconcile request from its Lease: {e}");
             }
         }
     }

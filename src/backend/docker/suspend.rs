@@ -1,7 +1,9 @@
 //! Suspensions and reconcile requests: what `poolctl suspend`, `resume` and `reconcile` leave in
 //! the world for every run and every `watch` replica to read, kept as the other records are (see
 //! [`super::up`]): Docker volumes, which no prune removes, `docker ps -a` does not show, and the
-//! list every observation makes already reads.
+//! list every observation makes already reads. A pool of Nodes keeps them on its Lease instead
+//! (see [`crate::backend::kube`]'s `marks`); one it kept here before it had a `node:` section
+//! still counts until it is resumed.
 //!
 //! A pool's suspension is the volume `poolctl-suspend-<pool>`, labelled with who suspended it
 //! and why; its creation time, on the daemon's clock, is when. Resuming removes it. A reconcile

@@ -10,7 +10,8 @@
 //! The Lease also records, as `joining.poolctl.dev/<name>` annotations, the instances created
 //! whose Nodes are not labelled yet: a run killed between a kubelet registering a Node and
 //! poolctl labelling it leaves a Node that only this record names once its container is gone.
-//! A Lease that still records some is released by clearing its holder, not deleted. Since the
+//! A Lease that still records some, or the pool's suspension or reconcile request (see
+//! [`super::marks`]), is released by clearing its holder, not deleted. Since the
 //! executor adds to the record while the lock is renewed, a renewal or release reads the Lease
 //! first and proves the lock is still its own by holder and acquire time (as client-go's leader
 //! election does), writing against the resourceVersion it read.
@@ -26,7 +27,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::{API_RETRY_WINDOW, KubeCluster};
-use crate::backend::{BackendError, LockError, LockRecord, Locks};
+use crate::backend::{BackendError, LeaseMarks, LockError, LockRecord, Locks};
 use crate::model::{LockHolder, is_instance_name, labels};
 
 /// The namespace of poolctl's Leases.
@@ -42,7 +43,7 @@ pub fn lease_name(pool: &str) -> String {
 }
 
 /// What a write against the Lease came to.
-enum Written {
+pub(super) enum Written {
     Done(Box<Lease>),
     /// 409: another actor wrote first (or created it first).
     Conflict,
@@ -51,18 +52,22 @@ enum Written {
 }
 
 impl KubeCluster {
-    fn leases(&self) -> Api<Lease> {
+    pub(super) fn leases(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), LEASE_NAMESPACE)
     }
 
-    async fn get_lease(&self, pool: &str) -> Result<Option<Lease>, BackendError> {
+    pub(super) async fn get_lease(&self, pool: &str) -> Result<Option<Lease>, BackendError> {
         let (api, name) = (self.leases(), lease_name(pool));
         let deadline = Instant::now() + API_RETRY_WINDOW;
         self.retrying(&format!("get Lease {LEASE_NAMESPACE}/{name}"), deadline, || api.get_opt(&name)).await
     }
 
     /// Create the Lease (`lease` has no resourceVersion) or replace it (it has one).
-    async fn write_lease(&self, lease: &Lease, deadline: Instant) -> Result<Written, BackendError> {
+    pub(super) async fn write_lease(
+        &self,
+        lease: &Lease,
+        deadline: Instant,
+    ) -> Result<Written, BackendError> {
         let (api, params) = (self.leases(), PostParams::default());
         let name = lease.metadata.name.clone().unwrap_or_default();
         let replace = lease.metadata.resource_version.is_some();
@@ -97,7 +102,11 @@ impl KubeCluster {
     /// resourceVersion, so it never conflicts with the renewals that run beside it. A Lease
     /// that is gone (the lock broken meanwhile) is created without a holder, so that the record
     /// is not lost.
-    async fn annotate_lease(&self, pool: &str, annotations: Map<String, Value>) -> Result<(), BackendError> {
+    pub(super) async fn annotate_lease(
+        &self,
+        pool: &str,
+        annotations: Map<String, Value>,
+    ) -> Result<(), BackendError> {
         let (api, name) = (self.leases(), lease_name(pool));
         let deadline = Instant::now() + API_RETRY_WINDOW;
         let patch = json!({ "metadata": { "annotations": annotations } });
@@ -118,13 +127,7 @@ impl KubeCluster {
         if kept.is_empty() {
             return Ok(());
         }
-        let metadata = ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(LEASE_NAMESPACE.to_owned()),
-            annotations: Some(kept),
-            ..ObjectMeta::default()
-        };
-        match self.write_lease(&Lease { metadata, spec: Some(LeaseSpec::default()) }, deadline).await? {
+        match self.write_lease(&unheld(pool, kept), deadline).await? {
             Written::Done(_) => Ok(()),
             // Created by another actor in between: add to that one.
             Written::Conflict | Written::Gone => self.retrying(&what, deadline, patched).await.map(drop),
@@ -144,9 +147,13 @@ impl KubeCluster {
 
     /// The instances the pool's Lease records as joining: only names of the shape poolctl gives
     /// the pool's instances, so that a hand-edited annotation cannot have a plan look up (or
-    /// delete) any other Node.
-    pub(super) async fn joining_names(&self) -> Result<Vec<String>, BackendError> {
-        Ok(self.get_lease(&self.pool).await?.as_ref().map(|l| joining_of(l, &self.pool)).unwrap_or_default())
+    /// delete) any other Node. The same read notes the pool's suspension and reconcile request
+    /// (see [`crate::backend::Cluster::marks`]).
+    pub(super) async fn joining_names_and_marks(&self) -> Result<Vec<String>, BackendError> {
+        let lease = self.get_lease(&self.pool).await?;
+        let marks = lease.as_ref().map(super::marks::marks_of).unwrap_or_default();
+        *self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = marks;
+        Ok(lease.as_ref().map(|l| joining_of(l, &self.pool)).unwrap_or_default())
     }
 
     pub(super) async fn note_joining_name(&self, name: &str) -> Result<(), BackendError> {
@@ -162,6 +169,18 @@ impl KubeCluster {
         let annotations = names.iter().map(|n| (joining_key(n), Value::Null)).collect();
         self.annotate_lease(&self.pool, annotations).await
     }
+}
+
+/// A Lease of `pool` that nobody holds, with `annotations`: what records on a Lease are kept in
+/// when there is no lock (created without taking it).
+pub(super) fn unheld(pool: &str, annotations: BTreeMap<String, String>) -> Lease {
+    let metadata = ObjectMeta {
+        name: Some(lease_name(pool)),
+        namespace: Some(LEASE_NAMESPACE.to_owned()),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    Lease { metadata, spec: Some(LeaseSpec::default()) }
 }
 
 fn joining_key(name: &str) -> String {
@@ -264,8 +283,11 @@ impl Locks for KubeCluster {
         let deadline = Instant::now() + API_RETRY_WINDOW;
         for _ in 0..ATTEMPTS {
             let Some(current) = self.own_lease(pool, held).await? else { return Ok(()) };
-            if !joining_of(&current, pool).is_empty() {
-                // Released the client-go way, keeping the record of joining instances.
+            if !joining_of(&current, pool).is_empty()
+                || super::marks::marks_of(&current) != LeaseMarks::default()
+            {
+                // Released the client-go way, keeping the record of joining instances, and the
+                // pool's suspension or reconcile request.
                 let metadata = current.metadata;
                 let spec = LeaseSpec {
                     lease_transitions: current.spec.and_then(|s| s.lease_transitions),

@@ -49,6 +49,7 @@ mod incluster;
 mod kept;
 mod kubeconfig;
 mod lease;
+mod marks;
 mod scope;
 
 pub(crate) use errors::cause_chain;
@@ -116,6 +117,9 @@ pub struct KubeCluster {
     teller: events::Teller,
     /// The configuration it was built from, bounded: the cache builds its watch client from it.
     config: std::sync::Arc<Config>,
+    /// What the pool's Lease said of its suspension and reconcile request at the last read of
+    /// its Nodes (see [`Cluster::marks`]); shared by the clones of a kept client.
+    marks: std::sync::Arc<std::sync::Mutex<crate::backend::LeaseMarks>>,
 }
 
 impl KubeCluster {
@@ -189,7 +193,8 @@ impl KubeCluster {
         let identity = ClusterIdentity { context: String::new(), server: server.clone(), uid: None };
         let teller = events::Teller::new(client.clone());
         let config = std::sync::Arc::new(config);
-        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None, teller, config })
+        let marks = std::sync::Arc::default();
+        Ok(Self { client, pool: pool.to_owned(), server, identity, cache: None, teller, config, marks })
     }
 
     /// Keep the pool's lists in memory from now on, followed by watches, so that observing a
@@ -335,6 +340,34 @@ impl Cluster for KubeCluster {
 
     async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {
         self.forget_joining_names(names).await
+    }
+
+    fn marks(&self) -> crate::backend::LeaseMarks {
+        self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn suspension(&self) -> Result<Option<crate::model::Suspension>, BackendError> {
+        Ok(self.get_lease(&self.pool).await?.and_then(|l| marks::marks_of(&l).suspension))
+    }
+
+    async fn suspend(
+        &self,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<crate::model::Suspension, BackendError> {
+        self.suspend_on_lease(by, reason).await
+    }
+
+    async fn resume(&self) -> Result<(), BackendError> {
+        self.resume_on_lease().await
+    }
+
+    async fn request_reconcile(&self) -> Result<(), BackendError> {
+        self.request_on_lease().await
+    }
+
+    async fn consume_request(&self) -> Result<(), BackendError> {
+        self.consume_on_lease().await
     }
 
     async fn pods_and_pdbs(&self, nodes: &[String]) -> Result<(Vec<Pod>, Vec<Pdb>), BackendError> {

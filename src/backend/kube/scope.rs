@@ -39,7 +39,7 @@ impl KubeCluster {
         // by the pool's record of joining instances.
         let (listed, joining) = futures::try_join!(
             self.list_scoped(|c| &c.nodes, "", |c, _| Api::all(c), (&selector, ""), what, deadline),
-            self.joining_names(),
+            self.joining_names_and_marks(),
         )?;
         let mut nodes: Vec<Node> = listed.iter().map(node_from).collect();
         let labelled: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();

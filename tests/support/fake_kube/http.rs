@@ -346,9 +346,12 @@ fn route_apis(
             store.wake();
             Reply::Json(code, v)
         }
+        (&Method::GET, ["coordination.k8s.io", "v1", "namespaces", ns, "leases"]) => {
+            list_or_watch(state, Resource::Leases, Some(ns), q)
+        }
         (_, ["coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) if rest.len() <= 1 => {
             let mut store = state.store.lock().expect("store lock");
-            let (code, v) = store.leases().serve(method, ns, rest.first().copied(), body);
+            let (code, v) = store.serve_lease(method, ns, rest.first().copied(), body);
             Reply::Json(code, v)
         }
         _ => return None,
@@ -441,6 +444,7 @@ fn kind_names(r: Resource) -> (&'static str, &'static str) {
         Resource::Pods => ("v1", "PodList"),
         Resource::PodDisruptionBudgets => ("policy/v1", "PodDisruptionBudgetList"),
         Resource::DaemonSets => ("apps/v1", "DaemonSetList"),
+        Resource::Leases => ("coordination.k8s.io/v1", "LeaseList"),
     }
 }
 
@@ -457,6 +461,7 @@ fn current_objects(store: &Store, f: &Filter) -> Vec<Value> {
         Resource::DaemonSets => {
             store.daemon_sets().map(|d| (d.metadata.namespace.clone(), to_json(d))).collect()
         }
+        Resource::Leases => store.leases().all().map(|(ns, l)| (Some(ns.to_owned()), to_json(l))).collect(),
         Resource::Pods => {
             let pods: Box<dyn Iterator<Item = &Pod>> = match f.fields.required("spec.nodeName") {
                 Some(node) => Box::new(store.pods_on(node)),
@@ -497,7 +502,9 @@ fn list_or_watch(
             "spec.schedulerName",
             "spec.restartPolicy",
         ],
-        Resource::PodDisruptionBudgets | Resource::DaemonSets => &["metadata.name", "metadata.namespace"],
+        Resource::PodDisruptionBudgets | Resource::DaemonSets | Resource::Leases => {
+            &["metadata.name", "metadata.namespace"]
+        }
     };
     let fields = match FieldQuery::parse(q.get("fieldSelector").map_or("", String::as_str), allowed) {
         Ok(f) => f,

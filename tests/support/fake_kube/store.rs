@@ -32,6 +32,7 @@ pub enum Resource {
     Pods,
     PodDisruptionBudgets,
     DaemonSets,
+    Leases,
 }
 
 /// The watch event type of a change.
@@ -385,7 +386,7 @@ pub struct Store {
     last_published: HashMap<(Resource, String, String), Value>,
     tx: broadcast::Sender<Arc<Change>>,
     version: watch::Sender<u64>,
-    /// Kept apart: Leases are no part of the simulated cluster's events or watches.
+    /// Leases: no part of the simulated cluster's events, but watched as the other kinds.
     pub(super) leases: super::lease::Leases,
     /// `storage.k8s.io/v1` `VolumeAttachments`: name and the Node they attach to.
     pub volume_attachments: Vec<(String, String)>,
@@ -650,6 +651,19 @@ impl Store {
     fn bump(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()
+    }
+
+    /// Publish a change made at resourceVersion `rv`, the next one (a Lease's write).
+    pub(super) fn publish_at(
+        &mut self,
+        rv: u64,
+        resource: Resource,
+        kind: ChangeKind,
+        ns: Option<String>,
+        object: Value,
+    ) {
+        self.rv = rv;
+        self.publish(resource, kind, ns, object);
     }
 
     fn publish(&mut self, resource: Resource, kind: ChangeKind, ns: Option<String>, object: Value) {
