@@ -100,9 +100,10 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// Suspend a pool: no apply or watch rolls it out or remediates it until `poolctl resume`.
     ///
-    /// A stop button that is not a commit: recorded in the world (beside the pool's instances,
-    /// on its Docker endpoint), so that every watch replica honours it at once. Plan and status
-    /// say who suspended it, when and why; apply refuses it unless --ignore-suspend.
+    /// A stop button that is not a commit: recorded in the world (a pool of Nodes on its Lease,
+    /// a container-only pool beside its instances on its Docker endpoint), so that every watch
+    /// replica honours it at once. Plan and status say who suspended it, when and why; apply
+    /// refuses it unless --ignore-suspend.
     #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
     #[command(after_help = EXIT_STATUS)]
     Suspend(SuspendArgs),
