@@ -92,3 +92,55 @@ impl Sink for KubeEvents {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::backend::Connect;
+    use crate::model::ClusterRef;
+    use crate::testing::fake::FakeWorld;
+
+    fn node_event<'a>(pool: &'a str, node: &'a str, reason: &'static str) -> Event<'a> {
+        Event::Kube { about: About::Node { pool, node }, reason, note: "n", warning: false }
+    }
+
+    #[tokio::test]
+    async fn events_go_to_their_pools_cluster_in_order_and_a_full_queue_drops_rather_than_grows() {
+        let fake = FakeWorld::default();
+        let cluster = ClusterRef { kubeconfig: None, context: None };
+        let clusters = BTreeMap::from([("k".to_owned(), fake.connect(&cluster, "k").await.unwrap())]);
+        let events = KubeEvents::default();
+        // Told before anything is sent: the queue holds what it can, the rest is dropped.
+        for _ in 0..QUEUE + 10 {
+            events.event(&node_event("k", "k-a", "Cordoned"));
+        }
+        events
+            .beside(&clusters, async {
+                events.event(&Event::Message("not an Event"));
+                events.event(&node_event("other", "o-a", "Cordoned"));
+            })
+            .await;
+        let told = fake.told();
+        assert_eq!(told.len(), QUEUE, "{} told", told.len());
+        assert!(told.iter().all(|t| t == "k-a Cordoned"), "{told:?}");
+        // Once sent, the sink takes no more.
+        events.event(&node_event("k", "k-a", "Drained"));
+        events.beside(&clusters, async {}).await;
+        assert_eq!(fake.told().len(), QUEUE);
+
+        let events = KubeEvents::default();
+        let tell = events.beside(&clusters, async {
+            events.event(&node_event("k", "k-a", "Draining"));
+            events.event(&Event::Kube {
+                about: About::Pool("k"),
+                reason: "RolloutFailed",
+                note: "x",
+                warning: true,
+            });
+        });
+        tell.await;
+        assert_eq!(fake.told()[QUEUE..], ["k-a Draining", "lease/k RolloutFailed"]);
+    }
+}
