@@ -2752,6 +2752,176 @@ fn an_instance_older_than_max_age_is_replaced_surge_first_and_the_next_expiry_is
 }
 
 // ---------------------------------------------------------------------------------------------
+// Canaries
+
+/// Pool `w` of 3 replicas on template `busybox:2` with `canary`, and a world at [`NOON`] with
+/// three instances of the old template (`busybox:1`, their template labelled, so that a
+/// rollback can rebuild it) and the rollout record of the new one.
+fn canaried(canary: crate::spec::IntOrPercent) -> (crate::model::DesiredPool, World) {
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 3) }.build();
+    let mut new = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 3) }.build();
+    new.pool.spec.rollout.canary = Some(canary);
+    let template = Some(crate::spec::canonical_template(&old.pool.spec));
+    let containers = (1..=3)
+        .map(|i| Container {
+            template: template.clone(),
+            ..container(&format!("w-old-{i}"), "w", &old.template_hash, NOON - 3600 + i)
+        })
+        .collect();
+    let record = crate::model::RolloutRecord {
+        template_hash: new.template_hash.clone(),
+        since: NOON - 120,
+        rolled_back_from: None,
+        progressed: None,
+    };
+    let world = World { now: NOON, rollouts: [("w".to_owned(), record)].into(), ..world_of(containers) };
+    (new, world)
+}
+
+/// The world with a canary of `dp`'s template, `w-canary`, that came up `up_for` seconds ago.
+fn with_canary(dp: &crate::model::DesiredPool, world: &World, up_for: i64) -> World {
+    let mut world = world.clone();
+    let mut canary = container("w-canary", "w", &dp.template_hash, NOON - up_for - 10);
+    canary.came_up = Some(NOON - up_for);
+    world.containers.push(canary);
+    world
+}
+
+fn creates(pool: &PoolPlan) -> usize {
+    pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count()
+}
+
+/// `canary: 1` on 3 instances: a new template makes exactly one new instance and retires
+/// nothing; once it is up the pool holds, saying so in text and JSON, and is not in sync.
+#[test]
+fn a_canary_of_one_is_made_beside_the_old_instances_and_the_pool_then_waits_for_promotion() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let v: Vec<&str> = verbs(w).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready"], "one canary, nothing retired");
+    assert!(retired(w).is_empty());
+    let canary = w.canary.as_ref().expect("a canary state");
+    assert_eq!((canary.count, canary.of, canary.up, canary.promoted), (1, 3, 0, false));
+    assert_eq!(w.outdated_kept, 0, "kept for the canary, not as OnDelete keeps");
+
+    let up = with_canary(&dp, &world, 30);
+    let plan = plan_of(&desired, &up);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "no disruptive step while waiting: {:?}", verbs(w));
+    assert!(!plan.in_sync(), "a pool of two templates is not in sync");
+    assert_eq!(plan.summary.canary_waiting, 1);
+    assert_eq!(plan.next_check(), None, "only a promotion lets it go on");
+    let shown = text_of(&plan);
+    assert!(shown.contains("canary 1 of 3: waiting for promotion (`poolctl promote w`)"), "{shown}");
+    assert!(shown.contains(", canaries waiting for promotion"), "{shown}");
+    let json = serde_json::to_value(w).unwrap();
+    assert_eq!(json["canary"]["count"], 1, "{json}");
+    assert_eq!(json["canary"]["of"], 3, "{json}");
+    assert_eq!(json["canary"]["promoted"], false, "{json}");
+}
+
+/// A percentage is of `replicas`, rounded up, and the canaries are made together, beside the
+/// old instances, whatever `maxSurge` says.
+#[test]
+fn canaries_as_a_percentage_round_up_and_are_made_at_once() {
+    let (mut dp, mut world) = canaried(crate::spec::IntOrPercent::Percent(25));
+    dp.pool.spec.replicas = 10;
+    let old = world.containers[0].clone();
+    world.containers =
+        (1..=10).map(|i| container(&format!("w-old-{i}"), "w", &old.template_hash, i)).collect();
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 3, "25% of 10 is 3: {:?}", verbs(w));
+    assert!(w.steps.iter().all(|s| s.batch == 1), "{:?}", w.steps);
+    assert!(retired(w).is_empty());
+}
+
+/// A promotion recorded for the spec's template lets the rest roll, as a rollout without
+/// canaries would; one recorded for another template promotes nothing.
+#[test]
+fn a_promotion_of_the_template_rolls_the_rest_and_one_of_another_template_does_not() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let desired = desired(vec![dp.clone()]);
+    let mut stale = with_canary(&dp, &world, 30);
+    let promotion = |hash: &str| crate::model::Promotion {
+        template_hash: hash.to_owned(),
+        by: "ann@box".into(),
+        at: NOON - 5,
+    };
+    stale.promoted.insert("w".to_owned(), promotion("0ther"));
+    let plan = plan_of(&desired, &stale);
+    assert!(pool_plan(&plan, "w").steps.is_empty(), "another template's promotion holds nothing up");
+
+    let mut promoted = stale.clone();
+    promoted.promoted.insert("w".to_owned(), promotion(&dp.template_hash));
+    let plan = plan_of(&desired, &promoted);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 2, "the rest of the replicas: {:?}", verbs(w));
+    let mut gone = retired(w);
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-old-1", "w-old-2", "w-old-3"]);
+    let canary = w.canary.as_ref().expect("still said");
+    assert!(canary.promoted && canary.message.contains("promoted by ann@box"), "{canary:?}");
+    assert_eq!(plan.summary.canary_waiting, 0);
+}
+
+/// `autoPromote`: the pool holds until every canary has been up that long by the world's
+/// clock, the plan says when and the watch is woken then; past it the rest rolls by itself.
+#[test]
+fn auto_promote_lets_the_rest_roll_once_the_canaries_served_that_long_and_wakes_watch_then() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    dp.pool.spec.rollout.auto_promote = Some(crate::spec::Duration::from_secs(5));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 3));
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert_eq!(plan.next_check(), Some(NOON + 2));
+    let canary = w.canary.as_ref().unwrap();
+    assert_eq!(canary.auto_promote_at.as_deref(), Some("2023-11-14T22:13:22Z"));
+    assert!(canary.message.contains("or autoPromote at 2023-11-14T22:13:22Z"), "{}", canary.message);
+
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 5));
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 2, "{:?}", verbs(w));
+    assert_eq!(retired(w).len(), 3);
+    assert!(
+        w.canary.as_ref().unwrap().promoted_by.as_deref().is_some_and(|by| by.starts_with("autoPromote"))
+    );
+}
+
+/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes
+/// back to its old template, which retires the canary alone and creates nothing; under the
+/// default `pause` it is replaced, as any dead instance is, and nothing old is touched either.
+#[test]
+fn an_unhealthy_canary_is_retired_by_a_rollback_and_nothing_old_is_touched() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let mut sick = with_canary(&dp, &world, 30);
+    let canary = sick.containers.last_mut().unwrap();
+    (canary.state, canary.status) = (ContainerState::Exited, "Exited (1) 5 seconds ago".to_owned());
+
+    let plan = plan_of(&desired(vec![dp.clone()]), &sick);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(retired(w), ["w-canary"], "replaced: {:?}", verbs(w));
+    assert_eq!(creates(w), 1);
+    assert!(w.degraded.is_none());
+
+    dp.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let plan = plan_of(&desired(vec![dp.clone()]), &sick);
+    let w = pool_plan(&plan, "w");
+    let why = w.degraded.as_deref().expect("degraded");
+    assert!(
+        why.contains("canary w-canary of template") && why.contains("turned unhealthy (exited (1))"),
+        "{why}"
+    );
+    assert!(why.contains("rolling back to template"), "{why}");
+    assert_eq!(retired(w), ["w-canary"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0, "the old instances run the template it goes back to");
+    assert!(w.canary.is_none(), "a rollback is not led by canaries");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Disruption windows
 
 /// 2026-12-07T10:00:00Z, a Monday: 11:00 in Europe/Berlin.

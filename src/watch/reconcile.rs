@@ -542,11 +542,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 /// for.
 fn say_unchanged(trigger: Trigger, plan: &Plan) {
     let s = plan.summary;
-    if s.unavailable + s.unremediated + s.window_held > 0 {
+    if s.unavailable + s.unremediated + s.window_held + s.canary_waiting > 0 {
         info!(
             "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced, \
-             {} held by disruption windows",
-            s.unchanged, s.unavailable, s.unremediated, s.window_held
+             {} held by disruption windows, {} pools waiting for canary promotion",
+            s.unchanged, s.unavailable, s.unremediated, s.window_held, s.canary_waiting
         );
     } else {
         info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);
