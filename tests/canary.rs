@@ -126,3 +126,33 @@ async fn auto_promote_rolls_the_rest_by_itself_once_the_canary_has_served_that_l
         );
     }
 }
+
+#[tokio::test]
+async fn a_canary_that_dies_with_failure_action_rollback_is_retired_and_nothing_old_is_touched() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    s.write_pool(&spec(&s, "1").rollback());
+    s.run("apply", &["--yes"]).expect_code(0);
+    let before = s.containers().await;
+    let ids = |cs: &[Container]| {
+        let mut ids: Vec<String> = cs.iter().map(|c| c.id.clone()).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut watch = s.spawn("watch", &["--resync", "1s"]);
+    watch.wait_for(Stream::Stderr, "plan (Start)");
+    // A template whose instances come up and die two seconds later.
+    s.write_pool(&spec(&s, "2").rollback().command(&["sh", "-c", "sleep 2; exit 1"]));
+    let said = watch.wait_for(Stream::Stderr, "before promotion");
+    assert!(said.contains("rolling back to template"), "{said}");
+    // Paced by the resyncs: the canary goes, and the old instances are the ones there were.
+    while ids(&s.containers().await) != ids(&before) {
+        watch.wait_for(Stream::Stderr, "plan (");
+    }
+    // It stays rolled back: no canary is made again while the source says the same.
+    for _ in 0..2 {
+        watch.wait_for(Stream::Stderr, "plan (Resync)");
+    }
+    assert_eq!(ids(&s.containers().await), ids(&before));
+    watch.assert_alive();
+    watch.signal("TERM");
+}
