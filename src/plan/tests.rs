@@ -2891,7 +2891,63 @@ fn auto_promote_lets_the_rest_roll_once_the_canaries_served_that_long_and_wakes_
     );
 }
 
-/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Canaries on generated pools: the first plan only creates, `min(canary, replicas)` of the
+    /// new template; carried out, the next plan holds with no step at all; once promoted, the
+    /// pool converges on the new template, within `replicas + max(maxSurge, canaries)`
+    /// instances and `maxUnavailable` at every step.
+    #[test]
+    fn canaries_hold_then_a_promotion_converges(
+        replicas in 1i64..6,
+        surge in 0i64..3,
+        unavailable in 0i64..3,
+        canary in 1i64..8,
+        nodes in any::<bool>(),
+    ) {
+        prop_assume!(surge + unavailable > 0);
+        let args = PoolArgs { surge, unavailable, nodes, ..PoolArgs::new("w", replicas) };
+        let mut dp = args.build();
+        dp.pool.spec.rollout.canary = Some(crate::spec::IntOrPercent::Count(canary));
+        let hash = dp.template_hash.clone();
+        let names: Vec<String> = (1..=replicas).map(|i| format!("w-old-{i}")).collect();
+        let mut world = world_of(names.iter().zip(1..).map(|(n, i)| container(n, "w", "0ld", i)).collect());
+        if nodes {
+            world.nodes = names.iter().map(|n| node(n, "w")).collect();
+        }
+        world.now = NOON;
+        let desired = desired(vec![dp]);
+        let first = plan_of(&desired, &world);
+        let made = first.steps().filter(|(_, s)| matches!(s.action, Action::Create { .. })).count();
+        prop_assert_eq!(made, count(canary.min(replicas)));
+        prop_assert!(first.steps().all(|(_, s)| !s.action.is_retirement()));
+        let mut sim = SimWorld::new(world);
+        sim.apply(&first);
+        let held = plan_of(&desired, &sim.world);
+        prop_assert!(!held.has_changes(), "{:?}", verbs(pool_plan(&held, "w")));
+        prop_assert_eq!(held.summary.canary_waiting, 1);
+
+        let promotion =
+            crate::model::Promotion { template_hash: hash.clone(), by: "ann".into(), at: NOON };
+        let mut world = sim.world;
+        world.promoted.insert("w".to_owned(), promotion);
+        for _ in 0..20 {
+            let next = plan_of(&desired, &world);
+            if !next.has_changes() {
+                break;
+            }
+            let promoted = world.promoted.clone();
+            world = execute_checking_capacity(&next, &world, &args);
+            world.promoted = promoted;
+        }
+        let mine: Vec<&Container> = world.containers.iter().filter(|c| c.pool == "w").collect();
+        prop_assert_eq!(mine.len(), count(replicas));
+        prop_assert!(mine.iter().all(|c| c.template_hash == hash), "{:?}", mine);
+    }
+}
+
+/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes
 /// back to its old template, which retires the canary alone and creates nothing; under the
 /// default `pause` it is replaced, as any dead instance is, and nothing old is touched either.
 #[test]
