@@ -646,7 +646,7 @@ fn plan_pool(
         unhealthy_held: held,
         outdated_kept: outdated_kept(target, &all, &kept, canary_hold.is_some()),
         degraded: progress.stalled.get(target.name).cloned(),
-        next_check: look_again(&all, (&kept, &window_held), &windows, max_age)
+        next_check: look_again(&all, (&kept, &window_held), &windows, (max_age, world.world.now))
             .into_iter()
             .chain(canary.as_ref().filter(|(_, c)| c.holds()).and_then(|(_, c)| c.auto_promote_secs))
             .min(),
@@ -778,12 +778,18 @@ fn replaced_before(target: &Target<'_>, now: i64) -> ((Option<i64>, Option<i64>)
 
 /// When the plan should be made again (seconds since the Unix epoch): when the first instance
 /// waited for turns unhealthy, or the first instance kept expires (`maxAge`), a second past it.
-fn next_check(all: &[Instance<'_>], kept: &dyn Fn(&str) -> bool, max_age: Option<i64>) -> Option<i64> {
+/// One kept although it expired already (canaries hold the old instances as they are) is no
+/// reason to look again: it would wake the watch at once, again and again.
+fn next_check(
+    all: &[Instance<'_>],
+    kept: &dyn Fn(&str) -> bool,
+    (max_age, now): (Option<i64>, i64),
+) -> Option<i64> {
     let waited =
         all.iter().filter(|i| i.health.standing == Standing::Waiting).filter_map(|i| i.health.deadline);
     let expiry = max_age.and_then(|age| {
         let kept = all.iter().filter(|i| kept(i.name)).filter_map(|i| i.container);
-        kept.map(|c| c.created.saturating_add(age).saturating_add(1)).min()
+        kept.map(|c| c.created.saturating_add(age).saturating_add(1)).filter(|at| *at > now).min()
     });
     waited.chain(expiry).min()
 }
@@ -911,10 +917,10 @@ fn look_again(
     all: &[Instance<'_>],
     (kept, held): (&FxHashSet<&str>, &FxHashMap<&str, DisruptionReason>),
     windows: &[WindowHold],
-    max_age: Option<i64>,
+    expiry: (Option<i64>, i64),
 ) -> Option<i64> {
     let opens = windows.iter().filter(|w| !w.ignored).filter_map(|w| w.until_secs).min();
-    next_check(all, &|i| kept.contains(i) && !held.contains_key(i), max_age).into_iter().chain(opens).min()
+    next_check(all, &|i| kept.contains(i) && !held.contains_key(i), expiry).into_iter().chain(opens).min()
 }
 
 /// What the pool's rollout progress says of the plan's creations.

@@ -2891,6 +2891,20 @@ fn auto_promote_lets_the_rest_roll_once_the_canaries_served_that_long_and_wakes_
     );
 }
 
+/// Old instances past `maxAge` while canaries hold are kept as they are, and say nothing of
+/// when to look again: a time already past would wake the watch at once, again and again.
+#[test]
+fn expired_old_instances_canaries_hold_do_not_wake_the_watch_again_and_again() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    dp.pool.spec.rollout.max_age = Some(crate::spec::Duration::from_secs(600));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 30));
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "nothing old is touched: {:?}", verbs(w));
+    // The canary expires in 600s from its creation (NOON - 40): that is the next look.
+    assert_eq!(plan.next_check(), Some(NOON - 40 + 600 + 1));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
