@@ -575,7 +575,7 @@ fn plan_pool(
     });
     let (mut kept, disrupt_held) = keep(target.replicas, &all, &candidates, replace);
     let canary = canaries(target, &all, world.world, progress);
-    let canary_hold = hold_at_canaries(target, &all, canary.as_ref(), &mut kept);
+    let canary_hold = hold_at_canaries(target, &mut all, canary.as_ref(), &mut kept);
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
     // availability: they clear room for the surge even when no up instance may go yet (an
@@ -685,13 +685,19 @@ fn outdated_kept(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&st
 /// it holds.
 fn hold_at_canaries<'a>(
     target: &Target<'_>,
-    all: &[Instance<'a>],
+    all: &mut [Instance<'a>],
     canary: Option<&(usize, CanaryState)>,
     kept: &mut FxHashSet<&'a str>,
 ) -> Option<usize> {
     let n = canary.filter(|(_, c)| c.holds()).map(|(n, _)| *n)?;
-    let old = |i: &&Instance<'_>| i.container.is_some() && i.left.is_none() && !target.is_current(i);
-    kept.extend(all.iter().filter(old).map(|i| i.name));
+    let old = |i: &&mut Instance<'_>| i.container.is_some() && i.left.is_none() && !target.is_current(i);
+    for instance in all.iter_mut().filter(old) {
+        // An old instance that does not serve is not replaced either: said as held.
+        if instance.health.standing == Standing::Unhealthy {
+            instance.health.hold_for_canaries();
+        }
+        kept.insert(instance.name);
+    }
     Some(n)
 }
 

@@ -2891,6 +2891,23 @@ fn auto_promote_lets_the_rest_roll_once_the_canaries_served_that_long_and_wakes_
     );
 }
 
+/// Nothing old is touched while canaries wait, an old instance that died included: it is said
+/// held, not replaced (promote, or roll back, to have it replaced).
+#[test]
+fn a_dead_old_instance_is_held_not_replaced_while_canaries_wait() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let mut world = with_canary(&dp, &world, 30);
+    world.containers[0].state = ContainerState::Exited;
+    world.containers[0].status = "Exited (137) 1 second ago".to_owned();
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    let dead = w.instances.iter().find(|i| i.name == "w-old-1").unwrap();
+    assert_eq!(dead.fate, Fate::Keep);
+    assert_eq!(dead.health.as_ref().map(|h| h.action), Some("held (canaries wait for promotion)"));
+    assert_eq!(plan.summary.unremediated, 1);
+}
+
 /// Old instances past `maxAge` while canaries hold are kept as they are, and say nothing of
 /// when to look again: a time already past would wake the watch at once, again and again.
 #[test]
