@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::model::{Container, DesiredPool, Promotion, World};
+use crate::model::{Container, DesiredPool, Promotion, RolloutResult, World};
 
 /// What the plan says of a pool's canaries: how many, of how many replicas, and whether the
 /// rest of the rollout may follow them.
@@ -43,13 +43,28 @@ impl CanaryState {
 }
 
 /// The number of canaries that lead `dp`'s rollout, if canaries lead it: the spec asks for
-/// some, the pool is not going back to an earlier template (`rolling_back`: a rollback is not
-/// tried out on a few first), and some instance runs another template (`outdated`): a new
-/// pool, a scale-up or the replacement of a dead instance has nothing to compare with.
-pub(super) fn count(dp: &DesiredPool, rolling_back: bool, outdated: bool) -> Option<usize> {
+/// some, some instance runs another template (`outdated`: a new pool, a scale-up or the
+/// replacement of a dead instance has nothing to compare with), and the spec's template is a
+/// new one, not one the pool goes back to: not a rollback (`rolling_back`), nor the template
+/// the pool last rolled out completely (a source reverted while canaries wait: the canaries,
+/// outdated now, are retired as any outdated instance is). Where the history does not say, a
+/// pool with more instances of the spec's template (`current`) than canaries is taken to run
+/// it already.
+pub(super) fn count(
+    dp: &DesiredPool,
+    world: &World,
+    rolling_back: bool,
+    (outdated, current): (bool, usize),
+) -> Option<usize> {
     let spec = &dp.pool.spec;
     let n = usize::try_from(spec.rollout.canaries(spec.replicas)).unwrap_or(0);
-    (n > 0 && !rolling_back && outdated).then_some(n)
+    let history = world.history.get(dp.name()).map_or(&[][..], Vec::as_slice);
+    let complete = |r: &&crate::model::Revision| r.end.is_some_and(|e| e.result == RolloutResult::Complete);
+    let back = match history.iter().rev().find(complete) {
+        Some(last) => last.template_hash == dp.template_hash,
+        None => current > n,
+    };
+    (n > 0 && outdated && !rolling_back && !back).then_some(n)
 }
 
 /// The promotion recorded in `world` for `dp`'s template, if there is one: a promotion of
@@ -118,9 +133,9 @@ pub(super) fn failed(dp: &DesiredPool, world: &World) -> Option<String> {
     }
     let mine = || world.containers.iter().filter(|c| c.pool == dp.name());
     let outdated = mine().any(|c| c.template_hash != dp.template_hash);
-    let count = count(dp, false, outdated)?;
     let new: Vec<&Container> =
         mine().filter(|c| c.template_hash == dp.template_hash && c.elsewhere.is_none()).collect();
+    let count = count(dp, world, false, (outdated, new.len()))?;
     let node = |c: &Container| world.nodes.iter().find(|n| n.name == c.name);
     let locked = world.locked.contains(dp.name());
     let judged: Vec<(&Container, super::health::Assessment)> = new

@@ -668,8 +668,10 @@ fn canaries(
 ) -> Option<(usize, CanaryState)> {
     let dp = target.pool?;
     let rolling_back = progress.rollbacks.iter().any(|r| r.name() == dp.name());
-    let outdated = all.iter().any(|i| i.container.is_some() && i.left.is_none() && !target.is_current(i));
-    let n = canary::count(dp, rolling_back, outdated)?;
+    let mine = || all.iter().filter(|i| i.container.is_some() && i.left.is_none());
+    let (outdated, current) =
+        (mine().any(|i| !target.is_current(i)), mine().filter(|i| target.is_current(i)).count());
+    let n = canary::count(dp, world, rolling_back, (outdated, current))?;
     let up = all.iter().filter(|i| i.up && target.is_current(i)).filter_map(|i| i.container);
     Some((n, canary::judge(dp, world, n, up.map(canary::came_up).collect())))
 }

@@ -2908,6 +2908,54 @@ fn a_dead_old_instance_is_held_not_replaced_while_canaries_wait() {
     assert_eq!(plan.summary.unremediated, 1);
 }
 
+/// A source reverted while the canaries wait: the old instances run the spec's template again,
+/// and the canaries, outdated now, are retired; nothing is made. So with canaries of the whole
+/// pool, where only the history tells which template the pool last ran.
+#[test]
+fn a_source_reverted_while_canaries_wait_retires_the_canaries() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let waiting = with_canary(&dp, &world, 30);
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 3) }.build();
+    let mut reverted = old.clone();
+    reverted.pool.spec.rollout.canary = dp.pool.spec.rollout.canary;
+    let plan = plan_of(&desired(vec![reverted.clone()]), &waiting);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(retired(w), ["w-canary"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0);
+    assert!(w.canary.is_none());
+
+    // Canaries of all 3: as many of each template. The history says which one the pool ran.
+    reverted.pool.spec.rollout.canary = Some(crate::spec::IntOrPercent::Percent(100));
+    let mut both = waiting.clone();
+    for i in 2..=3 {
+        let mut c = container(&format!("w-canary-{i}"), "w", &dp.template_hash, NOON - 40);
+        c.came_up = Some(NOON - 30);
+        both.containers.push(c);
+    }
+    let revision = |number, hash: &str, end| crate::model::Revision {
+        number,
+        template_hash: hash.to_owned(),
+        template: None,
+        source: None,
+        commit: None,
+        started: NOON - 3600,
+        rolled_back_from: None,
+        end,
+    };
+    let complete =
+        crate::model::RevisionEnd { result: crate::model::RolloutResult::Complete, at: NOON - 3500 };
+    both.history.insert(
+        "w".to_owned(),
+        vec![revision(1, &old.template_hash, Some(complete)), revision(2, &dp.template_hash, None)],
+    );
+    let plan = plan_of(&desired(vec![reverted]), &both);
+    let w = pool_plan(&plan, "w");
+    let mut gone = retired(w);
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-canary", "w-canary-2", "w-canary-3"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0);
+}
+
 /// Old instances past `maxAge` while canaries hold are kept as they are, and say nothing of
 /// when to look again: a time already past would wake the watch at once, again and again.
 #[test]
