@@ -175,6 +175,7 @@ fn world(size: usize, spec: &PoolSpec, nodes: bool) -> World {
         rollouts: BTreeMap::new(),
         history: BTreeMap::new(),
         suspended: BTreeMap::new(),
+        promoted: BTreeMap::new(),
         listed: std::collections::BTreeSet::from([HOST.to_owned()]),
     };
     for i in 0..size {

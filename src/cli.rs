@@ -111,6 +111,15 @@ pub enum Command {
     #[allow(clippy::doc_markdown)] // a --help text
     #[command(after_help = EXIT_STATUS)]
     Resume(PoolArgs),
+    /// Promote a pool's canaries: the rest of the pool rolls to their template.
+    ///
+    /// With spec.rollout.canary, a new template first reaches that many new instances, and the
+    /// rollout holds there. The promotion is recorded in the world for the template the canaries
+    /// run, so that every watch replica lets the rollout go on (at once: a reconcile is
+    /// requested too); a later template needs a promotion of its own.
+    #[allow(clippy::doc_markdown)] // a --help text
+    #[command(after_help = EXIT_STATUS)]
+    Promote(PoolArgs),
     /// Ask watch to reconcile a pool now, without waiting for its next fetch or resync.
     ///
     /// The request is recorded in the world; the watch replica that acts on the pool takes it

@@ -212,12 +212,16 @@ pub struct HistoryConfig {
     pub format: Format,
 }
 
-/// What `poolctl suspend`, `resume` and `reconcile` record in the world.
+/// What `poolctl suspend`, `resume`, `reconcile` and `promote` record in the world.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mark {
-    Suspend { reason: Option<String> },
+    Suspend {
+        reason: Option<String>,
+    },
     Resume,
     Reconcile,
+    /// `poolctl promote`: the canaries of the template the source gives the pool.
+    Promote,
 }
 
 /// `poolctl suspend`, `resume` and `reconcile`: the pools (empty: every declared pool, for
@@ -322,6 +326,11 @@ impl Config {
                 source: Source::from_args(&args.source)?,
                 pools: vec![args.pool],
                 mark: Mark::Resume,
+            }),
+            Command::Promote(args) => Task::Mark(MarkConfig {
+                source: Source::from_args(&args.source)?,
+                pools: vec![args.pool],
+                mark: Mark::Promote,
             }),
             Command::Reconcile(args) => Task::Mark(MarkConfig {
                 source: Source::from_args(&args.source)?,

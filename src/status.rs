@@ -66,6 +66,10 @@ pub struct PoolView {
     /// What the pool's disruption windows hold back now, and until when.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<String>,
+    /// Set while canaries lead a rollout (`spec.rollout.canary`): how many, and whether they
+    /// are promoted; until they are, the pool is not in sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<crate::plan::CanaryState>,
     /// Set when the pool's template cannot be read now (its `copyFrom` container stopped, say):
     /// why, and what its instances are shown against.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -186,7 +190,8 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
             && held == 0
             && !waited
             && pool.degraded.is_none()
-            && pool.windows.iter().all(|w| w.ignored),
+            && pool.windows.iter().all(|w| w.ignored)
+            && !pool.canary.as_ref().is_some_and(crate::plan::CanaryState::holds),
         pending_steps: pool.steps.len() + held,
         paused: pool.paused.is_some() && pool.suspended.is_none(),
         suspended: pool.suspended.as_ref().map(crate::model::Suspension::describe),
@@ -199,6 +204,7 @@ fn pool_view(pool: &PoolPlan, world: &World, lock: Option<&LockHolder>) -> PoolV
         windows: pool.windows.iter().filter(|w| !w.ignored).map(crate::plan::window_note).collect(),
         template_unread: None,
         degraded: pool.degraded.clone(),
+        canary: pool.canary.clone(),
     }
 }
 
@@ -270,6 +276,9 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
         if let Some(why) = &pool.on_delete {
             writeln!(out, "  {}", style.yellow(why))?;
         }
+        if let Some(canary) = &pool.canary {
+            writeln!(out, "  {}", style.yellow(&canary.message))?;
+        }
         for why in &pool.windows {
             writeln!(out, "  {}", style.yellow(why))?;
         }
@@ -291,6 +300,12 @@ fn pool_line(pool: &PoolView) -> String {
         PoolStatus::Pruned => "no longer declared, retired with --prune".to_owned(),
         PoolStatus::New | PoolStatus::Existing if pool.degraded.is_some() => "Degraded".to_owned(),
         PoolStatus::New | PoolStatus::Existing if pool.in_sync => "in sync".to_owned(),
+        PoolStatus::New | PoolStatus::Existing
+            if pool.pending_steps == 0
+                && pool.canary.as_ref().is_some_and(crate::plan::CanaryState::holds) =>
+        {
+            "not in sync (canaries waiting for promotion)".to_owned()
+        }
         PoolStatus::New | PoolStatus::Existing if pool.pending_steps == 0 => {
             let n = pool.instances.iter().filter(|i| i.health.is_some()).count();
             format!("not in sync ({n} instance{} not serving, see below)", if n == 1 { "" } else { "s" })

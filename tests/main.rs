@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod bench_rollout;
+mod canary;
 mod cli;
 mod container_stop;
 mod deploy;

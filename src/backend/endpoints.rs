@@ -299,6 +299,23 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         self.pool(pool).consume_request(pool).await
     }
 
+    fn promotions(&self) -> BTreeMap<String, crate::model::Promotion> {
+        self.all().iter().flat_map(|(_, backend)| backend.promotions()).collect()
+    }
+
+    async fn promote(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        by: &str,
+    ) -> Result<crate::model::Promotion, BackendError> {
+        self.pool(pool).promote(pool, template_hash, by).await
+    }
+
+    async fn tidy_promotion(&self, pool: &str) -> Result<(), BackendError> {
+        self.pool(pool).tidy_promotion(pool).await
+    }
+
     async fn record_rollout(
         &self,
         pool: &str,

@@ -361,6 +361,28 @@ pub trait Containers: Sync {
         let failed = no_records(pool);
         async { Err(failed) }
     }
+    /// The promotions, by pool, that the last [`Containers::list`] showed: their records come
+    /// back in the same call (see [`crate::model::Promotion`]).
+    fn promotions(&self) -> BTreeMap<String, crate::model::Promotion> {
+        BTreeMap::new()
+    }
+    /// Record in the world that `by` promotes the canaries of `pool`'s template
+    /// `template_hash`, and return the promotion that stands.
+    fn promote(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        by: &str,
+    ) -> impl Future<Output = Result<crate::model::Promotion, BackendError>> + Send {
+        let _ = (template_hash, by);
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
+    /// Remove `pool`'s promotion, if it has one: its rollout is over.
+    fn tidy_promotion(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let failed = no_records(pool);
+        async { Err(failed) }
+    }
     /// Record that `pool`'s rollout of `revision` (its number, template and origin; its start
     /// and end are ignored) begins now, with `labels`; the pool's revisions older than
     /// [`crate::model::REVISION_HISTORY_LIMIT`] before it go. A revision record is written once

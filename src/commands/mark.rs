@@ -1,19 +1,26 @@
-//! `poolctl suspend`, `resume` and `reconcile`: record in the world that a pool is suspended,
-//! resumed or asked to reconcile now, for every run and every `watch` replica to read (see
-//! [`crate::model::Suspension`]): on a node pool's Lease, and beside a pool of containers'
-//! instances (Docker volumes) for the others.
+//! `poolctl suspend`, `resume`, `reconcile` and `promote`: record in the world that a pool is
+//! suspended, resumed, asked to reconcile now or its canaries promoted, for every run and every
+//! `watch` replica to read (see [`crate::model::Suspension`], [`crate::model::Promotion`]): a
+//! suspension and a request on a node pool's Lease, and beside a pool of containers' instances
+//! (Docker volumes) for the others; a promotion beside the pool's instances.
+
+use std::collections::BTreeSet;
 
 use anyhow::{Context, Result, bail};
 
-use super::common::load_source;
+use super::common::{check_named, compute, load_source};
 use super::exit::Exit;
 use crate::backend::{Cluster, Connect, Connections, Containers};
 use crate::config::{Mark, MarkConfig};
 use crate::model::Suspension;
+use crate::plan::PlanOptions;
 use crate::report::write_stdout;
 
 pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     let desired = load_source(&config.source)?;
+    if config.mark == Mark::Promote {
+        return promote(desired, &config.pools).await;
+    }
     let pools: Vec<String> = if config.pools.is_empty() {
         desired.pools.iter().map(|p| p.name().to_owned()).collect()
     } else {
@@ -44,6 +51,7 @@ pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
         match &config.mark {
             Mark::Suspend { reason } => records.suspend(pool, reason.as_deref()).await?,
             Mark::Resume => records.resume(pool).await?,
+            Mark::Promote => unreachable!("promoted above"),
             Mark::Reconcile => {
                 records.request(pool).await?;
                 write_stdout(|out| writeln!(out, "Reconcile of pool {pool} requested."))?;
@@ -114,6 +122,44 @@ impl<C: Containers, K: Cluster> Records<'_, C, K> {
         }
         .with_context(|| format!("cannot request a reconcile of pool {pool}"))
     }
+}
+
+/// Promote the canaries of each of `pools`: what the plan shows of them decides, so that the
+/// template promoted is the one the plan rolls out (its `copyFrom` and image digest resolved)
+/// and a pool with no canaries waiting is said, not marked. The promotion is recorded for that
+/// template, and a reconcile requested, so that `watch` goes on at once.
+async fn promote(desired: crate::model::Desired, pools: &[String]) -> Result<Exit> {
+    let named: BTreeSet<String> = pools.iter().cloned().collect();
+    check_named(&desired, &named, "promote")?;
+    let options = PlanOptions { pools: named, ..PlanOptions::default() };
+    let planned = compute(&Connections::once(), desired, options).await?;
+    let docker = &*planned.docker;
+    for pool in &planned.preview.plan.pools {
+        let (name, hash) = (&pool.name, pool.template_hash.as_deref().unwrap_or_default());
+        let Some(canary) = &pool.canary else {
+            bail!(
+                "pool {name} has no canaries to promote: no rollout to a new template is led by canaries \
+                 (spec.rollout.canary) now"
+            );
+        };
+        if canary.promoted {
+            write_stdout(|out| writeln!(out, "Pool {name}: {}.", canary.message))?;
+            continue;
+        }
+        let promotion = docker
+            .promote(name, hash, &who_am_i())
+            .await
+            .with_context(|| format!("cannot promote the canaries of pool {name}"))?;
+        Records { docker, cluster: planned.preview.clusters.get(name) }.request(name).await?;
+        write_stdout(|out| {
+            writeln!(
+                out,
+                "Pool {name}: canaries of template {hash} promoted by {}; the rest of its {} replicas rolls.",
+                promotion.by, canary.of
+            )
+        })?;
+    }
+    Ok(Exit::Success)
 }
 
 /// Who suspends: `user@host` on a workstation, `pod NAME` in a cluster (where the host name is

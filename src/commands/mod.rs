@@ -1,4 +1,4 @@
-//! The commands: plan, apply, status, history, validate, watch, unlock, suspend, resume,
+//! The commands: plan, apply, status, history, validate, watch, unlock, suspend, resume, promote,
 //! reconcile, schema and completions, each a
 //! small file over the stages (source -> observe -> plan -> rollout). This is the CLI edge,
 //! where library errors gain context and become exit statuses; a command takes the checked

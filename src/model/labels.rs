@@ -89,6 +89,14 @@ pub const RECONCILE_REQUESTED_AT: &str = "reconcile.poolctl.dev/requestedAt";
 /// `watch` reconciles at once and then removes the request (Flux's
 /// `reconcile.fluxcd.io/requestedAt`); its creation time is when it was asked for.
 pub const RECONCILE_REQUESTED: &str = "poolctl.dev/reconcile-requested";
+/// On a pool's promotion record (`poolctl-promote-<pool>`, a Docker volume): the pool, whose
+/// canaries `poolctl promote` lets the rest of the rollout follow. The record's creation time
+/// is when.
+pub const PROMOTED: &str = "poolctl.dev/promoted";
+/// On a promotion record: the template hash it promotes; a record of another is not read.
+pub const PROMOTED_TEMPLATE: &str = "poolctl.dev/promoted-template";
+/// On a promotion record: who promoted (`user@host`, or the Pod).
+pub const PROMOTED_BY: &str = "poolctl.dev/promoted-by";
 /// Annotation on a Node: its retirement skips the drain (the owner's explicit choice).
 pub const EXCLUDE_DRAINING: &str = "poolctl.dev/exclude-node-draining";
 /// Annotation on a Node: its retirement does not wait for its volumes to detach.

@@ -15,6 +15,6 @@ pub use lock::{LockHolder, timestamp};
 pub use selector::{LabelSelector, Operator, Requirement};
 pub use world::{
     ClusterIdentity, ClusterRef, Container, ContainerState, DrainAction, DrainDecision, Health, InstanceRef,
-    Node, NodeCondition, NodeConfig, NodeConfigChange, Pdb, Pod, RetirementMarks, RolloutRecord, Suspension,
-    World, is_instance_name,
+    Node, NodeCondition, NodeConfig, NodeConfigChange, Pdb, Pod, Promotion, RetirementMarks, RolloutRecord,
+    Suspension, World, is_instance_name,
 };

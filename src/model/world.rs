@@ -39,6 +39,21 @@ pub struct World {
     /// The pools suspended by `poolctl suspend`, by pool: their record in the world, which
     /// every run and every replica reads, so that none of them rolls or remediates the pool.
     pub suspended: BTreeMap<String, Suspension>,
+    /// The promotions `poolctl promote` recorded, by pool: each lets the canaries of one
+    /// template go on to a whole rollout, in every run and every replica.
+    pub promoted: BTreeMap<String, Promotion>,
+}
+
+/// A pool's promotion, as `poolctl promote` recorded it in the world: the canaries of one
+/// template served well enough, and the rest of the pool may roll to it (Nomad's `promote`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Promotion {
+    /// The template it promotes: a later template needs a promotion of its own.
+    pub template_hash: String,
+    /// Who promoted it: `user@host`, or the Pod poolctl ran in.
+    pub by: String,
+    /// When, in seconds since the Unix epoch, by the clock of the world that keeps the record.
+    pub at: i64,
 }
 
 /// A pool's suspension, as `poolctl suspend` recorded it in the world: a stop button that is

@@ -207,6 +207,11 @@ fn stall(dp: &DesiredPool, world: &World) -> Option<Stall> {
     if &record.template_hash != hash {
         return None;
     }
+    // A canary that served and turned unhealthy fails the rollout at once under
+    // `failureAction: rollback`: the rollback retires the canaries and nothing old.
+    if let Some(why) = super::canary::failed(dp, world) {
+        return Some(Stall::Deadline(why));
+    }
     // Another run holds the pool's lock: it is under way (a drain a budget holds, say), and
     // the holder judges its own progress between its batches.
     if world.locked.contains(dp.name()) {

@@ -105,6 +105,15 @@ impl Assessment {
         }
     }
 
+    /// Keep an unhealthy instance as it is: it runs the old template, and canaries of the new
+    /// one wait for promotion, which nothing old is disrupted before.
+    pub(super) fn hold_for_canaries(&mut self) {
+        self.hold();
+        if let Some(note) = &mut self.note {
+            note.action = "held (canaries wait for promotion)";
+        }
+    }
+
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
     /// `maxUnhealthy` allows, so the fault is taken to be the cluster's.
     pub(super) fn hold(&mut self) {

@@ -1,6 +1,7 @@
 //! The plan as data: what will happen to each pool, step by step, computed from (desired,
 //! observed) alone by the pure [`plan`] function, and rendered as text or JSON.
 
+mod canary;
 mod deadline;
 mod health;
 mod planner;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 use crate::model::Origin;
 
+pub use canary::CanaryState;
 pub use deadline::rollback_target;
 pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
@@ -188,6 +190,7 @@ impl Plan {
             && s.unremediated == 0
             && s.degraded == 0
             && s.window_held == 0
+            && s.canary_waiting == 0
     }
 
     /// The pools with instances that are waited for (starting or unavailable within their
@@ -290,6 +293,9 @@ pub struct Summary {
     /// Pools whose rollout passed its `progressDeadline`.
     #[serde(skip_serializing_if = "is_zero")]
     pub degraded: usize,
+    /// Pools whose rollout holds at its canaries, waiting for promotion (`spec.rollout.canary`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub canary_waiting: usize,
     /// Instances kept, not disrupted, because a disruption window holds back why they would be
     /// (`spec.disruption.windows`).
     #[serde(skip_serializing_if = "is_zero")]
@@ -363,6 +369,10 @@ pub struct PoolPlan {
     /// each with the instances it keeps; with `--ignore-windows`, those it would have kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<WindowHold>,
+    /// Set while a new template is led by canaries (`spec.rollout.canary`): how many, how many
+    /// serve, and whether they are promoted. Until they are, nothing old is retired.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryState>,
     /// When to plan again although nothing else happens (seconds since the Unix epoch): the
     /// first instance that is waited for turns unhealthy, one kept expires, or a window that
     /// holds something back opens.

@@ -17,6 +17,7 @@ use crate::spec::{
     diff_templates,
 };
 
+use super::canary::{self, CanaryState};
 use super::deadline::Deadlines;
 use super::health::{Assessment, Standing, assess, silent_for};
 use super::window::Windows;
@@ -163,6 +164,7 @@ pub(super) fn plan(desired: &Desired, world: &World, options: &PlanOptions, seed
         summary.degraded += usize::from(pool.degraded.is_some());
         summary.foreign += usize::from(pool.status == PoolStatus::Foreign);
         summary.window_held += pool.instances.iter().filter(|i| i.held_by_window.is_some()).count();
+        summary.canary_waiting += usize::from(pool.canary.as_ref().is_some_and(CanaryState::holds));
     }
     Plan {
         origin: desired.origin.clone(),
@@ -313,6 +315,7 @@ fn updates_in_place(
 }
 
 /// What a pool should become, reduced to what planning needs.
+#[derive(Clone)]
 struct Target<'a> {
     name: &'a str,
     status: PoolStatus,
@@ -571,6 +574,8 @@ fn plan_pool(
         std::cmp::Reverse((target.is_current(i), i.up, i.health.resumable, order(i), i.name))
     });
     let (mut kept, disrupt_held) = keep(target.replicas, &all, &candidates, replace);
+    let canary = canaries(target, &all, world.world, progress);
+    let canary_hold = hold_at_canaries(target, &mut all, canary.as_ref(), &mut kept);
 
     // DESIGN invariant 6. Instances that do not serve lead because retiring them costs no
     // availability: they clear room for the surge even when no up instance may go yet (an
@@ -605,18 +610,12 @@ fn plan_pool(
     let mut steps = configure(target, &all, &kept);
     let resumed = resume(target, &all, &kept, &mut steps);
     let history = world.world.history.get(target.name).map_or(&[][..], Vec::as_slice);
-    let starts = progress.starts.contains(target.name);
-    let creations = Creations {
-        paused: progress.paused(target.name),
-        starts,
-        // A rollback's record names the template it gave up.
-        rollback_from: progress.rolled_back_from(target.name).map(str::to_owned),
-        revision: target
-            .hash
-            .filter(|_| starts)
-            .and_then(|hash| new_revision(history, hash, progress, target.name)),
+    let creations = Creations::of(target, history, progress);
+    let (rolled, kept_count) = match canary_hold {
+        Some(n) => canary_rollout(target, &all, &kept, n),
+        None => (target.clone(), kept.len()),
     };
-    rollout(target, &all, (kept.len(), resumed), retirees, world, names, &creations, &mut steps);
+    rollout(&rolled, &all, (kept_count, resumed), retirees, world, names, &creations, &mut steps);
     updates_in_place(target, &all, &kept, &mut steps);
     let (revision, revision_end) = revision_of(target, &all, &steps, history, progress);
     PoolPlan {
@@ -645,14 +644,81 @@ fn plan_pool(
             })
             .collect(),
         unhealthy_held: held,
-        outdated_kept: all.iter().filter(|i| !target.is_current(i) && kept.contains(i.name)).count(),
+        outdated_kept: outdated_kept(target, &all, &kept, canary_hold.is_some()),
         degraded: progress.stalled.get(target.name).cloned(),
-        next_check: look_again(&all, (&kept, &window_held), &windows, max_age),
+        next_check: look_again(&all, (&kept, &window_held), &windows, (max_age, world.world.now))
+            .into_iter()
+            .chain(canary.as_ref().filter(|(_, c)| c.holds()).and_then(|(_, c)| c.auto_promote_secs))
+            .min(),
+        canary: canary.map(|(_, c)| c),
         windows,
         revision,
         revision_end,
         steps,
     }
+}
+
+/// The canaries that lead the pool's rollout, if canaries lead it ([`canary::count`]): how many,
+/// and what the plan says of them.
+fn canaries(
+    target: &Target<'_>,
+    all: &[Instance<'_>],
+    world: &World,
+    progress: &Deadlines,
+) -> Option<(usize, CanaryState)> {
+    let dp = target.pool?;
+    let rolling_back = progress.rollbacks.iter().any(|r| r.name() == dp.name());
+    let mine = || all.iter().filter(|i| i.container.is_some() && i.left.is_none());
+    let (outdated, current) =
+        (mine().any(|i| !target.is_current(i)), mine().filter(|i| target.is_current(i)).count());
+    let n = canary::count(dp, world, rolling_back, (outdated, current))?;
+    let up = all.iter().filter(|i| i.up && target.is_current(i)).filter_map(|i| i.container);
+    Some((n, canary::judge(dp, world, n, up.map(canary::came_up).collect())))
+}
+
+/// The outdated instances the plan keeps; none while canaries hold (`canaries`): what they keep
+/// is said as such, not as kept outdated instances.
+fn outdated_kept(target: &Target<'_>, all: &[Instance<'_>], kept: &FxHashSet<&str>, canaries: bool) -> usize {
+    all.iter().filter(|i| !canaries && !target.is_current(i) && kept.contains(i.name)).count()
+}
+
+/// Canaries lead a new template: until they are promoted, every old instance is kept as it is
+/// (added to `kept`), and only the canaries are made. How many canaries the pool holds at, if
+/// it holds.
+fn hold_at_canaries<'a>(
+    target: &Target<'_>,
+    all: &mut [Instance<'a>],
+    canary: Option<&(usize, CanaryState)>,
+    kept: &mut FxHashSet<&'a str>,
+) -> Option<usize> {
+    let n = canary.filter(|(_, c)| c.holds()).map(|(n, _)| *n)?;
+    let old = |i: &&mut Instance<'_>| i.container.is_some() && i.left.is_none() && !target.is_current(i);
+    for instance in all.iter_mut().filter(old) {
+        // An old instance that does not serve is not replaced either: said as held.
+        if instance.health.standing == Standing::Unhealthy {
+            instance.health.hold_for_canaries();
+        }
+        kept.insert(instance.name);
+    }
+    Some(n)
+}
+
+/// The rollout of a pool that holds at `n` canaries: the canaries not made yet are created,
+/// beside every old instance (on top of `maxSurge`, as Nomad's canaries are: the pool runs
+/// `replicas` + `n` until they are promoted), and nothing old is retired (the caller keeps it).
+/// Returns the target with that room, and the count of instances kept to plan with.
+fn canary_rollout<'a>(
+    target: &Target<'a>,
+    all: &[Instance<'_>],
+    kept: &FxHashSet<&str>,
+    n: usize,
+) -> (Target<'a>, usize) {
+    let made = all.iter().filter(|i| kept.contains(i.name) && target.is_current(i)).count();
+    let to_create = n.saturating_sub(made);
+    let alive = all.iter().filter(|i| i.container.is_some()).count();
+    let room = (alive + to_create).saturating_sub(target.replicas);
+    let surged = Target { max_surge: target.max_surge.max(room), ..target.clone() };
+    (surged, target.replicas.saturating_sub(to_create))
 }
 
 /// What a drain of the pool does past its timeout, when its `timeoutAction` goes on and `steps`
@@ -720,12 +786,18 @@ fn replaced_before(target: &Target<'_>, now: i64) -> ((Option<i64>, Option<i64>)
 
 /// When the plan should be made again (seconds since the Unix epoch): when the first instance
 /// waited for turns unhealthy, or the first instance kept expires (`maxAge`), a second past it.
-fn next_check(all: &[Instance<'_>], kept: &dyn Fn(&str) -> bool, max_age: Option<i64>) -> Option<i64> {
+/// One kept although it expired already (canaries hold the old instances as they are) is no
+/// reason to look again: it would wake the watch at once, again and again.
+fn next_check(
+    all: &[Instance<'_>],
+    kept: &dyn Fn(&str) -> bool,
+    (max_age, now): (Option<i64>, i64),
+) -> Option<i64> {
     let waited =
         all.iter().filter(|i| i.health.standing == Standing::Waiting).filter_map(|i| i.health.deadline);
     let expiry = max_age.and_then(|age| {
         let kept = all.iter().filter(|i| kept(i.name)).filter_map(|i| i.container);
-        kept.map(|c| c.created.saturating_add(age).saturating_add(1)).min()
+        kept.map(|c| c.created.saturating_add(age).saturating_add(1)).filter(|at| *at > now).min()
     });
     waited.chain(expiry).min()
 }
@@ -853,10 +925,10 @@ fn look_again(
     all: &[Instance<'_>],
     (kept, held): (&FxHashSet<&str>, &FxHashMap<&str, DisruptionReason>),
     windows: &[WindowHold],
-    max_age: Option<i64>,
+    expiry: (Option<i64>, i64),
 ) -> Option<i64> {
     let opens = windows.iter().filter(|w| !w.ignored).filter_map(|w| w.until_secs).min();
-    next_check(all, &|i| kept.contains(i) && !held.contains_key(i), max_age).into_iter().chain(opens).min()
+    next_check(all, &|i| kept.contains(i) && !held.contains_key(i), expiry).into_iter().chain(opens).min()
 }
 
 /// What the pool's rollout progress says of the plan's creations.
@@ -870,6 +942,22 @@ struct Creations {
     rollback_from: Option<String>,
     /// The revision of the pool's history the first creation begins, if it begins one.
     revision: Option<u64>,
+}
+
+impl Creations {
+    fn of(target: &Target<'_>, history: &[Revision], progress: &Deadlines) -> Self {
+        let starts = progress.starts.contains(target.name);
+        Self {
+            paused: progress.paused(target.name),
+            starts,
+            // A rollback's record names the template it gave up.
+            rollback_from: progress.rolled_back_from(target.name).map(str::to_owned),
+            revision: target
+                .hash
+                .filter(|_| starts)
+                .and_then(|hash| new_revision(history, hash, progress, target.name)),
+        }
+    }
 }
 
 /// `maxUnhealthy`, as Cluster API's `MachineHealthCheck` applies it: when more of the pool's
@@ -1028,6 +1116,7 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
         degraded: None,
         windows: Vec::new(),
         next_check: None,
+        canary: None,
         revision: None,
         revision_end: None,
         steps: Vec::new(),

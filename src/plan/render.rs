@@ -110,6 +110,12 @@ fn summary_line(plan: &Plan, style: Style) -> String {
     if s.window_held > 0 {
         health.push(format!("{} held by disruption windows", s.window_held));
     }
+    if s.canary_waiting > 0 {
+        health.push(match s.canary_waiting {
+            1 => "1 pool waits for canary promotion (poolctl promote)".to_owned(),
+            n => format!("{n} pools wait for canary promotion (poolctl promote)"),
+        });
+    }
     if s.degraded > 0 {
         health.push(format!(
             "{} pool{} degraded (past progressDeadline)",
@@ -259,6 +265,7 @@ fn pool_text(
         && pool.outdated_kept == 0
         && pool.windows.is_empty()
         && pool.suspended.is_none()
+        && pool.canary.is_none()
         && !matches!(pool.status, PoolStatus::Undeclared | PoolStatus::Foreign)
     {
         return Ok(());
@@ -269,6 +276,10 @@ fn pool_text(
     }
     if let Some(change) = &pool.template_change {
         template_diff(change, style, out)?;
+    }
+    if let Some(canary) = &pool.canary {
+        let said = if canary.holds() { style.yellow(&canary.message) } else { style.green(&canary.message) };
+        writeln!(out, "  {said}")?;
     }
     instances_text(pool, style, full, out)?;
     for instance in pool.instances.iter().filter(|i| i.fate == Fate::Retire) {
@@ -449,6 +460,11 @@ fn pool_header(pool: &PoolPlan) -> String {
                 }
                 None if pool.steps.is_empty() && pool.windows.iter().any(|w| !w.ignored) => {
                     ", held by disruption windows"
+                }
+                None if pool.steps.is_empty()
+                    && pool.canary.as_ref().is_some_and(super::CanaryState::holds) =>
+                {
+                    ", canaries waiting for promotion"
                 }
                 None if pool.steps.is_empty() && pool.outdated_kept > 0 => ", outdated instances kept",
                 None if pool.steps.is_empty() => ", up to date",

@@ -2752,6 +2752,311 @@ fn an_instance_older_than_max_age_is_replaced_surge_first_and_the_next_expiry_is
 }
 
 // ---------------------------------------------------------------------------------------------
+// Canaries
+
+/// Pool `w` of 3 replicas on template `busybox:2` with `canary`, and a world at [`NOON`] with
+/// three instances of the old template (`busybox:1`, their template labelled, so that a
+/// rollback can rebuild it) and the rollout record of the new one.
+fn canaried(canary: crate::spec::IntOrPercent) -> (crate::model::DesiredPool, World) {
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 3) }.build();
+    let mut new = PoolArgs { image: "busybox:2", ..PoolArgs::new("w", 3) }.build();
+    new.pool.spec.rollout.canary = Some(canary);
+    let template = Some(crate::spec::canonical_template(&old.pool.spec));
+    let containers = (1..=3)
+        .map(|i| Container {
+            template: template.clone(),
+            ..container(&format!("w-old-{i}"), "w", &old.template_hash, NOON - 3600 + i)
+        })
+        .collect();
+    let record = crate::model::RolloutRecord {
+        template_hash: new.template_hash.clone(),
+        since: NOON - 120,
+        rolled_back_from: None,
+        progressed: None,
+    };
+    let world = World { now: NOON, rollouts: [("w".to_owned(), record)].into(), ..world_of(containers) };
+    (new, world)
+}
+
+/// The world with a canary of `dp`'s template, `w-canary`, that came up `up_for` seconds ago.
+fn with_canary(dp: &crate::model::DesiredPool, world: &World, up_for: i64) -> World {
+    let mut world = world.clone();
+    let mut canary = container("w-canary", "w", &dp.template_hash, NOON - up_for - 10);
+    canary.came_up = Some(NOON - up_for);
+    world.containers.push(canary);
+    world
+}
+
+fn creates(pool: &PoolPlan) -> usize {
+    pool.steps.iter().filter(|s| matches!(s.action, Action::Create { .. })).count()
+}
+
+/// `canary: 1` on 3 instances: a new template makes exactly one new instance and retires
+/// nothing; once it is up the pool holds, saying so in text and JSON, and is not in sync.
+#[test]
+fn a_canary_of_one_is_made_beside_the_old_instances_and_the_pool_then_waits_for_promotion() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &world);
+    let w = pool_plan(&plan, "w");
+    let v: Vec<&str> = verbs(w).iter().map(|(verb, _)| *verb).collect();
+    assert_eq!(v, ["create", "await-ready"], "one canary, nothing retired");
+    assert!(retired(w).is_empty());
+    let canary = w.canary.as_ref().expect("a canary state");
+    assert_eq!((canary.count, canary.of, canary.up, canary.promoted), (1, 3, 0, false));
+    assert_eq!(w.outdated_kept, 0, "kept for the canary, not as OnDelete keeps");
+
+    let up = with_canary(&dp, &world, 30);
+    let plan = plan_of(&desired, &up);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "no disruptive step while waiting: {:?}", verbs(w));
+    assert!(!plan.in_sync(), "a pool of two templates is not in sync");
+    assert_eq!(plan.summary.canary_waiting, 1);
+    assert_eq!(plan.next_check(), None, "only a promotion lets it go on");
+    let shown = text_of(&plan);
+    assert!(shown.contains("canary 1 of 3: waiting for promotion (`poolctl promote w`)"), "{shown}");
+    assert!(shown.contains(", canaries waiting for promotion"), "{shown}");
+    let json = serde_json::to_value(w).unwrap();
+    assert_eq!(json["canary"]["count"], 1, "{json}");
+    assert_eq!(json["canary"]["of"], 3, "{json}");
+    assert_eq!(json["canary"]["promoted"], false, "{json}");
+}
+
+/// A percentage is of `replicas`, rounded up, and the canaries are made together, beside the
+/// old instances, whatever `maxSurge` says.
+#[test]
+fn canaries_as_a_percentage_round_up_and_are_made_at_once() {
+    let (mut dp, mut world) = canaried(crate::spec::IntOrPercent::Percent(25));
+    dp.pool.spec.replicas = 10;
+    let old = world.containers[0].clone();
+    world.containers =
+        (1..=10).map(|i| container(&format!("w-old-{i}"), "w", &old.template_hash, i)).collect();
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 3, "25% of 10 is 3: {:?}", verbs(w));
+    assert!(w.steps.iter().all(|s| s.batch == 1), "{:?}", w.steps);
+    assert!(retired(w).is_empty());
+}
+
+/// A promotion recorded for the spec's template lets the rest roll, as a rollout without
+/// canaries would; one recorded for another template promotes nothing.
+#[test]
+fn a_promotion_of_the_template_rolls_the_rest_and_one_of_another_template_does_not() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let desired = desired(vec![dp.clone()]);
+    let mut stale = with_canary(&dp, &world, 30);
+    let promotion = |hash: &str| crate::model::Promotion {
+        template_hash: hash.to_owned(),
+        by: "ann@box".into(),
+        at: NOON - 5,
+    };
+    stale.promoted.insert("w".to_owned(), promotion("0ther"));
+    let plan = plan_of(&desired, &stale);
+    assert!(pool_plan(&plan, "w").steps.is_empty(), "another template's promotion holds nothing up");
+
+    let mut promoted = stale.clone();
+    promoted.promoted.insert("w".to_owned(), promotion(&dp.template_hash));
+    let plan = plan_of(&desired, &promoted);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 2, "the rest of the replicas: {:?}", verbs(w));
+    let mut gone = retired(w);
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-old-1", "w-old-2", "w-old-3"]);
+    let canary = w.canary.as_ref().expect("still said");
+    assert!(canary.promoted && canary.message.contains("promoted by ann@box"), "{canary:?}");
+    assert_eq!(plan.summary.canary_waiting, 0);
+}
+
+/// `autoPromote`: the pool holds until every canary has been up that long by the world's
+/// clock, the plan says when and the watch is woken then; past it the rest rolls by itself.
+#[test]
+fn auto_promote_lets_the_rest_roll_once_the_canaries_served_that_long_and_wakes_watch_then() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    dp.pool.spec.rollout.auto_promote = Some(crate::spec::Duration::from_secs(5));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 3));
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    assert_eq!(plan.next_check(), Some(NOON + 2));
+    let canary = w.canary.as_ref().unwrap();
+    assert_eq!(canary.auto_promote_at.as_deref(), Some("2023-11-14T22:13:22Z"));
+    assert!(canary.message.contains("or autoPromote at 2023-11-14T22:13:22Z"), "{}", canary.message);
+
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 5));
+    let w = pool_plan(&plan, "w");
+    assert_eq!(creates(w), 2, "{:?}", verbs(w));
+    assert_eq!(retired(w).len(), 3);
+    assert!(
+        w.canary.as_ref().unwrap().promoted_by.as_deref().is_some_and(|by| by.starts_with("autoPromote"))
+    );
+}
+
+/// Nothing old is touched while canaries wait, an old instance that died included: it is said
+/// held, not replaced (promote, or roll back, to have it replaced).
+#[test]
+fn a_dead_old_instance_is_held_not_replaced_while_canaries_wait() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let mut world = with_canary(&dp, &world, 30);
+    world.containers[0].state = ContainerState::Exited;
+    world.containers[0].status = "Exited (137) 1 second ago".to_owned();
+    let plan = plan_of(&desired(vec![dp]), &world);
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "{:?}", verbs(w));
+    let dead = w.instances.iter().find(|i| i.name == "w-old-1").unwrap();
+    assert_eq!(dead.fate, Fate::Keep);
+    assert_eq!(dead.health.as_ref().map(|h| h.action), Some("held (canaries wait for promotion)"));
+    assert_eq!(plan.summary.unremediated, 1);
+}
+
+/// A source reverted while the canaries wait: the old instances run the spec's template again,
+/// and the canaries, outdated now, are retired; nothing is made. So with canaries of the whole
+/// pool, where only the history tells which template the pool last ran.
+#[test]
+fn a_source_reverted_while_canaries_wait_retires_the_canaries() {
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let waiting = with_canary(&dp, &world, 30);
+    let old = PoolArgs { image: "busybox:1", ..PoolArgs::new("w", 3) }.build();
+    let mut reverted = old.clone();
+    reverted.pool.spec.rollout.canary = dp.pool.spec.rollout.canary;
+    let plan = plan_of(&desired(vec![reverted.clone()]), &waiting);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(retired(w), ["w-canary"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0);
+    assert!(w.canary.is_none());
+
+    // Canaries of all 3: as many of each template. The history says which one the pool ran.
+    reverted.pool.spec.rollout.canary = Some(crate::spec::IntOrPercent::Percent(100));
+    let mut both = waiting.clone();
+    for i in 2..=3 {
+        let mut c = container(&format!("w-canary-{i}"), "w", &dp.template_hash, NOON - 40);
+        c.came_up = Some(NOON - 30);
+        both.containers.push(c);
+    }
+    let revision = |number, hash: &str, end| crate::model::Revision {
+        number,
+        template_hash: hash.to_owned(),
+        template: None,
+        source: None,
+        commit: None,
+        started: NOON - 3600,
+        rolled_back_from: None,
+        end,
+    };
+    let complete =
+        crate::model::RevisionEnd { result: crate::model::RolloutResult::Complete, at: NOON - 3500 };
+    both.history.insert(
+        "w".to_owned(),
+        vec![revision(1, &old.template_hash, Some(complete)), revision(2, &dp.template_hash, None)],
+    );
+    let plan = plan_of(&desired(vec![reverted]), &both);
+    let w = pool_plan(&plan, "w");
+    let mut gone = retired(w);
+    gone.sort_unstable();
+    assert_eq!(gone, ["w-canary", "w-canary-2", "w-canary-3"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0);
+}
+
+/// Old instances past `maxAge` while canaries hold are kept as they are, and say nothing of
+/// when to look again: a time already past would wake the watch at once, again and again.
+#[test]
+fn expired_old_instances_canaries_hold_do_not_wake_the_watch_again_and_again() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    dp.pool.spec.rollout.max_age = Some(crate::spec::Duration::from_secs(600));
+    let desired = desired(vec![dp.clone()]);
+    let plan = plan_of(&desired, &with_canary(&dp, &world, 30));
+    let w = pool_plan(&plan, "w");
+    assert!(w.steps.is_empty(), "nothing old is touched: {:?}", verbs(w));
+    // The canary expires in 600s from its creation (NOON - 40): that is the next look.
+    assert_eq!(plan.next_check(), Some(NOON - 40 + 600 + 1));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Canaries on generated pools: the first plan only creates, `min(canary, replicas)` of the
+    /// new template; carried out, the next plan holds with no step at all; once promoted, the
+    /// pool converges on the new template, within `replicas + max(maxSurge, canaries)`
+    /// instances and `maxUnavailable` at every step.
+    #[test]
+    fn canaries_hold_then_a_promotion_converges(
+        replicas in 1i64..6,
+        surge in 0i64..3,
+        unavailable in 0i64..3,
+        canary in 1i64..8,
+        nodes in any::<bool>(),
+    ) {
+        prop_assume!(surge + unavailable > 0);
+        let args = PoolArgs { surge, unavailable, nodes, ..PoolArgs::new("w", replicas) };
+        let mut dp = args.build();
+        dp.pool.spec.rollout.canary = Some(crate::spec::IntOrPercent::Count(canary));
+        let hash = dp.template_hash.clone();
+        let names: Vec<String> = (1..=replicas).map(|i| format!("w-old-{i}")).collect();
+        let mut world = world_of(names.iter().zip(1..).map(|(n, i)| container(n, "w", "0ld", i)).collect());
+        if nodes {
+            world.nodes = names.iter().map(|n| node(n, "w")).collect();
+        }
+        world.now = NOON;
+        let desired = desired(vec![dp]);
+        let first = plan_of(&desired, &world);
+        let made = first.steps().filter(|(_, s)| matches!(s.action, Action::Create { .. })).count();
+        prop_assert_eq!(made, count(canary.min(replicas)));
+        prop_assert!(first.steps().all(|(_, s)| !s.action.is_retirement()));
+        let mut sim = SimWorld::new(world);
+        sim.apply(&first);
+        let held = plan_of(&desired, &sim.world);
+        prop_assert!(!held.has_changes(), "{:?}", verbs(pool_plan(&held, "w")));
+        prop_assert_eq!(held.summary.canary_waiting, 1);
+
+        let promotion =
+            crate::model::Promotion { template_hash: hash.clone(), by: "ann".into(), at: NOON };
+        let mut world = sim.world;
+        world.promoted.insert("w".to_owned(), promotion);
+        for _ in 0..20 {
+            let next = plan_of(&desired, &world);
+            if !next.has_changes() {
+                break;
+            }
+            let promoted = world.promoted.clone();
+            world = execute_checking_capacity(&next, &world, &args);
+            world.promoted = promoted;
+        }
+        let mine: Vec<&Container> = world.containers.iter().filter(|c| c.pool == "w").collect();
+        prop_assert_eq!(mine.len(), count(replicas));
+        prop_assert!(mine.iter().all(|c| c.template_hash == hash), "{:?}", mine);
+    }
+}
+
+/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes/// A canary that served and turned unhealthy: under `failureAction: rollback` the pool goes
+/// back to its old template, which retires the canary alone and creates nothing; under the
+/// default `pause` it is replaced, as any dead instance is, and nothing old is touched either.
+#[test]
+fn an_unhealthy_canary_is_retired_by_a_rollback_and_nothing_old_is_touched() {
+    let (mut dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let mut sick = with_canary(&dp, &world, 30);
+    let canary = sick.containers.last_mut().unwrap();
+    (canary.state, canary.status) = (ContainerState::Exited, "Exited (1) 5 seconds ago".to_owned());
+
+    let plan = plan_of(&desired(vec![dp.clone()]), &sick);
+    let w = pool_plan(&plan, "w");
+    assert_eq!(retired(w), ["w-canary"], "replaced: {:?}", verbs(w));
+    assert_eq!(creates(w), 1);
+    assert!(w.degraded.is_none());
+
+    dp.pool.spec.rollout.failure_action = crate::spec::FailureAction::Rollback;
+    let plan = plan_of(&desired(vec![dp.clone()]), &sick);
+    let w = pool_plan(&plan, "w");
+    let why = w.degraded.as_deref().expect("degraded");
+    assert!(
+        why.contains("canary w-canary of template") && why.contains("turned unhealthy (exited (1))"),
+        "{why}"
+    );
+    assert!(why.contains("rolling back to template"), "{why}");
+    assert_eq!(retired(w), ["w-canary"], "{:?}", verbs(w));
+    assert_eq!(creates(w), 0, "the old instances run the template it goes back to");
+    assert!(w.canary.is_none(), "a rollback is not led by canaries");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Disruption windows
 
 /// 2026-12-07T10:00:00Z, a Monday: 11:00 in Europe/Berlin.

@@ -154,6 +154,15 @@ async fn record_ends_of<C: Containers>(plan: &Plan, desired: &Desired, container
                     pool.name
                 ),
             }
+            // A rollout over needs no promotion: tidied, so that the same template coming back
+            // later is tried on its canaries again rather than promoted by a record of old.
+            let completed = result == crate::model::RolloutResult::Complete;
+            if completed
+                && containers.promotions().contains_key(&pool.name)
+                && let Err(e) = containers.tidy_promotion(&pool.name).await
+            {
+                tracing::warn!("pool {}: cannot remove its promotion record: {e}", pool.name);
+            }
         })
     });
     futures::future::join_all(ends).await;

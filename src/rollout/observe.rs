@@ -240,6 +240,7 @@ async fn observe_with<C: Containers, K: Cluster>(
         history: containers.history(),
         listed: containers.hosts().into_iter().collect(),
         suspended: containers.suspensions(),
+        promoted: containers.promotions(),
         ..World::default()
     };
     // Each cluster's clock, asked once per cluster however many pools share it.
@@ -369,6 +370,7 @@ mod tests {
             history: BTreeMap::new(),
             listed: std::collections::BTreeSet::new(),
             suspended: BTreeMap::new(),
+            promoted: BTreeMap::new(),
         };
         (desired, FakeWorld::new(world))
     }

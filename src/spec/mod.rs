@@ -684,6 +684,17 @@ pub struct RolloutSpec {
     /// `IfPossible` (default), or `Never`, which replaces them as any other change does.
     #[serde(default, skip_serializing_if = "InPlace::is_if_possible")]
     pub in_place: InPlace,
+    /// How many instances of a new template come first and wait for promotion before the rest
+    /// roll, as Nomad's `canary`: a count or a percentage of `replicas`, rounded up (at least 1
+    /// when not 0), at most `replicas`. The canaries are made beside the old instances, none of
+    /// which is retired until `poolctl promote` (or `autoPromote`) lets the rollout go on.
+    /// Unset (or 0): no canaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<IntOrPercent>,
+    /// Promote the canaries by themselves once every one of them has been up this long, by the
+    /// Docker daemon's clock, as Nomad's `auto_promote`. Unset: only `poolctl promote` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_promote: Option<Duration>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -788,6 +799,13 @@ impl RolloutSpec {
         self.max_unavailable.resolve(replicas, Rounding::Down)
     }
 
+    /// `canary` as a number of instances for a pool of `replicas`: a percentage rounded up,
+    /// and at least 1 when it is not 0; never more than `replicas`. 0 when unset.
+    pub fn canaries(&self, replicas: i64) -> i64 {
+        let Some(canary) = self.canary.filter(|c| !c.is_zero()) else { return 0 };
+        canary.resolve(replicas, Rounding::Up).clamp(1, replicas.max(1)).min(replicas.max(0))
+    }
+
     fn default_max_surge() -> IntOrPercent {
         IntOrPercent::Count(1)
     }
@@ -826,6 +844,8 @@ impl Default for RolloutSpec {
             hook_timeout: None,
             volume_detach_timeout: None,
             in_place: InPlace::IfPossible,
+            canary: None,
+            auto_promote: None,
         }
     }
 }

@@ -235,6 +235,7 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
         }
     }
     errors.extend(duration_problems(spec));
+    errors.extend(canary_problems(rollout));
     if let Some(after) = &rollout.after
         && rollout.after_secs().is_none()
     {
@@ -262,6 +263,38 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
                  instance: set maxSurge (create first) or maxUnavailable (retire first) to 1 or more"
             ),
         ));
+    }
+    errors
+}
+
+/// The rules of `canary` and `autoPromote`: a count of 0 or more (more than `replicas` is
+/// taken as all of them) or a percentage up to 100%; canaries only where a new template rolls by
+/// itself; `autoPromote` only with canaries to promote, and a wait that can end.
+fn canary_problems(rollout: &super::RolloutSpec) -> Vec<(FieldPath, String)> {
+    let mut errors = Vec::new();
+    let path = FieldPath::of("spec.rollout.canary");
+    match rollout.canary {
+        Some(IntOrPercent::Count(n)) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
+        Some(IntOrPercent::Count(n)) if n > MAX_REPLICAS => {
+            errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
+        }
+        Some(IntOrPercent::Percent(p)) if p > 100 => {
+            errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
+        }
+        Some(c) if !c.is_zero() && rollout.strategy == super::Strategy::OnDelete => errors.push((
+            path,
+            "strategy OnDelete rolls nothing by itself, so there is no rollout for canaries to lead: \
+             remove canary or use strategy RollingUpdate"
+                .to_owned(),
+        )),
+        _ => {}
+    }
+    let Some(wait) = rollout.auto_promote else { return errors };
+    let path = FieldPath::of("spec.rollout.autoPromote");
+    if rollout.canary.is_none_or(IntOrPercent::is_zero) {
+        errors.push((path, "promotes canaries, and spec.rollout.canary asks for none".to_owned()));
+    } else if wait.get() > MAX_WAIT {
+        errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
     }
     errors
 }
@@ -1067,6 +1100,45 @@ mod tests {
         );
         let lives = errors("  template:\n    image: i\n  rollout:\n    maxAge: 720h\n");
         assert!(lives.is_empty(), "{lives:?}");
+    }
+
+    /// Canaries are counted as surges are, refused where they cannot lead a rollout, and
+    /// `autoPromote` needs canaries to promote; each error says where it is.
+    #[test]
+    fn canary_and_auto_promote_are_checked_offline() {
+        let rollout = |lines: &str| errors(&format!("  template:\n    image: i\n  rollout:\n{lines}"));
+        let negative = rollout("    canary: -1\n");
+        assert_eq!(
+            negative,
+            ["a.yaml:10:13: spec.rollout.canary: must be 0 or more, got -1"],
+            "{negative:?}"
+        );
+        let over = rollout("    canary: 150%\n");
+        assert!(over.iter().any(|e| e.contains("at most 100%, got 150%")), "{over:?}");
+        let bad = rollout("    canary: ten\n");
+        assert!(bad.iter().any(|e| e.starts_with("a.yaml:10:") && e.contains("canary")), "{bad:?}");
+        let on_delete = rollout("    canary: 1\n    strategy: OnDelete\n");
+        assert!(
+            on_delete.iter().any(|e| e.contains("spec.rollout.canary: strategy OnDelete")),
+            "{on_delete:?}"
+        );
+        let alone = rollout("    autoPromote: 5s\n");
+        assert!(alone.iter().any(|e| e.contains("spec.rollout.autoPromote: promotes canaries")), "{alone:?}");
+        // More canaries than replicas is all of them, not a mistake.
+        for fine in ["    canary: 5\n    autoPromote: 5m\n", "    canary: 25%\n", "    canary: 0\n"] {
+            assert!(rollout(fine).is_empty(), "{fine}: {:?}", rollout(fine));
+        }
+    }
+
+    #[test]
+    fn canaries_resolve_as_a_count_rounded_up_within_replicas() {
+        let spec = |canary: Option<IntOrPercent>| super::super::RolloutSpec { canary, ..Default::default() };
+        assert_eq!(spec(None).canaries(10), 0);
+        assert_eq!(spec(Some(IntOrPercent::Count(0))).canaries(10), 0);
+        assert_eq!(spec(Some(IntOrPercent::Percent(25))).canaries(10), 3);
+        assert_eq!(spec(Some(IntOrPercent::Percent(1))).canaries(3), 1);
+        assert_eq!(spec(Some(IntOrPercent::Count(5))).canaries(3), 3);
+        assert_eq!(spec(Some(IntOrPercent::Count(2))).canaries(0), 0);
     }
 
     fn sorted(mut errors: Vec<String>) -> Vec<String> {

@@ -14,7 +14,7 @@ use super::machine::{Ended, Findings, Trigger};
 use crate::backend::{Cluster, Connect, Containers, Locks};
 use crate::metrics::InstanceCounts;
 use crate::model::Desired;
-use crate::plan::{Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
+use crate::plan::{CanaryState, Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
 use crate::rollout::execute::{DrainTurns, PreflightCheck, Report, StepOutcome};
@@ -397,13 +397,20 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             return Ended::Converged;
         }
         let ended = Box::pin(self.carry(desired, &preview, &changed, interrupt, results)).await;
-        // What the pools look like now, for the instance gauges, rather than at the next resync.
-        if crate::metrics::installed()
+        // Canaries made now are judged from when they came up: when `autoPromote` lets the rest
+        // roll is known only from the world after the rollout, so it is looked at again, and
+        // the watch wakes then rather than at its next resync.
+        let canaries = plan.pools.iter().any(|p| p.canary.as_ref().is_some_and(CanaryState::holds));
+        if (crate::metrics::installed() || canaries)
             && ended == Ended::Converged
             && let Ok(after) =
                 crate::rollout::preview(desired, self.containers, self.connect, self.options.clone()).await
         {
+            // What the pools look like now, for the instance gauges, rather than at the next resync.
             record_instances(&after.plan);
+            if canaries {
+                self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(&after.plan);
+            }
         }
         ended
     }
@@ -562,11 +569,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 /// for.
 fn say_unchanged(trigger: Trigger, plan: &Plan) {
     let s = plan.summary;
-    if s.unavailable + s.unremediated + s.window_held > 0 {
+    if s.unavailable + s.unremediated + s.window_held + s.canary_waiting > 0 {
         info!(
             "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced, \
-             {} held by disruption windows",
-            s.unchanged, s.unavailable, s.unremediated, s.window_held
+             {} held by disruption windows, {} pools waiting for canary promotion",
+            s.unchanged, s.unavailable, s.unremediated, s.window_held, s.canary_waiting
         );
     } else {
         info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);

@@ -217,6 +217,9 @@ pub struct PoolYaml {
     settings: Vec<String>,
     /// `spec.rollout.inPlace`, when set.
     in_place: Option<String>,
+    /// `spec.rollout.canary` and `spec.rollout.autoPromote`, when set.
+    canary: Option<String>,
+    auto_promote: Option<String>,
 }
 
 impl PoolYaml {
@@ -255,6 +258,8 @@ impl PoolYaml {
             depends_on: Vec::new(),
             settings: Vec::new(),
             in_place: None,
+            canary: None,
+            auto_promote: None,
         }
     }
 
@@ -347,6 +352,20 @@ impl PoolYaml {
     #[must_use]
     pub fn rollback(mut self) -> Self {
         self.rollback = true;
+        self
+    }
+
+    /// `spec.rollout.canary` (`1`, `25%`).
+    #[must_use]
+    pub fn canary(mut self, canary: &str) -> Self {
+        self.canary = Some(canary.to_owned());
+        self
+    }
+
+    /// `spec.rollout.autoPromote`.
+    #[must_use]
+    pub fn auto_promote(mut self, wait: &str) -> Self {
+        self.auto_promote = Some(wait.to_owned());
         self
     }
 
@@ -514,6 +533,12 @@ impl PoolYaml {
         }
         if let Some(in_place) = &self.in_place {
             writeln!(f, "    inPlace: {in_place}")?;
+        }
+        if let Some(canary) = &self.canary {
+            writeln!(f, "    canary: {canary}")?;
+        }
+        if let Some(wait) = &self.auto_promote {
+            writeln!(f, "    autoPromote: {wait}")?;
         }
         Ok(())
     }

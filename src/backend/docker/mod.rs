@@ -26,7 +26,7 @@ use futures::StreamExt;
 use crate::backend::endpoints::Endpoints;
 use crate::backend::{BackendError, CUT, Containers, ExecOutput, NewContainer, NewFile, Stopped};
 use crate::model::{
-    Container, Desired, InstanceRef, Revision, RolloutRecord, RolloutResult, Suspension, labels,
+    Container, Desired, InstanceRef, Promotion, Revision, RolloutRecord, RolloutResult, Suspension, labels,
 };
 use crate::spec::{Secret, TemplateFile};
 
@@ -49,7 +49,7 @@ pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
 pub use history::revision_record_name;
 pub use lock::lock_name;
-pub use suspend::{request_record_name, suspension_record_name};
+pub use suspend::{promotion_record_name, request_record_name, suspension_record_name};
 pub use up::{rollout_record_name, up_record_name, updated_record_name};
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
@@ -125,6 +125,8 @@ pub struct DockerBackend {
     /// [`Containers::suspensions`], [`Containers::requests`]).
     suspensions: std::sync::Mutex<BTreeMap<String, Suspension>>,
     requests: std::sync::Mutex<BTreeSet<String>>,
+    /// The promotions the last list showed, by pool (see [`Containers::promotions`]).
+    promotions: std::sync::Mutex<BTreeMap<String, Promotion>>,
     /// The records the last list showed kept as containers, by an earlier poolctl: removed
     /// with what they record.
     legacy_records: std::sync::Mutex<HashSet<String>>,
@@ -159,6 +161,7 @@ impl DockerBackend {
             history: std::sync::Mutex::default(),
             suspensions: std::sync::Mutex::default(),
             requests: std::sync::Mutex::default(),
+            promotions: std::sync::Mutex::default(),
             legacy_records: std::sync::Mutex::default(),
             slots: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
         })
@@ -528,13 +531,16 @@ impl Containers for DockerBackend {
         }
         let mut progressed = Vec::new();
         let mut updated = HashMap::new();
-        let (mut suspensions, mut requests) = (BTreeMap::new(), BTreeSet::new());
+        let (mut suspensions, mut requests, mut promotions) =
+            (BTreeMap::new(), BTreeSet::new(), BTreeMap::new());
         for volume in volumes.volumes.iter().flatten() {
             let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
             if let Some((pool, suspension)) = suspend::suspension_from(name, labels, created) {
                 suspensions.insert(pool, suspension);
             } else if let Some(pool) = suspend::request_of(name, labels) {
                 requests.insert(pool);
+            } else if let Some((pool, promotion)) = suspend::promotion_from(name, labels, created) {
+                promotions.insert(pool, promotion);
             } else if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
@@ -557,6 +563,7 @@ impl Containers for DockerBackend {
         *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
         *self.suspensions.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = suspensions;
         *self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = requests;
+        *self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = promotions;
         up::join_up_records(&mut containers, &records);
         up::join_updated_records(&mut containers, &updated);
         for c in &mut containers {
@@ -878,6 +885,18 @@ impl Containers for DockerBackend {
 
     async fn consume_request(&self, pool: &str) -> Result<(), BackendError> {
         self.remove_volume(&request_record_name(pool)).await
+    }
+
+    fn promotions(&self) -> BTreeMap<String, Promotion> {
+        self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn promote(&self, pool: &str, template_hash: &str, by: &str) -> Result<Promotion, BackendError> {
+        self.write_promotion(pool, template_hash, by).await
+    }
+
+    async fn tidy_promotion(&self, pool: &str) -> Result<(), BackendError> {
+        self.remove_volume(&promotion_record_name(pool)).await
     }
 
     fn history(&self) -> BTreeMap<String, Vec<Revision>> {

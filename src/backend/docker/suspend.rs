@@ -8,13 +8,16 @@
 //! A pool's suspension is the volume `poolctl-suspend-<pool>`, labelled with who suspended it
 //! and why; its creation time, on the daemon's clock, is when. Resuming removes it. A reconcile
 //! request is the volume `poolctl-reconcile-<pool>`: its `create` event reaches `watch` at once
-//! (see [`super::events`]), and the replica that acts on it removes it.
+//! (see [`super::events`]), and the replica that acts on it removes it. A promotion
+//! (`poolctl promote`) is the volume `poolctl-promote-<pool>`, labelled with the template hash
+//! whose canaries it promotes and who promoted them; a promotion of another template is written
+//! over it.
 
 use std::collections::HashMap;
 
 use super::DockerBackend;
 use crate::backend::BackendError;
-use crate::model::{Suspension, labels};
+use crate::model::{Promotion, Suspension, labels};
 
 /// The name of `pool`'s suspension record.
 pub fn suspension_record_name(pool: &str) -> String {
@@ -24,6 +27,26 @@ pub fn suspension_record_name(pool: &str) -> String {
 /// The name of `pool`'s reconcile request.
 pub fn request_record_name(pool: &str) -> String {
     format!("poolctl-reconcile-{pool}")
+}
+
+/// The name of `pool`'s promotion record.
+pub fn promotion_record_name(pool: &str) -> String {
+    format!("poolctl-promote-{pool}")
+}
+
+/// The promotion recorded by the volume `name` with `labels`, made at `created`, by pool;
+/// `None` for anything else. The name and the label must agree, and a template be named.
+pub(super) fn promotion_from(
+    name: &str,
+    labels: &HashMap<String, String>,
+    created: i64,
+) -> Option<(String, Promotion)> {
+    let pool = name.strip_prefix("poolctl-promote-")?;
+    (labels.get(labels::PROMOTED).map(String::as_str) == Some(pool)).then_some(())?;
+    let template_hash = labels.get(labels::PROMOTED_TEMPLATE).filter(|h| !h.is_empty())?.clone();
+    let by = labels.get(labels::PROMOTED_BY).filter(|b| !b.is_empty()).cloned();
+    let by = by.unwrap_or_else(|| "an unknown user".to_owned());
+    Some((pool.to_owned(), Promotion { template_hash, by, at: created }))
 }
 
 /// The suspension recorded by the volume `name` with `labels`, made at `created` (seconds since
@@ -72,6 +95,37 @@ impl DockerBackend {
         })
     }
 
+    /// Record that `by` promotes the canaries of `pool`'s template `template_hash`, and return
+    /// the promotion that stands: one of the same template already there stays as it was (who
+    /// promoted first, and when); one of another template is replaced.
+    pub(super) async fn write_promotion(
+        &self,
+        pool: &str,
+        template_hash: &str,
+        by: &str,
+    ) -> Result<Promotion, BackendError> {
+        let name = promotion_record_name(pool);
+        let standing =
+            self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pool).cloned();
+        if standing.is_some_and(|p| p.template_hash != template_hash) {
+            self.remove_volume(&name).await?;
+        }
+        let labels = HashMap::from([
+            (labels::POOL.to_owned(), pool.to_owned()),
+            (labels::PROMOTED.to_owned(), pool.to_owned()),
+            (labels::PROMOTED_TEMPLATE.to_owned(), template_hash.to_owned()),
+            (labels::PROMOTED_BY.to_owned(), by.to_owned()),
+        ]);
+        let volume = self.create_record(&name, labels, &format!("promote pool {pool}")).await?;
+        let created = super::up::volume_created(&volume);
+        promotion_from(&volume.name, &volume.labels, created)
+            .map(|(_, p)| p)
+            .filter(|p| p.template_hash == template_hash)
+            .ok_or_else(|| {
+                BackendError::Failed(format!("promote pool {pool}: the volume {name} is in the way"))
+            })
+    }
+
     /// Write `pool`'s reconcile request, made anew: Docker tells `watch` of a volume's
     /// creation, and an old request left over (a watch that was down) would be answered with
     /// no event.
@@ -108,5 +162,19 @@ mod tests {
         let request = labels(&[(labels::RECONCILE_REQUESTED, "w")]);
         assert_eq!(request_of("poolctl-reconcile-w", &request).as_deref(), Some("w"));
         assert!(request_of("poolctl-reconcile-v", &request).is_none());
+    }
+
+    #[test]
+    fn a_promotion_is_read_only_with_its_pool_and_template() {
+        let ok = labels(&[
+            (labels::PROMOTED, "w"),
+            (labels::PROMOTED_TEMPLATE, "abc"),
+            (labels::PROMOTED_BY, "ann"),
+        ]);
+        let (pool, p) = promotion_from("poolctl-promote-w", &ok, 9).unwrap();
+        assert_eq!((pool.as_str(), p.template_hash.as_str(), p.by.as_str(), p.at), ("w", "abc", "ann", 9));
+        assert!(promotion_from("poolctl-promote-v", &ok, 9).is_none());
+        let no_template = labels(&[(labels::PROMOTED, "w")]);
+        assert!(promotion_from("poolctl-promote-w", &no_template, 9).is_none());
     }
 }

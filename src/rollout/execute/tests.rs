@@ -72,6 +72,7 @@ fn rolling_plan() -> Plan {
             next_check: None,
             revision: None,
             revision_end: None,
+            canary: None,
             steps,
         }],
         summary: Summary::default(),
