@@ -1,8 +1,14 @@
 //! Colour on a terminal, as Terraform gives it: green for what is created, red for what is
 //! retired, the template diff in both. `--color auto|always|never`; `NO_COLOR` (no-color.org)
-//! turns it off unless `--color always` asks for it.
+//! turns it off unless `--color always` asks for it. And [`count`], so that one thing is never
+//! "1 things".
 
 use std::io::IsTerminal;
+
+/// `n` of `noun`, in the plural unless one: `1 step`, `3 steps`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

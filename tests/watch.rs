@@ -150,7 +150,7 @@ async fn sigterm_exits_0_with_the_pool_intact_and_its_state_printed() {
 
     let status = watch.signal("TERM");
     assert_eq!(status.code(), Some(0), "{}", watch.seen.join("\n"));
-    let summary = format!("{}: 1 of 1 replicas up, 1 instances, 1 on template", s.pool_name());
+    let summary = format!("{}: 1 of 1 replicas up, 1 instance, 1 on template", s.pool_name());
     assert!(watch.seen.iter().any(|l| l.contains(&summary)), "{}", watch.seen.join("\n"));
     let after = s.containers().await;
     assert_eq!(

@@ -183,7 +183,10 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
     let planned = Planned { desired, docker, preview };
     tell(
         progress_ui,
-        &progress_ui.style.bold(&format!("Carrying out the saved plan {name}: {} steps.", steps.len())),
+        &progress_ui.style.bold(&format!(
+            "Carrying out the saved plan {name}: {}.",
+            crate::style::count(steps.len(), "step")
+        )),
     )?;
     let session = Session::start(config, progress_ui)?;
     // Checked against the plan made under the locks: nobody else can change the pools from then on.

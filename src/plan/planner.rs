@@ -998,10 +998,10 @@ fn hold_if_too_many_unhealthy(
         instance.health.hold();
     }
     Some(format!(
-        "{unhealthy} of {} instances unhealthy, above maxUnhealthy {}: replacing none; the cluster, not the \
+        "{unhealthy} of {} unhealthy, above maxUnhealthy {}: replacing none; the cluster, not the \
          instances, looks at fault. To replace them anyway: `poolctl apply --replace {}`, or raise \
          spec.health.maxUnhealthy",
-        all.iter().filter(|i| i.container.is_some()).count(),
+        crate::style::count(all.iter().filter(|i| i.container.is_some()).count(), "instance"),
         health.max_unhealthy,
         held.join(" --replace ")
     ))

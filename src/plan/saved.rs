@@ -168,8 +168,8 @@ pub fn world_changes(
         }
         if !a.containers.is_empty() && b.containers.is_empty() {
             out.push(format!(
-                "pool {pool} had {} containers when the plan was made; now it has none",
-                a.containers.len()
+                "pool {pool} had {} when the plan was made; now it has none",
+                crate::style::count(a.containers.len(), "container")
             ));
             continue;
         }

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::rollout::event::{Event, Sink, StepEnd, StepId};
 use crate::rollout::execute::indent;
-use crate::style::Style;
+use crate::style::{Style, count};
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -227,14 +227,22 @@ impl Sink for Progress {
             Event::Waiting { step, elapsed, waits } => self.waiting(&step, elapsed, waits),
             Event::Ended { step, elapsed, end } => self.ended(&step, elapsed, end),
             Event::AsPlanned { left } => {
-                self.line(&format!("-- looked at the world again: {left} steps to go, as planned"));
+                self.line(&format!(
+                    "-- looked at the world again: {} to go, as planned",
+                    count(left, "step")
+                ));
             }
             Event::Replanned { total, was, why, .. } if self.ui.format == ProgressFormat::Json => {
                 self.emit(&json!({"event": "replanned", "total": total, "was": was, "why": why}));
             }
             Event::Replanned { total, was, left, first, why } => self.line(&format!(
-                "-- looked at the world again, and the plan changed: {total} steps in all (was {was}): \
-                 {why}; the {left} left are numbered {first}-{total}"
+                "-- looked at the world again, and the plan changed: {} in all (was {was}): {why}; {}",
+                count(total, "step"),
+                if left == 1 {
+                    format!("the one left is numbered {first}")
+                } else {
+                    format!("the {left} left are numbered {first}-{total}")
+                }
             )),
             // Said in a message of the lock's own, or of the wait; counted by the metrics.
             Event::Lock { .. }
@@ -323,6 +331,19 @@ mod tests {
              [3/12] drain w-1: 15s, waiting for the budget web\n\
              [3/12] drain w-1: 45s, waiting for the budget web\n\
              [3/12] drain w-1 done (45.2s)\n"
+        );
+    }
+
+    #[test]
+    fn one_step_is_one_step() {
+        let (progress, buf) = sink(ProgressFormat::Text);
+        progress.event(&Event::AsPlanned { left: 1 });
+        progress.event(&Event::Replanned { total: 1, was: 2, left: 1, first: 1, why: "w-1 is gone" });
+        assert_eq!(
+            text(&buf),
+            "-- looked at the world again: 1 step to go, as planned\n\
+             -- looked at the world again, and the plan changed: 1 step in all (was 2): w-1 is gone; the one \
+             left is numbered 1\n"
         );
     }
 

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::signature::Secret;
 use super::webhook::Notice;
+use crate::style::count;
 
 /// The API of github.com, and of gitlab.com, when `?api=` names no other.
 const GITHUB_API: &str = "https://api.github.com";
@@ -236,7 +237,7 @@ fn gitlab_state(result: &str) -> Option<&'static str> {
 fn description(notice: &Notice) -> String {
     let text = match (notice.result, &notice.error) {
         ("started", _) => "rolling out".to_owned(),
-        ("succeeded", _) => format!("rolled out ({} steps)", notice.steps_done),
+        ("succeeded", _) => format!("rolled out ({})", count(notice.steps_done, "step")),
         ("degraded", Some(why)) => format!("Degraded: {why}"),
         ("rolling_back", Some(why)) => format!("rolling back: {why}"),
         (_, Some(why)) => why.clone(),
@@ -253,7 +254,7 @@ fn description(notice: &Notice) -> String {
 fn slack_text(notice: &Notice) -> String {
     let what = match notice.result {
         "started" => "rollout started".to_owned(),
-        "succeeded" => format!("rollout succeeded ({} steps)", notice.steps_done),
+        "succeeded" => format!("rollout succeeded ({})", count(notice.steps_done, "step")),
         "failed" => "rollout failed".to_owned(),
         "degraded" => "is Degraded".to_owned(),
         "rolling_back" => "is rolling back".to_owned(),

@@ -5,11 +5,11 @@ use std::io::Write;
 
 use crate::rollout::cancel::StopReason;
 use crate::rollout::execute::Report;
-use crate::rollout::execute::report::steps;
+use crate::style::count;
 
 /// Write the closing summary of a run: what was done, what failed and why, what was left.
 pub fn write_summary(report: &Report, out: &mut dyn Write) -> std::io::Result<()> {
-    let done = steps(report.attempted.iter().filter(|o| o.error.is_none()).count());
+    let done = count(report.attempted.iter().filter(|o| o.error.is_none()).count(), "step");
     if report.complete() {
         return writeln!(out, "Apply complete: {done} done.");
     }

@@ -292,7 +292,8 @@ pub enum RolloutError {
     /// Every batch left as much to do as before (an image that crashes right after it comes
     /// up, say).
     #[error(
-        "the world keeps changing under the rollout: still {left} steps to go after {rounds} batches; see the plan above"
+        "the world keeps changing under the rollout: still {} to go after {rounds} batches; see the plan above",
+        crate::style::count(*left, "step")
     )]
     KeepsChanging { left: usize, rounds: usize },
 }
@@ -455,9 +456,9 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
                     return Some(("RolloutFailed", f.failure_line()));
                 }
                 let done = report.attempted.iter().filter(|s| s.pool == pool.name).count();
-                report.complete().then(|| {
-                    ("RolloutSucceeded", format!("{} done", crate::rollout::execute::report::steps(done)))
-                })
+                report
+                    .complete()
+                    .then(|| ("RolloutSucceeded", format!("{} done", crate::style::count(done, "step"))))
             }
             Err(e) => Some(("RolloutFailed", crate::backend::cause_chain(e))),
         });

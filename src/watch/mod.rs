@@ -547,11 +547,11 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
         };
         writeln!(
             out,
-            "  {}: {} of {} replicas up, {} instances, {} on template {}: {state}",
+            "  {}: {} of {} replicas up, {}, {} on template {}: {state}",
             pool.name(),
             up,
             pool.pool.spec.replicas,
-            mine.len(),
+            crate::style::count(mine.len(), "instance"),
             current,
             pool.template_hash
         )?;

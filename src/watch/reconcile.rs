@@ -572,8 +572,12 @@ fn say_unchanged(trigger: Trigger, plan: &Plan) {
     if s.unavailable + s.unremediated + s.window_held + s.canary_waiting > 0 {
         info!(
             "plan ({trigger:?}): nothing to do yet, {} unchanged, {} waited for, {} unhealthy not replaced, \
-             {} held by disruption windows, {} pools waiting for canary promotion",
-            s.unchanged, s.unavailable, s.unremediated, s.window_held, s.canary_waiting
+             {} held by disruption windows, {} waiting for canary promotion",
+            s.unchanged,
+            s.unavailable,
+            s.unremediated,
+            s.window_held,
+            crate::style::count(s.canary_waiting, "pool")
         );
     } else {
         info!("plan ({trigger:?}): in sync, {} unchanged", s.unchanged);

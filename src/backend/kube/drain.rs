@@ -112,7 +112,7 @@ impl Left<'_> {
 
     fn note(&self, refusal: Option<&str>) {
         let n = self.pods.load(std::sync::atomic::Ordering::SeqCst);
-        let pods = if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") };
+        let pods = crate::style::count(n, "pod");
         let completing = match self.completing {
             0 => String::new(),
             n => format!(", {n} to complete (wait-completed)"),

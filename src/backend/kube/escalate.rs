@@ -20,6 +20,7 @@ use crate::backend::retry::Backoff;
 use crate::backend::{BackendError, DrainEnd, DrainNews, LockGuard};
 use crate::model::Pod;
 use crate::spec::{DrainSpec, DrainTimeoutAction};
+use crate::style::count;
 
 /// How long the budgets of the pods left may take to be read, for the Event that names them.
 const BUDGETS_READ: Duration = Duration::from_secs(5);
@@ -38,10 +39,6 @@ pub(super) struct Leftover<'a> {
     pub(super) pods: BTreeMap<Key, (&'a K8sPod, &'a Pod)>,
     /// The pods whose eviction a PodDisruptionBudget refused.
     pub(super) blocked: BTreeSet<Key>,
-}
-
-fn count(n: usize) -> String {
-    if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") }
 }
 
 impl KubeCluster {
@@ -66,7 +63,7 @@ impl KubeCluster {
                 let said = format!(
                     "drainTimeout ({after}) passed with {} left; they stay on the Node and its container is \
                      stopped (timeoutAction: Proceed): {named}",
-                    count(left.len())
+                    count(left.len(), "pod")
                 );
                 tracing::debug!(node, "{said}");
                 (leftover.news)("DrainAbandoned", said);
@@ -97,7 +94,7 @@ impl KubeCluster {
             left.iter().filter_map(|k| leftover.pods.get(k)).map(|(raw, _)| *raw).collect();
         crate::backend::waiting::note(
             node,
-            format!("drainTimeout passed: deleting {} (timeoutAction: Force)", count(pods.len())),
+            format!("drainTimeout passed: deleting {} (timeoutAction: Force)", count(pods.len(), "pod")),
         );
         let grace = drain.pod_grace_period.map(|g| g.get().as_secs());
         let deleted = join_all(pods.iter().map(|pod| self.delete_pod(pod, grace, guard))).await;
@@ -106,7 +103,7 @@ impl KubeCluster {
             let said = format!(
                 "drainTimeout ({after}) passed with {} left; deleting {} whatever their PodDisruptionBudgets, \
                  then stopping its container (timeoutAction: Force): {named}",
-                count(left.len()),
+                count(left.len(), "pod"),
                 if left.len() == 1 { "it" } else { "them" }
             );
             (leftover.news)("DrainForced", said);

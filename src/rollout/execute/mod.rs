@@ -1127,13 +1127,13 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             DrainEnd::Abandoned(pods) => self.say(&format!(
                 "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
                  (timeoutAction: Proceed): {}",
-                pods_count(pods.len()),
+                crate::style::count(pods.len(), "pod"),
                 pods.join(", ")
             )),
             DrainEnd::Forced(pods) => self.say(&format!(
                 "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and gone \
                  (timeoutAction: Force): {}",
-                pods_count(pods.len()),
+                crate::style::count(pods.len(), "pod"),
                 pods.join(", ")
             )),
         }
@@ -1469,10 +1469,6 @@ async fn configure_node<K: Cluster>(
     let mut wanted = spec.labels.clone();
     wanted.insert(labels::POOL.into(), pool.into());
     cluster.configure(name, &wanted, &spec.taints, reference).await
-}
-
-fn pods_count(n: usize) -> String {
-    if n == 1 { "1 pod".to_owned() } else { format!("{n} pods") }
 }
 
 /// A step and its 1-based number in the whole plan, as the plan text shows it.

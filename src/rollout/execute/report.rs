@@ -50,8 +50,3 @@ impl Report {
         self.stop_reason == Some(StopReason::Signal)
     }
 }
-
-/// `1 step`, `3 steps`.
-pub(crate) fn steps(n: usize) -> String {
-    if n == 1 { "1 step".to_owned() } else { format!("{n} steps") }
-}
