@@ -218,15 +218,12 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
         ("spec.rollout.maxUnavailable", rollout.max_unavailable, unavailable),
     ] {
         let path = FieldPath::of(field);
+        // A Deployment refuses more than 100% unavailable: there is nothing beyond all.
+        if let Some(problem) = int_or_percent_problem(value, field.ends_with("maxUnavailable")) {
+            errors.push((path, problem));
+            continue;
+        }
         match value {
-            IntOrPercent::Count(n) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
-            IntOrPercent::Count(n) if n > MAX_REPLICAS => {
-                errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
-            }
-            // A Deployment refuses more than 100% unavailable: there is nothing beyond all.
-            IntOrPercent::Percent(p) if p > 100 && field.ends_with("maxUnavailable") => {
-                errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
-            }
             IntOrPercent::Percent(p) if resolved > MAX_REPLICAS => errors.push((
                 path,
                 format!("{p}% of {replicas} replicas is {resolved}; at most {MAX_REPLICAS} are allowed"),
@@ -267,6 +264,21 @@ fn rollout_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     errors
 }
 
+/// What is wrong with a count or percentage of instances: a count below 0 or above
+/// [`MAX_REPLICAS`], or, where a percentage means a part of the pool (`whole`), one above 100%.
+fn int_or_percent_problem(value: IntOrPercent, whole: bool) -> Option<String> {
+    match value {
+        IntOrPercent::Count(n) if n < 0 => Some(format!("must be 0 or more, got {n}")),
+        IntOrPercent::Count(n) if n > MAX_REPLICAS => {
+            Some(format!("must be at most {MAX_REPLICAS}, got {n}"))
+        }
+        IntOrPercent::Percent(p) if whole && p > 100 => {
+            Some(format!("a percentage must be at most 100%, got {p}%"))
+        }
+        _ => None,
+    }
+}
+
 /// The rules of `canary` and `autoPromote`: a count of 0 or more (more than `replicas` is
 /// taken as all of them) or a percentage up to 100%; canaries only where a new template rolls by
 /// itself; `autoPromote` only with canaries to promote, and a wait that can end.
@@ -274,13 +286,7 @@ fn canary_problems(rollout: &super::RolloutSpec) -> Vec<(FieldPath, String)> {
     let mut errors = Vec::new();
     let path = FieldPath::of("spec.rollout.canary");
     match rollout.canary {
-        Some(IntOrPercent::Count(n)) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
-        Some(IntOrPercent::Count(n)) if n > MAX_REPLICAS => {
-            errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
-        }
-        Some(IntOrPercent::Percent(p)) if p > 100 => {
-            errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
-        }
+        Some(c) if let Some(problem) = int_or_percent_problem(c, true) => errors.push((path, problem)),
         Some(c) if !c.is_zero() && rollout.strategy == super::Strategy::OnDelete => errors.push((
             path,
             "strategy OnDelete rolls nothing by itself, so there is no rollout for canaries to lead: \
@@ -409,16 +415,8 @@ fn health_problems(health: &super::HealthSpec) -> Vec<(FieldPath, String)> {
             errors.push((path.key("status"), format!("must be True, False or Unknown, got {got:?}")));
         }
     }
-    let path = at.key("maxUnhealthy");
-    match health.max_unhealthy {
-        IntOrPercent::Count(n) if n < 0 => errors.push((path, format!("must be 0 or more, got {n}"))),
-        IntOrPercent::Count(n) if n > MAX_REPLICAS => {
-            errors.push((path, format!("must be at most {MAX_REPLICAS}, got {n}")));
-        }
-        IntOrPercent::Percent(p) if p > 100 => {
-            errors.push((path, format!("a percentage must be at most 100%, got {p}%")));
-        }
-        _ => {}
+    if let Some(problem) = int_or_percent_problem(health.max_unhealthy, true) {
+        errors.push((at.key("maxUnhealthy"), problem));
     }
     errors
 }
