@@ -468,7 +468,7 @@ impl<C: Containers + Locks, K: Cluster + Locks> Rollout<'_, C, K> {
     /// Tell the cluster's users of each pool `plan` changes what `what` says, as an Event on
     /// the pool's Lease.
     fn tell(&self, plan: &Plan, what: impl Fn(&PoolPlan) -> Option<(&'static str, String)>) {
-        for pool in plan.pools.iter().filter(|p| !p.steps.is_empty() && self.clusters.contains_key(&p.name)) {
+        for pool in plan.pools.iter().filter(|p| !p.steps.is_empty()) {
             let Some((reason, note)) = what(pool) else { continue };
             let warning = reason != "RolloutStarted" && reason != "RolloutSucceeded";
             let about = event::About::Pool(&pool.name);

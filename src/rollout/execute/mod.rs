@@ -1107,35 +1107,31 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 return Err(e.into());
             }
         };
+        let after = crate::spec::Duration::from(timeout);
         match &end {
             DrainEnd::Complete => {
                 self.tell_node(pool, node, "Drained", "every pod the drain evicts is gone", false);
             }
-            DrainEnd::Forced(pods) => {
-                let said = format!(
-                    "every pod is gone; {} deleted past drainTimeout (timeoutAction: Force)",
-                    pods.len()
-                );
-                self.tell_node(pool, node, "Drained", &said, false);
-            }
             // Its DrainAbandoned Event says what it left.
-            DrainEnd::Abandoned(_) => {}
-        }
-        let after = crate::spec::Duration::from(timeout);
-        match &end {
-            DrainEnd::Complete => {}
             DrainEnd::Abandoned(pods) => self.say(&format!(
                 "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
                  (timeoutAction: Proceed): {}",
                 crate::style::count(pods.len(), "pod"),
                 pods.join(", ")
             )),
-            DrainEnd::Forced(pods) => self.say(&format!(
-                "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and gone \
-                 (timeoutAction: Force): {}",
-                crate::style::count(pods.len(), "pod"),
-                pods.join(", ")
-            )),
+            DrainEnd::Forced(pods) => {
+                let said = format!(
+                    "every pod is gone; {} deleted past drainTimeout (timeoutAction: Force)",
+                    pods.len()
+                );
+                self.tell_node(pool, node, "Drained", &said, false);
+                self.say(&format!(
+                    "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and \
+                     gone (timeoutAction: Force): {}",
+                    crate::style::count(pods.len(), "pod"),
+                    pods.join(", ")
+                ));
+            }
         }
         self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         Ok(())
