@@ -224,6 +224,18 @@ pub enum Mark {
     Promote,
 }
 
+impl Mark {
+    /// The command that records it.
+    pub fn command(&self) -> &'static str {
+        match self {
+            Mark::Suspend { .. } => "suspend",
+            Mark::Resume => "resume",
+            Mark::Reconcile => "reconcile",
+            Mark::Promote => "promote",
+        }
+    }
+}
+
 /// `poolctl suspend`, `resume` and `reconcile`: the pools (empty: every declared pool, for
 /// `reconcile --all`), the source that declares them, and what to record.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ use super::docker::{
     resolve_copies, resolve_copies_leniently, resolve_endpoints,
 };
 use super::endpoints::Endpoints;
-use super::kube::{KeptConnect, KubeCluster, KubeConnect};
+use super::kube::{FOLLOW_MAX_BACKOFF, KeptConnect, KubeCluster, KubeConnect};
 use super::{BackendError, Connect};
 use crate::model::{ClusterRef, Desired};
 
@@ -180,7 +180,8 @@ pub fn follow_requests(
                         Ok(connected) => return connected.follow_requests(tx).await,
                         Err(e) => {
                             failures += 1;
-                            let after = super::retry::delay(failures, Duration::from_secs(1), MAX_BACKOFF);
+                            let after =
+                                super::retry::delay(failures, Duration::from_secs(1), FOLLOW_MAX_BACKOFF);
                             tracing::warn!(
                                 "pool {pool}: cannot follow its Lease ({e}); again in {}s",
                                 after.as_secs()
@@ -194,9 +195,6 @@ pub fn follow_requests(
         })
         .collect()
 }
-
-/// The longest wait before connecting again to follow a pool's Lease.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A connected cluster, as [`Connections::clusters`] connects it.
 pub type ClusterClient = <Clusters as Connect>::Cluster;

@@ -516,7 +516,8 @@ pub trait Cluster: Sync {
     /// Past `timeout`, its `timeoutAction` says whether the drain fails (`Halt`), leaves the
     /// pods ([`DrainEnd::Abandoned`]) or deletes them and waits until they are gone
     /// ([`DrainEnd::Forced`]). Every eviction and deletion is made only if `guard` says the
-    /// pool's lock is known to be held. It tells `news` of refused evictions and of its timeout action.
+    /// pool's lock is known to be held. It tells `news` of refused evictions and of its timeout
+    /// action.
     fn drain(
         &self,
         node: &str,

@@ -337,11 +337,7 @@ impl<'n> Tell<'n> {
             Some((_, digest)) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
             None => revision,
         };
-        let commit = match &desired.origin {
-            Origin::Git { commit, .. } => Some(commit.as_str()),
-            Origin::Path { .. } => None,
-        };
-        Self { notifier, revision, commit }
+        Self { notifier, revision, commit: desired.origin.commit() }
     }
 
     fn send(&self, notice: Notice) {

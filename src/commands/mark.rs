@@ -18,19 +18,18 @@ use crate::report::write_stdout;
 
 pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     let desired = load_source(&config.source)?;
+    // Only a declared pool: the source says on which Docker endpoint (or in which cluster) it
+    // lives, and a name mistyped must not leave a record that nothing reads.
+    let named: BTreeSet<String> = config.pools.iter().cloned().collect();
+    check_named(&desired, &named, config.mark.command())?;
     if config.mark == Mark::Promote {
-        return promote(desired, &config.pools).await;
+        return promote(desired, named).await;
     }
-    let pools: Vec<String> = if config.pools.is_empty() {
+    let pools: Vec<String> = if named.is_empty() {
         desired.pools.iter().map(|p| p.name().to_owned()).collect()
     } else {
         config.pools.clone()
     };
-    // Only a declared pool: the source says on which Docker endpoint (or in which cluster) it
-    // lives, and a name mistyped must not leave a record that nothing reads.
-    if let Some(unknown) = pools.iter().find(|p| !desired.pools.iter().any(|d| d.name() == p.as_str())) {
-        bail!("the source declares no pool {unknown}");
-    }
     let connections = Connections::once();
     let docker = connections.docker(&desired).await?;
     docker.list().await.context("cannot list the pools' records")?;
@@ -128,9 +127,7 @@ impl<C: Containers, K: Cluster> Records<'_, C, K> {
 /// template promoted is the one the plan rolls out (its `copyFrom` and image digest resolved)
 /// and a pool with no canaries waiting is said, not marked. The promotion is recorded for that
 /// template, and a reconcile requested, so that `watch` goes on at once.
-async fn promote(desired: crate::model::Desired, pools: &[String]) -> Result<Exit> {
-    let named: BTreeSet<String> = pools.iter().cloned().collect();
-    check_named(&desired, &named, "promote")?;
+async fn promote(desired: crate::model::Desired, named: BTreeSet<String>) -> Result<Exit> {
     let options = PlanOptions { pools: named, ..PlanOptions::default() };
     let planned = compute(&Connections::once(), desired, options).await?;
     let docker = &*planned.docker;

@@ -615,10 +615,7 @@ fn reconciling<'a>(
         health,
         notifier: tell.notifier.as_ref(),
         revision: &tell.revision,
-        commit: match &desired.origin {
-            crate::model::Origin::Git { commit, .. } => Some(commit.as_str()),
-            crate::model::Origin::Path { .. } => None,
-        },
+        commit: desired.origin.commit(),
         locks: &tell.locks,
         acting: &tell.acting,
         skip_preflight: config.skip_preflight.clone(),

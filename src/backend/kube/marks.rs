@@ -37,8 +37,8 @@ const ATTEMPTS: usize = 3;
 /// watch client's read timeout (see [`super::cache::WATCH_READ_TIMEOUT`]).
 const WATCH_SECONDS: u32 = 290;
 
-/// The longest wait before following the Lease again after a failure.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The longest wait before following the Lease again after a failure (to connect, too).
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The suspension and the reconcile request `lease` records.
 pub(super) fn marks_of(lease: &Lease) -> LeaseMarks {

@@ -55,6 +55,7 @@ mod scope;
 pub(crate) use errors::cause_chain;
 pub use kept::KeptConnect;
 pub use lease::{LEASE_NAMESPACE, lease_name};
+pub(crate) use marks::MAX_BACKOFF as FOLLOW_MAX_BACKOFF;
 
 use convert::{node_from, taint_to};
 use errors::{Class, classify, reason};
