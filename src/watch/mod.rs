@@ -34,6 +34,7 @@ use tracing::{debug, error, info, warn};
 use crate::backend::{Clusters, Connections, ContainerNews, Containers, DockerEndpoints, Events};
 use crate::config::WatchConfig;
 use crate::model::{Desired, World};
+use crate::plan::PlanOptions;
 use crate::report::{Notifier, Probes, Receiver, source_failure, write_stdout};
 use crate::rollout::cancel::{EXIT_INTERRUPTED, Interrupt, Signals, StopReason};
 use crate::rollout::execute::DrainTurns;
@@ -75,15 +76,14 @@ fn revision_label(revision: &Revision) -> String {
 /// The loop's I/O state; every decision and timer is the [`Machine`]'s.
 struct Loop {
     spec: SourceSpec,
-    config: Arc<WatchConfig>,
     machine: Machine,
     /// The last desired state that loaded without errors.
     good: Option<Arc<Desired>>,
     /// The last revision looked at, good or bad, so that a bad one is reported once.
     seen: Option<Revision>,
     check: Option<JoinHandle<Checked>>,
-    /// What the reconciles saw of the instances' health (for the log, and the deadline timer).
-    health: Arc<Mutex<HealthLog>>,
+    /// What every reconcile shares with the loop.
+    shared: Shared,
     /// The reconciles in flight, one per lane at most, and how to stop each.
     runs: JoinSet<(Lane, Ended)>,
     interrupts: BTreeMap<Lane, Arc<Interrupt>>,
@@ -91,10 +91,6 @@ struct Loop {
     lanes: HashMap<tokio::task::Id, Lane>,
     /// The resync's survey of every pool, under way.
     survey: Option<JoinHandle<Option<Findings>>>,
-    /// Shared by every reconcile's rollout: one drain at a time per cluster.
-    drain_turns: Arc<DrainTurns>,
-    /// Docker and cluster clients, kept from one reconcile to the next.
-    connections: Arc<Connections>,
     /// The Docker event streams followed, by endpoint address: one per endpoint of the pools.
     drift: BTreeMap<String, JoinHandle<()>>,
     drift_tx: mpsc::Sender<ContainerNews>,
@@ -102,21 +98,13 @@ struct Loop {
     /// The Leases followed for reconcile requests (`poolctl reconcile`), one per node pool, by
     /// pool and cluster; what they hear comes in with Docker's news.
     requests: BTreeMap<String, JoinHandle<()>>,
-    /// The containers the last reconcile's rollout stopped or removed: Docker's events about
-    /// them are its own doing, not drift.
-    acting: Arc<Acting>,
     changed_rx: mpsc::Receiver<()>,
     /// The receivers' news of pushes (`watch --listen --hook-secret`).
     pushes: mpsc::Receiver<Receiver>,
     /// What `/healthz` and `/readyz` answer (served with `--listen`).
     probes: Arc<Probes>,
-    notifier: Option<Notifier>,
-    /// The revision of the last good desired state, as notifications name it.
-    revision: String,
     /// Keeps the notify watcher alive.
     _files: Option<notify::RecommendedWatcher>,
-    /// How every reconcile takes locks, and what this process saw of other replicas' locks.
-    locks: Arc<LockSettings>,
 }
 
 impl Loop {
@@ -137,32 +125,35 @@ impl Loop {
             source_cap: config.interval.max(Duration::from_secs(1)),
             max_running: config.max_concurrent_pools,
         };
+        let shared = Shared {
+            connections: Arc::new(Connections::kept()),
+            config: Arc::new(config),
+            health: Arc::default(),
+            notifier,
+            revision: String::new(),
+            locks,
+            acting: Arc::default(),
+            drain_turns: Arc::default(),
+        };
         Self {
             spec,
-            config: Arc::new(config),
             machine: Machine::new(periods, Instant::now()),
+            shared,
             good: None,
             seen: None,
             check: None,
-            health: Arc::default(),
             runs: JoinSet::new(),
             interrupts: BTreeMap::new(),
             lanes: HashMap::new(),
-            drain_turns: Arc::default(),
             survey: None,
-            connections: Arc::new(Connections::kept()),
             drift: BTreeMap::new(),
             drift_tx,
             drift_rx,
             requests: BTreeMap::new(),
-            acting: Arc::default(),
             changed_rx,
             pushes,
             probes,
-            notifier,
-            revision: String::new(),
             _files: files,
-            locks,
         }
     }
 
@@ -171,8 +162,8 @@ impl Loop {
         info!(
             "watching {} (fetch every {:?}, resync every {:?})",
             source_label(&self.spec),
-            self.config.interval,
-            self.config.resync
+            self.shared.config.interval,
+            self.shared.config.resync
         );
         let mut heard = Some(Event::Look);
         loop {
@@ -224,13 +215,9 @@ impl Loop {
         }
         let pools: Vec<&str> = requested.iter().map(String::as_str).collect();
         info!("reconcile requested: {}", pools.join(", "));
-        let drift = if news.names.is_empty() {
-            None
-        } else {
-            match self.on_container_news(news) {
-                Some(Event::Drift(pools)) => Some(pools),
-                _ => None,
-            }
+        let drift = match (!news.names.is_empty()).then(|| self.on_container_news(news)).flatten() {
+            Some(Event::Drift(pools)) => Some(pools),
+            _ => None,
         };
         Some(Event::Requested { pools: requested, drift })
     }
@@ -238,7 +225,7 @@ impl Loop {
     /// What Docker's news of containers means: drift of the pools it names, unless a rollout
     /// did it.
     fn on_container_news(&self, news: ContainerNews) -> Option<Event<SourceError>> {
-        if self.acting.covers(&news.names) {
+        if self.shared.acting.covers(&news.names) {
             debug!("the rollout's own doing, not drift: {}", news.what);
             return None;
         }
@@ -339,7 +326,7 @@ impl Loop {
     /// the world's clock says how long after that plan, this process's monotonic clock counts
     /// it down.
     fn next_deadline(&self, lane: &Lane) -> Option<Instant> {
-        let health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let health = self.shared.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         health.next_check(|pool| covers(lane, pool)).map(Instant::from_std)
     }
 
@@ -389,8 +376,8 @@ impl Loop {
         Some(match checked {
             Checked::Unchanged => SourceNews::Unchanged,
             Checked::Loaded(revision, desired) => {
-                self.revision = revision_label(&revision);
-                crate::metrics::record(|m| m.source(&self.revision));
+                self.shared.revision = revision_label(&revision);
+                crate::metrics::record(|m| m.source(&self.shared.revision));
                 if self.good.is_none() {
                     self.probes.not_ready("the source was read; the first reconcile has not ended");
                 }
@@ -400,7 +387,7 @@ impl Loop {
                 self.follow_lease_requests(&desired);
                 self.machine.depend(dependents(&desired));
                 let mut prints = fingerprints(&desired);
-                prints.retain(|pool, _| self.config.options.covers(pool));
+                prints.retain(|pool, _| self.shared.config.options.covers(pool));
                 let news = SourceNews::Loaded(prints);
                 // Kept even when it asks for the same pools, so that new containers name the
                 // newest commit.
@@ -420,93 +407,44 @@ impl Loop {
         let desired =
             self.good.clone().expect("the state machine reconciles only once a good state was read");
         let interrupt = Arc::new(Interrupt::default());
-        let connections = Arc::clone(&self.connections);
-        let mut config = WatchConfig::clone(&self.config);
+        let mut options = self.shared.config.options.clone();
         if let Lane::Pool(pool) = &lane {
-            config.options.pools = BTreeSet::from([pool.clone()]);
+            options.pools = BTreeSet::from([pool.clone()]);
         }
-        let health = Arc::clone(&self.health);
         // What the lane's reconcile before did is in the world now: whatever Docker says of it
         // from here on is news.
-        self.acting.clear(|pool| covers(&lane, pool));
-        let tell = self.tell();
-        let task = reconcile(desired, trigger, config, Arc::clone(&interrupt), connections, health, tell);
+        self.shared.acting.clear(|pool| covers(&lane, pool));
+        let task = self.shared.clone().reconcile(desired, trigger, options, Arc::clone(&interrupt));
         let named = lane.clone();
         let handle = self.runs.spawn(async move { (named, task.await) });
         self.lanes.insert(handle.id(), lane.clone());
         self.interrupts.insert(lane, interrupt);
     }
 
-    /// Who hears of the next reconcile's rollouts, and how it takes locks.
-    fn tell(&self) -> Tell {
-        Tell {
-            notifier: self.notifier.clone(),
-            revision: self.revision.clone(),
-            locks: Arc::clone(&self.locks),
-            acting: Arc::clone(&self.acting),
-            drain_turns: Arc::clone(&self.drain_turns),
-        }
-    }
-
     /// Look at every pool once for a resync, in a task of its own; what it finds comes back as
     /// [`Event::Surveyed`].
     fn start_survey(&mut self) {
         let desired = self.good.clone().expect("the state machine surveys only once a good state was read");
-        let (connections, config, health) =
-            (Arc::clone(&self.connections), Arc::clone(&self.config), Arc::clone(&self.health));
-        let tell = self.tell();
-        self.survey = Some(tokio::spawn(async move {
-            let (desired, docker) = connected(&connections, &desired).await?;
-            let out = crate::report::Progress::stdout();
-            let found = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell)
-                .survey(&desired)
-                .await;
-            if found.is_none() {
-                connections.forget();
-            }
-            found
-        }));
+        self.survey = Some(tokio::spawn(self.shared.clone().survey(desired)));
     }
 
     /// Follow Docker's events for the containers of this source (their scope label) on every
     /// endpoint its pools live on, each from a task that re-subscribes with backoff whenever the
     /// daemon goes away; stop following an endpoint no pool lives on any more.
     fn follow_drift_events(&mut self, desired: &Desired) {
-        let follow = match Connections::follow_events(desired, Events::Drift, &self.drift_tx) {
-            Ok(follow) => follow,
+        match Connections::follow_events(desired, Events::Drift, &self.drift_tx) {
+            Ok(follow) => keep_following(&mut self.drift, follow),
             // The reconcile reports it, with the rest of what is wrong.
-            Err(e) => {
-                debug!("not following Docker events: {e}");
-                return;
-            }
-        };
-        self.drift.retain(|host, task| {
-            let keep = follow.iter().any(|(h, _)| h == host);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        for (host, task) in follow {
-            self.drift.entry(host).or_insert_with(|| tokio::spawn(task));
+            Err(e) => debug!("not following Docker events: {e}"),
         }
     }
 
     /// Follow the Lease of every node pool this watch covers, where `poolctl reconcile` asks
     /// for a node pool's reconcile; stop following the pools no longer there (or moved).
     fn follow_lease_requests(&mut self, desired: &Desired) {
-        let options = &self.config.options;
+        let options = &self.shared.config.options;
         let follow = crate::backend::follow_requests(desired, |pool| options.covers(pool), &self.drift_tx);
-        self.requests.retain(|key, task| {
-            let keep = follow.iter().any(|(k, _)| k == key);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        for (key, task) in follow {
-            self.requests.entry(key).or_insert_with(|| tokio::spawn(task));
-        }
+        keep_following(&mut self.requests, follow);
     }
 
     /// What the pools look like now, for the last words.
@@ -517,18 +455,34 @@ impl Loop {
         };
         // Docker alone: the summary counts containers, and a cluster may be what went away. The
         // copies resolved, so that a pool's template hash is the one its instances carry.
-        let world = match self.connections.connect_docker(Desired::clone(desired)).await {
-            Ok((desired, docker)) => docker.list().await.map(|c| (desired, c)).map_err(anyhow::Error::from),
-            Err(e) => Err(e.into()),
+        let listed = async {
+            let (desired, docker) = self.shared.connections.connect_docker(Desired::clone(desired)).await?;
+            anyhow::Ok((desired, docker.list().await?))
         };
-        let (desired, world) = match world {
-            Ok((desired, containers)) => (desired, World { containers, ..World::default() }),
-            Err(e) => {
-                warn!("cannot observe the pools: {e:#}");
-                return;
+        match listed.await {
+            Ok((desired, containers)) => {
+                let world = World { containers, ..World::default() };
+                let _ = write_stdout(|out| write_pool_state(&desired, &world, out));
             }
-        };
-        let _ = write_stdout(|out| write_pool_state(&desired, &world, out));
+            Err(e) => warn!("cannot observe the pools: {e:#}"),
+        }
+    }
+}
+
+/// Run a task for each of `follow` not running yet, by key, and stop those no longer in it.
+fn keep_following<F>(tasks: &mut BTreeMap<String, JoinHandle<()>>, follow: Vec<(String, F)>)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    tasks.retain(|key, task| {
+        let keep = follow.iter().any(|(k, _)| k == key);
+        if !keep {
+            task.abort();
+        }
+        keep
+    });
+    for (key, task) in follow {
+        tasks.entry(key).or_insert_with(|| tokio::spawn(task));
     }
 }
 
@@ -559,67 +513,90 @@ fn write_pool_state(desired: &Desired, world: &World, out: &mut dyn Write) -> st
     Ok(())
 }
 
-/// Who hears of a reconcile's rollouts besides stdout, and how it takes locks.
-struct Tell {
+/// What every reconcile shares with the loop, as each reconcile's task takes it along.
+#[derive(Clone)]
+struct Shared {
+    /// Docker and cluster clients, kept from one reconcile to the next.
+    connections: Arc<Connections>,
+    config: Arc<WatchConfig>,
+    /// What the reconciles saw of the instances' health (for the log, and the deadline timer).
+    health: Arc<Mutex<HealthLog>>,
     notifier: Option<Notifier>,
+    /// The revision of the last good desired state, as notifications name it.
     revision: String,
+    /// How every reconcile takes locks, and what this process saw of other replicas' locks.
     locks: Arc<LockSettings>,
+    /// The containers the last reconcile's rollout stopped or removed: Docker's events about
+    /// them are its own doing, not drift.
     acting: Arc<Acting>,
+    /// Shared by every reconcile's rollout: one drain at a time per cluster.
     drain_turns: Arc<DrainTurns>,
 }
 
-/// One reconcile as a task of its own, so that the loop keeps listening: [`Reconcile::run`]
-/// over the kept connections, with stdout for output. A failed one drops them all, so that the
-/// next one connects afresh.
-async fn reconcile(
-    desired: Arc<Desired>,
-    trigger: Trigger,
-    config: WatchConfig,
-    interrupt: Arc<Interrupt>,
-    connections: Arc<Connections>,
-    health: Arc<Mutex<HealthLog>>,
-    tell: Tell,
-) -> Ended {
-    let Some((desired, docker)) = connected(&connections, &desired).await else { return Ended::Failed };
-    let out = crate::report::Progress::stdout();
-    let reconcile = reconciling(&desired, &docker, &connections, &config, &out, &health, &tell);
-    let ended = reconcile.run(&desired, trigger, &interrupt).await;
-    if ended == Ended::Failed {
-        connections.forget();
+impl Shared {
+    /// One reconcile of the pools `options` covers, as a task of its own, so that the loop
+    /// keeps listening: [`Reconcile::run`] over the kept connections, with stdout for output. A
+    /// failed one drops them all, so that the next one connects afresh.
+    async fn reconcile(
+        self,
+        desired: Arc<Desired>,
+        trigger: Trigger,
+        options: PlanOptions,
+        interrupt: Arc<Interrupt>,
+    ) -> Ended {
+        let Some((desired, docker)) = self.connected(&desired).await else { return Ended::Failed };
+        let out = crate::report::Progress::stdout();
+        let ended =
+            self.reconciling(&desired, &docker, options, &out).run(&desired, trigger, &interrupt).await;
+        if ended == Ended::Failed {
+            self.connections.forget();
+        }
+        ended
     }
-    ended
-}
 
-/// `desired` with its copies resolved, and the Docker endpoints of its pools over the kept
-/// connections; `None` when they cannot be had, said here.
-async fn connected(connections: &Connections, desired: &Desired) -> Option<(Desired, Arc<DockerEndpoints>)> {
-    connections.connect_docker(Desired::clone(desired)).await.inspect_err(|e| error!("{e:#}")).ok()
-}
+    /// One look at every pool for a resync ([`Reconcile::survey`]).
+    async fn survey(self, desired: Arc<Desired>) -> Option<Findings> {
+        let (desired, docker) = self.connected(&desired).await?;
+        let out = crate::report::Progress::stdout();
+        let options = self.config.options.clone();
+        let found = self.reconciling(&desired, &docker, options, &out).survey(&desired).await;
+        if found.is_none() {
+            self.connections.forget();
+        }
+        found
+    }
 
-/// A reconcile over the kept connections, with `out` for output.
-fn reconciling<'a>(
-    desired: &'a Desired,
-    docker: &'a DockerEndpoints,
-    connections: &'a Connections,
-    config: &'a WatchConfig,
-    out: &'a crate::report::Progress,
-    health: &'a Mutex<HealthLog>,
-    tell: &'a Tell,
-) -> Reconcile<'a, DockerEndpoints, Clusters> {
-    Reconcile {
-        containers: docker,
-        connect: connections.clusters(),
-        options: config.options.clone(),
-        dry_run: config.dry_run,
-        out,
-        health,
-        notifier: tell.notifier.as_ref(),
-        revision: &tell.revision,
-        commit: desired.origin.commit(),
-        locks: &tell.locks,
-        acting: &tell.acting,
-        skip_preflight: config.skip_preflight.clone(),
-        drain_turns: &tell.drain_turns,
+    /// `desired` with its copies resolved, and the Docker endpoints of its pools over the kept
+    /// connections; `None` when they cannot be had, said here.
+    async fn connected(&self, desired: &Desired) -> Option<(Desired, Arc<DockerEndpoints>)> {
+        let connected = self.connections.connect_docker(Desired::clone(desired)).await;
+        connected.inspect_err(|e| error!("{e:#}")).ok()
+    }
+
+    /// A reconcile of the pools `options` covers over the kept connections, with `out` for
+    /// output.
+    fn reconciling<'a>(
+        &'a self,
+        desired: &'a Desired,
+        docker: &'a DockerEndpoints,
+        options: PlanOptions,
+        out: &'a crate::report::Progress,
+    ) -> Reconcile<'a, DockerEndpoints, Clusters> {
+        Reconcile {
+            containers: docker,
+            connect: self.connections.clusters(),
+            options,
+            dry_run: self.config.dry_run,
+            out,
+            health: &self.health,
+            notifier: self.notifier.as_ref(),
+            revision: &self.revision,
+            commit: desired.origin.commit(),
+            locks: &self.locks,
+            acting: &self.acting,
+            skip_preflight: self.config.skip_preflight.clone(),
+            drain_turns: &self.drain_turns,
+        }
     }
 }
 

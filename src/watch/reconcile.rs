@@ -17,7 +17,7 @@ use crate::model::Desired;
 use crate::plan::{CanaryState, Fate, Plan, PlanOptions, PoolPlan, describe_health, render_text};
 use crate::report::{Metrics, Notice, Notifier, Progress};
 use crate::rollout::cancel::{Interrupt, StopReason};
-use crate::rollout::execute::{DrainTurns, PreflightCheck, Report, StepOutcome};
+use crate::rollout::execute::{DrainTurns, PreflightCheck, Report};
 use crate::rollout::lock::{LockFailure, LockSettings};
 use crate::rollout::{Outcome, Preview, Rollout, RolloutError, preview};
 
@@ -246,7 +246,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         if trigger == Trigger::Requested {
             self.consume_requests(desired).await;
         }
-        let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
+        let degraded = self.health().degraded.clone();
         for (pool, result) in &mut results {
             if degraded.contains(pool) && matches!(*result, "in_sync" | "applied") {
                 *result = "degraded";
@@ -311,7 +311,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let changed = plan.changed_pools();
         results.extend(plan.pools.iter().map(|p| (p.name.clone(), result_of(&changed, &p.name, "failed"))));
         let held = {
-            let mut health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut health = self.health();
             health.update(plan);
             health.newly_held(plan)
         };
@@ -343,7 +343,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         let mut results = Results::new();
         let preview = self.look(desired, &mut results, true).await;
         let changed = preview.as_ref().map(|p| p.plan.changed_pools()).unwrap_or_default();
-        let degraded = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).degraded.clone();
+        let degraded = self.health().degraded.clone();
         crate::metrics::record(|m| {
             m.reconcile_took(started.elapsed());
             for (pool, result) in results.iter().filter(|(pool, _)| !changed.contains(pool)) {
@@ -359,7 +359,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             let pools: Vec<&str> = changed.iter().map(String::as_str).collect();
             info!("plan (Resync): to reconcile: {}; {} unchanged", pools.join(", "), plan.summary.unchanged);
         }
-        let health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let health = self.health();
         let deadlines = plan
             .pools
             .iter()
@@ -409,7 +409,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             // What the pools look like now, for the instance gauges, rather than at the next resync.
             record_instances(&after.plan);
             if canaries {
-                self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).update(&after.plan);
+                self.health().update(&after.plan);
             }
         }
         ended
@@ -491,12 +491,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
                 let line = format!("{e:#}");
                 let now = std::time::Instant::now();
                 for pool in changed {
-                    let tell = self
-                        .health
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .tell_failure(pool, &line, now);
-                    if !tell {
+                    if !self.health().tell_failure(pool, &line, now) {
                         continue;
                     }
                     let mut notice = self.notice(pool, "failed");
@@ -516,7 +511,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
         for pool in changed {
             let Some(notice) = Notice::ended(pool, self.revision, report) else { continue };
             {
-                let mut health = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut health = self.health();
                 match &notice.error {
                     Some(line) if !health.tell_failure(pool, line, std::time::Instant::now()) => continue,
                     Some(_) => {}
@@ -525,6 +520,11 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
             }
             self.notify(notice.on_commit(self.commit));
         }
+    }
+
+    /// What the last reconciles saw of the instances' health.
+    fn health(&self) -> std::sync::MutexGuard<'_, HealthLog> {
+        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A notice of `pool`, of this reconcile's revision.
@@ -590,13 +590,8 @@ fn result_of(changed: &BTreeSet<String>, pool: &str, changed_result: &'static st
 }
 
 /// How a rollout ended for `pool`, as `poolctl_reconcile_total` counts it.
-/// The step of `pool` that failed, if one did.
-fn pool_failure<'r>(report: &'r Report, pool: &str) -> Option<&'r StepOutcome> {
-    report.attempted.iter().find(|s| s.pool == pool && s.error.is_some())
-}
-
 fn pool_result(report: &Report, pool: &str) -> &'static str {
-    if pool_failure(report, pool).is_some() {
+    if report.attempted.iter().any(|s| s.pool == pool && s.error.is_some()) {
         return "failed";
     }
     if report.complete() || !report.not_started.iter().any(|(p, ..)| p == pool) {
