@@ -417,13 +417,9 @@ fn rollout_failure(e: RolloutError) -> anyhow::Error {
 /// on their own).
 fn spawn_interrupt_handler(interrupt: Arc<Interrupt>) {
     tokio::spawn(async move {
-        let mut signals = match Signals::listen() {
-            Ok(signals) => signals,
-            Err(e) => {
-                tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}");
-                return;
-            }
-        };
+        let listening =
+            Signals::listen().inspect_err(|e| tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}"));
+        let Ok(mut signals) = listening else { return };
         signals.recv().await;
         eprintln!("interrupt: stopping at the next step boundary (interrupt again to exit at once)");
         interrupt.trigger();

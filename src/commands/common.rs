@@ -16,20 +16,18 @@ use crate::rollout::lock::inspect_locks;
 use crate::rollout::{Preview, preview};
 use crate::source;
 
-/// Read and validate the source, and read the sensitive values it names.
 /// How long a command that ends waits for its last notifications to be delivered.
 pub(super) const NOTIFY_FLUSH: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Start delivering `--notify`'s notifications, with the token of `--notify-token-file`.
 pub(super) fn notifier(notify: Option<&Notify>) -> Result<Option<Notifier>> {
     let Some(notify) = notify else { return Ok(None) };
-    let token = match &notify.token_file {
-        Some(file) => Some(Secret::read(file).context("--notify-token-file")?),
-        None => None,
-    };
+    let token = notify.token_file.as_ref().map(|file| Secret::read(file).context("--notify-token-file"));
+    let token = token.transpose()?;
     Ok(Some(Notifier::start(notify.target.clone(), token)))
 }
 
+/// Read and validate the source, and read the sensitive values it names.
 pub(super) fn load_source(source: &Source) -> Result<Desired> {
     source::load(&source.spec).map_err(|e| source_failure(&source.given, e))
 }

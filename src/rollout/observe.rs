@@ -255,14 +255,10 @@ async fn observe_with<C: Containers, K: Cluster>(
             world.suspended.entry(pool.clone()).or_insert(suspension);
         }
         let server = cluster.identity().server.clone();
-        let skew = if let Some(&skew) = skews.get(&server) {
-            skew
-        } else {
-            let skew = cluster.clock().await.map_or(0, |api| api.saturating_sub(now));
-            skews.insert(server, skew);
-            skew
-        };
-        in_clock_of_docker(&mut nodes, skew);
+        if !skews.contains_key(&server) {
+            skews.insert(server.clone(), cluster.clock().await.map_or(0, |api| api.saturating_sub(now)));
+        }
+        in_clock_of_docker(&mut nodes, skews[&server]);
         let node_names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let (pods, pdbs) = cluster.pods_and_pdbs(&node_names).await?;
         world.nodes.extend(nodes);

@@ -154,26 +154,18 @@ async fn debounced(mut raw: mpsc::UnboundedReceiver<()>, tx: mpsc::Sender<()>, q
 
 /// Whether a path in a Git directory can move the source's commit: `HEAD`, `packed-refs` and
 /// the refs below `refs/`, not the files Git writes before them (`COMMIT_EDITMSG`, the index,
-/// objects, logs, lock files), which would make the leading edge look too early.
-// Git names its lock files `*.lock` in lower case; this is a name pattern, not a file type.
-#[allow(clippy::case_sensitive_file_extension_comparisons)]
+/// objects, logs, lock files: see [`relevant`]), which would make the leading edge look too
+/// early.
 fn moves_a_ref(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let under_refs = path.components().any(|c| c.as_os_str() == "refs");
-    relevant(path) && (name == "HEAD" || name == "packed-refs" || under_refs) && !name.ends_with(".lock")
+    relevant(path) && (name == "HEAD" || name == "packed-refs" || under_refs)
 }
 
 /// Whether an event can change what a file says. Reads are not: our own fetch opens the
 /// watched refs, and counting that as a change would fetch in a loop.
 fn changes_content(kind: EventKind) -> bool {
-    match kind {
-        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => false,
-        EventKind::Any
-        | EventKind::Create(_)
-        | EventKind::Modify(_)
-        | EventKind::Remove(_)
-        | EventKind::Other => true,
-    }
+    !matches!(kind, EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)))
 }
 
 /// Whether a changed path can change the source: not Git's index, logs or lock files, nor

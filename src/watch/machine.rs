@@ -538,24 +538,18 @@ impl Machine {
             return;
         }
         let Some(state) = self.lanes.get_mut(lane) else { return };
-        if state.running {
-            // A newer spec outranks whatever was queued; drift and resyncs coalesce into one,
-            // and a request outranks them (the reconcile after it takes the request).
-            if trigger.new_spec() || state.pending.is_none() || outranks(trigger, state.pending) {
-                state.pending = Some(trigger);
+        if state.running && trigger.new_spec() {
+            out.push(Decision::Supersede(lane.clone()));
+        } else if !state.running {
+            // The retry re-observes anyway.
+            if state.backing_off && matches!(trigger, Trigger::Drift | Trigger::Resync | Trigger::Deadline) {
+                return;
             }
-            if trigger.new_spec() {
-                out.push(Decision::Supersede(lane.clone()));
-            }
-            return;
+            (state.backing_off, state.retry_at) = (false, None);
         }
-        // The retry re-observes anyway.
-        if state.backing_off && matches!(trigger, Trigger::Drift | Trigger::Resync | Trigger::Deadline) {
-            return;
-        }
-        state.backing_off = false;
-        state.retry_at = None;
-        // Started by `dispatch` as soon as it may (a newer spec outranks what waits).
+        // A newer spec outranks whatever was queued; drift and resyncs coalesce into one, and a
+        // request outranks them (the reconcile after it takes the request). A lane not running
+        // is started by `dispatch` as soon as it may.
         if trigger.new_spec() || state.pending.is_none() || outranks(trigger, state.pending) {
             state.pending = Some(trigger);
         }
