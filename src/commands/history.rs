@@ -24,14 +24,13 @@ pub(super) async fn history_command(config: &HistoryConfig, ui: Ui) -> Result<Ex
     let docker = connections.docker(&desired).await?;
     docker.list().await.context("cannot list the pool's records")?;
     let revisions = docker.history().remove(pool).unwrap_or_default();
-    let declared = desired.pools.iter().any(|p| p.name() == pool);
     let spec_hash = desired.pools.iter().find(|p| p.name() == pool).map(|p| p.template_hash.as_str());
     let shown = History::of(pool, &revisions, spec_hash);
     write_stdout(|out| match config.format {
         Format::Json => {
             writeln!(out, "{}", serde_json::to_string_pretty(&shown).map_err(std::io::Error::other)?)
         }
-        Format::Text => render_text(&shown, declared, ui.color.stdout(), out),
+        Format::Text => render_text(&shown, spec_hash.is_some(), ui.color.stdout(), out),
     })?;
     Ok(Exit::Success)
 }

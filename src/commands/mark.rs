@@ -7,12 +7,13 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result, bail};
+use futures::future::OptionFuture;
 
 use super::common::{check_named, compute, load_source};
 use super::exit::Exit;
 use crate::backend::{Cluster, Connect, Connections, Containers};
 use crate::config::{Mark, MarkConfig};
-use crate::model::Suspension;
+use crate::model::{DesiredPool, Suspension};
 use crate::plan::PlanOptions;
 use crate::report::write_stdout;
 
@@ -36,16 +37,11 @@ pub(super) async fn mark_command(config: &MarkConfig) -> Result<Exit> {
     for pool in &pools {
         // A node pool's records live on its Lease, which every replica of its cluster reads.
         let declared = desired.pools.iter().find(|d| d.name() == pool.as_str());
-        let cluster = match declared.and_then(crate::model::DesiredPool::cluster) {
-            Some(cluster) => Some(
-                connections
-                    .clusters()
-                    .connect(&cluster, pool)
-                    .await
-                    .with_context(|| format!("cannot connect to the cluster of pool {pool}"))?,
-            ),
-            None => None,
-        };
+        let clusters = connections.clusters();
+        let connect = declared.and_then(DesiredPool::cluster);
+        let connect = connect.map(|cluster| async move { clusters.connect(&cluster, pool).await });
+        let cluster = OptionFuture::from(connect).await.transpose();
+        let cluster = cluster.with_context(|| format!("cannot connect to the cluster of pool {pool}"))?;
         let records = Records { docker: &*docker, cluster: cluster.as_ref() };
         match &config.mark {
             Mark::Suspend { reason } => records.suspend(pool, reason.as_deref()).await?,
@@ -72,12 +68,8 @@ impl<C: Containers, K: Cluster> Records<'_, C, K> {
     /// The suspension on each record: Docker's (as the last list showed it), the Lease's.
     async fn suspensions(&self, pool: &str) -> Result<(Option<Suspension>, Option<Suspension>)> {
         let docker = self.docker.suspensions().remove(pool);
-        let lease = match self.cluster {
-            Some(cluster) => {
-                cluster.suspension().await.with_context(|| format!("cannot read pool {pool}'s Lease"))?
-            }
-            None => None,
-        };
+        let lease = OptionFuture::from(self.cluster.map(Cluster::suspension)).await.transpose();
+        let lease = lease.with_context(|| format!("cannot read pool {pool}'s Lease"))?.flatten();
         Ok((docker, lease))
     }
 

@@ -71,7 +71,7 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
         .map(|c| c.pool.clone())
         .collect();
     if !starting.is_empty() {
-        let locks = read_locks_of(starting.iter().map(String::as_str), containers, &clusters).await;
+        let locks = read_locks(starting.iter().map(String::as_str), containers, &clusters).await;
         mark_locked(&mut world, &locks);
     }
     let mut plan = crate::plan::plan(desired, &world, options.clone());
@@ -85,7 +85,7 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
         .collect();
     if !stalled.is_empty() {
         let now = SystemTime::now();
-        let locks = read_locks_of(stalled, containers, &clusters).await;
+        let locks = read_locks(stalled, containers, &clusters).await;
         let held: Vec<String> = locks.into_iter().filter(|(_, h)| !h.expired(now)).map(|(p, _)| p).collect();
         if !held.is_empty() {
             world.locked.extend(held);
@@ -178,26 +178,15 @@ pub async fn view<C: Locks, K: Locks>(
     clusters: &BTreeMap<String, K>,
     options: PlanOptions,
 ) -> (World, BTreeMap<String, LockHolder>, Plan) {
-    let locks = read_locks(desired, &world, containers, clusters).await;
+    let locks = read_locks(crate::plan::scope::planned_pools(desired, &world), containers, clusters).await;
     mark_locked(&mut world, &locks);
     let plan = crate::plan::plan(desired, &world, options);
     (world, locks, plan)
 }
 
-/// The locks held on the pools a plan of `desired` in `world` covers, read without taking any.
-/// One that cannot be read is reported and taken as held: an instance in the making is waited
-/// for rather than replaced.
-async fn read_locks<C: Locks, K: Locks>(
-    desired: &Desired,
-    world: &World,
-    containers: &C,
-    clusters: &BTreeMap<String, K>,
-) -> BTreeMap<String, LockHolder> {
-    read_locks_of(crate::plan::scope::planned_pools(desired, world), containers, clusters).await
-}
-
-/// The locks held on `pools`, as [`read_locks`] reads them.
-async fn read_locks_of<'p, C: Locks, K: Locks>(
+/// The locks held on `pools`, read without taking any. One that cannot be read is reported
+/// and taken as held: an instance in the making is waited for rather than replaced.
+async fn read_locks<'p, C: Locks, K: Locks>(
     pools: impl IntoIterator<Item = &'p str>,
     containers: &C,
     clusters: &BTreeMap<String, K>,
