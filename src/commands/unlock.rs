@@ -23,11 +23,9 @@ pub(super) async fn unlock_command(config: &UnlockConfig) -> Result<Exit> {
     let containers = docker.list().await.context("cannot list the pool containers")?;
     let mut clusters = BTreeMap::new();
     if let Some(cluster) = cluster_refs(&desired, &containers)?.get(pool) {
-        let connected = connections
-            .clusters()
-            .connect(cluster, pool)
-            .await
-            .with_context(|| format!("pool {pool}: cannot connect to its Kubernetes cluster"))?;
+        let connected = connections.clusters().connect(cluster, pool).await;
+        let connected =
+            connected.with_context(|| format!("pool {pool}: cannot connect to its Kubernetes cluster"))?;
         clusters.insert(pool.to_owned(), connected);
     }
     let Some(seen) = inspect_lock(&*docker, &clusters, pool).await? else {

@@ -13,7 +13,7 @@ pub(super) fn validate_command(source: &Source) -> Result<Exit> {
     let desired = load_source_offline(source)?;
     let n = desired.pools.len();
     write_stdout(|out| {
-        writeln!(out, "{}: {n} pool{} valid.", desired.origin, if n == 1 { "" } else { "s" })?;
+        writeln!(out, "{}: {} valid.", desired.origin, crate::style::count(n, "pool"))?;
         for p in &desired.pools {
             // The hash covers the secrets' values, which only a plan reads.
             let copy = p.pool.spec.template.copy_from.as_ref();

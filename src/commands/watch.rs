@@ -45,11 +45,7 @@ fn hook_secret(config: &WatchConfig) -> Result<Option<Secret>> {
     if let Some(file) = &config.hook_secret {
         return Ok(Some(Secret::read(file).context("--hook-secret")?));
     }
-    match std::env::var_os(HOOK_SECRET_ENV) {
-        Some(value) => {
-            let what = format!("the variable {HOOK_SECRET_ENV}");
-            Ok(Some(Secret::new(value.into_encoded_bytes(), &what)?))
-        }
-        None => Ok(None),
-    }
+    let Some(value) = std::env::var_os(HOOK_SECRET_ENV) else { return Ok(None) };
+    let what = format!("the variable {HOOK_SECRET_ENV}");
+    Ok(Some(Secret::new(value.into_encoded_bytes(), &what)?))
 }
