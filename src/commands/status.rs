@@ -117,13 +117,13 @@ impl<K: Locks + Cluster> View<'_, K> {
     /// since drains go one Node at a time per cluster, whichever pool. Said only of a pool a
     /// rollout holds the lock of: only a rollout takes turns.
     fn turn_waits(&self, status: &mut Status, plan: &Plan) {
-        let cluster_of = |pool: &str| Some(self.clusters.get(pool)?.identity().key().to_owned());
-        let planned = |pool: &str| plan.pools.iter().find(|p| p.name == pool);
+        let of = |pool: &str| {
+            let cluster = self.clusters.get(pool)?.identity().key().to_owned();
+            Some((cluster, plan.pools.iter().find(|p| p.name == pool)?))
+        };
         let mut draining: BTreeMap<String, String> = BTreeMap::new();
         for pool in &status.pools {
-            let (Some(cluster), Some(planned)) = (cluster_of(&pool.name), planned(&pool.name)) else {
-                continue;
-            };
+            let Some((cluster, planned)) = of(&pool.name) else { continue };
             let drains = pool
                 .instances
                 .iter()
@@ -133,9 +133,7 @@ impl<K: Locks + Cluster> View<'_, K> {
             }
         }
         for pool in status.pools.iter_mut().filter(|p| p.lock.is_some()) {
-            let (Some(cluster), Some(planned)) = (cluster_of(&pool.name), planned(&pool.name)) else {
-                continue;
-            };
+            let Some((cluster, planned)) = of(&pool.name) else { continue };
             let Some(holder) = draining.get(&cluster) else { continue };
             for instance in pool.instances.iter_mut().filter(|i| !i.cordoned && i.waits.is_none()) {
                 let cordons = planned
@@ -156,11 +154,8 @@ impl<K: Locks + Cluster> View<'_, K> {
     /// whose wait is skipped (unreachable, or annotated so).
     async fn volume_waits(&self, status: &mut Status, plan: &Plan, world: &World) {
         for pool in &mut status.pools {
-            let (Some(cluster), Some(planned)) =
-                (self.clusters.get(&pool.name), plan.pools.iter().find(|p| p.name == pool.name))
-            else {
-                continue;
-            };
+            let Some(cluster) = self.clusters.get(&pool.name) else { continue };
+            let Some(planned) = plan.pools.iter().find(|p| p.name == pool.name) else { continue };
             for instance in pool.instances.iter_mut().filter(|i| i.retiring && i.container == "running") {
                 let node = world.nodes.iter().find(|n| n.name == instance.name);
                 let skipped = node.is_none_or(|n| n.is_unreachable() || n.retirement.exclude_volume_detach);
