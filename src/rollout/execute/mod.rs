@@ -23,7 +23,7 @@ mod skew;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -199,6 +199,11 @@ const STILL_UP: Duration = Duration::from_secs(5);
 /// already, and a restarting one gets a moment.
 const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
 
+/// The value behind `m`, also once a panic elsewhere poisoned it: no update here is left halfway.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
     desired: &'a Desired,
@@ -316,11 +321,7 @@ impl CreationChains {
 impl<'a, C, K> Executor<'a, C, K> {
     /// Give the drain turn `node` holds, if it holds one, to the next Node.
     fn give_turn(&self, node: &str) {
-        self.turns_held().remove(node);
-    }
-
-    fn turns_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::sync::OwnedMutexGuard<()>>> {
-        self.turns_held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.turns_held).remove(node);
     }
 
     pub fn new(
@@ -502,7 +503,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// is one its API server supports ([`skew`]).
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
         self.carry(plan);
-        let declared = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let declared = locked(&self.pools).clone();
         let mut images: Vec<(&str, &str)> = Vec::new();
         let mut networks: Vec<(&str, &str)> = Vec::new();
         let mut joins: Vec<(&str, &str)> = Vec::new();
@@ -628,10 +629,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             // The creation chains of a batch run side by side; each chain is sequential. The
             // retirements follow them as `CreationChains` says.
             let creations = Arc::new(CreationChains::new(group.creations.len()));
-            self.creations
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(pool.name.clone(), Arc::clone(&creations));
+            locked(&self.creations).insert(pool.name.clone(), Arc::clone(&creations));
             let made = join_all(group.creations.iter().map(|chain| {
                 let (creations, failed) = (&creations, &failed);
                 async move {
@@ -816,10 +814,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let mut container = new_container(&pool, origin, name, cluster.map(Cluster::identity));
         if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
             let token = join::k3s_token_for_agent(self.containers, k3s).await?;
-            self.handed_out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(token.content.clone());
+            locked(&self.handed_out).push(token.content.clone());
             container.files.push(token);
         }
         // The rollout's start is recorded beside the first create, not before it: the
@@ -1133,7 +1128,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 ));
             }
         }
-        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
+        locked(&self.drained).insert(node.to_owned());
         Ok(())
     }
 
@@ -1160,7 +1155,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 "{name}: its Node was uncordoned after its drain; cordoning and draining it again before the \
                  container stops"
             ));
-            self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+            locked(&self.drained).remove(name);
         }
         Err(StepError::Uncordoned { name: name.to_owned(), times: ROUNDS })
     }
@@ -1179,7 +1174,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// that does not answer stops the step, so the container keeps running.
     async fn drain_before_stop(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let drained = self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(name);
+        let drained = locked(&self.drained).contains(name);
         if drained {
             return Ok(());
         }
@@ -1210,7 +1205,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             "{name}: not drained: its Node carries {}, its owner's choice",
             labels::EXCLUDE_DRAINING
         ));
-        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned());
+        locked(&self.drained).insert(name.to_owned());
         Ok(())
     }
 
@@ -1338,7 +1333,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// env values of every pool, as declared and as carried out (a rollback builds a pool from
     /// another template), and the join tokens it handed out.
     fn secrets(&self) -> Vec<Secret> {
-        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pools = locked(&self.pools);
         let carried = pools.values().map(|p| &**p);
         let mut secrets: Vec<Secret> = carried
             .chain(&self.desired.pools)
@@ -1348,22 +1343,18 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 _ => None,
             })
             .collect();
-        secrets.extend(
-            self.handed_out.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned(),
-        );
+        secrets.extend(locked(&self.handed_out).iter().cloned());
         secrets
     }
 
     fn pool(&self, name: &str) -> Result<Arc<DesiredPool>, StepError> {
-        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pools.get(name).cloned().ok_or_else(|| StepError::UnknownPool(name.into()))
+        locked(&self.pools).get(name).cloned().ok_or_else(|| StepError::UnknownPool(name.into()))
     }
 
     /// Build from here on as `plan` says: the declared pools, with those it rolls back at the
     /// template they go back to.
     fn carry(&self, plan: &Plan) {
-        let pools = pools_of(&plan.desired_for(self.desired));
-        *self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pools;
+        *locked(&self.pools) = pools_of(&plan.desired_for(self.desired));
     }
 
     /// The rollout settings of a pool; a pruned pool is no longer declared and retires with
@@ -1374,25 +1365,24 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     /// The creation chains of the batch `pool` is carrying out.
     fn creations_of(&self, pool: &str) -> Option<Arc<CreationChains>> {
-        let creations = self.creations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        creations.get(pool).cloned()
+        locked(&self.creations).get(pool).cloned()
     }
 
     /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
     /// cluster, told by its identity (the UID of its `kube-system`, else its server).
     fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
         let key = self.clusters.get(pool).map(|c| c.identity().key().to_owned());
-        let mut turns = self.drain_turns.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut turns = locked(&self.drain_turns.0);
         Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
 
     /// Take the drain turn of `pool`'s cluster for the Node `node`, unless it holds it.
     async fn take_turn(&self, pool: &str, node: &str) {
-        if self.turns_held().contains_key(node) {
+        if locked(&self.turns_held).contains_key(node) {
             return;
         }
         let turn = self.drain_turn(pool).lock_owned().await;
-        self.turns_held().insert(node.to_owned(), turn);
+        locked(&self.turns_held).insert(node.to_owned(), turn);
     }
 
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {

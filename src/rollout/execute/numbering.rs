@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::{Executor, StepError};
+use super::{Executor, StepError, locked};
 use crate::backend::waiting;
 use crate::plan::{Action, Plan, PoolPlan, Step};
 use crate::rollout::event::{About, Event, StepEnd, StepId};
@@ -43,7 +43,7 @@ impl Numbering {
 impl<C, K> Executor<'_, C, K> {
     /// Number the steps of the plan about to be carried out, as its text numbers them.
     pub fn number_plan(&self, plan: &Plan) {
-        *self.numbering() = Numbering::of(plan, 0);
+        *locked(&self.numbering) = Numbering::of(plan, 0);
     }
 
     /// After a look at the world: number the steps left of the new plan `rest` (`done` steps
@@ -56,8 +56,8 @@ impl<C, K> Executor<'_, C, K> {
             self.sink.event(&Event::AsPlanned { left: after.len() });
             return;
         }
-        let old_total = self.numbering().total;
-        *self.numbering() = Numbering::of(rest, done);
+        let old_total = locked(&self.numbering).total;
+        *locked(&self.numbering) = Numbering::of(rest, done);
         let new_total = done + after.len();
         let added: Vec<String> = after.iter().filter(|k| !before.contains(k)).map(describe).collect();
         let dropped: Vec<String> = before.iter().filter(|k| !after.contains(k)).map(describe).collect();
@@ -76,14 +76,10 @@ impl<C, K> Executor<'_, C, K> {
         self.sink.event(&Event::Replanned { total: new_total, was: old_total, left, first, why: &why });
     }
 
-    fn numbering(&self) -> std::sync::MutexGuard<'_, Numbering> {
-        self.numbering.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The number of a step and of how many, as the plan shows them; `n` and `total` (numbered
     /// within the batch) for a step the numbering does not know.
     pub(super) fn number_of(&self, pool: &str, step: &Step, n: usize, total: usize) -> (usize, usize) {
-        let numbering = self.numbering();
+        let numbering = locked(&self.numbering);
         match numbering.numbers.get(&key(pool, step)) {
             Some(&number) => (number, numbering.total),
             None => (n, total),
@@ -125,7 +121,7 @@ impl<C, K> Executor<'_, C, K> {
             pool: &pool.name,
             instance: &instance,
             verb: step.action.verb(),
-            several_pools: self.numbering().several_pools,
+            several_pools: locked(&self.numbering).several_pools,
         };
         let started = Instant::now();
         self.sink.event(&Event::Started(id));
