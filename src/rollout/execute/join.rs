@@ -328,7 +328,9 @@ impl JoinCommand {
                 _ => {}
             }
         }
-        let token = token.filter(|t| is_bootstrap_token(t)).ok_or("the join command has no valid --token")?;
+        let token = token
+            .filter(|t| is_bootstrap_token(t.as_bytes()))
+            .ok_or("the join command has no valid --token")?;
         if ca_hashes.is_empty() {
             return Err("the join command pins no CA (no --discovery-token-ca-cert-hash): poolctl joins \
                         only with the cluster's CA pinned"
@@ -373,11 +375,7 @@ impl JoinCommand {
 }
 
 /// `[a-z0-9]{6}.[a-z0-9]{16}`, kubeadm's bootstrap token format.
-fn is_bootstrap_token(text: &str) -> bool {
-    is_bootstrap_token_bytes(text.as_bytes())
-}
-
-pub(super) fn is_bootstrap_token_bytes(bytes: &[u8]) -> bool {
+pub(super) fn is_bootstrap_token(bytes: &[u8]) -> bool {
     let token_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     bytes.len() == 23
         && bytes[6] == b'.'

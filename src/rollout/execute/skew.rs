@@ -54,23 +54,20 @@ impl KubeVersion {
     /// The version a [`labels::KUBELET_VERSION`] label gives: `[v]MAJOR.MINOR[.PATCH]`, maybe
     /// with a suffix.
     pub(super) fn from_label(value: &str) -> Option<Self> {
-        Self::written(value.trim())
+        let text = value.trim();
+        let bare = text.strip_prefix('v').unwrap_or(text);
+        let (major, minor) = numbers(bare)?;
+        (major >= 1).then(|| Self { major, minor, written: format!("v{bare}") })
     }
 
-    /// The API server's version: its `gitVersion`, else its `major` and `minor` (`30+` on some
-    /// distributions).
+    /// The API server's version: its `gitVersion` (read as a label's value is), else its `major`
+    /// and `minor` (`30+` on some distributions).
     pub(super) fn of_server(version: &ServerVersion) -> Option<Self> {
-        Self::written(version.git_version.trim()).or_else(|| {
+        Self::from_label(&version.git_version).or_else(|| {
             let number = |s: &str| digits(s.trim().trim_end_matches('+'));
             let (major, minor) = (number(&version.major)?, number(&version.minor)?);
             (major >= 1).then(|| Self { major, minor, written: format!("v{major}.{minor}") })
         })
-    }
-
-    fn written(text: &str) -> Option<Self> {
-        let bare = text.strip_prefix('v').unwrap_or(text);
-        let (major, minor) = numbers(bare)?;
-        (major >= 1).then(|| Self { major, minor, written: format!("v{bare}") })
     }
 }
 
