@@ -546,7 +546,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 .await
                 .map_err(|source| PreflightError::Image { image: image.into(), source })?;
             if pulled {
-                self.say(&format!("pulled image {image}"));
+                self.sink.say(&format!("pulled image {image}"));
             }
         }
         for (pool, network) in networks {
@@ -662,7 +662,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             && pool.status == PoolStatus::Pruned
             && let Err(e) = self.containers.forget_pool(&pool.name).await
         {
-            self.say(&format!("pool {}: its rollout record stays ({e})", pool.name));
+            self.sink.say(&format!("pool {}: its rollout record stays ({e})", pool.name));
         }
         report
     }
@@ -739,7 +739,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if self.creations_of(&pool.name).is_some_and(|c| c.is_up(name)) {
                     // Only its up record failed: it serves, and an old Node may be draining
                     // into it. The next plan finds it up without a record and finishes it.
-                    self.say(&format!("{name} is up but not recorded as up; the next apply records it"));
+                    self.sink.say(&format!("{name} is up but not recorded as up; the next apply records it"));
                 } else {
                     self.abandon(&pool.name, name).await;
                 }
@@ -755,7 +755,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn abandon(&self, pool: &str, name: &str) {
         // Its Node may have turned Ready and taken pods before the chain failed.
         if let Err(e) = self.drain_before_stop(pool, name).await {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "left {name} running: its Node could not be drained first ({e}); run apply again"
             ));
             return;
@@ -766,8 +766,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             Err(e) => Err(e),
         };
         match stopped {
-            Ok(()) => self.say(&format!("stopped {name}: it never served; the next plan replaces it")),
-            Err(e) => self.say(&format!(
+            Ok(()) => self.sink.say(&format!("stopped {name}: it never served; the next plan replaces it")),
+            Err(e) => self.sink.say(&format!(
                 "could not stop {name} ({e}): it never finished starting; remove it, or run apply again"
             )),
         }
@@ -797,7 +797,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn record_progress(&self, pool_name: &str) {
         let Ok(pool) = self.pool(pool_name) else { return };
         if let Err(e) = self.containers.record_progress(pool_name, &record_labels(&pool)).await {
-            self.say(&format!("could not record the progress of pool {pool_name}: {e}"));
+            self.sink.say(&format!("could not record the progress of pool {pool_name}: {e}"));
         }
     }
 
@@ -875,7 +875,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // A pool without `node:` is no cluster's: nothing configures its Nodes later.
                 let registration =
                     pool.pool.spec.node.as_ref().map(join::Registration::of).unwrap_or_default();
-                let warn = |warning: String| self.say(&warning);
+                let warn = |warning: String| self.sink.say(&warning);
                 join::kubeadm(self.containers, kubeadm, (name, &registration), &known, warn).await?;
             }
             Action::Bootstrap { .. } => {
@@ -885,7 +885,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     let secrets = self.secrets();
                     let output = redact::output(&secrets.iter().collect::<Vec<_>>(), &out.output);
                     if out.exit_code == 0 {
-                        self.bootstrap_output(name, &cmd.exec, &output);
+                        let (instance, argv) = (name, &cmd.exec);
+                        self.sink.event(&Event::BootstrapOutput { instance, argv, output: &output });
                     } else {
                         return Err(StepError::Bootstrap {
                             argv: cmd.exec.clone(),
@@ -935,13 +936,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::Cordon => {
                 self.cluster(pool_name)?.cordon(name).await?;
-                self.tell_node(
-                    pool_name,
-                    name,
-                    "Cordoned",
-                    "cordoned by poolctl to retire this instance",
-                    false,
-                );
+                let said = "cordoned by poolctl to retire this instance";
+                self.tell_node(pool_name, name, "Cordoned", said, false);
             }
             Action::Drain(_) => {
                 // Another controller's hook may hold this Node for long: meanwhile its cluster's
@@ -952,7 +948,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     waited.store(true, Ordering::Relaxed);
                     self.give_turn(name);
                 };
-                self.wait_for_hooks_aside(pool_name, name, "pre-drain", &aside).await?;
+                self.wait_for_hooks(pool_name, name, "pre-drain", &aside).await?;
                 if waited.load(Ordering::Relaxed) {
                     self.take_turn(pool_name, name).await;
                 }
@@ -992,11 +988,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
         let shown = crate::spec::Duration::from(window);
         if min_ready.get().is_zero() {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
             ));
         } else {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: up; waiting {min_ready} (minReadySeconds) and {} (monitor) before it counts as up",
                 rollout.monitor
             ));
@@ -1037,7 +1033,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         Flap::Container(why) => format!("its container is not up ({why})"),
                         Flap::Node => "its Node is not Ready".to_owned(),
                     };
-                    self.say(&format!("{name}: {what}; watching it stay up for {shown} again"));
+                    self.sink.say(&format!("{name}: {what}; watching it stay up for {shown} again"));
                 }
                 (since, was_up) = (tokio::time::Instant::now(), false);
             }
@@ -1076,7 +1072,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// it is stopped now, the safe way.
     async fn delete_node(&self, pool: &str, name: &str) -> Result<(), StepError> {
         if self.containers.may_run(name).await? {
-            self.say(&format!("{name}: its container runs now; stopping it before its Node is deleted"));
+            self.sink.say(&format!("{name}: its container runs now; stopping it before its Node is deleted"));
             self.stop_after_drain(pool, name).await?;
         }
         self.lock_guard.check(pool)?;
@@ -1095,20 +1091,17 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
         self.tell_node(pool, node, "Draining", said, false);
         let news = |reason, note: String| self.tell_node(pool, node, reason, &note, true);
-        let end = match cluster.drain(node, timeout, &drain, &self.lock_guard, &news).await {
-            Ok(end) => end,
-            Err(e) => {
-                self.tell_node(pool, node, "DrainFailed", &format!("the drain did not finish: {e}"), true);
-                return Err(e.into());
-            }
+        let failed = |e: &BackendError| {
+            self.tell_node(pool, node, "DrainFailed", &format!("the drain did not finish: {e}"), true);
         };
+        let end = cluster.drain(node, timeout, &drain, &self.lock_guard, &news).await.inspect_err(failed)?;
         let after = crate::spec::Duration::from(timeout);
         match &end {
             DrainEnd::Complete => {
                 self.tell_node(pool, node, "Drained", "every pod the drain evicts is gone", false);
             }
             // Its DrainAbandoned Event says what it left.
-            DrainEnd::Abandoned(pods) => self.say(&format!(
+            DrainEnd::Abandoned(pods) => self.sink.say(&format!(
                 "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
                  (timeoutAction: Proceed): {}",
                 crate::style::count(pods.len(), "pod"),
@@ -1120,7 +1113,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     pods.len()
                 );
                 self.tell_node(pool, node, "Drained", &said, false);
-                self.say(&format!(
+                self.sink.say(&format!(
                     "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and \
                      gone (timeoutAction: Force): {}",
                     crate::style::count(pods.len(), "pod"),
@@ -1142,7 +1135,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         for round in 1..=ROUNDS {
             self.drain_before_stop(pool, name).await?;
             self.wait_for_volume_detach(pool, name).await?;
-            self.wait_for_hooks(pool, name, "pre-terminate").await?;
+            self.wait_for_hooks(pool, name, "pre-terminate", &|| ()).await?;
             if !self.uncordoned(pool, name).await? {
                 let grace = self.rollout_of(pool).stop_grace_period.get();
                 self.lock_guard.check(pool)?;
@@ -1151,7 +1144,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             if round == ROUNDS {
                 break;
             }
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: its Node was uncordoned after its drain; cordoning and draining it again before the \
                  container stops"
             ));
@@ -1181,13 +1174,13 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let Some(node) = cluster.node(name).await? else { return Ok(()) };
         // The caller never holds the turn here: a retirement gives it up after its drain.
         let _turn = self.drain_turn(pool).lock_owned().await;
-        self.say(&format!(
+        self.sink.say(&format!(
             "{name}: its Node is there now; cordoning and draining it before the container stops"
         ));
         if !node.unschedulable {
             cluster.cordon(name).await?;
         }
-        self.wait_for_hooks(pool, name, "pre-drain").await?;
+        self.wait_for_hooks(pool, name, "pre-drain", &|| ()).await?;
         self.drain_unless_excluded(pool, name).await
     }
 
@@ -1201,7 +1194,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         if !excluded {
             return self.drain(pool, name).await;
         }
-        self.say(&format!(
+        self.sink.say(&format!(
             "{name}: not drained: its Node carries {}, its owner's choice",
             labels::EXCLUDE_DRAINING
         ));
@@ -1226,12 +1219,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
     /// another controller (a backup, a storage operator) set them and removes each when it is
     /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
-    async fn wait_for_hooks(&self, pool: &str, name: &str, kind: &str) -> Result<(), StepError> {
-        self.wait_for_hooks_aside(pool, name, kind, &|| ()).await
-    }
-
-    /// [`Executor::wait_for_hooks`], calling `aside` whenever the hooks hold the Node.
-    async fn wait_for_hooks_aside(
+    /// `aside` is called whenever the hooks hold the Node.
+    async fn wait_for_hooks(
         &self,
         pool: &str,
         name: &str,
@@ -1261,9 +1250,9 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         limit: Option<Duration>,
         aside: &(dyn Fn() + Sync),
     ) -> Result<Option<(String, Duration)>, StepError> {
-        let what = match hold {
-            Hold::Hooks(kind) => format!("its {kind} hooks"),
-            Hold::Volumes => "its volumes to detach".to_owned(),
+        let (what, reason, event_reason) = match hold {
+            Hold::Hooks(kind) => (format!("its {kind} hooks"), "WaitingForHooks", "hooks"),
+            Hold::Volumes => ("its volumes to detach".to_owned(), "WaitingForVolumes", "volumes"),
         };
         // tokio's clock, which the waits below advance (and a test can pause).
         let started = tokio::time::Instant::now();
@@ -1277,7 +1266,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // An unreachable Node (Ready=Unknown: its kubelet silent) can detach nothing: as
                 // Cluster API does, its retirement does not wait for that.
                 (Hold::Volumes, Some(node)) if node.is_unreachable() => {
-                    self.say(&format!(
+                    self.sink.say(&format!(
                         "{name}: unreachable (Ready=Unknown): not waiting for its volumes to detach"
                     ));
                     Vec::new()
@@ -1292,27 +1281,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             let now = now.join(", ");
             if now != said {
-                let reason = match hold {
-                    Hold::Hooks(_) => "WaitingForHooks",
-                    Hold::Volumes => "WaitingForVolumes",
-                };
                 let told = format!("its retirement waits for {what}: {now}");
                 if wait_told.is_none() {
-                    let reason = match hold {
-                        Hold::Hooks(_) => "hooks",
-                        Hold::Volumes => "volumes",
-                    };
+                    let (instance, reason) = (name, event_reason);
                     self.sink.event(&Event::RetirementWaits {
                         pool,
-                        instance: name,
+                        instance,
                         reason,
                         waiting: true,
                         what: &told,
                     });
-                    wait_told = Some(Unheld { sink: self.sink, pool, instance: name, reason });
+                    wait_told = Some(Unheld { sink: self.sink, pool, instance, reason });
                 }
                 self.tell_node(pool, name, reason, &told, false);
-                self.say(&format!("{name}: waiting for {what}: {now}"));
+                self.sink.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
             if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
@@ -1419,9 +1401,6 @@ fn retires_current(pool: &PoolPlan, step: &Step) -> bool {
         .any(|i| i.name == step.instance && Some(&i.template_hash) == pool.template_hash.as_ref())
 }
 
-/// The labels of a pool's records (an instance's up record, the pool's rollout and revision
-/// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
-/// containers by one of those finds the record too.
 /// The live settings of `pool`'s template, and the template an instance runs once they are
 /// applied to it.
 fn live_update(pool: &DesiredPool) -> crate::backend::LiveUpdate {
@@ -1436,6 +1415,9 @@ fn live_update(pool: &DesiredPool) -> crate::backend::LiveUpdate {
     }
 }
 
+/// The labels of a pool's records (an instance's up record, the pool's rollout and revision
+/// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
+/// containers by one of those finds the record too.
 pub(crate) fn record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     let mut labels = pool.pool.spec.template.labels.clone();
     labels.insert(labels::POOL.into(), pool.name().into());

@@ -96,7 +96,7 @@ impl<C, K> Executor<'_, C, K> {
                 .map(|s| s.instance.as_str())
                 .collect();
             if new.len() > 1 {
-                self.say(&format!(
+                self.sink.say(&format!(
                     "-- creating {} instances of pool {} side by side: {}",
                     new.len(),
                     pool.name,
@@ -148,16 +148,6 @@ impl<C, K> Executor<'_, C, K> {
         };
         self.sink.event(&Event::Ended { step: id, elapsed, end });
         (result, elapsed)
-    }
-
-    /// A bootstrap command's output, for a sink that shows it under its step.
-    pub(super) fn bootstrap_output(&self, instance: &str, argv: &[String], output: &str) {
-        self.sink.event(&Event::BootstrapOutput { instance, argv, output });
-    }
-
-    /// Say one line.
-    pub(super) fn say(&self, line: &str) {
-        self.sink.say(line);
     }
 
     /// Tell the cluster's users of Node `node` of `pool`: a Kubernetes Event, where a sink sends
