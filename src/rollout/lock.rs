@@ -233,11 +233,6 @@ impl Observations {
         (s.since.elapsed() >= s.record.lease.unwrap_or(lease)).then(|| s.record.clone())
     }
 
-    /// Forget `pool`'s lock (this process took it).
-    fn forget(&self, pool: &str) {
-        self.table().remove(pool);
-    }
-
     fn table(&self) -> MutexGuard<'_, BTreeMap<String, Seen>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -430,9 +425,10 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             let started = Instant::now();
             let record = match place.acquire(pool, who, lease, takeover.as_ref()).await {
                 Ok(record) => {
-                    observed.forget(pool);
+                    // Taken: nothing to count any more.
+                    observed.table().remove(pool);
                     if waiting {
-                        self.say(&format!("took the lock of pool {pool}"));
+                        self.sink.say(&format!("took the lock of pool {pool}"));
                     }
                     return Ok((record, started));
                 }
@@ -462,7 +458,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 let left = deadline - now;
                 let left =
                     crate::spec::Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
-                self.say(&format!(
+                self.sink.say(&format!(
                     "waiting up to {left} for the lock of pool {pool}, held by {}",
                     record.holder.describe(SystemTime::now())
                 ));
@@ -538,10 +534,6 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 ),
             }
         }
-    }
-
-    fn say(&self, line: &str) {
-        self.sink.say(line);
     }
 }
 
