@@ -166,21 +166,24 @@ pub async fn cluster_uid<C: Containers>(
     containers: &C,
     join: &crate::spec::Join,
 ) -> Result<String, JoinError> {
-    let get = ["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"];
-    let (container, argv): (&str, Vec<&str>) = if let Some(kubeadm) = &join.kubeadm {
-        let kubectl = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"];
-        (&kubeadm.control_plane, [&kubectl[..], &get].concat())
-    } else if let Some(k3s) = &join.k3s {
-        (&k3s.server, [&["k3s", "kubectl"][..], &get].concat())
+    let container = through(join).ok_or_else(|| JoinError::Unexpected("no join method".into()))?;
+    let kubectl: &[&str] = if join.kubeadm.is_some() {
+        &["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]
     } else {
-        return Err(JoinError::Unexpected("no join method".into()));
+        &["k3s", "kubectl"]
     };
+    let argv = [kubectl, &["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"]].concat();
     let uid = run(containers, container, &argv, QUICK, &[]).await?;
     let uid = uid.trim();
     if uid.is_empty() || uid.len() > 64 || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return Err(JoinError::Unexpected(format!("`{}` in {container} printed no UID", argv.join(" "))));
     }
     Ok(uid.to_owned())
+}
+
+/// The container a join goes through: its kubeadm control plane, else its k3s server.
+pub fn through(join: &crate::spec::Join) -> Option<&str> {
+    join.kubeadm.as_ref().map(|k| k.control_plane.as_str()).or(join.k3s.as_ref().map(|k| k.server.as_str()))
 }
 
 /// `K3S_URL` and `K3S_TOKEN_FILE` for a new agent: nothing secret.

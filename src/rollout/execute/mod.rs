@@ -521,13 +521,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         networks.push(n);
                     }
                 }
-                let join = spec.and_then(|s| s.join.as_ref());
-                let through = join.and_then(|j| {
-                    j.kubeadm
-                        .as_ref()
-                        .map(|k| k.control_plane.as_str())
-                        .or(j.k3s.as_ref().map(|k| k.server.as_str()))
-                });
+                let through = spec.and_then(|s| s.join.as_ref()).and_then(join::through);
                 if let Some(container) = through.filter(|c| !joins.iter().any(|(_, j)| j == c)) {
                     joins.push((&pool.name, container));
                 }
