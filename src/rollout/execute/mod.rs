@@ -47,9 +47,14 @@ const CONTAINER_UP_TIMEOUT: Duration = Duration::from_secs(300);
 /// What may hold a Node's retirement, waited for by `Executor::wait_while_held`.
 #[derive(Debug, Clone, Copy)]
 enum Hold<'a> {
-    /// Its deletion hooks of one kind (`pre-drain`, `pre-terminate`).
+    /// Its deletion hooks of one kind (`pre-drain`, `pre-terminate`): another controller (a
+    /// backup, a storage operator) set them and removes each when it is done, as with Cluster
+    /// API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
     Hooks(&'a str),
-    /// Its attached volumes, unless the Node is excluded from that wait.
+    /// Its attached volumes, after the drain (as Cluster API waits before it deletes a
+    /// Machine's infrastructure), so that no volume is cut off mid-write by the container's
+    /// stop. Skipped for a Node annotated `poolctl.dev/exclude-wait-for-node-volume-detach`;
+    /// bounded by `volumeDetachTimeout` when it is set.
     Volumes,
 }
 
@@ -942,7 +947,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     waited.store(true, Ordering::Relaxed);
                     self.give_turn(name);
                 };
-                self.wait_for_hooks(pool_name, name, "pre-drain", &aside).await?;
+                self.wait_while_held(pool_name, name, Hold::Hooks("pre-drain"), &aside).await?;
                 if waited.load(Ordering::Relaxed) {
                     self.take_turn(pool_name, name).await;
                 }
@@ -1128,8 +1133,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         const ROUNDS: usize = 3;
         for round in 1..=ROUNDS {
             self.drain_before_stop(pool, name).await?;
-            self.wait_for_volume_detach(pool, name).await?;
-            self.wait_for_hooks(pool, name, "pre-terminate", &|| ()).await?;
+            self.wait_while_held(pool, name, Hold::Volumes, &|| ()).await?;
+            self.wait_while_held(pool, name, Hold::Hooks("pre-terminate"), &|| ()).await?;
             if !self.uncordoned(pool, name).await? {
                 let grace = self.rollout_of(pool).stop_grace_period.get();
                 self.lock_guard.check(pool)?;
@@ -1174,7 +1179,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         if !node.unschedulable {
             cluster.cordon(name).await?;
         }
-        self.wait_for_hooks(pool, name, "pre-drain", &|| ()).await?;
+        self.wait_while_held(pool, name, Hold::Hooks("pre-drain"), &|| ()).await?;
         self.drain_unless_excluded(pool, name).await
     }
 
@@ -1196,57 +1201,26 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         Ok(())
     }
 
-    /// After the drain, wait until the Node's volumes are detached (as Cluster API does before
-    /// it deletes a Machine's infrastructure), so that no volume is cut off mid-write by the
-    /// container's stop. Skipped for a Node annotated
-    /// `poolctl.dev/exclude-wait-for-node-volume-detach`; bounded by `volumeDetachTimeout` when
-    /// it is set.
-    async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
-        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, pool, name, Hold::Volumes, limit, &|| ()).await? {
-            None => Ok(()),
-            Some((volumes, after)) => Err(StepError::VolumeDetach { name: name.to_owned(), volumes, after }),
-        }
-    }
-
-    /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
-    /// another controller (a backup, a storage operator) set them and removes each when it is
-    /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
-    /// `aside` is called whenever the hooks hold the Node.
-    async fn wait_for_hooks(
-        &self,
-        pool: &str,
-        name: &str,
-        kind: &str,
-        aside: &(dyn Fn() + Sync),
-    ) -> Result<(), StepError> {
-        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, pool, name, Hold::Hooks(kind), limit, aside).await? {
-            None => Ok(()),
-            Some((hooks, after)) => {
-                Err(StepError::Hooks { name: name.to_owned(), kind: kind.to_owned(), hooks, after })
-            }
-        }
-    }
-
-    /// Wait, looking once a second, while `hold` holds the Node's retirement, saying what
-    /// holds it whenever that changes, and calling `aside` before each wait. `None` once
-    /// nothing does; what last did and `limit` once the wait has lasted `limit`. An interrupt
-    /// stops the wait, the retirement not carried further.
+    /// Wait, looking once a second, while `hold` holds the Node's retirement (a pool of no
+    /// cluster has no Node to hold), saying what holds it whenever that changes, and calling
+    /// `aside` before each wait. Past the hold's limit, when it is set, the step fails. An
+    /// interrupt stops the wait, the retirement not carried further.
     async fn wait_while_held(
         &self,
-        cluster: &K,
         pool: &str,
         name: &str,
         hold: Hold<'_>,
-        limit: Option<Duration>,
         aside: &(dyn Fn() + Sync),
-    ) -> Result<Option<(String, Duration)>, StepError> {
-        let (what, reason, event_reason) = match hold {
+    ) -> Result<(), StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
+        let rollout = self.rollout_of(pool);
+        let (what, node_reason, reason) = match hold {
             Hold::Hooks(kind) => (format!("its {kind} hooks"), "WaitingForHooks", "hooks"),
             Hold::Volumes => ("its volumes to detach".to_owned(), "WaitingForVolumes", "volumes"),
+        };
+        let limit = match hold {
+            Hold::Hooks(_) => rollout.hook_timeout,
+            Hold::Volumes => rollout.volume_detach_timeout,
         };
         // tokio's clock, which the waits below advance (and a test can pause).
         let started = tokio::time::Instant::now();
@@ -1271,28 +1245,31 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 _ => Vec::new(),
             };
             if now.is_empty() {
-                return Ok(None);
+                return Ok(());
             }
             let now = now.join(", ");
             if now != said {
                 let told = format!("its retirement waits for {what}: {now}");
                 if wait_told.is_none() {
-                    let (instance, reason) = (name, event_reason);
                     self.sink.event(&Event::RetirementWaits {
                         pool,
-                        instance,
+                        instance: name,
                         reason,
                         waiting: true,
                         what: &told,
                     });
-                    wait_told = Some(Unheld { sink: self.sink, pool, instance, reason });
+                    wait_told = Some(Unheld { sink: self.sink, pool, instance: name, reason });
                 }
-                self.tell_node(pool, name, reason, &told, false);
+                self.tell_node(pool, name, node_reason, &told, false);
                 self.sink.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
-            if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
-                return Ok(Some((said, limit)));
+            if let Some(after) = limit.map(crate::spec::Duration::get).filter(|l| started.elapsed() >= *l) {
+                let name = name.to_owned();
+                return Err(match hold {
+                    Hold::Hooks(kind) => StepError::Hooks { name, kind: kind.to_owned(), hooks: said, after },
+                    Hold::Volumes => StepError::VolumeDetach { name, volumes: said, after },
+                });
             }
             aside();
             if self.interrupt.is_set() {
