@@ -89,11 +89,7 @@ pub enum LockFailure {
 }
 
 fn waited_for(waited: Duration) -> String {
-    if waited.is_zero() {
-        String::new()
-    } else {
-        format!(", still after waiting {}", crate::spec::Duration::from(waited))
-    }
+    if waited.is_zero() { String::new() } else { format!(", still after waiting {}", show(waited)) }
 }
 
 /// For a lock that looks lapsed by its holder's own figure: why it was not taken over all the

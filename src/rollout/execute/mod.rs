@@ -773,7 +773,6 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     }
 
     async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> StepOutcome {
-        let verb = step.action.verb();
         let number = self.number_of(&pool.name, step, n, total);
         let (result, elapsed) =
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
@@ -783,7 +782,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.to_string(),
-            verb,
+            verb: step.action.verb(),
             elapsed,
             error: result.err(),
         }

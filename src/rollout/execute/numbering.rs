@@ -80,10 +80,7 @@ impl<C, K> Executor<'_, C, K> {
     /// within the batch) for a step the numbering does not know.
     pub(super) fn number_of(&self, pool: &str, step: &Step, n: usize, total: usize) -> (usize, usize) {
         let numbering = locked(&self.numbering);
-        match numbering.numbers.get(&key(pool, step)) {
-            Some(&number) => (number, numbering.total),
-            None => (n, total),
-        }
+        numbering.numbers.get(&key(pool, step)).map_or((n, total), |&number| (number, numbering.total))
     }
 
     /// Say that a batch creates several instances side by side: their steps run interleaved.

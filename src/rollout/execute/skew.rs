@@ -96,10 +96,7 @@ fn numbers(text: &str) -> Option<(u32, u32)> {
 
 /// A number of ASCII digits only (`u32`'s parse also takes a `+`); `None` past `u32::MAX`.
 fn digits(text: &str) -> Option<u32> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
+    text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
 }
 
 /// How a kubelet's version is outside what its API server supports.
