@@ -1165,8 +1165,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// that does not answer stops the step, so the container keeps running.
     async fn drain_before_stop(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let drained = locked(&self.drained).contains(name);
-        if drained {
+        if locked(&self.drained).contains(name) {
             return Ok(());
         }
         let Some(node) = cluster.node(name).await? else { return Ok(()) };
@@ -1287,16 +1286,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     fn secrets(&self) -> Vec<Secret> {
         let pools = locked(&self.pools);
         let carried = pools.values().map(|p| &**p);
-        let mut secrets: Vec<Secret> = carried
-            .chain(&self.desired.pools)
-            .flat_map(|p| p.pool.spec.template.env.values())
-            .filter_map(|value| match value {
-                EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => Some(secret.clone()),
-                _ => None,
-            })
-            .collect();
-        secrets.extend(locked(&self.handed_out).iter().cloned());
-        secrets
+        let env = carried.chain(&self.desired.pools).flat_map(|p| p.pool.spec.template.env.values());
+        let valued = env.filter_map(|value| match value {
+            EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => Some(secret.clone()),
+            _ => None,
+        });
+        valued.chain(locked(&self.handed_out).iter().cloned()).collect()
     }
 
     fn pool(&self, name: &str) -> Result<Arc<DesiredPool>, StepError> {

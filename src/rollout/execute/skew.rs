@@ -147,8 +147,7 @@ fn kubelet_of(name: &str, labels: &BTreeMap<String, String>) -> Option<(KubeVers
             labels::KUBELET_VERSION
         );
     }
-    let version = KubeVersion::from_tag(name)?;
-    Some((version, format!("from the image tag {name}")))
+    KubeVersion::from_tag(name).map(|version| (version, format!("from the image tag {name}")))
 }
 
 impl<C: Containers, K: Cluster> Executor<'_, C, K> {
