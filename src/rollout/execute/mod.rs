@@ -386,6 +386,13 @@ impl<'a, C, K> Executor<'a, C, K> {
     }
 }
 
+/// Add `item` to `items` unless it is there: preflight checks each once, in plan order.
+fn push_new<T: PartialEq>(items: &mut Vec<T>, item: T) {
+    if !items.contains(&item) {
+        items.push(item);
+    }
+}
+
 /// The pools of `desired`, by name, shared.
 fn pools_of(desired: &Desired) -> HashMap<String, Arc<DesiredPool>> {
     desired.pools.iter().map(|p| (p.name().to_owned(), Arc::new(p.clone()))).collect()
@@ -514,17 +521,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let mut joins: Vec<(&str, &str)> = Vec::new();
         for (pool, step) in plan.steps() {
             if let Action::Create { image, .. } = &step.action {
-                let image = (pool.name.as_str(), image.as_str());
-                if !images.contains(&image) {
-                    images.push(image);
-                }
+                push_new(&mut images, (pool.name.as_str(), image.as_str()));
                 let spec = declared.get(&pool.name).map(|p| &p.pool.spec);
                 let template = spec.map(|s| &s.template);
                 let all = template.into_iter().flat_map(|t| t.network.iter().chain(&t.extra_networks));
                 for n in all.map(|n| (pool.name.as_str(), n.as_str())) {
-                    if !networks.contains(&n) {
-                        networks.push(n);
-                    }
+                    push_new(&mut networks, n);
                 }
                 let through = spec.and_then(|s| s.join.as_ref()).and_then(join::through);
                 if let Some(container) = through.filter(|c| !joins.iter().any(|(_, j)| j == c)) {
@@ -556,10 +558,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
         }
         let mut creating: Vec<&str> = Vec::new();
-        for (pool, _) in &images {
-            if !creating.contains(pool) {
-                creating.push(pool);
-            }
+        for &(pool, _) in &images {
+            push_new(&mut creating, pool);
         }
         for pool in creating {
             self.check_version_skew(pool).await?;
