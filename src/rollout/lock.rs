@@ -294,10 +294,7 @@ pub async fn inspect_locks<'p, C: Locks, K: Locks>(
     let (mut held, mut unreadable) = (BTreeMap::new(), Vec::new());
     for pool in pools {
         match place(containers, clusters, pool).inspect(pool).await {
-            Ok(Some(record)) => {
-                held.insert(pool.to_owned(), record.holder);
-            }
-            Ok(None) => {}
+            Ok(record) => held.extend(record.map(|r| (pool.to_owned(), r.holder))),
             Err(e) => unreadable.push((pool.to_owned(), e)),
         }
     }
