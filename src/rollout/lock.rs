@@ -89,11 +89,7 @@ pub enum LockFailure {
 }
 
 fn waited_for(waited: Duration) -> String {
-    if waited.is_zero() {
-        String::new()
-    } else {
-        format!(", still after waiting {}", crate::spec::Duration::from(waited))
-    }
+    if waited.is_zero() { String::new() } else { format!(", still after waiting {}", show(waited)) }
 }
 
 /// For a lock that looks lapsed by its holder's own figure: why it was not taken over all the
@@ -233,11 +229,6 @@ impl Observations {
         (s.since.elapsed() >= s.record.lease.unwrap_or(lease)).then(|| s.record.clone())
     }
 
-    /// Forget `pool`'s lock (this process took it).
-    fn forget(&self, pool: &str) {
-        self.table().remove(pool);
-    }
-
     fn table(&self) -> MutexGuard<'_, BTreeMap<String, Seen>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -303,10 +294,7 @@ pub async fn inspect_locks<'p, C: Locks, K: Locks>(
     let (mut held, mut unreadable) = (BTreeMap::new(), Vec::new());
     for pool in pools {
         match place(containers, clusters, pool).inspect(pool).await {
-            Ok(Some(record)) => {
-                held.insert(pool.to_owned(), record.holder);
-            }
-            Ok(None) => {}
+            Ok(record) => held.extend(record.map(|r| (pool.to_owned(), r.holder))),
             Err(e) => unreadable.push((pool.to_owned(), e)),
         }
     }
@@ -430,9 +418,10 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
             let started = Instant::now();
             let record = match place.acquire(pool, who, lease, takeover.as_ref()).await {
                 Ok(record) => {
-                    observed.forget(pool);
+                    // Taken: nothing to count any more.
+                    observed.table().remove(pool);
                     if waiting {
-                        self.say(&format!("took the lock of pool {pool}"));
+                        self.sink.say(&format!("took the lock of pool {pool}"));
                     }
                     return Ok((record, started));
                 }
@@ -462,7 +451,7 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 let left = deadline - now;
                 let left =
                     crate::spec::Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
-                self.say(&format!(
+                self.sink.say(&format!(
                     "waiting up to {left} for the lock of pool {pool}, held by {}",
                     record.holder.describe(SystemTime::now())
                 ));
@@ -538,10 +527,6 @@ impl<'a, C: Containers + Locks, K: Cluster + Locks> PoolLocks<'a, C, K> {
                 ),
             }
         }
-    }
-
-    fn say(&self, line: &str) {
-        self.sink.say(line);
     }
 }
 

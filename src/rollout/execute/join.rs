@@ -166,21 +166,24 @@ pub async fn cluster_uid<C: Containers>(
     containers: &C,
     join: &crate::spec::Join,
 ) -> Result<String, JoinError> {
-    let get = ["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"];
-    let (container, argv): (&str, Vec<&str>) = if let Some(kubeadm) = &join.kubeadm {
-        let kubectl = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"];
-        (&kubeadm.control_plane, [&kubectl[..], &get].concat())
-    } else if let Some(k3s) = &join.k3s {
-        (&k3s.server, [&["k3s", "kubectl"][..], &get].concat())
+    let container = through(join).ok_or_else(|| JoinError::Unexpected("no join method".into()))?;
+    let kubectl: &[&str] = if join.kubeadm.is_some() {
+        &["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]
     } else {
-        return Err(JoinError::Unexpected("no join method".into()));
+        &["k3s", "kubectl"]
     };
+    let argv = [kubectl, &["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"]].concat();
     let uid = run(containers, container, &argv, QUICK, &[]).await?;
     let uid = uid.trim();
     if uid.is_empty() || uid.len() > 64 || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return Err(JoinError::Unexpected(format!("`{}` in {container} printed no UID", argv.join(" "))));
     }
     Ok(uid.to_owned())
+}
+
+/// The container a join goes through: its kubeadm control plane, else its k3s server.
+pub fn through(join: &crate::spec::Join) -> Option<&str> {
+    join.kubeadm.as_ref().map(|k| k.control_plane.as_str()).or(join.k3s.as_ref().map(|k| k.server.as_str()))
 }
 
 /// `K3S_URL` and `K3S_TOKEN_FILE` for a new agent: nothing secret.
@@ -328,7 +331,9 @@ impl JoinCommand {
                 _ => {}
             }
         }
-        let token = token.filter(|t| is_bootstrap_token(t)).ok_or("the join command has no valid --token")?;
+        let token = token
+            .filter(|t| is_bootstrap_token(t.as_bytes()))
+            .ok_or("the join command has no valid --token")?;
         if ca_hashes.is_empty() {
             return Err("the join command pins no CA (no --discovery-token-ca-cert-hash): poolctl joins \
                         only with the cluster's CA pinned"
@@ -373,11 +378,7 @@ impl JoinCommand {
 }
 
 /// `[a-z0-9]{6}.[a-z0-9]{16}`, kubeadm's bootstrap token format.
-fn is_bootstrap_token(text: &str) -> bool {
-    is_bootstrap_token_bytes(text.as_bytes())
-}
-
-pub(super) fn is_bootstrap_token_bytes(bytes: &[u8]) -> bool {
+pub(super) fn is_bootstrap_token(bytes: &[u8]) -> bool {
     let token_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     bytes.len() == 23
         && bytes[6] == b'.'

@@ -23,7 +23,7 @@ mod skew;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -47,9 +47,14 @@ const CONTAINER_UP_TIMEOUT: Duration = Duration::from_secs(300);
 /// What may hold a Node's retirement, waited for by `Executor::wait_while_held`.
 #[derive(Debug, Clone, Copy)]
 enum Hold<'a> {
-    /// Its deletion hooks of one kind (`pre-drain`, `pre-terminate`).
+    /// Its deletion hooks of one kind (`pre-drain`, `pre-terminate`): another controller (a
+    /// backup, a storage operator) set them and removes each when it is done, as with Cluster
+    /// API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
     Hooks(&'a str),
-    /// Its attached volumes, unless the Node is excluded from that wait.
+    /// Its attached volumes, after the drain (as Cluster API waits before it deletes a
+    /// Machine's infrastructure), so that no volume is cut off mid-write by the container's
+    /// stop. Skipped for a Node annotated `poolctl.dev/exclude-wait-for-node-volume-detach`;
+    /// bounded by `volumeDetachTimeout` when it is set.
     Volumes,
 }
 
@@ -199,6 +204,11 @@ const STILL_UP: Duration = Duration::from_secs(5);
 /// already, and a restarting one gets a moment.
 const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
 
+/// The value behind `m`, also once a panic elsewhere poisoned it: no update here is left halfway.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
     desired: &'a Desired,
@@ -316,11 +326,7 @@ impl CreationChains {
 impl<'a, C, K> Executor<'a, C, K> {
     /// Give the drain turn `node` holds, if it holds one, to the next Node.
     fn give_turn(&self, node: &str) {
-        self.turns_held().remove(node);
-    }
-
-    fn turns_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::sync::OwnedMutexGuard<()>>> {
-        self.turns_held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.turns_held).remove(node);
     }
 
     pub fn new(
@@ -377,6 +383,13 @@ impl<'a, C, K> Executor<'a, C, K> {
     pub fn skipping(mut self, skipped: BTreeSet<PreflightCheck>) -> Self {
         self.skipped = skipped;
         self
+    }
+}
+
+/// Add `item` to `items` unless it is there: preflight checks each once, in plan order.
+fn push_new<T: PartialEq>(items: &mut Vec<T>, item: T) {
+    if !items.contains(&item) {
+        items.push(item);
     }
 }
 
@@ -502,31 +515,20 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// is one its API server supports ([`skew`]).
     pub async fn preflight(&self, plan: &Plan) -> Result<(), PreflightError> {
         self.carry(plan);
-        let declared = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let declared = locked(&self.pools).clone();
         let mut images: Vec<(&str, &str)> = Vec::new();
         let mut networks: Vec<(&str, &str)> = Vec::new();
         let mut joins: Vec<(&str, &str)> = Vec::new();
         for (pool, step) in plan.steps() {
             if let Action::Create { image, .. } = &step.action {
-                let image = (pool.name.as_str(), image.as_str());
-                if !images.contains(&image) {
-                    images.push(image);
-                }
+                push_new(&mut images, (pool.name.as_str(), image.as_str()));
                 let spec = declared.get(&pool.name).map(|p| &p.pool.spec);
                 let template = spec.map(|s| &s.template);
                 let all = template.into_iter().flat_map(|t| t.network.iter().chain(&t.extra_networks));
                 for n in all.map(|n| (pool.name.as_str(), n.as_str())) {
-                    if !networks.contains(&n) {
-                        networks.push(n);
-                    }
+                    push_new(&mut networks, n);
                 }
-                let join = spec.and_then(|s| s.join.as_ref());
-                let through = join.and_then(|j| {
-                    j.kubeadm
-                        .as_ref()
-                        .map(|k| k.control_plane.as_str())
-                        .or(j.k3s.as_ref().map(|k| k.server.as_str()))
-                });
+                let through = spec.and_then(|s| s.join.as_ref()).and_then(join::through);
                 if let Some(container) = through.filter(|c| !joins.iter().any(|(_, j)| j == c)) {
                     joins.push((&pool.name, container));
                 }
@@ -545,7 +547,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 .await
                 .map_err(|source| PreflightError::Image { image: image.into(), source })?;
             if pulled {
-                self.say(&format!("pulled image {image}"));
+                self.sink.say(&format!("pulled image {image}"));
             }
         }
         for (pool, network) in networks {
@@ -556,10 +558,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
         }
         let mut creating: Vec<&str> = Vec::new();
-        for (pool, _) in &images {
-            if !creating.contains(pool) {
-                creating.push(pool);
-            }
+        for &(pool, _) in &images {
+            push_new(&mut creating, pool);
         }
         for pool in creating {
             self.check_version_skew(pool).await?;
@@ -628,10 +628,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             // The creation chains of a batch run side by side; each chain is sequential. The
             // retirements follow them as `CreationChains` says.
             let creations = Arc::new(CreationChains::new(group.creations.len()));
-            self.creations
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(pool.name.clone(), Arc::clone(&creations));
+            locked(&self.creations).insert(pool.name.clone(), Arc::clone(&creations));
             let made = join_all(group.creations.iter().map(|chain| {
                 let (creations, failed) = (&creations, &failed);
                 async move {
@@ -664,7 +661,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             && pool.status == PoolStatus::Pruned
             && let Err(e) = self.containers.forget_pool(&pool.name).await
         {
-            self.say(&format!("pool {}: its rollout record stays ({e})", pool.name));
+            self.sink.say(&format!("pool {}: its rollout record stays ({e})", pool.name));
         }
         report
     }
@@ -741,7 +738,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 if self.creations_of(&pool.name).is_some_and(|c| c.is_up(name)) {
                     // Only its up record failed: it serves, and an old Node may be draining
                     // into it. The next plan finds it up without a record and finishes it.
-                    self.say(&format!("{name} is up but not recorded as up; the next apply records it"));
+                    self.sink.say(&format!("{name} is up but not recorded as up; the next apply records it"));
                 } else {
                     self.abandon(&pool.name, name).await;
                 }
@@ -757,7 +754,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn abandon(&self, pool: &str, name: &str) {
         // Its Node may have turned Ready and taken pods before the chain failed.
         if let Err(e) = self.drain_before_stop(pool, name).await {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "left {name} running: its Node could not be drained first ({e}); run apply again"
             ));
             return;
@@ -768,15 +765,14 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             Err(e) => Err(e),
         };
         match stopped {
-            Ok(()) => self.say(&format!("stopped {name}: it never served; the next plan replaces it")),
-            Err(e) => self.say(&format!(
+            Ok(()) => self.sink.say(&format!("stopped {name}: it never served; the next plan replaces it")),
+            Err(e) => self.sink.say(&format!(
                 "could not stop {name} ({e}): it never finished starting; remove it, or run apply again"
             )),
         }
     }
 
     async fn run_step(&self, pool: &PoolPlan, step: &Step, n: usize, total: usize) -> StepOutcome {
-        let verb = step.action.verb();
         let number = self.number_of(&pool.name, step, n, total);
         let (result, elapsed) =
             self.step_with_progress(pool, step, number, self.perform(&pool.name, step)).await;
@@ -786,7 +782,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         StepOutcome {
             pool: pool.name.clone(),
             instance: step.instance.to_string(),
-            verb,
+            verb: step.action.verb(),
             elapsed,
             error: result.err(),
         }
@@ -799,7 +795,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     async fn record_progress(&self, pool_name: &str) {
         let Ok(pool) = self.pool(pool_name) else { return };
         if let Err(e) = self.containers.record_progress(pool_name, &record_labels(&pool)).await {
-            self.say(&format!("could not record the progress of pool {pool_name}: {e}"));
+            self.sink.say(&format!("could not record the progress of pool {pool_name}: {e}"));
         }
     }
 
@@ -816,10 +812,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let mut container = new_container(&pool, origin, name, cluster.map(Cluster::identity));
         if let Some(k3s) = spec.join.as_ref().and_then(|j| j.k3s.as_ref()) {
             let token = join::k3s_token_for_agent(self.containers, k3s).await?;
-            self.handed_out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(token.content.clone());
+            locked(&self.handed_out).push(token.content.clone());
             container.files.push(token);
         }
         // The rollout's start is recorded beside the first create, not before it: the
@@ -880,7 +873,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // A pool without `node:` is no cluster's: nothing configures its Nodes later.
                 let registration =
                     pool.pool.spec.node.as_ref().map(join::Registration::of).unwrap_or_default();
-                let warn = |warning: String| self.say(&warning);
+                let warn = |warning: String| self.sink.say(&warning);
                 join::kubeadm(self.containers, kubeadm, (name, &registration), &known, warn).await?;
             }
             Action::Bootstrap { .. } => {
@@ -890,7 +883,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     let secrets = self.secrets();
                     let output = redact::output(&secrets.iter().collect::<Vec<_>>(), &out.output);
                     if out.exit_code == 0 {
-                        self.bootstrap_output(name, &cmd.exec, &output);
+                        let (instance, argv) = (name, &cmd.exec);
+                        self.sink.event(&Event::BootstrapOutput { instance, argv, output: &output });
                     } else {
                         return Err(StepError::Bootstrap {
                             argv: cmd.exec.clone(),
@@ -940,13 +934,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             }
             Action::Cordon => {
                 self.cluster(pool_name)?.cordon(name).await?;
-                self.tell_node(
-                    pool_name,
-                    name,
-                    "Cordoned",
-                    "cordoned by poolctl to retire this instance",
-                    false,
-                );
+                let said = "cordoned by poolctl to retire this instance";
+                self.tell_node(pool_name, name, "Cordoned", said, false);
             }
             Action::Drain(_) => {
                 // Another controller's hook may hold this Node for long: meanwhile its cluster's
@@ -957,7 +946,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     waited.store(true, Ordering::Relaxed);
                     self.give_turn(name);
                 };
-                self.wait_for_hooks_aside(pool_name, name, "pre-drain", &aside).await?;
+                self.wait_while_held(pool_name, name, Hold::Hooks("pre-drain"), &aside).await?;
                 if waited.load(Ordering::Relaxed) {
                     self.take_turn(pool_name, name).await;
                 }
@@ -997,11 +986,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         }
         let shown = crate::spec::Duration::from(window);
         if min_ready.get().is_zero() {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: up; watching it stay up for {shown} (monitor) before it counts as up"
             ));
         } else {
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: up; waiting {min_ready} (minReadySeconds) and {} (monitor) before it counts as up",
                 rollout.monitor
             ));
@@ -1042,7 +1031,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                         Flap::Container(why) => format!("its container is not up ({why})"),
                         Flap::Node => "its Node is not Ready".to_owned(),
                     };
-                    self.say(&format!("{name}: {what}; watching it stay up for {shown} again"));
+                    self.sink.say(&format!("{name}: {what}; watching it stay up for {shown} again"));
                 }
                 (since, was_up) = (tokio::time::Instant::now(), false);
             }
@@ -1081,7 +1070,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// it is stopped now, the safe way.
     async fn delete_node(&self, pool: &str, name: &str) -> Result<(), StepError> {
         if self.containers.may_run(name).await? {
-            self.say(&format!("{name}: its container runs now; stopping it before its Node is deleted"));
+            self.sink.say(&format!("{name}: its container runs now; stopping it before its Node is deleted"));
             self.stop_after_drain(pool, name).await?;
         }
         self.lock_guard.check(pool)?;
@@ -1100,20 +1089,17 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         let said = "draining: evicting its pods, PodDisruptionBudgets respected, to retire this instance";
         self.tell_node(pool, node, "Draining", said, false);
         let news = |reason, note: String| self.tell_node(pool, node, reason, &note, true);
-        let end = match cluster.drain(node, timeout, &drain, &self.lock_guard, &news).await {
-            Ok(end) => end,
-            Err(e) => {
-                self.tell_node(pool, node, "DrainFailed", &format!("the drain did not finish: {e}"), true);
-                return Err(e.into());
-            }
+        let failed = |e: &BackendError| {
+            self.tell_node(pool, node, "DrainFailed", &format!("the drain did not finish: {e}"), true);
         };
+        let end = cluster.drain(node, timeout, &drain, &self.lock_guard, &news).await.inspect_err(failed)?;
         let after = crate::spec::Duration::from(timeout);
         match &end {
             DrainEnd::Complete => {
                 self.tell_node(pool, node, "Drained", "every pod the drain evicts is gone", false);
             }
             // Its DrainAbandoned Event says what it left.
-            DrainEnd::Abandoned(pods) => self.say(&format!(
+            DrainEnd::Abandoned(pods) => self.sink.say(&format!(
                 "{node}: drainTimeout ({after}) passed; {} left on the Node, its container stops all the same \
                  (timeoutAction: Proceed): {}",
                 crate::style::count(pods.len(), "pod"),
@@ -1125,7 +1111,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     pods.len()
                 );
                 self.tell_node(pool, node, "Drained", &said, false);
-                self.say(&format!(
+                self.sink.say(&format!(
                     "{node}: drainTimeout ({after}) passed; {} deleted whatever their PodDisruptionBudgets, and \
                      gone (timeoutAction: Force): {}",
                     crate::style::count(pods.len(), "pod"),
@@ -1133,7 +1119,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 ));
             }
         }
-        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
+        locked(&self.drained).insert(node.to_owned());
         Ok(())
     }
 
@@ -1146,8 +1132,8 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         const ROUNDS: usize = 3;
         for round in 1..=ROUNDS {
             self.drain_before_stop(pool, name).await?;
-            self.wait_for_volume_detach(pool, name).await?;
-            self.wait_for_hooks(pool, name, "pre-terminate").await?;
+            self.wait_while_held(pool, name, Hold::Volumes, &|| ()).await?;
+            self.wait_while_held(pool, name, Hold::Hooks("pre-terminate"), &|| ()).await?;
             if !self.uncordoned(pool, name).await? {
                 let grace = self.rollout_of(pool).stop_grace_period.get();
                 self.lock_guard.check(pool)?;
@@ -1156,11 +1142,11 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
             if round == ROUNDS {
                 break;
             }
-            self.say(&format!(
+            self.sink.say(&format!(
                 "{name}: its Node was uncordoned after its drain; cordoning and draining it again before the \
                  container stops"
             ));
-            self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+            locked(&self.drained).remove(name);
         }
         Err(StepError::Uncordoned { name: name.to_owned(), times: ROUNDS })
     }
@@ -1179,20 +1165,19 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// that does not answer stops the step, so the container keeps running.
     async fn drain_before_stop(&self, pool: &str, name: &str) -> Result<(), StepError> {
         let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let drained = self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(name);
-        if drained {
+        if locked(&self.drained).contains(name) {
             return Ok(());
         }
         let Some(node) = cluster.node(name).await? else { return Ok(()) };
         // The caller never holds the turn here: a retirement gives it up after its drain.
         let _turn = self.drain_turn(pool).lock_owned().await;
-        self.say(&format!(
+        self.sink.say(&format!(
             "{name}: its Node is there now; cordoning and draining it before the container stops"
         ));
         if !node.unschedulable {
             cluster.cordon(name).await?;
         }
-        self.wait_for_hooks(pool, name, "pre-drain").await?;
+        self.wait_while_held(pool, name, Hold::Hooks("pre-drain"), &|| ()).await?;
         self.drain_unless_excluded(pool, name).await
     }
 
@@ -1206,69 +1191,34 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
         if !excluded {
             return self.drain(pool, name).await;
         }
-        self.say(&format!(
+        self.sink.say(&format!(
             "{name}: not drained: its Node carries {}, its owner's choice",
             labels::EXCLUDE_DRAINING
         ));
-        self.drained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned());
+        locked(&self.drained).insert(name.to_owned());
         Ok(())
     }
 
-    /// After the drain, wait until the Node's volumes are detached (as Cluster API does before
-    /// it deletes a Machine's infrastructure), so that no volume is cut off mid-write by the
-    /// container's stop. Skipped for a Node annotated
-    /// `poolctl.dev/exclude-wait-for-node-volume-detach`; bounded by `volumeDetachTimeout` when
-    /// it is set.
-    async fn wait_for_volume_detach(&self, pool: &str, name: &str) -> Result<(), StepError> {
-        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let limit = self.rollout_of(pool).volume_detach_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, pool, name, Hold::Volumes, limit, &|| ()).await? {
-            None => Ok(()),
-            Some((volumes, after)) => Err(StepError::VolumeDetach { name: name.to_owned(), volumes, after }),
-        }
-    }
-
-    /// Wait while the Node carries deletion hooks of `kind` (`pre-drain`, `pre-terminate`):
-    /// another controller (a backup, a storage operator) set them and removes each when it is
-    /// done, as with Cluster API's lifecycle hooks. Bounded by `hookTimeout` when it is set.
-    async fn wait_for_hooks(&self, pool: &str, name: &str, kind: &str) -> Result<(), StepError> {
-        self.wait_for_hooks_aside(pool, name, kind, &|| ()).await
-    }
-
-    /// [`Executor::wait_for_hooks`], calling `aside` whenever the hooks hold the Node.
-    async fn wait_for_hooks_aside(
-        &self,
-        pool: &str,
-        name: &str,
-        kind: &str,
-        aside: &(dyn Fn() + Sync),
-    ) -> Result<(), StepError> {
-        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
-        let limit = self.rollout_of(pool).hook_timeout.map(crate::spec::Duration::get);
-        match self.wait_while_held(cluster, pool, name, Hold::Hooks(kind), limit, aside).await? {
-            None => Ok(()),
-            Some((hooks, after)) => {
-                Err(StepError::Hooks { name: name.to_owned(), kind: kind.to_owned(), hooks, after })
-            }
-        }
-    }
-
-    /// Wait, looking once a second, while `hold` holds the Node's retirement, saying what
-    /// holds it whenever that changes, and calling `aside` before each wait. `None` once
-    /// nothing does; what last did and `limit` once the wait has lasted `limit`. An interrupt
-    /// stops the wait, the retirement not carried further.
+    /// Wait, looking once a second, while `hold` holds the Node's retirement (a pool of no
+    /// cluster has no Node to hold), saying what holds it whenever that changes, and calling
+    /// `aside` before each wait. Past the hold's limit, when it is set, the step fails. An
+    /// interrupt stops the wait, the retirement not carried further.
     async fn wait_while_held(
         &self,
-        cluster: &K,
         pool: &str,
         name: &str,
         hold: Hold<'_>,
-        limit: Option<Duration>,
         aside: &(dyn Fn() + Sync),
-    ) -> Result<Option<(String, Duration)>, StepError> {
-        let what = match hold {
-            Hold::Hooks(kind) => format!("its {kind} hooks"),
-            Hold::Volumes => "its volumes to detach".to_owned(),
+    ) -> Result<(), StepError> {
+        let Some(cluster) = self.clusters.get(pool) else { return Ok(()) };
+        let rollout = self.rollout_of(pool);
+        let (what, node_reason, reason) = match hold {
+            Hold::Hooks(kind) => (format!("its {kind} hooks"), "WaitingForHooks", "hooks"),
+            Hold::Volumes => ("its volumes to detach".to_owned(), "WaitingForVolumes", "volumes"),
+        };
+        let limit = match hold {
+            Hold::Hooks(_) => rollout.hook_timeout,
+            Hold::Volumes => rollout.volume_detach_timeout,
         };
         // tokio's clock, which the waits below advance (and a test can pause).
         let started = tokio::time::Instant::now();
@@ -1282,7 +1232,7 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 // An unreachable Node (Ready=Unknown: its kubelet silent) can detach nothing: as
                 // Cluster API does, its retirement does not wait for that.
                 (Hold::Volumes, Some(node)) if node.is_unreachable() => {
-                    self.say(&format!(
+                    self.sink.say(&format!(
                         "{name}: unreachable (Ready=Unknown): not waiting for its volumes to detach"
                     ));
                     Vec::new()
@@ -1293,20 +1243,12 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                 _ => Vec::new(),
             };
             if now.is_empty() {
-                return Ok(None);
+                return Ok(());
             }
             let now = now.join(", ");
             if now != said {
-                let reason = match hold {
-                    Hold::Hooks(_) => "WaitingForHooks",
-                    Hold::Volumes => "WaitingForVolumes",
-                };
                 let told = format!("its retirement waits for {what}: {now}");
                 if wait_told.is_none() {
-                    let reason = match hold {
-                        Hold::Hooks(_) => "hooks",
-                        Hold::Volumes => "volumes",
-                    };
                     self.sink.event(&Event::RetirementWaits {
                         pool,
                         instance: name,
@@ -1316,12 +1258,16 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
                     });
                     wait_told = Some(Unheld { sink: self.sink, pool, instance: name, reason });
                 }
-                self.tell_node(pool, name, reason, &told, false);
-                self.say(&format!("{name}: waiting for {what}: {now}"));
+                self.tell_node(pool, name, node_reason, &told, false);
+                self.sink.say(&format!("{name}: waiting for {what}: {now}"));
                 said = now;
             }
-            if let Some(limit) = limit.filter(|l| started.elapsed() >= *l) {
-                return Ok(Some((said, limit)));
+            if let Some(after) = limit.map(crate::spec::Duration::get).filter(|l| started.elapsed() >= *l) {
+                let name = name.to_owned();
+                return Err(match hold {
+                    Hold::Hooks(kind) => StepError::Hooks { name, kind: kind.to_owned(), hooks: said, after },
+                    Hold::Volumes => StepError::VolumeDetach { name, volumes: said, after },
+                });
             }
             aside();
             if self.interrupt.is_set() {
@@ -1338,32 +1284,24 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
     /// env values of every pool, as declared and as carried out (a rollback builds a pool from
     /// another template), and the join tokens it handed out.
     fn secrets(&self) -> Vec<Secret> {
-        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pools = locked(&self.pools);
         let carried = pools.values().map(|p| &**p);
-        let mut secrets: Vec<Secret> = carried
-            .chain(&self.desired.pools)
-            .flat_map(|p| p.pool.spec.template.env.values())
-            .filter_map(|value| match value {
-                EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => Some(secret.clone()),
-                _ => None,
-            })
-            .collect();
-        secrets.extend(
-            self.handed_out.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned(),
-        );
-        secrets
+        let env = carried.chain(&self.desired.pools).flat_map(|p| p.pool.spec.template.env.values());
+        let valued = env.filter_map(|value| match value {
+            EnvValue::Secret(SecretEnv { value: Some(secret), .. }) => Some(secret.clone()),
+            _ => None,
+        });
+        valued.chain(locked(&self.handed_out).iter().cloned()).collect()
     }
 
     fn pool(&self, name: &str) -> Result<Arc<DesiredPool>, StepError> {
-        let pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pools.get(name).cloned().ok_or_else(|| StepError::UnknownPool(name.into()))
+        locked(&self.pools).get(name).cloned().ok_or_else(|| StepError::UnknownPool(name.into()))
     }
 
     /// Build from here on as `plan` says: the declared pools, with those it rolls back at the
     /// template they go back to.
     fn carry(&self, plan: &Plan) {
-        let pools = pools_of(&plan.desired_for(self.desired));
-        *self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pools;
+        *locked(&self.pools) = pools_of(&plan.desired_for(self.desired));
     }
 
     /// The rollout settings of a pool; a pruned pool is no longer declared and retires with
@@ -1374,25 +1312,24 @@ impl<C: Containers, K: Cluster> Executor<'_, C, K> {
 
     /// The creation chains of the batch `pool` is carrying out.
     fn creations_of(&self, pool: &str) -> Option<Arc<CreationChains>> {
-        let creations = self.creations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        creations.get(pool).cloned()
+        locked(&self.creations).get(pool).cloned()
     }
 
     /// The drain turn of the cluster `pool`'s Nodes live in: the same for every pool of that
     /// cluster, told by its identity (the UID of its `kube-system`, else its server).
     fn drain_turn(&self, pool: &str) -> Arc<tokio::sync::Mutex<()>> {
         let key = self.clusters.get(pool).map(|c| c.identity().key().to_owned());
-        let mut turns = self.drain_turns.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut turns = locked(&self.drain_turns.0);
         Arc::clone(turns.entry(key.unwrap_or_default()).or_default())
     }
 
     /// Take the drain turn of `pool`'s cluster for the Node `node`, unless it holds it.
     async fn take_turn(&self, pool: &str, node: &str) {
-        if self.turns_held().contains_key(node) {
+        if locked(&self.turns_held).contains_key(node) {
             return;
         }
         let turn = self.drain_turn(pool).lock_owned().await;
-        self.turns_held().insert(node.to_owned(), turn);
+        locked(&self.turns_held).insert(node.to_owned(), turn);
     }
 
     fn cluster(&self, pool: &str) -> Result<&K, StepError> {
@@ -1429,9 +1366,6 @@ fn retires_current(pool: &PoolPlan, step: &Step) -> bool {
         .any(|i| i.name == step.instance && Some(&i.template_hash) == pool.template_hash.as_ref())
 }
 
-/// The labels of a pool's records (an instance's up record, the pool's rollout and revision
-/// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
-/// containers by one of those finds the record too.
 /// The live settings of `pool`'s template, and the template an instance runs once they are
 /// applied to it.
 fn live_update(pool: &DesiredPool) -> crate::backend::LiveUpdate {
@@ -1446,6 +1380,9 @@ fn live_update(pool: &DesiredPool) -> crate::backend::LiveUpdate {
     }
 }
 
+/// The labels of a pool's records (an instance's up record, the pool's rollout and revision
+/// records): its pool's, and the template's own, so that whatever finds (or removes) the pool's
+/// containers by one of those finds the record too.
 pub(crate) fn record_labels(pool: &DesiredPool) -> BTreeMap<String, String> {
     let mut labels = pool.pool.spec.template.labels.clone();
     labels.insert(labels::POOL.into(), pool.name().into());

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::{Executor, StepError};
+use super::{Executor, StepError, locked};
 use crate::backend::waiting;
 use crate::plan::{Action, Plan, PoolPlan, Step};
 use crate::rollout::event::{About, Event, StepEnd, StepId};
@@ -43,7 +43,7 @@ impl Numbering {
 impl<C, K> Executor<'_, C, K> {
     /// Number the steps of the plan about to be carried out, as its text numbers them.
     pub fn number_plan(&self, plan: &Plan) {
-        *self.numbering() = Numbering::of(plan, 0);
+        *locked(&self.numbering) = Numbering::of(plan, 0);
     }
 
     /// After a look at the world: number the steps left of the new plan `rest` (`done` steps
@@ -56,8 +56,8 @@ impl<C, K> Executor<'_, C, K> {
             self.sink.event(&Event::AsPlanned { left: after.len() });
             return;
         }
-        let old_total = self.numbering().total;
-        *self.numbering() = Numbering::of(rest, done);
+        let old_total = locked(&self.numbering).total;
+        *locked(&self.numbering) = Numbering::of(rest, done);
         let new_total = done + after.len();
         let added: Vec<String> = after.iter().filter(|k| !before.contains(k)).map(describe).collect();
         let dropped: Vec<String> = before.iter().filter(|k| !after.contains(k)).map(describe).collect();
@@ -76,18 +76,11 @@ impl<C, K> Executor<'_, C, K> {
         self.sink.event(&Event::Replanned { total: new_total, was: old_total, left, first, why: &why });
     }
 
-    fn numbering(&self) -> std::sync::MutexGuard<'_, Numbering> {
-        self.numbering.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The number of a step and of how many, as the plan shows them; `n` and `total` (numbered
     /// within the batch) for a step the numbering does not know.
     pub(super) fn number_of(&self, pool: &str, step: &Step, n: usize, total: usize) -> (usize, usize) {
-        let numbering = self.numbering();
-        match numbering.numbers.get(&key(pool, step)) {
-            Some(&number) => (number, numbering.total),
-            None => (n, total),
-        }
+        let numbering = locked(&self.numbering);
+        numbering.numbers.get(&key(pool, step)).map_or((n, total), |&number| (number, numbering.total))
     }
 
     /// Say that a batch creates several instances side by side: their steps run interleaved.
@@ -100,7 +93,7 @@ impl<C, K> Executor<'_, C, K> {
                 .map(|s| s.instance.as_str())
                 .collect();
             if new.len() > 1 {
-                self.say(&format!(
+                self.sink.say(&format!(
                     "-- creating {} instances of pool {} side by side: {}",
                     new.len(),
                     pool.name,
@@ -125,7 +118,7 @@ impl<C, K> Executor<'_, C, K> {
             pool: &pool.name,
             instance: &instance,
             verb: step.action.verb(),
-            several_pools: self.numbering().several_pools,
+            several_pools: locked(&self.numbering).several_pools,
         };
         let started = Instant::now();
         self.sink.event(&Event::Started(id));
@@ -152,16 +145,6 @@ impl<C, K> Executor<'_, C, K> {
         };
         self.sink.event(&Event::Ended { step: id, elapsed, end });
         (result, elapsed)
-    }
-
-    /// A bootstrap command's output, for a sink that shows it under its step.
-    pub(super) fn bootstrap_output(&self, instance: &str, argv: &[String], output: &str) {
-        self.sink.event(&Event::BootstrapOutput { instance, argv, output });
-    }
-
-    /// Say one line.
-    pub(super) fn say(&self, line: &str) {
-        self.sink.say(line);
     }
 
     /// Tell the cluster's users of Node `node` of `pool`: a Kubernetes Event, where a sink sends

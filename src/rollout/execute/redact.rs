@@ -28,7 +28,7 @@ fn bootstrap_tokens(text: &str) -> String {
     while i + LEN <= bytes.len() {
         let starts_word = i == 0 || !alnum(i - 1);
         // All ASCII when it matches, so `i` and `i + LEN` are then character boundaries.
-        if starts_word && !alnum(i + LEN) && join::is_bootstrap_token_bytes(&bytes[i..i + LEN]) {
+        if starts_word && !alnum(i + LEN) && join::is_bootstrap_token(&bytes[i..i + LEN]) {
             out.push_str(&text[copied..i]);
             out.push_str(SENSITIVE);
             i += LEN;

@@ -54,23 +54,20 @@ impl KubeVersion {
     /// The version a [`labels::KUBELET_VERSION`] label gives: `[v]MAJOR.MINOR[.PATCH]`, maybe
     /// with a suffix.
     pub(super) fn from_label(value: &str) -> Option<Self> {
-        Self::written(value.trim())
+        let text = value.trim();
+        let bare = text.strip_prefix('v').unwrap_or(text);
+        let (major, minor) = numbers(bare)?;
+        (major >= 1).then(|| Self { major, minor, written: format!("v{bare}") })
     }
 
-    /// The API server's version: its `gitVersion`, else its `major` and `minor` (`30+` on some
-    /// distributions).
+    /// The API server's version: its `gitVersion` (read as a label's value is), else its `major`
+    /// and `minor` (`30+` on some distributions).
     pub(super) fn of_server(version: &ServerVersion) -> Option<Self> {
-        Self::written(version.git_version.trim()).or_else(|| {
+        Self::from_label(&version.git_version).or_else(|| {
             let number = |s: &str| digits(s.trim().trim_end_matches('+'));
             let (major, minor) = (number(&version.major)?, number(&version.minor)?);
             (major >= 1).then(|| Self { major, minor, written: format!("v{major}.{minor}") })
         })
-    }
-
-    fn written(text: &str) -> Option<Self> {
-        let bare = text.strip_prefix('v').unwrap_or(text);
-        let (major, minor) = numbers(bare)?;
-        (major >= 1).then(|| Self { major, minor, written: format!("v{bare}") })
     }
 }
 
@@ -99,10 +96,7 @@ fn numbers(text: &str) -> Option<(u32, u32)> {
 
 /// A number of ASCII digits only (`u32`'s parse also takes a `+`); `None` past `u32::MAX`.
 fn digits(text: &str) -> Option<u32> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
+    text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
 }
 
 /// How a kubelet's version is outside what its API server supports.
@@ -153,8 +147,7 @@ fn kubelet_of(name: &str, labels: &BTreeMap<String, String>) -> Option<(KubeVers
             labels::KUBELET_VERSION
         );
     }
-    let version = KubeVersion::from_tag(name)?;
-    Some((version, format!("from the image tag {name}")))
+    KubeVersion::from_tag(name).map(|version| (version, format!("from the image tag {name}")))
 }
 
 impl<C: Containers, K: Cluster> Executor<'_, C, K> {
