@@ -343,23 +343,19 @@ pub trait Containers: Sync {
         reason: Option<&str>,
     ) -> impl Future<Output = Result<crate::model::Suspension, BackendError>> + Send {
         let _ = (by, reason);
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s suspension, if it has one.
     fn resume(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Record in the world a request to reconcile `pool` now (what `watch` acts on at once).
     fn request_reconcile(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s reconcile request, once acted on.
     fn consume_request(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// The promotions, by pool, that the last [`Containers::list`] showed: their records come
     /// back in the same call (see [`crate::model::Promotion`]).
@@ -375,13 +371,11 @@ pub trait Containers: Sync {
         by: &str,
     ) -> impl Future<Output = Result<crate::model::Promotion, BackendError>> + Send {
         let _ = (template_hash, by);
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s promotion, if it has one: its rollout is over.
     fn tidy_promotion(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Record that `pool`'s rollout of `revision` (its number, template and origin; its start
     /// and end are ignored) begins now, with `labels`; the pool's revisions older than
