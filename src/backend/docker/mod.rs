@@ -202,11 +202,9 @@ impl DockerBackend {
     /// daemon's own refusals keep its message, prefixed with what was being done.
     fn error(&self, doing: &str, e: DockerError) -> BackendError {
         match e {
-            DockerError::DockerResponseServerError { message, .. } => {
+            DockerError::DockerResponseServerError { message, .. }
+            | DockerError::DockerStreamError { error: message } => {
                 BackendError::Failed(format!("{doing}: {}", one_line(&message)))
-            }
-            DockerError::DockerStreamError { error } => {
-                BackendError::Failed(format!("{doing}: {}", one_line(&error)))
             }
             DockerError::HyperLegacyError { .. }
             | DockerError::IOError { .. }
