@@ -164,8 +164,7 @@ impl DockerBackend {
 
     /// The revisions of `pool` the last list showed.
     fn history_of(&self, pool: &str) -> Vec<Revision> {
-        let history = self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        history.get(pool).cloned().unwrap_or_default()
+        self.listed().history.get(pool).cloned().unwrap_or_default()
     }
 
     /// Remove these revisions of `pool`, each with its end. Best effort: a revision left

@@ -105,8 +105,7 @@ impl DockerBackend {
         by: &str,
     ) -> Result<Promotion, BackendError> {
         let name = promotion_record_name(pool);
-        let standing =
-            self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pool).cloned();
+        let standing = self.listed().promotions.get(pool).cloned();
         if standing.is_some_and(|p| p.template_hash != template_hash) {
             self.remove_volume(&name).await?;
         }

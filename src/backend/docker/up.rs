@@ -179,14 +179,14 @@ pub(super) fn since(inspect: &ContainerInspectResponse) -> Option<i64> {
     }
 }
 
-/// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
-/// (`0001-01-01T00:00:00Z`) is no time.
 /// An RFC 3339 time (`...T10:00:00.123456789Z`) in nanoseconds since the Unix epoch; 0 for one
 /// that does not read.
 pub(super) fn nanos_since_epoch(text: &str) -> i128 {
     text.parse::<Timestamp>().map_or(0, Timestamp::as_nanosecond)
 }
 
+/// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
+/// (`0001-01-01T00:00:00Z`) is no time.
 pub(super) fn time(text: Option<&str>) -> Option<i64> {
     let at: Timestamp = text?.parse().ok()?;
     let secs = at.as_second();
@@ -323,8 +323,7 @@ impl DockerBackend {
     /// Remove the record `name` that an earlier poolctl kept as a container, if the last list
     /// showed one: no call otherwise.
     async fn remove_legacy(&self, name: &str) -> Result<(), BackendError> {
-        let seen = self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
-        if !seen {
+        if !self.listed().legacy.remove(name) {
             return Ok(());
         }
         let options = RemoveContainerOptions { v: true, force: true, link: false };
