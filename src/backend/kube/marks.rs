@@ -120,18 +120,6 @@ impl KubeCluster {
         Err(BackendError::Failed(format!("suspend pool {}: its Lease keeps changing", self.pool)))
     }
 
-    pub(super) async fn resume_on_lease(&self) -> Result<(), BackendError> {
-        let keys = [labels::SUSPENDED_BY, labels::SUSPENDED_AT, labels::SUSPEND_REASON];
-        self.annotate_lease(&self.pool, keys.iter().map(|k| ((*k).to_owned(), Value::Null)).collect()).await
-    }
-
-    /// A request is told from the next by its value: this process's time, to the nanosecond.
-    pub(super) async fn request_on_lease(&self) -> Result<(), BackendError> {
-        let at = Value::String(Timestamp::now().to_string());
-        self.annotate_lease(&self.pool, Map::from_iter([(labels::RECONCILE_REQUESTED_AT.to_owned(), at)]))
-            .await
-    }
-
     pub(super) async fn consume_on_lease(&self) -> Result<(), BackendError> {
         let Some(seen) = self.marks().requested else { return Ok(()) };
         let deadline = Instant::now() + API_RETRY_WINDOW;
