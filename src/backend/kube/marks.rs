@@ -156,15 +156,14 @@ impl KubeCluster {
         };
         let api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
         let mut follower = Follower { pool: self.pool.clone(), seen: None, tx };
-        let mut failures = 0;
+        let mut backoff = retry::Backoff::new(Duration::from_secs(1), MAX_BACKOFF);
         while !follower.tx.is_closed() {
             match follower.follow(&api).await {
                 Ok(()) => return,
                 Err(e) => {
-                    failures += 1;
-                    let after = retry::delay(failures, Duration::from_secs(1), MAX_BACKOFF);
-                    warn!("pool {}: following its Lease: {e}; again in {}s", self.pool, after.as_secs());
-                    tokio::time::sleep(after).await;
+                    let after = backoff.peek().as_secs();
+                    warn!("pool {}: following its Lease: {e}; again in {after}s", self.pool);
+                    backoff.wait().await;
                 }
             }
         }
