@@ -506,12 +506,12 @@ pub trait Cluster: Sync {
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`; the pods' labels and the pool's drain `rules` say
-    /// which to leave, which to wait for, and in which order ([`crate::model::Pod::drain_decision`]).
-    /// Past `timeout`, its `timeoutAction` says whether the drain fails (`Halt`), leaves the
-    /// pods ([`DrainEnd::Abandoned`]) or deletes them and waits until they are gone
-    /// ([`DrainEnd::Forced`]). Every eviction and deletion is made only if `guard` says the
-    /// pool's lock is known to be held. It tells `news` of refused evictions and of its timeout
-    /// action.
+    /// which to leave, which to wait for, and in which order
+    /// ([`crate::model::Pod::drain_decision`]). Past `timeout`, its `timeoutAction` says whether
+    /// the drain fails (`Halt`), leaves the pods ([`DrainEnd::Abandoned`]) or deletes them and
+    /// waits until they are gone ([`DrainEnd::Forced`]). Every eviction and deletion is made only
+    /// if `guard` says the pool's lock is known to be held. It tells `news` of refused evictions
+    /// and of its timeout action.
     fn drain(
         &self,
         node: &str,
@@ -591,8 +591,8 @@ pub enum LockError {
 /// lapses unless its holder renews it, so that one left by a killed run blocks others briefly.
 ///
 /// The backends never judge whether a lock expired: that takes comparing this machine's clock
-/// with the holder's. The caller judges it by what it observed ([`crate::rollout::lock`]) and names the
-/// very record it saw stay unchanged for a lease; only that record is taken over.
+/// with the holder's. The caller judges it by what it observed ([`crate::rollout::lock`]) and
+/// names the very record it saw stay unchanged for a lease; only that record is taken over.
 pub trait Locks: Sync {
     /// Take `pool`'s lock as `who` for `lease`: a free one, or the lock that is still exactly
     /// `takeover` (the record the caller saw lapse). Any other lock is [`LockError::Held`],
