@@ -316,10 +316,7 @@ impl Departures {
 }
 
 fn key_of(pod: &K8sPod) -> Key {
-    (
-        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
+    (super::convert::namespace_of(pod), pod.metadata.name.clone().unwrap_or_default())
 }
 
 /// How a watch of the Node's pods ended.
