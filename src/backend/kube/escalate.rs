@@ -98,7 +98,8 @@ impl KubeCluster {
         );
         let grace = drain.pod_grace_period.map(|g| g.get().as_secs());
         let deleted = join_all(pods.iter().map(|pod| self.delete_pod(pod, grace, guard))).await;
-        let failures: Vec<&String> = deleted.iter().filter_map(|r| r.as_ref().err()).collect();
+        let failures: Vec<&str> =
+            deleted.iter().filter_map(|r| r.as_ref().err()).map(String::as_str).collect();
         if deleted.iter().any(Result::is_ok) {
             let said = format!(
                 "drainTimeout ({after}) passed with {} left; deleting {} whatever their PodDisruptionBudgets, \
@@ -109,7 +110,6 @@ impl KubeCluster {
             (leftover.news)("DrainForced", said);
         }
         if !failures.is_empty() {
-            let failures: Vec<&str> = failures.iter().map(|s| s.as_str()).collect();
             return Err(BackendError::Failed(format!(
                 "drain of {node}, past drainTimeout ({after}) with timeoutAction Force: {}",
                 failures.join("; ")
