@@ -211,9 +211,7 @@ pub trait Containers: Sync {
     /// The daemon's own clock, in seconds since the Unix epoch (`SystemTime` of its `/info`):
     /// what the times it reports are compared with. `None` when it cannot say, and for a
     /// backend that has no clock of its own (this process's then stands in).
-    fn clock(&self) -> impl Future<Output = Option<i64>> + Send {
-        async { None }
-    }
+    fn clock(&self) -> impl Future<Output = Option<i64>> + Send;
     /// Look also at these daemons from now on (the ones the pools' Nodes record and no pool
     /// names: where a pool moved away from), so that [`Containers::list`] covers them. Returns
     /// the ones that could not be reached, with why. A backend of one daemon cannot.
@@ -327,9 +325,7 @@ pub trait Containers: Sync {
     fn history(&self) -> BTreeMap<String, Vec<Revision>>;
     /// The suspended pools, by pool, that the last [`Containers::list`] showed: their records
     /// come back in the same call (see [`crate::model::Suspension`]).
-    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
-        BTreeMap::new()
-    }
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension>;
     /// The pools with a reconcile request that the last [`Containers::list`] showed.
     fn requests(&self) -> std::collections::BTreeSet<String> {
         std::collections::BTreeSet::new()
@@ -434,9 +430,7 @@ pub trait Cluster: Sync {
     /// What the pool's Lease recorded of its suspension and reconcile request when
     /// [`Cluster::nodes`] last read it: the same read, so that observing a node pool costs no
     /// request more for them.
-    fn marks(&self) -> LeaseMarks {
-        LeaseMarks::default()
-    }
+    fn marks(&self) -> LeaseMarks;
     /// The pool's suspension as its Lease records it now: one read.
     fn suspension(
         &self,
@@ -534,10 +528,7 @@ pub trait Cluster: Sync {
         reason: &'static str,
         note: String,
         warning: bool,
-    ) -> impl Future<Output = ()> + Send {
-        let _ = (node, reason, note, warning);
-        async {}
-    }
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// Connecting to the cluster a pool's Nodes live in, as a pool's `node:` section (or its
