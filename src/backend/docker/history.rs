@@ -16,7 +16,7 @@ use crate::backend::BackendError;
 use crate::model::{REVISION_HISTORY_LIMIT, Revision, RevisionEnd, RolloutResult, labels};
 
 /// The name of revision `number` of `pool`.
-pub fn revision_record_name(pool: &str, number: u64) -> String {
+fn revision_record_name(pool: &str, number: u64) -> String {
     format!("poolctl-rev-{pool}-{number}")
 }
 

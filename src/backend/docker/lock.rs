@@ -37,7 +37,7 @@ use crate::model::{LockHolder, labels, timestamp};
 const ATTEMPTS: usize = 10;
 
 /// The name of `pool`'s lock container.
-pub fn lock_name(pool: &str) -> String {
+fn lock_name(pool: &str) -> String {
     format!("poolctl-lock-{pool}")
 }
 

@@ -42,15 +42,12 @@ mod suspend;
 mod up;
 
 use convert::container_from_summary;
-pub use convert::health_from_status;
 pub use copy::{CopyError, resolve_copies, resolve_copies_leniently};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
-pub use history::revision_record_name;
-pub use lock::lock_name;
 pub use suspend::{promotion_record_name, request_record_name, suspension_record_name};
-pub use up::{rollout_record_name, up_record_name, updated_record_name};
+pub use up::updated_record_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -167,11 +164,6 @@ impl DockerBackend {
     /// How many requests this backend has sent to the daemon (the version negotiation included).
     pub fn api_calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
-    }
-
-    /// The endpoint in use, as messages name it (`context remote (tcp://...)`).
-    pub fn host(&self) -> &str {
-        &self.host
     }
 
     /// The bollard client, for callers (tests, the simulated kubelet) that need more than the

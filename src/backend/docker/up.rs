@@ -26,7 +26,7 @@ use crate::backend::BackendError;
 use crate::model::{Container, ContainerState, Health, RolloutRecord, labels};
 
 /// The name of the rollout record of `pool`.
-pub fn rollout_record_name(pool: &str) -> String {
+pub(super) fn rollout_record_name(pool: &str) -> String {
     format!("poolctl-rollout-{pool}")
 }
 
@@ -61,7 +61,7 @@ pub(super) fn volume_created(volume: &Volume) -> i64 {
 }
 
 /// The name of the up record of `instance`.
-pub fn up_record_name(instance: &str) -> String {
+pub(super) fn up_record_name(instance: &str) -> String {
     format!("poolctl-up-{instance}")
 }
 
