@@ -48,10 +48,9 @@ pub async fn container_events(
     scope: String,
     actions: &'static [&'static str],
     tx: mpsc::Sender<ContainerNews>,
-    since: SystemTime,
+    mut since: SystemTime,
 ) {
     let mut failures = 0;
-    let mut since = since;
     loop {
         let subscribed = subscribe(&endpoint, &scope, actions, &tx, since).await;
         since = SystemTime::now();

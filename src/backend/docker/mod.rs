@@ -958,7 +958,7 @@ pub fn resolve_endpoints(
 ) -> Result<(Vec<Endpoint>, BTreeMap<String, usize>), EndpointsError> {
     let mut endpoints: Vec<Endpoint> = Vec::new();
     let mut pools = BTreeMap::new();
-    let mut current = None;
+    let mut current: Option<Endpoint> = None;
     let mut add = |endpoint: Endpoint| {
         endpoints.iter().position(|e| e.host == endpoint.host).unwrap_or_else(|| {
             endpoints.push(endpoint);
@@ -967,14 +967,11 @@ pub fn resolve_endpoints(
     };
     for pool in &desired.pools {
         let resolve_error = |source| EndpointsError::Resolve { pools: vec![pool.name().to_owned()], source };
-        let endpoint = if let Some(spec) = &pool.pool.spec.docker {
-            endpoint::resolve(Some(spec), env).map_err(resolve_error)?
-        } else {
+        let endpoint = match (&pool.pool.spec.docker, &current) {
+            (Some(spec), _) => endpoint::resolve(Some(spec), env).map_err(resolve_error)?,
             // Resolved once: every pool without `docker:` is on the same endpoint.
-            if current.is_none() {
-                current = Some(endpoint::current(env).map_err(resolve_error)?);
-            }
-            current.clone().expect("resolved above")
+            (None, Some(current)) => current.clone(),
+            (None, None) => current.insert(endpoint::current(env).map_err(resolve_error)?).clone(),
         };
         pools.insert(pool.name().to_owned(), add(endpoint));
     }
@@ -995,13 +992,11 @@ pub async fn connect_endpoints(
     let (endpoints, pools) = resolve_endpoints(desired, env)?;
     let mut places = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
-        match DockerBackend::connect(endpoint, Timeouts::default()).await {
-            Ok(backend) => places.push((endpoint.name.clone(), backend)),
-            Err(source) => {
-                let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();
-                return Err(EndpointsError::Connect { pools, source });
-            }
-        }
+        let backend = DockerBackend::connect(endpoint, Timeouts::default()).await.map_err(|source| {
+            let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();
+            EndpointsError::Connect { pools, source }
+        })?;
+        places.push((endpoint.name.clone(), backend));
     }
     // A daemon a pool moved away from is reached by its address alone, as its Nodes record it.
     let connect: crate::backend::endpoints::Connector<DockerBackend> = Arc::new(|host: String| {
