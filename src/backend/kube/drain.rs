@@ -123,10 +123,7 @@ impl Left<'_> {
 }
 
 impl KubeCluster {
-    /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
-    /// until they are gone, within `timeout`; each eviction only while `guard` says the pool's
-    /// lock is known to be held. Past `timeout`, `drain.timeout_action` says what becomes of the
-    /// pods left.
+    /// [`crate::backend::Cluster::drain`].
     pub(super) async fn drain_node(
         &self,
         node: &str,

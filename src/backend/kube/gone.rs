@@ -154,9 +154,8 @@ impl Departures {
 
     /// Of the awaited `pods`, those that are waited for to complete rather than evicted.
     pub(super) fn completing<'a>(mut self, pods: impl IntoIterator<Item = &'a K8sPod>) -> Self {
-        let pods: Vec<&K8sPod> = pods.into_iter().collect();
-        self.completing.extend(pods.iter().map(|p| key_of(p)));
         for pod in pods {
+            self.completing.insert(key_of(pod));
             self.seen(pod);
         }
         self
