@@ -115,11 +115,7 @@ impl DockerBackend {
             (labels::COMMIT, &revision.commit),
             (labels::ROLLED_BACK_FROM, &revision.rolled_back_from),
         ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                labels.insert(key.to_owned(), value.clone());
-            }
-        }
+        labels.extend(optional.into_iter().filter_map(|(key, value)| Some((key.to_owned(), value.clone()?))));
         let doing = format!("record revision {number} of pool {pool}");
         let made = self.create_record(&name, labels, &doing).await?;
         let same = made.labels.get(labels::REVISION) == Some(&number)

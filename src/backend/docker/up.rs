@@ -146,13 +146,8 @@ pub(super) fn needs_since(c: &Container) -> bool {
 /// Docker's restart backoff: 100ms, doubling after each restart, at most a minute (its restart
 /// manager resets it once a run lasted 10s).
 fn restart_backoff_secs(restarts: i64) -> i64 {
-    let mut total_ms: i64 = 0;
-    let mut step: i64 = 100;
-    for _ in 0..restarts.clamp(0, 1000) {
-        total_ms += step;
-        step = (step * 2).min(60_000);
-    }
-    total_ms / 1000
+    let waits_ms = (0..restarts.clamp(0, 1000)).map(|n| (100_i64 << n.min(10)).min(60_000));
+    waits_ms.sum::<i64>() / 1000
 }
 
 /// Since when the inspected container has not been serving, from Docker's own records: for a
@@ -262,9 +257,7 @@ impl DockerBackend {
         self.remove_legacy(&name).await?;
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
         labels.insert(labels::ROLLOUT_OF.to_owned(), template_hash.to_owned());
-        if let Some(from) = rolled_back_from {
-            labels.insert(labels::ROLLED_BACK_FROM.to_owned(), from.to_owned());
-        }
+        labels.extend(rolled_back_from.map(|from| (labels::ROLLED_BACK_FROM.to_owned(), from.to_owned())));
         self.create_record(&name, labels, &format!("record the rollout of pool {pool}")).await.map(drop)
     }
 

@@ -98,9 +98,7 @@ impl KubeCluster {
                 (labels::SUSPENDED_BY.to_owned(), by.to_owned()),
                 (labels::SUSPENDED_AT.to_owned(), at.to_string()),
             ]);
-            if let Some(reason) = reason {
-                annotations.insert(labels::SUSPEND_REASON.to_owned(), reason.to_owned());
-            }
+            annotations.extend(reason.map(|r| (labels::SUSPEND_REASON.to_owned(), r.to_owned())));
             let written = match current {
                 None => self.write_lease(&unheld(&self.pool, annotations), deadline).await?,
                 Some(lease) => {
