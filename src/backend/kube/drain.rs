@@ -266,7 +266,7 @@ impl KubeCluster {
         left: &Left<'_>,
         guard: &LockGuard,
     ) -> Result<(), Failure> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = super::convert::namespace_of(pod);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
         let id = format!("pod {ns}/{name}");

@@ -156,7 +156,7 @@ impl KubeCluster {
     /// so that a replacement of the same name is never deleted by mistake; only while `guard`
     /// says the pool's lock is known to be held. A pod gone already is no failure.
     async fn delete_pod(&self, pod: &K8sPod, grace: Option<u64>, guard: &LockGuard) -> Result<(), String> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = super::convert::namespace_of(pod);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &ns);
         let params = DeleteParams {
