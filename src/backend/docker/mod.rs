@@ -278,17 +278,15 @@ impl DockerBackend {
         };
         match state.status {
             Some(ContainerStateStatusEnum::RUNNING) => {
-                let health = state.health.as_ref().and_then(|h| h.status);
-                match health {
+                let health = state.health.as_ref();
+                match health.and_then(|h| h.status) {
                     None
                     | Some(HealthStatusEnum::NONE | HealthStatusEnum::EMPTY | HealthStatusEnum::HEALTHY) => {
                         Judgement::Up
                     }
                     Some(HealthStatusEnum::STARTING) => Judgement::Waiting("health: starting".to_owned()),
                     Some(HealthStatusEnum::UNHEALTHY) => {
-                        let last = state
-                            .health
-                            .as_ref()
+                        let last = health
                             .and_then(|h| h.log.as_ref())
                             .and_then(|log| log.last())
                             .and_then(|r| r.output.as_deref())
