@@ -174,19 +174,14 @@ pub fn follow_requests(
             let key = format!("{pool} {cluster:?}");
             let tx = tx.clone();
             let task = async move {
-                let mut failures = 0;
+                let mut backoff = super::retry::Backoff::new(Duration::from_secs(1), FOLLOW_MAX_BACKOFF);
                 while !tx.is_closed() {
                     match KubeConnect.connect(&cluster, &pool).await {
                         Ok(connected) => return connected.follow_requests(tx).await,
                         Err(e) => {
-                            failures += 1;
-                            let after =
-                                super::retry::delay(failures, Duration::from_secs(1), FOLLOW_MAX_BACKOFF);
-                            tracing::warn!(
-                                "pool {pool}: cannot follow its Lease ({e}); again in {}s",
-                                after.as_secs()
-                            );
-                            tokio::time::sleep(after).await;
+                            let after = backoff.peek().as_secs();
+                            tracing::warn!("pool {pool}: cannot follow its Lease ({e}); again in {after}s");
+                            backoff.wait().await;
                         }
                     }
                 }

@@ -109,10 +109,6 @@ impl<C> Endpoints<C> {
     fn instance(&self, name: &str) -> Arc<C> {
         self.place(self.of_instance(name))
     }
-
-    fn pool(&self, pool: &str) -> Arc<C> {
-        self.place(self.of_pool(pool))
-    }
 }
 
 impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
@@ -182,15 +178,15 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
     }
 
     async fn ensure_image(&self, pool: &str, image: &str) -> Result<bool, BackendError> {
-        self.pool(pool).ensure_image(pool, image).await
+        self.of_pool_backend(pool).ensure_image(pool, image).await
     }
 
     async fn image_labels(&self, pool: &str, image: &str) -> Result<BTreeMap<String, String>, BackendError> {
-        self.pool(pool).image_labels(pool, image).await
+        self.of_pool_backend(pool).image_labels(pool, image).await
     }
 
     async fn network_exists(&self, pool: &str, name: &str) -> Result<bool, BackendError> {
-        self.pool(pool).network_exists(pool, name).await
+        self.of_pool_backend(pool).network_exists(pool, name).await
     }
 
     async fn create(&self, spec: &NewContainer) -> Result<(), BackendError> {
@@ -261,7 +257,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         pool: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.pool(pool).record_progress(pool, labels).await
+        self.of_pool_backend(pool).record_progress(pool, labels).await
     }
 
     /// Every endpoint's: a pool's record lives where its containers are created.
@@ -284,19 +280,19 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         by: &str,
         reason: Option<&str>,
     ) -> Result<crate::model::Suspension, BackendError> {
-        self.pool(pool).suspend(pool, by, reason).await
+        self.of_pool_backend(pool).suspend(pool, by, reason).await
     }
 
     async fn resume(&self, pool: &str) -> Result<(), BackendError> {
-        self.pool(pool).resume(pool).await
+        self.of_pool_backend(pool).resume(pool).await
     }
 
     async fn request_reconcile(&self, pool: &str) -> Result<(), BackendError> {
-        self.pool(pool).request_reconcile(pool).await
+        self.of_pool_backend(pool).request_reconcile(pool).await
     }
 
     async fn consume_request(&self, pool: &str) -> Result<(), BackendError> {
-        self.pool(pool).consume_request(pool).await
+        self.of_pool_backend(pool).consume_request(pool).await
     }
 
     fn promotions(&self) -> BTreeMap<String, crate::model::Promotion> {
@@ -309,11 +305,11 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         template_hash: &str,
         by: &str,
     ) -> Result<crate::model::Promotion, BackendError> {
-        self.pool(pool).promote(pool, template_hash, by).await
+        self.of_pool_backend(pool).promote(pool, template_hash, by).await
     }
 
     async fn tidy_promotion(&self, pool: &str) -> Result<(), BackendError> {
-        self.pool(pool).tidy_promotion(pool).await
+        self.of_pool_backend(pool).tidy_promotion(pool).await
     }
 
     async fn record_rollout(
@@ -323,20 +319,17 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         rolled_back_from: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.pool(pool).record_rollout(pool, template_hash, rolled_back_from, labels).await
+        self.of_pool_backend(pool).record_rollout(pool, template_hash, rolled_back_from, labels).await
     }
 
     /// Each pool's from the endpoint it lives on, where it writes its revisions; a pool that
     /// has none there keeps what another endpoint shows (where it lived before it moved).
     fn history(&self) -> BTreeMap<String, Vec<crate::model::Revision>> {
-        let mut history: BTreeMap<String, Vec<crate::model::Revision>> = BTreeMap::new();
-        for (_, backend) in self.all() {
-            history.extend(backend.history());
-        }
-        let pools: Vec<String> = history.keys().cloned().collect();
-        for pool in pools {
-            if let Some(own) = self.pool(&pool).history().remove(&pool) {
-                history.insert(pool, own);
+        let mut history: BTreeMap<String, Vec<crate::model::Revision>> =
+            self.all().iter().flat_map(|(_, backend)| backend.history()).collect();
+        for (pool, revisions) in &mut history {
+            if let Some(own) = self.of_pool_backend(pool).history().remove(pool) {
+                *revisions = own;
             }
         }
         history
@@ -348,7 +341,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         revision: &crate::model::Revision,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.pool(pool).record_revision(pool, revision, labels).await
+        self.of_pool_backend(pool).record_revision(pool, revision, labels).await
     }
 
     async fn record_revision_end(
@@ -358,7 +351,7 @@ impl<C: Containers + Send + Sync> Containers for Endpoints<C> {
         result: crate::model::RolloutResult,
         labels: &BTreeMap<String, String>,
     ) -> Result<(), BackendError> {
-        self.pool(pool).record_revision_end(pool, number, result, labels).await
+        self.of_pool_backend(pool).record_revision_end(pool, number, result, labels).await
     }
 }
 
@@ -371,19 +364,19 @@ impl<C: Locks + Send + Sync> Locks for Endpoints<C> {
         lease: Duration,
         takeover: Option<&LockRecord>,
     ) -> Result<LockRecord, LockError> {
-        self.pool(pool).acquire(pool, who, lease, takeover).await
+        self.of_pool_backend(pool).acquire(pool, who, lease, takeover).await
     }
 
     async fn renew(&self, pool: &str, held: &LockRecord, lease: Duration) -> Result<LockRecord, LockError> {
-        self.pool(pool).renew(pool, held, lease).await
+        self.of_pool_backend(pool).renew(pool, held, lease).await
     }
 
     async fn release(&self, pool: &str, held: &LockRecord) -> Result<(), LockError> {
-        self.pool(pool).release(pool, held).await
+        self.of_pool_backend(pool).release(pool, held).await
     }
 
     async fn inspect(&self, pool: &str) -> Result<Option<LockRecord>, BackendError> {
-        self.pool(pool).inspect(pool).await
+        self.of_pool_backend(pool).inspect(pool).await
     }
 }
 

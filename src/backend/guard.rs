@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use super::BackendError;
 
 /// Whether the locks a rollout acts under are known to be held, for whoever is about to make an
-/// irreversible call (the executor, the drain): a cheap handle that the rollout's locks (`PoolLocks`) keeps up to
-/// date as it takes, renews and loses locks. A lock is known to be held until its renew
-/// deadline after the start of its last successful renewal, on the monotonic clock.
+/// irreversible call (the executor, the drain): a cheap handle that the rollout's locks
+/// (`PoolLocks`) keep up to date as they take, renew and lose locks. A lock is known to be held
+/// until its renew deadline after the start of its last successful renewal, on the monotonic clock.
 #[derive(Debug, Clone)]
 pub struct LockGuard(Option<Arc<Mutex<BTreeMap<String, Fresh>>>>);
 
@@ -31,8 +31,8 @@ impl LockGuard {
         Self(None)
     }
 
-    /// A guard for a run's locks, none held yet: it allows nothing until the rollout's locks (`PoolLocks`) takes
-    /// one.
+    /// A guard for a run's locks, none held yet: it allows nothing until the rollout's locks
+    /// (`PoolLocks`) take one.
     pub fn guarding() -> Self {
         Self(Some(Arc::default()))
     }

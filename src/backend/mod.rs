@@ -211,9 +211,7 @@ pub trait Containers: Sync {
     /// The daemon's own clock, in seconds since the Unix epoch (`SystemTime` of its `/info`):
     /// what the times it reports are compared with. `None` when it cannot say, and for a
     /// backend that has no clock of its own (this process's then stands in).
-    fn clock(&self) -> impl Future<Output = Option<i64>> + Send {
-        async { None }
-    }
+    fn clock(&self) -> impl Future<Output = Option<i64>> + Send;
     /// Look also at these daemons from now on (the ones the pools' Nodes record and no pool
     /// names: where a pool moved away from), so that [`Containers::list`] covers them. Returns
     /// the ones that could not be reached, with why. A backend of one daemon cannot.
@@ -327,9 +325,7 @@ pub trait Containers: Sync {
     fn history(&self) -> BTreeMap<String, Vec<Revision>>;
     /// The suspended pools, by pool, that the last [`Containers::list`] showed: their records
     /// come back in the same call (see [`crate::model::Suspension`]).
-    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension> {
-        BTreeMap::new()
-    }
+    fn suspensions(&self) -> BTreeMap<String, crate::model::Suspension>;
     /// The pools with a reconcile request that the last [`Containers::list`] showed.
     fn requests(&self) -> std::collections::BTreeSet<String> {
         std::collections::BTreeSet::new()
@@ -343,23 +339,19 @@ pub trait Containers: Sync {
         reason: Option<&str>,
     ) -> impl Future<Output = Result<crate::model::Suspension, BackendError>> + Send {
         let _ = (by, reason);
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s suspension, if it has one.
     fn resume(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Record in the world a request to reconcile `pool` now (what `watch` acts on at once).
     fn request_reconcile(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s reconcile request, once acted on.
     fn consume_request(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// The promotions, by pool, that the last [`Containers::list`] showed: their records come
     /// back in the same call (see [`crate::model::Promotion`]).
@@ -375,13 +367,11 @@ pub trait Containers: Sync {
         by: &str,
     ) -> impl Future<Output = Result<crate::model::Promotion, BackendError>> + Send {
         let _ = (template_hash, by);
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Remove `pool`'s promotion, if it has one: its rollout is over.
     fn tidy_promotion(&self, pool: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let failed = no_records(pool);
-        async { Err(failed) }
+        std::future::ready(Err(no_records(pool)))
     }
     /// Record that `pool`'s rollout of `revision` (its number, template and origin; its start
     /// and end are ignored) begins now, with `labels`; the pool's revisions older than
@@ -440,9 +430,7 @@ pub trait Cluster: Sync {
     /// What the pool's Lease recorded of its suspension and reconcile request when
     /// [`Cluster::nodes`] last read it: the same read, so that observing a node pool costs no
     /// request more for them.
-    fn marks(&self) -> LeaseMarks {
-        LeaseMarks::default()
-    }
+    fn marks(&self) -> LeaseMarks;
     /// The pool's suspension as its Lease records it now: one read.
     fn suspension(
         &self,
@@ -512,12 +500,12 @@ pub trait Cluster: Sync {
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
     /// until they are gone, within `timeout`; the pods' labels and the pool's drain `rules` say
-    /// which to leave, which to wait for, and in which order ([`crate::model::Pod::drain_decision`]).
-    /// Past `timeout`, its `timeoutAction` says whether the drain fails (`Halt`), leaves the
-    /// pods ([`DrainEnd::Abandoned`]) or deletes them and waits until they are gone
-    /// ([`DrainEnd::Forced`]). Every eviction and deletion is made only if `guard` says the
-    /// pool's lock is known to be held. It tells `news` of refused evictions and of its timeout
-    /// action.
+    /// which to leave, which to wait for, and in which order
+    /// ([`crate::model::Pod::drain_decision`]). Past `timeout`, its `timeoutAction` says whether
+    /// the drain fails (`Halt`), leaves the pods ([`DrainEnd::Abandoned`]) or deletes them and
+    /// waits until they are gone ([`DrainEnd::Forced`]). Every eviction and deletion is made only
+    /// if `guard` says the pool's lock is known to be held. It tells `news` of refused evictions
+    /// and of its timeout action.
     fn drain(
         &self,
         node: &str,
@@ -540,10 +528,7 @@ pub trait Cluster: Sync {
         reason: &'static str,
         note: String,
         warning: bool,
-    ) -> impl Future<Output = ()> + Send {
-        let _ = (node, reason, note, warning);
-        async {}
-    }
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// Connecting to the cluster a pool's Nodes live in, as a pool's `node:` section (or its
@@ -597,8 +582,8 @@ pub enum LockError {
 /// lapses unless its holder renews it, so that one left by a killed run blocks others briefly.
 ///
 /// The backends never judge whether a lock expired: that takes comparing this machine's clock
-/// with the holder's. The caller judges it by what it observed ([`crate::rollout::lock`]) and names the
-/// very record it saw stay unchanged for a lease; only that record is taken over.
+/// with the holder's. The caller judges it by what it observed ([`crate::rollout::lock`]) and
+/// names the very record it saw stay unchanged for a lease; only that record is taken over.
 pub trait Locks: Sync {
     /// Take `pool`'s lock as `who` for `lease`: a free one, or the lock that is still exactly
     /// `takeover` (the record the caller saw lapse). Any other lock is [`LockError::Held`],

@@ -21,19 +21,7 @@ pub(super) enum Entry {
 /// An archive holding directory `dir` (mode 0700) and `dir/file` (mode 0600, `content`), both
 /// owned by root, to be extracted in `dir`'s parent.
 pub(super) fn single_file(dir: &str, file: &str, content: &[u8], mtime: u64) -> Result<Vec<u8>, String> {
-    let header = |kind: EntryType, mode: u32, size: usize| {
-        let mut h = Header::new_ustar();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_size(size as u64);
-        h.set_mtime(mtime);
-        h.set_uid(0);
-        h.set_gid(0);
-        // Names that fit a ustar field always do; these two are a few bytes.
-        let _ = h.set_username("root");
-        let _ = h.set_groupname("root");
-        h
-    };
+    let header = |kind: EntryType, mode: u32, size: usize| root_header(kind, mode, size as u64, mtime);
     let mut archive = Builder::new(Vec::with_capacity(4 * 512 + content.len()));
     let failed = |e: std::io::Error| format!("cannot build the archive: {e}");
     archive
@@ -51,21 +39,28 @@ pub(super) fn single_file(dir: &str, file: &str, content: &[u8], mtime: u64) -> 
 pub(super) fn files_at_root(files: &[(&str, &[u8], u32)], mtime: u64) -> Result<Vec<u8>, String> {
     let mut archive = Builder::new(Vec::new());
     for (path, content, mode) in files {
-        let mut h = Header::new_ustar();
-        h.set_entry_type(EntryType::Regular);
-        h.set_mode(*mode);
-        h.set_size(content.len() as u64);
-        h.set_mtime(mtime);
-        h.set_uid(0);
-        h.set_gid(0);
-        let _ = h.set_username("root");
-        let _ = h.set_groupname("root");
+        let mut h = root_header(EntryType::Regular, *mode, content.len() as u64, mtime);
         // `append_data` writes a long name in a GNU record of its own.
         archive
             .append_data(&mut h, path.trim_start_matches('/'), *content)
             .map_err(|e| format!("cannot archive {path}: {e}"))?;
     }
     archive.into_inner().map_err(|e| format!("cannot build the archive: {e}"))
+}
+
+/// The header of an entry owned by root.
+fn root_header(kind: EntryType, mode: u32, size: u64, mtime: u64) -> Header {
+    let mut h = Header::new_ustar();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_mtime(mtime);
+    h.set_uid(0);
+    h.set_gid(0);
+    // Names that fit a ustar field always do; these two are a few bytes.
+    let _ = h.set_username("root");
+    let _ = h.set_groupname("root");
+    h
 }
 
 /// The first file or symbolic link of `archive`.

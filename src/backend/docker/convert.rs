@@ -83,7 +83,7 @@ fn cluster_id_from_labels(labels: &HashMap<String, String>) -> Option<ClusterIde
 
 /// Reads the health out of the list's status text ("Up 3 seconds (healthy)"): API 1.41 has no
 /// health field in the list, and an inspect per container would make observation O(n).
-pub fn health_from_status(status: &str) -> Health {
+fn health_from_status(status: &str) -> Health {
     if status.contains("(healthy)") {
         Health::Healthy
     } else if status.contains("(unhealthy)") {

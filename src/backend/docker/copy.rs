@@ -117,13 +117,12 @@ pub async fn resolve_copies_leniently(
 async fn resolve_pool(pool: &mut DesiredPool, docker: &Endpoints<DockerBackend>) -> Result<(), CopyError> {
     let backend = docker.of_pool_backend(pool.name());
     if let Some(copy) = pool.pool.spec.template.copy_from.clone() {
-        let copied = backend.copied_template(&copy.container).await.map_err(|e| match e {
+        let (template, id) = backend.copied_template(&copy.container).await.map_err(|e| match e {
             Copied::Source(why) => CopyError::Source { pool: pool.name().to_owned(), why },
             Copied::Docker(source) => {
                 CopyError::Docker { pool: pool.name().to_owned(), container: copy.container.clone(), source }
             }
         })?;
-        let (template, id) = copied;
         pool.pool.spec.template = spec::merge(&pool.pool.spec.template, &template);
         pool.template_hash = spec::template_hash(&pool.pool.spec);
         pool.copied_from = Some(CopiedFrom { container: copy.container, id });

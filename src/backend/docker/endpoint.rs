@@ -120,10 +120,8 @@ pub fn current(env: &DockerEnv) -> Result<Endpoint, EndpointError> {
     if let Some(name) = &env.docker_context {
         return context(name, env);
     }
-    match current_context(&env.config_dir)? {
-        Some(name) => context(&name, env),
-        None => context(DEFAULT_CONTEXT, env),
-    }
+    let name = current_context(&env.config_dir)?;
+    context(name.as_deref().unwrap_or(DEFAULT_CONTEXT), env)
 }
 
 /// `currentContext` of the config file, if it names one; a missing file names none.

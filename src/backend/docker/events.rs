@@ -48,10 +48,9 @@ pub async fn container_events(
     scope: String,
     actions: &'static [&'static str],
     tx: mpsc::Sender<ContainerNews>,
-    since: SystemTime,
+    mut since: SystemTime,
 ) {
     let mut failures = 0;
-    let mut since = since;
     loop {
         let subscribed = subscribe(&endpoint, &scope, actions, &tx, since).await;
         since = SystemTime::now();
@@ -95,8 +94,7 @@ async fn subscribe(
     // Watch follows reconcile requests too (`poolctl reconcile`): the create of a request
     // record. A volume's event carries no labels, so its name says whose request it is; a
     // record's create is never drift, and a container's create is not followed at all.
-    let requests = ["volume".to_owned()];
-    let requests = options(vec![("type", requests.to_vec()), ("event", vec!["create".to_owned()])]);
+    let requests = options(vec![("type", vec!["volume".to_owned()]), ("event", vec!["create".to_owned()])]);
     let requests = if actions == DRIFT_EVENTS {
         docker.client().events(Some(requests)).boxed()
     } else {

@@ -16,7 +16,7 @@ use crate::backend::BackendError;
 use crate::model::{REVISION_HISTORY_LIMIT, Revision, RevisionEnd, RolloutResult, labels};
 
 /// The name of revision `number` of `pool`.
-pub fn revision_record_name(pool: &str, number: u64) -> String {
+fn revision_record_name(pool: &str, number: u64) -> String {
     format!("poolctl-rev-{pool}-{number}")
 }
 
@@ -115,11 +115,7 @@ impl DockerBackend {
             (labels::COMMIT, &revision.commit),
             (labels::ROLLED_BACK_FROM, &revision.rolled_back_from),
         ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                labels.insert(key.to_owned(), value.clone());
-            }
-        }
+        labels.extend(optional.into_iter().filter_map(|(key, value)| Some((key.to_owned(), value.clone()?))));
         let doing = format!("record revision {number} of pool {pool}");
         let made = self.create_record(&name, labels, &doing).await?;
         let same = made.labels.get(labels::REVISION) == Some(&number)
@@ -164,8 +160,7 @@ impl DockerBackend {
 
     /// The revisions of `pool` the last list showed.
     fn history_of(&self, pool: &str) -> Vec<Revision> {
-        let history = self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        history.get(pool).cloned().unwrap_or_default()
+        self.listed().history.get(pool).cloned().unwrap_or_default()
     }
 
     /// Remove these revisions of `pool`, each with its end. Best effort: a revision left

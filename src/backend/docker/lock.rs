@@ -10,13 +10,13 @@
 //! this holder's own lock, and always writes a later value than the one before, so that every
 //! renewal changes what a standby reads. The lease the holder renews for is a label too.
 //!
-//! A lock is taken over only when the caller names the record it saw unchanged for a lease
-//! (see [`crate::rollout::lock`]): the container is inspected again, and removed by its ID only if it is
-//! still that record (same ID, same expiry), then the name is taken like a free one. Docker has
-//! no conditional remove, so a renewal could in principle land between that inspect and the
-//! remove; it would be one its holder cannot count on, since the holder gives a lock up at its
-//! renew deadline (4/5 of the lease after the start of its last successful renewal), and this
-//! record had already stood unchanged for a whole lease by then.
+//! A lock is taken over only when the caller names the record it saw unchanged for a lease (see
+//! [`crate::rollout::lock`]): the container is inspected again, and removed by its ID only if it is
+//! still that record (same ID, same expiry), then the name is taken like a free one. Docker has no
+//! conditional remove, so a renewal could in principle land between that inspect and the remove; it
+//! would be one its holder cannot count on, since the holder gives a lock up at its renew deadline
+//! (4/5 of the lease after the start of its last successful renewal), and this record had already
+//! stood unchanged for a whole lease by then.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -37,7 +37,7 @@ use crate::model::{LockHolder, labels, timestamp};
 const ATTEMPTS: usize = 10;
 
 /// The name of `pool`'s lock container.
-pub fn lock_name(pool: &str) -> String {
+fn lock_name(pool: &str) -> String {
     format!("poolctl-lock-{pool}")
 }
 

@@ -42,15 +42,12 @@ mod suspend;
 mod up;
 
 use convert::container_from_summary;
-pub use convert::health_from_status;
 pub use copy::{CopyError, resolve_copies, resolve_copies_leniently};
 pub use create::create_body;
 pub use endpoint::{DockerEnv, Endpoint, EndpointError};
 pub use events::{ContainerNews, DRIFT_EVENTS, container_events};
-pub use history::revision_record_name;
-pub use lock::lock_name;
 pub use suspend::{promotion_record_name, request_record_name, suspension_record_name};
-pub use up::{rollout_record_name, up_record_name, updated_record_name};
+pub use up::updated_record_name;
 
 /// Where bollard (and the docker CLI) look when `DOCKER_HOST` is not set.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -102,6 +99,20 @@ impl Default for Timeouts {
 /// `xargs -P8` and keeps 30 pools of 2 at about half the docker CLI's time (BENCHMARKS.md).
 pub const MAX_CALLS_IN_FLIGHT: usize = 32;
 
+/// The records the last list showed beside the containers, by pool (see
+/// [`Containers::rollouts`], [`Containers::history`], [`Containers::suspensions`],
+/// [`Containers::requests`], [`Containers::promotions`]).
+#[derive(Debug, Default)]
+struct Listed {
+    rollouts: BTreeMap<String, RolloutRecord>,
+    history: BTreeMap<String, Vec<Revision>>,
+    suspensions: BTreeMap<String, Suspension>,
+    requests: BTreeSet<String>,
+    promotions: BTreeMap<String, Promotion>,
+    /// The records kept as containers, by an earlier poolctl: removed with what they record.
+    legacy: HashSet<String>,
+}
+
 /// A connection to one Docker daemon.
 #[derive(Debug)]
 pub struct DockerBackend {
@@ -117,19 +128,7 @@ pub struct DockerBackend {
     ours: std::sync::Mutex<HashMap<String, String>>,
     calls: AtomicU64,
     timeouts: Timeouts,
-    /// The rollout records the last list showed, by pool (see [`Containers::rollouts`]).
-    rollouts: std::sync::Mutex<BTreeMap<String, RolloutRecord>>,
-    /// The rollout history the last list showed, by pool (see [`Containers::history`]).
-    history: std::sync::Mutex<BTreeMap<String, Vec<Revision>>>,
-    /// The suspensions and the reconcile requests the last list showed, by pool (see
-    /// [`Containers::suspensions`], [`Containers::requests`]).
-    suspensions: std::sync::Mutex<BTreeMap<String, Suspension>>,
-    requests: std::sync::Mutex<BTreeSet<String>>,
-    /// The promotions the last list showed, by pool (see [`Containers::promotions`]).
-    promotions: std::sync::Mutex<BTreeMap<String, Promotion>>,
-    /// The records the last list showed kept as containers, by an earlier poolctl: removed
-    /// with what they record.
-    legacy_records: std::sync::Mutex<HashSet<String>>,
+    listed: std::sync::Mutex<Listed>,
     /// One permit per request in flight (see [`MAX_CALLS_IN_FLIGHT`]).
     slots: tokio::sync::Semaphore,
 }
@@ -157,12 +156,7 @@ impl DockerBackend {
             ours: std::sync::Mutex::default(),
             calls: AtomicU64::new(1),
             timeouts,
-            rollouts: std::sync::Mutex::default(),
-            history: std::sync::Mutex::default(),
-            suspensions: std::sync::Mutex::default(),
-            requests: std::sync::Mutex::default(),
-            promotions: std::sync::Mutex::default(),
-            legacy_records: std::sync::Mutex::default(),
+            listed: std::sync::Mutex::default(),
             slots: tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT),
         })
     }
@@ -170,11 +164,6 @@ impl DockerBackend {
     /// How many requests this backend has sent to the daemon (the version negotiation included).
     pub fn api_calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
-    }
-
-    /// The endpoint in use, as messages name it (`context remote (tcp://...)`).
-    pub fn host(&self) -> &str {
-        &self.host
     }
 
     /// The bollard client, for callers (tests, the simulated kubelet) that need more than the
@@ -202,11 +191,9 @@ impl DockerBackend {
     /// daemon's own refusals keep its message, prefixed with what was being done.
     fn error(&self, doing: &str, e: DockerError) -> BackendError {
         match e {
-            DockerError::DockerResponseServerError { message, .. } => {
+            DockerError::DockerResponseServerError { message, .. }
+            | DockerError::DockerStreamError { error: message } => {
                 BackendError::Failed(format!("{doing}: {}", one_line(&message)))
-            }
-            DockerError::DockerStreamError { error } => {
-                BackendError::Failed(format!("{doing}: {}", one_line(&error)))
             }
             DockerError::HyperLegacyError { .. }
             | DockerError::IOError { .. }
@@ -231,6 +218,10 @@ impl DockerBackend {
 
     fn ours(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
         self.ours.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn listed(&self) -> std::sync::MutexGuard<'_, Listed> {
+        self.listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The ID of poolctl's container `name`, to stop or remove it by: the one the last list or
@@ -287,17 +278,15 @@ impl DockerBackend {
         };
         match state.status {
             Some(ContainerStateStatusEnum::RUNNING) => {
-                let health = state.health.as_ref().and_then(|h| h.status);
-                match health {
+                let health = state.health.as_ref();
+                match health.and_then(|h| h.status) {
                     None
                     | Some(HealthStatusEnum::NONE | HealthStatusEnum::EMPTY | HealthStatusEnum::HEALTHY) => {
                         Judgement::Up
                     }
                     Some(HealthStatusEnum::STARTING) => Judgement::Waiting("health: starting".to_owned()),
                     Some(HealthStatusEnum::UNHEALTHY) => {
-                        let last = state
-                            .health
-                            .as_ref()
+                        let last = health
                             .and_then(|h| h.log.as_ref())
                             .and_then(|log| log.last())
                             .and_then(|r| r.output.as_deref())
@@ -505,9 +494,8 @@ impl Containers for DockerBackend {
         let summaries = summaries.map_err(|e| self.error("list containers", e))?;
         let volumes = volumes.map_err(|e| self.error("list volumes", e))?;
         let mut records = HashMap::new();
-        let mut rollouts = BTreeMap::new();
+        let mut listed = Listed::default();
         let mut history = Vec::new();
-        let mut legacy = HashSet::new();
         let mut containers = Vec::with_capacity(summaries.len());
         for summary in summaries {
             let name =
@@ -520,31 +508,29 @@ impl Containers for DockerBackend {
             } else if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 // Records kept as containers by an earlier poolctl: read, and removed with what
                 // they record.
-                legacy.insert(up::up_record_name(&instance));
+                listed.legacy.insert(up::up_record_name(&instance));
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
-                legacy.insert(up::rollout_record_name(&pool));
-                rollouts.insert(pool, record);
+                listed.legacy.insert(up::rollout_record_name(&pool));
+                listed.rollouts.insert(pool, record);
             } else {
                 containers.extend(container_from_summary(summary));
             }
         }
         let mut progressed = Vec::new();
         let mut updated = HashMap::new();
-        let (mut suspensions, mut requests, mut promotions) =
-            (BTreeMap::new(), BTreeSet::new(), BTreeMap::new());
         for volume in volumes.volumes.iter().flatten() {
             let (name, labels, created) = (&volume.name, &volume.labels, up::volume_created(volume));
             if let Some((pool, suspension)) = suspend::suspension_from(name, labels, created) {
-                suspensions.insert(pool, suspension);
+                listed.suspensions.insert(pool, suspension);
             } else if let Some(pool) = suspend::request_of(name, labels) {
-                requests.insert(pool);
+                listed.requests.insert(pool);
             } else if let Some((pool, promotion)) = suspend::promotion_from(name, labels, created) {
-                promotions.insert(pool, promotion);
+                listed.promotions.insert(pool, promotion);
             } else if let Some((instance, record)) = up::up_record_from(name, labels, created) {
                 records.insert(instance, record);
             } else if let Some((pool, record)) = up::rollout_record_from(name, labels, created) {
-                rollouts.insert(pool, record);
+                listed.rollouts.insert(pool, record);
             } else if let Some((instance, record)) = up::updated_record_from(name, labels) {
                 updated.insert(instance, record);
             } else if let Some(pool) = up::progress_record_of(name, labels) {
@@ -554,16 +540,12 @@ impl Containers for DockerBackend {
             }
         }
         for (pool, at) in progressed {
-            if let Some(record) = rollouts.get_mut(&pool) {
+            if let Some(record) = listed.rollouts.get_mut(&pool) {
                 record.progressed = Some(at);
             }
         }
-        *self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = history::assemble(history);
-        *self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = legacy;
-        *self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rollouts;
-        *self.suspensions.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = suspensions;
-        *self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = requests;
-        *self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = promotions;
+        listed.history = history::assemble(history);
+        *self.listed() = listed;
         up::join_up_records(&mut containers, &records);
         up::join_updated_records(&mut containers, &updated);
         for c in &mut containers {
@@ -850,7 +832,7 @@ impl Containers for DockerBackend {
     }
 
     fn rollouts(&self) -> BTreeMap<String, RolloutRecord> {
-        self.rollouts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.listed().rollouts.clone()
     }
 
     async fn record_rollout(
@@ -864,11 +846,11 @@ impl Containers for DockerBackend {
     }
 
     fn suspensions(&self) -> BTreeMap<String, Suspension> {
-        self.suspensions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.listed().suspensions.clone()
     }
 
     fn requests(&self) -> BTreeSet<String> {
-        self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.listed().requests.clone()
     }
 
     async fn suspend(&self, pool: &str, by: &str, reason: Option<&str>) -> Result<Suspension, BackendError> {
@@ -888,7 +870,7 @@ impl Containers for DockerBackend {
     }
 
     fn promotions(&self) -> BTreeMap<String, Promotion> {
-        self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.listed().promotions.clone()
     }
 
     async fn promote(&self, pool: &str, template_hash: &str, by: &str) -> Result<Promotion, BackendError> {
@@ -900,7 +882,7 @@ impl Containers for DockerBackend {
     }
 
     fn history(&self) -> BTreeMap<String, Vec<Revision>> {
-        self.history.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.listed().history.clone()
     }
 
     async fn record_revision(
@@ -974,7 +956,7 @@ pub fn resolve_endpoints(
 ) -> Result<(Vec<Endpoint>, BTreeMap<String, usize>), EndpointsError> {
     let mut endpoints: Vec<Endpoint> = Vec::new();
     let mut pools = BTreeMap::new();
-    let mut current = None;
+    let mut current: Option<Endpoint> = None;
     let mut add = |endpoint: Endpoint| {
         endpoints.iter().position(|e| e.host == endpoint.host).unwrap_or_else(|| {
             endpoints.push(endpoint);
@@ -983,14 +965,11 @@ pub fn resolve_endpoints(
     };
     for pool in &desired.pools {
         let resolve_error = |source| EndpointsError::Resolve { pools: vec![pool.name().to_owned()], source };
-        let endpoint = if let Some(spec) = &pool.pool.spec.docker {
-            endpoint::resolve(Some(spec), env).map_err(resolve_error)?
-        } else {
+        let endpoint = match (&pool.pool.spec.docker, &current) {
+            (Some(spec), _) => endpoint::resolve(Some(spec), env).map_err(resolve_error)?,
             // Resolved once: every pool without `docker:` is on the same endpoint.
-            if current.is_none() {
-                current = Some(endpoint::current(env).map_err(resolve_error)?);
-            }
-            current.clone().expect("resolved above")
+            (None, Some(current)) => current.clone(),
+            (None, None) => current.insert(endpoint::current(env).map_err(resolve_error)?).clone(),
         };
         pools.insert(pool.name().to_owned(), add(endpoint));
     }
@@ -1011,13 +990,11 @@ pub async fn connect_endpoints(
     let (endpoints, pools) = resolve_endpoints(desired, env)?;
     let mut places = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
-        match DockerBackend::connect(endpoint, Timeouts::default()).await {
-            Ok(backend) => places.push((endpoint.name.clone(), backend)),
-            Err(source) => {
-                let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();
-                return Err(EndpointsError::Connect { pools, source });
-            }
-        }
+        let backend = DockerBackend::connect(endpoint, Timeouts::default()).await.map_err(|source| {
+            let pools = pools.iter().filter(|(_, at)| **at == i).map(|(p, _)| p.clone()).collect();
+            EndpointsError::Connect { pools, source }
+        })?;
+        places.push((endpoint.name.clone(), backend));
     }
     // A daemon a pool moved away from is reached by its address alone, as its Nodes record it.
     let connect: crate::backend::endpoints::Connector<DockerBackend> = Arc::new(|host: String| {

@@ -85,9 +85,7 @@ impl DockerBackend {
             (labels::SUSPENDED.to_owned(), pool.to_owned()),
             (labels::SUSPENDED_BY.to_owned(), by.to_owned()),
         ]);
-        if let Some(reason) = reason {
-            labels.insert(labels::SUSPEND_REASON.to_owned(), reason.to_owned());
-        }
+        labels.extend(reason.map(|r| (labels::SUSPEND_REASON.to_owned(), r.to_owned())));
         let volume = self.create_record(&name, labels, &format!("suspend pool {pool}")).await?;
         let created = super::up::volume_created(&volume);
         suspension_from(&volume.name, &volume.labels, created).map(|(_, s)| s).ok_or_else(|| {
@@ -105,8 +103,7 @@ impl DockerBackend {
         by: &str,
     ) -> Result<Promotion, BackendError> {
         let name = promotion_record_name(pool);
-        let standing =
-            self.promotions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pool).cloned();
+        let standing = self.listed().promotions.get(pool).cloned();
         if standing.is_some_and(|p| p.template_hash != template_hash) {
             self.remove_volume(&name).await?;
         }

@@ -26,7 +26,7 @@ use crate::backend::BackendError;
 use crate::model::{Container, ContainerState, Health, RolloutRecord, labels};
 
 /// The name of the rollout record of `pool`.
-pub fn rollout_record_name(pool: &str) -> String {
+pub(super) fn rollout_record_name(pool: &str) -> String {
     format!("poolctl-rollout-{pool}")
 }
 
@@ -61,7 +61,7 @@ pub(super) fn volume_created(volume: &Volume) -> i64 {
 }
 
 /// The name of the up record of `instance`.
-pub fn up_record_name(instance: &str) -> String {
+pub(super) fn up_record_name(instance: &str) -> String {
     format!("poolctl-up-{instance}")
 }
 
@@ -146,13 +146,8 @@ pub(super) fn needs_since(c: &Container) -> bool {
 /// Docker's restart backoff: 100ms, doubling after each restart, at most a minute (its restart
 /// manager resets it once a run lasted 10s).
 fn restart_backoff_secs(restarts: i64) -> i64 {
-    let mut total_ms: i64 = 0;
-    let mut step: i64 = 100;
-    for _ in 0..restarts.clamp(0, 1000) {
-        total_ms += step;
-        step = (step * 2).min(60_000);
-    }
-    total_ms / 1000
+    let waits_ms = (0..restarts.clamp(0, 1000)).map(|n| (100_i64 << n.min(10)).min(60_000));
+    waits_ms.sum::<i64>() / 1000
 }
 
 /// Since when the inspected container has not been serving, from Docker's own records: for a
@@ -179,14 +174,14 @@ pub(super) fn since(inspect: &ContainerInspectResponse) -> Option<i64> {
     }
 }
 
-/// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
-/// (`0001-01-01T00:00:00Z`) is no time.
 /// An RFC 3339 time (`...T10:00:00.123456789Z`) in nanoseconds since the Unix epoch; 0 for one
 /// that does not read.
 pub(super) fn nanos_since_epoch(text: &str) -> i128 {
     text.parse::<Timestamp>().map_or(0, Timestamp::as_nanosecond)
 }
 
+/// An RFC 3339 time as Docker writes it, in seconds since the Unix epoch; Docker's zero time
+/// (`0001-01-01T00:00:00Z`) is no time.
 pub(super) fn time(text: Option<&str>) -> Option<i64> {
     let at: Timestamp = text?.parse().ok()?;
     let secs = at.as_second();
@@ -262,9 +257,7 @@ impl DockerBackend {
         self.remove_legacy(&name).await?;
         let mut labels: HashMap<String, String> = record_labels.clone().into_iter().collect();
         labels.insert(labels::ROLLOUT_OF.to_owned(), template_hash.to_owned());
-        if let Some(from) = rolled_back_from {
-            labels.insert(labels::ROLLED_BACK_FROM.to_owned(), from.to_owned());
-        }
+        labels.extend(rolled_back_from.map(|from| (labels::ROLLED_BACK_FROM.to_owned(), from.to_owned())));
         self.create_record(&name, labels, &format!("record the rollout of pool {pool}")).await.map(drop)
     }
 
@@ -323,8 +316,7 @@ impl DockerBackend {
     /// Remove the record `name` that an earlier poolctl kept as a container, if the last list
     /// showed one: no call otherwise.
     async fn remove_legacy(&self, name: &str) -> Result<(), BackendError> {
-        let seen = self.legacy_records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
-        if !seen {
+        if !self.listed().legacy.remove(name) {
             return Ok(());
         }
         let options = RemoveContainerOptions { v: true, force: true, link: false };

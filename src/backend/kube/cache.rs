@@ -101,11 +101,8 @@ struct CacheState<K> {
 }
 
 fn key_of<K: Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.meta().namespace.as_deref().unwrap_or(""),
-        object.meta().name.as_deref().unwrap_or("")
-    )
+    let meta = object.meta();
+    format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), meta.name.as_deref().unwrap_or(""))
 }
 
 /// What the cache can list and watch: Nodes, pods, budgets.
@@ -118,14 +115,9 @@ impl<K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + S
 
 /// A list by `(labels, fields)` selectors; an empty one is left out of the request.
 fn list_params((labels, fields): (&str, &str)) -> ListParams {
-    let mut params = ListParams::default();
-    if !labels.is_empty() {
-        params = params.labels(labels);
-    }
-    if !fields.is_empty() {
-        params = params.fields(fields);
-    }
-    params
+    let params = ListParams::default();
+    let params = if labels.is_empty() { params } else { params.labels(labels) };
+    if fields.is_empty() { params } else { params.fields(fields) }
 }
 
 impl KubeCluster {

@@ -27,30 +27,24 @@ pub(super) fn node_from(n: &K8sNode) -> Node {
         })
         .collect();
     let ready = conditions.iter().any(|c| c.kind == "Ready" && c.status == "True");
+    let annotations = n.metadata.annotations.as_ref();
     Node {
         name: n.metadata.name.clone().unwrap_or_default(),
         pool: n.metadata.labels.as_ref().and_then(|l| l.get(labels::POOL).cloned()),
         ready,
         unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        cordoned_by_poolctl: n
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(labels::RETIRING)),
+        cordoned_by_poolctl: annotations.is_some_and(|a| a.contains_key(labels::RETIRING)),
         config: NodeConfig {
             labels: n.metadata.labels.clone().unwrap_or_default(),
             taints: n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(taint_from).collect(),
-            managed: n
-                .metadata
-                .annotations
-                .as_ref()
+            managed: annotations
                 .and_then(|a| a.get(labels::MANAGED))
                 .map(|m| m.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect())
                 .unwrap_or_default(),
         },
         conditions,
-        retirement: retirement_marks(n.metadata.annotations.as_ref()),
-        reference: reference_from(n.metadata.annotations.as_ref()),
+        retirement: retirement_marks(annotations),
+        reference: reference_from(annotations),
     }
 }
 
@@ -91,7 +85,7 @@ pub(super) fn daemon_set_of(p: &K8sPod) -> Option<(String, String)> {
     (owner.kind == "DaemonSet").then(|| (namespace_of(p), owner.name.clone()))
 }
 
-fn namespace_of(p: &K8sPod) -> String {
+pub(super) fn namespace_of(p: &K8sPod) -> String {
     p.metadata.namespace.clone().unwrap_or_else(|| "default".into())
 }
 
@@ -105,6 +99,7 @@ pub(super) fn pod_from(p: &K8sPod, daemon_sets: &DaemonSets) -> Option<Pod> {
         .as_ref()
         .and_then(|os| os.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()));
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    let annotations = p.metadata.annotations.as_ref();
     Some(Pod {
         namespace: namespace_of(p),
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -112,18 +107,11 @@ pub(super) fn pod_from(p: &K8sPod, daemon_sets: &DaemonSets) -> Option<Pod> {
         node: spec.node_name.clone().unwrap_or_default(),
         labels: p.metadata.labels.clone().unwrap_or_default(),
         owner_kind,
-        mirror: p
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
+        mirror: annotations.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
         finished: matches!(phase, "Succeeded" | "Failed"),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
         orphaned: daemon_set_of(p).is_some_and(|ds| !daemon_sets.contains(&ds)),
-        do_not_disrupt: p
-            .metadata
-            .annotations
-            .as_ref()
+        do_not_disrupt: annotations
             .and_then(|a| a.get("karpenter.sh/do-not-disrupt"))
             .is_some_and(|v| v == "true"),
     })

@@ -123,10 +123,7 @@ impl Left<'_> {
 }
 
 impl KubeCluster {
-    /// Evict every pod that `kubectl drain` would, respecting PodDisruptionBudgets, and wait
-    /// until they are gone, within `timeout`; each eviction only while `guard` says the pool's
-    /// lock is known to be held. Past `timeout`, `drain.timeout_action` says what becomes of the
-    /// pods left.
+    /// [`crate::backend::Cluster::drain`].
     pub(super) async fn drain_node(
         &self,
         node: &str,
@@ -269,7 +266,7 @@ impl KubeCluster {
         left: &Left<'_>,
         guard: &LockGuard,
     ) -> Result<(), Failure> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = super::convert::namespace_of(pod);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
         let id = format!("pod {ns}/{name}");

@@ -60,14 +60,11 @@ pub(super) fn retry_first_contact(e: &kube::Error) -> bool {
 /// problem in words for a failed handshake, else the cause chain without its repetitions.
 pub(super) fn reason(e: &kube::Error) -> String {
     if let kube::Error::Api(s) = e {
-        return if s.code == 401 {
-            format!(
-                "the server refused the kubeconfig's credentials: {} ({} {})",
-                s.message, s.code, s.reason
-            )
-        } else {
-            format!("{} ({} {})", s.message, s.code, s.reason)
-        };
+        let said = format!("{} ({} {})", s.message, s.code, s.reason);
+        if s.code == 401 {
+            return format!("the server refused the kubeconfig's credentials: {said}");
+        }
+        return said;
     }
     if let Some(tls) = tls_error(e) {
         return format!("TLS: {} ({tls})", tls_words(tls));

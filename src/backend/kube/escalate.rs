@@ -98,7 +98,8 @@ impl KubeCluster {
         );
         let grace = drain.pod_grace_period.map(|g| g.get().as_secs());
         let deleted = join_all(pods.iter().map(|pod| self.delete_pod(pod, grace, guard))).await;
-        let failures: Vec<&String> = deleted.iter().filter_map(|r| r.as_ref().err()).collect();
+        let failures: Vec<&str> =
+            deleted.iter().filter_map(|r| r.as_ref().err()).map(String::as_str).collect();
         if deleted.iter().any(Result::is_ok) {
             let said = format!(
                 "drainTimeout ({after}) passed with {} left; deleting {} whatever their PodDisruptionBudgets, \
@@ -109,7 +110,6 @@ impl KubeCluster {
             (leftover.news)("DrainForced", said);
         }
         if !failures.is_empty() {
-            let failures: Vec<&str> = failures.iter().map(|s| s.as_str()).collect();
             return Err(BackendError::Failed(format!(
                 "drain of {node}, past drainTimeout ({after}) with timeoutAction Force: {}",
                 failures.join("; ")
@@ -156,7 +156,7 @@ impl KubeCluster {
     /// so that a replacement of the same name is never deleted by mistake; only while `guard`
     /// says the pool's lock is known to be held. A pod gone already is no failure.
     async fn delete_pod(&self, pod: &K8sPod, grace: Option<u64>, guard: &LockGuard) -> Result<(), String> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = super::convert::namespace_of(pod);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &ns);
         let params = DeleteParams {

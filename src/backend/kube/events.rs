@@ -80,10 +80,7 @@ impl KubeCluster {
     /// Publish an Event about Node `node` or, without one, about the pool's rollout (on its
     /// Lease).
     pub(super) async fn publish(&self, node: Option<&str>, why: &str, text: String, warning: bool) {
-        let regarding = match node {
-            Some(node) => node_ref(node),
-            None => lease_ref(&self.pool),
-        };
+        let regarding = node.map_or_else(|| lease_ref(&self.pool), node_ref);
         let teller = &self.teller;
         if teller.off.load(Ordering::Relaxed) {
             return;

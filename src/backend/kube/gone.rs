@@ -154,9 +154,8 @@ impl Departures {
 
     /// Of the awaited `pods`, those that are waited for to complete rather than evicted.
     pub(super) fn completing<'a>(mut self, pods: impl IntoIterator<Item = &'a K8sPod>) -> Self {
-        let pods: Vec<&K8sPod> = pods.into_iter().collect();
-        self.completing.extend(pods.iter().map(|p| key_of(p)));
         for pod in pods {
+            self.completing.insert(key_of(pod));
             self.seen(pod);
         }
         self
@@ -316,10 +315,7 @@ impl Departures {
 }
 
 fn key_of(pod: &K8sPod) -> Key {
-    (
-        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
+    (super::convert::namespace_of(pod), pod.metadata.name.clone().unwrap_or_default())
 }
 
 /// How a watch of the Node's pods ended.

@@ -2,9 +2,9 @@
 //! kept, with its watch-backed lists, for as long as the kubeconfig says the same thing.
 //!
 //! Every reconcile still reads the kubeconfig (a local file; in a Pod, its service account) and
-//! the cluster's identity (one GET of the `kube-system` Namespace), so that a `kubectl config use-context` or a cluster rebuilt
-//! behind the same URL is noticed exactly as by a one-shot `apply`; only the client, its
-//! connections and its lists are reused.
+//! the cluster's identity (one GET of the `kube-system` Namespace), so that a `kubectl config
+//! use-context` or a cluster rebuilt behind the same URL is noticed exactly as by a one-shot
+//! `apply`; only the client, its connections and its lists are reused.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

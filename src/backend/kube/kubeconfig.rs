@@ -25,8 +25,7 @@ pub(super) fn load(path: Option<&str>) -> Result<Kubeconfig, BackendError> {
         return read(&expand_home(path))
             .map_err(|why| failed(format!("the kubeconfig cannot be read: {why}")));
     }
-    let listed = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
-    let Some(listed) = listed else {
+    let Some(listed) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
         let home = home_dir().unwrap_or_default();
         let path = home.join(".kube").join("config");
         return read(&path)

@@ -134,17 +134,6 @@ impl KubeCluster {
         }
     }
 
-    /// The instances the pool's Lease records as joining, while the lock is still `held` (one
-    /// read of the Lease for both).
-    pub(super) async fn joining_names_if_held(
-        &self,
-        held: &LockRecord,
-    ) -> Result<Option<Vec<String>>, BackendError> {
-        let lease = self.get_lease(&self.pool).await?;
-        let ours = lease.as_ref().and_then(record_from).is_some_and(|r| r.holder.is(&held.holder));
-        Ok(lease.filter(|_| ours).map(|l| joining_of(&l, &self.pool)))
-    }
-
     /// The instances the pool's Lease records as joining: only names of the shape poolctl gives
     /// the pool's instances, so that a hand-edited annotation cannot have a plan look up (or
     /// delete) any other Node. The same read notes the pool's suspension and reconcile request
@@ -154,20 +143,6 @@ impl KubeCluster {
         let marks = lease.as_ref().map(super::marks::marks_of).unwrap_or_default();
         *self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = marks;
         Ok(lease.as_ref().map(|l| joining_of(l, &self.pool)).unwrap_or_default())
-    }
-
-    pub(super) async fn note_joining_name(&self, name: &str) -> Result<(), BackendError> {
-        let now = crate::model::timestamp(SystemTime::now());
-        let annotations = Map::from_iter([(joining_key(name), Value::String(now))]);
-        self.annotate_lease(&self.pool, annotations).await
-    }
-
-    pub(super) async fn forget_joining_names(&self, names: &[String]) -> Result<(), BackendError> {
-        if names.is_empty() {
-            return Ok(());
-        }
-        let annotations = names.iter().map(|n| (joining_key(n), Value::Null)).collect();
-        self.annotate_lease(&self.pool, annotations).await
     }
 }
 
@@ -183,12 +158,12 @@ pub(super) fn unheld(pool: &str, annotations: BTreeMap<String, String>) -> Lease
     Lease { metadata, spec: Some(LeaseSpec::default()) }
 }
 
-fn joining_key(name: &str) -> String {
+pub(super) fn joining_key(name: &str) -> String {
     format!("{}{name}", labels::JOINING_PREFIX)
 }
 
 /// The names of `pool`'s instances a Lease records as joining.
-fn joining_of(lease: &Lease, pool: &str) -> Vec<String> {
+pub(super) fn joining_of(lease: &Lease, pool: &str) -> Vec<String> {
     let annotations = lease.metadata.annotations.iter().flatten();
     let names = annotations.filter_map(|(k, _)| k.strip_prefix(labels::JOINING_PREFIX));
     names.filter(|n| is_instance_name(pool, n)).map(str::to_owned).collect()
@@ -327,7 +302,7 @@ impl Locks for KubeCluster {
 }
 
 /// The lock a Lease records; `None` when it has no holder (released the client-go way).
-fn record_from(lease: &Lease) -> Option<LockRecord> {
+pub(super) fn record_from(lease: &Lease) -> Option<LockRecord> {
     let spec = lease.spec.as_ref()?;
     let who = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
     let time = |t: Option<&MicroTime>| t.map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0));

@@ -98,9 +98,7 @@ impl KubeCluster {
                 (labels::SUSPENDED_BY.to_owned(), by.to_owned()),
                 (labels::SUSPENDED_AT.to_owned(), at.to_string()),
             ]);
-            if let Some(reason) = reason {
-                annotations.insert(labels::SUSPEND_REASON.to_owned(), reason.to_owned());
-            }
+            annotations.extend(reason.map(|r| (labels::SUSPEND_REASON.to_owned(), r.to_owned())));
             let written = match current {
                 None => self.write_lease(&unheld(&self.pool, annotations), deadline).await?,
                 Some(lease) => {
@@ -118,18 +116,6 @@ impl KubeCluster {
             }
         }
         Err(BackendError::Failed(format!("suspend pool {}: its Lease keeps changing", self.pool)))
-    }
-
-    pub(super) async fn resume_on_lease(&self) -> Result<(), BackendError> {
-        let keys = [labels::SUSPENDED_BY, labels::SUSPENDED_AT, labels::SUSPEND_REASON];
-        self.annotate_lease(&self.pool, keys.iter().map(|k| ((*k).to_owned(), Value::Null)).collect()).await
-    }
-
-    /// A request is told from the next by its value: this process's time, to the nanosecond.
-    pub(super) async fn request_on_lease(&self) -> Result<(), BackendError> {
-        let at = Value::String(Timestamp::now().to_string());
-        self.annotate_lease(&self.pool, Map::from_iter([(labels::RECONCILE_REQUESTED_AT.to_owned(), at)]))
-            .await
     }
 
     pub(super) async fn consume_on_lease(&self) -> Result<(), BackendError> {
@@ -168,15 +154,14 @@ impl KubeCluster {
         };
         let api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
         let mut follower = Follower { pool: self.pool.clone(), seen: None, tx };
-        let mut failures = 0;
+        let mut backoff = retry::Backoff::new(Duration::from_secs(1), MAX_BACKOFF);
         while !follower.tx.is_closed() {
             match follower.follow(&api).await {
                 Ok(()) => return,
                 Err(e) => {
-                    failures += 1;
-                    let after = retry::delay(failures, Duration::from_secs(1), MAX_BACKOFF);
-                    warn!("pool {}: following its Lease: {e}; again in {}s", self.pool, after.as_secs());
-                    tokio::time::sleep(after).await;
+                    let after = backoff.peek().as_secs();
+                    warn!("pool {}: following its Lease: {e}; again in {after}s", self.pool);
+                    backoff.wait().await;
                 }
             }
         }

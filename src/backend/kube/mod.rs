@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::backend::retry::Backoff;
@@ -332,15 +332,24 @@ impl Cluster for KubeCluster {
     }
 
     async fn note_joining(&self, name: &str) -> Result<(), BackendError> {
-        self.note_joining_name(name).await
+        let now = crate::model::timestamp(std::time::SystemTime::now());
+        self.annotate_lease(&self.pool, Map::from_iter([(lease::joining_key(name), Value::String(now))]))
+            .await
     }
 
+    /// One read of the Lease for both the lock and the names.
     async fn joining(&self, held: &LockRecord) -> Result<Option<Vec<String>>, BackendError> {
-        self.joining_names_if_held(held).await
+        let lease = self.get_lease(&self.pool).await?;
+        let ours = lease.as_ref().and_then(lease::record_from).is_some_and(|r| r.holder.is(&held.holder));
+        Ok(lease.filter(|_| ours).map(|l| lease::joining_of(&l, &self.pool)))
     }
 
     async fn forget_joining(&self, names: &[String]) -> Result<(), BackendError> {
-        self.forget_joining_names(names).await
+        if names.is_empty() {
+            return Ok(());
+        }
+        let annotations = names.iter().map(|n| (lease::joining_key(n), Value::Null)).collect();
+        self.annotate_lease(&self.pool, annotations).await
     }
 
     fn marks(&self) -> crate::backend::LeaseMarks {
@@ -360,11 +369,15 @@ impl Cluster for KubeCluster {
     }
 
     async fn resume(&self) -> Result<(), BackendError> {
-        self.resume_on_lease().await
+        let keys = [labels::SUSPENDED_BY, labels::SUSPENDED_AT, labels::SUSPEND_REASON];
+        self.annotate_lease(&self.pool, keys.iter().map(|k| ((*k).to_owned(), Value::Null)).collect()).await
     }
 
+    /// A request is told from the next by its value: this process's time, to the nanosecond.
     async fn request_reconcile(&self) -> Result<(), BackendError> {
-        self.request_on_lease().await
+        let at = Value::String(k8s_openapi::jiff::Timestamp::now().to_string());
+        self.annotate_lease(&self.pool, Map::from_iter([(labels::RECONCILE_REQUESTED_AT.to_owned(), at)]))
+            .await
     }
 
     async fn consume_request(&self) -> Result<(), BackendError> {
