@@ -25,8 +25,8 @@ pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
 pub(crate) use render::table;
 pub use render::{
-    HeldLocks, JSON_FORMAT_VERSION, do_not_disrupt_note, on_delete_note, render_json, render_json_locked,
-    render_json_saved, render_text, render_text_locked, render_text_styled, window_note,
+    HeldLocks, JSON_FORMAT_VERSION, do_not_disrupt_note, on_delete_note, render_json, render_json_saved,
+    render_text, render_text_styled, window_note,
 };
 
 use crate::model::{Desired, World};

@@ -25,11 +25,7 @@ pub struct HeldLocks<'a> {
 
 /// Write the plan as text.
 pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
-    render_text_locked(plan, HeldLocks { locks: &BTreeMap::new(), now: SystemTime::now() }, out)
-}
-
-/// Write the plan as text, with a line under the header of each pool that is locked.
-pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
+    let held = HeldLocks { locks: &BTreeMap::new(), now: SystemTime::now() };
     render_text_styled(plan, held, Style::PLAIN, false, out)
 }
 
@@ -153,16 +149,7 @@ fn summary_line(plan: &Plan, style: Style) -> String {
 
 /// Write the plan as JSON.
 pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
-    render_json_locked(plan, &BTreeMap::new(), out)
-}
-
-/// Write the plan as JSON, with a `lock` in each pool that is locked.
-pub fn render_json_locked(
-    plan: &Plan,
-    locks: &BTreeMap<String, LockHolder>,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    render_json_saved(plan, locks, None, out)
+    render_json_saved(plan, &BTreeMap::new(), None, out)
 }
 
 /// Write the plan as JSON, with a `lock` in each pool that is locked and, given its
