@@ -43,30 +43,20 @@ use crate::model::{Desired, World};
 // By value: callers build the options for the call (tests, mostly `PlanOptions::default()`).
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
-    hold_dependents(
-        desired,
-        world,
-        &options,
-        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
-    )
+    plan_with(desired, world, &options, planner::Seed::Derive(desired))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
 /// the steps left keep the instance names `first` showed for them.
 #[allow(clippy::needless_pass_by_value)] // as `plan`
 pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Plan) -> Plan {
-    let seed = match first.seed {
-        Some(seed) => planner::Seed::Known(seed),
-        None => planner::Seed::Derive(desired),
-    };
-    let planned = planner::plan(desired, world, &options, seed);
-    hold_dependents(
-        desired,
-        world,
-        &options,
-        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
-    )
+    let seed = first.seed.map_or(planner::Seed::Derive(desired), planner::Seed::Known);
+    plan_with(desired, world, &options, seed)
+}
+
+fn plan_with(desired: &Desired, world: &World, options: &PlanOptions, seed: planner::Seed<'_>) -> Plan {
+    let planned = mark_own_node(planner::plan(desired, world, options, seed), options);
+    hold_dependents(desired, world, options, hold_paused(desired, world, options, planned))
 }
 
 /// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
@@ -315,7 +305,7 @@ impl Summary {
 }
 
 /// What happens to one pool.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PoolPlan {
     pub name: String,
     pub status: PoolStatus,
@@ -473,10 +463,11 @@ pub struct HeldBack {
 }
 
 /// Whether the pool is declared and known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PoolStatus {
     /// Declared, and no container exists yet.
+    #[default]
     New,
     /// Declared, and has containers.
     Existing,
