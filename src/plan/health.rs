@@ -87,40 +87,36 @@ impl Assessment {
     /// Keep an unhealthy instance as if it were waiting: its Node's owner asked, by `annotation`,
     /// that it be reported, not replaced.
     pub(super) fn skip_remediation(&mut self, annotation: &'static str) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = if annotation == crate::model::labels::SKIP_REMEDIATION {
-                "held (poolctl.dev/skip-remediation)"
-            } else {
-                "held (cluster.x-k8s.io/skip-remediation)"
-            };
-        }
+        self.hold_as(if annotation == crate::model::labels::SKIP_REMEDIATION {
+            "held (poolctl.dev/skip-remediation)"
+        } else {
+            "held (cluster.x-k8s.io/skip-remediation)"
+        });
     }
 
     /// Keep an unhealthy instance as it is: a disruption window holds back `remediation` now.
     pub(super) fn hold_for_window(&mut self) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = "held (disruption window)";
-        }
+        self.hold_as("held (disruption window)");
     }
 
     /// Keep an unhealthy instance as it is: it runs the old template, and canaries of the new
     /// one wait for promotion, which nothing old is disrupted before.
     pub(super) fn hold_for_canaries(&mut self) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = "held (canaries wait for promotion)";
-        }
+        self.hold_as("held (canaries wait for promotion)");
     }
 
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
     /// `maxUnhealthy` allows, so the fault is taken to be the cluster's.
     pub(super) fn hold(&mut self) {
+        self.hold_as("held");
+    }
+
+    /// Hold it, the note's action saying why.
+    fn hold_as(&mut self, action: &'static str) {
         self.standing = Standing::Waiting;
         self.held = true;
         if let Some(note) = &mut self.note {
-            note.action = "held";
+            note.action = action;
         }
     }
 }
