@@ -12,7 +12,7 @@ use crate::spec::escape_controls;
 
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
-use crate::style::Style;
+use crate::style::{Style, count};
 
 /// The locks other actors hold on the plan's pools, by pool name, read when the plan was shown
 /// (they are not part of the plan: whoever holds one may be changing the pool right now).
@@ -113,11 +113,7 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         });
     }
     if s.degraded > 0 {
-        health.push(format!(
-            "{} pool{} degraded (past progressDeadline)",
-            s.degraded,
-            if s.degraded == 1 { "" } else { "s" }
-        ));
+        health.push(format!("{} degraded (past progressDeadline)", count(s.degraded, "pool")));
     }
     let health =
         if health.is_empty() { String::new() } else { format!(" Instances: {}.", health.join(", ")) };
@@ -425,10 +421,7 @@ fn pool_header(pool: &PoolPlan) -> String {
         ),
         PoolStatus::New | PoolStatus::Existing => {
             let new = if pool.status == PoolStatus::New { " (new)" } else { "" };
-            let replicas = match pool.replicas {
-                1 => "1 replica".to_owned(),
-                n => format!("{n} replicas"),
-            };
+            let replicas = count(pool.replicas as usize, "replica");
             let hash = pool.template_hash.as_deref().unwrap_or_default();
             let was = pool
                 .template_change
@@ -561,14 +554,10 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
         let about = if about.is_empty() { String::new() } else { format!("  ({})", about.join("; ")) };
         format!("{INDENT}{verb} {}{about}", p.pod)
     };
-    for p in &preview.evict {
-        writeln!(out, "{}", pod("evict", p))?;
-    }
-    for p in &preview.wait {
-        writeln!(out, "{}", pod("wait ", p))?;
-    }
-    for p in &preview.skip {
-        writeln!(out, "{}", pod("skip ", p))?;
+    for (verb, pods) in [("evict", &preview.evict), ("wait ", &preview.wait), ("skip ", &preview.skip)] {
+        for p in pods {
+            writeln!(out, "{}", pod(verb, p))?;
+        }
     }
     for pdb in &preview.blocking_pdbs {
         writeln!(out, "{INDENT}drain will wait: PDB {pdb} allows 0 disruptions")?;
