@@ -292,9 +292,8 @@ pub struct Summary {
     pub window_held: usize,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero(n: &usize) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 impl Summary {
@@ -765,14 +764,9 @@ pub struct PodRef {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pdbs: Vec<String>,
     /// Its drain group: lower orders are evicted, and gone, first.
-    #[serde(skip_serializing_if = "is_first_group")]
+    #[serde(skip_serializing_if = "is_zero")]
     pub order: i64,
     /// The `spec.drain.rules` entry that decided what the drain does with it, if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_first_group(n: &i64) -> bool {
-    *n == 0
 }
