@@ -279,17 +279,14 @@ fn pool_text(
             writeln!(out, "    {}: {}", instance.name, style.yellow(&hooks))?;
         }
     }
-    for instance in pool.instances.iter().filter(|i| i.replace.is_some()) {
-        let by = instance.replace.unwrap_or_default();
-        writeln!(
-            out,
-            "    {}: {}",
-            instance.name,
-            style.yellow(&format!("replaced although current ({by})"))
-        )?;
+    for (instance, by) in pool.instances.iter().filter_map(|i| Some((i, i.replace?))) {
+        let why = format!("replaced although current ({by})");
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
     }
     write_kept(pool, style, out)?;
-    write_windows(pool, style, out)?;
+    for hold in &pool.windows {
+        writeln!(out, "  {}", style.yellow(&window_note(hold)))?;
+    }
     for instance in left {
         let why = format!("left alone: {}", instance.left.as_deref().unwrap_or_default());
         writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
@@ -568,22 +565,11 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
 /// The outdated instances the plan keeps, and why: a Node's `do-not-disrupt`, or the pool's
 /// `strategy: OnDelete`.
 fn write_kept(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
-    for instance in pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()) {
-        let annotation = instance.do_not_disrupt.unwrap_or_default();
-        let why = do_not_disrupt_note(annotation);
-        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
+    for (instance, annotation) in pool.instances.iter().filter_map(|i| Some((i, i.do_not_disrupt?))) {
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&do_not_disrupt_note(annotation)))?;
     }
     if let Some(why) = on_delete_note(pool) {
         writeln!(out, "  {}", style.yellow(&why))?;
-    }
-    Ok(())
-}
-
-/// What the pool's disruption windows hold back now, and until when; with `--ignore-windows`,
-/// what they would have held back and the plan disrupts all the same.
-fn write_windows(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
-    for hold in &pool.windows {
-        writeln!(out, "  {}", style.yellow(&window_note(hold)))?;
     }
     Ok(())
 }
