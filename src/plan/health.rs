@@ -63,17 +63,13 @@ pub(super) struct Assessment {
 }
 
 impl Assessment {
-    fn up() -> Self {
-        Self { standing: Standing::Up, resumable: false, held: false, note: None, deadline: None }
+    fn of(standing: Standing) -> Self {
+        Self { standing, resumable: false, held: false, note: None, deadline: None }
     }
 
     /// Up or down, not judged: an instance of a pool no longer declared, or an orphan Node.
     pub(super) fn plain(up: bool) -> Self {
-        if up { Self::up() } else { Self::down() }
-    }
-
-    fn down() -> Self {
-        Self { standing: Standing::Down, resumable: false, held: false, note: None, deadline: None }
+        Self::of(if up { Standing::Up } else { Standing::Down })
     }
 
     /// Count a starting instance as serving: it looks up (its Node Ready, or its container up
@@ -81,7 +77,7 @@ impl Assessment {
     /// can be lost (`docker container prune` deletes never-started containers), and a missing
     /// record must never let a rollout spend capacity that serves.
     pub(super) fn count_as_up(&mut self) {
-        *self = Self::up();
+        *self = Self::of(Standing::Up);
     }
 
     /// Keep an unhealthy instance as if it were waiting: its Node's owner asked, by `annotation`,
@@ -143,9 +139,9 @@ pub(super) fn assess(
 ) -> Assessment {
     if node.is_some_and(|n| n.cordoned_by_poolctl) {
         // A retirement an earlier run began: it is finished, not judged.
-        return Assessment::down();
+        return Assessment::of(Standing::Down);
     }
-    let Some(trouble) = trouble(spec, c, node) else { return Assessment::up() };
+    let Some(trouble) = trouble(spec, c, node) else { return Assessment::of(Standing::Up) };
     if trouble.state == "starting" && resumable(spec, c, node) {
         let resumed = HealthNote {
             state: "starting",
@@ -154,13 +150,7 @@ pub(super) fn assess(
             timeout: None,
             action: "resume",
         };
-        return Assessment {
-            standing: Standing::Waiting,
-            resumable: true,
-            held: false,
-            note: Some(resumed),
-            deadline: None,
-        };
+        return Assessment { resumable: true, note: Some(resumed), ..Assessment::of(Standing::Waiting) };
     }
     // Coming up with nobody making it: the run that created it was killed (every run holds the
     // pool's lock while it creates). It never served, and nothing will finish it.
@@ -194,7 +184,7 @@ pub(super) fn assess(
         action: if unhealthy { "replace" } else { "waiting" },
     };
     let standing = if unhealthy { Standing::Unhealthy } else { Standing::Waiting };
-    Assessment { standing, resumable: false, held: false, note: Some(judged), deadline }
+    Assessment { note: Some(judged), deadline, ..Assessment::of(standing) }
 }
 
 /// Whether what is left of a starting instance's coming up is only the Ready wait, so that a
