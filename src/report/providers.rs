@@ -45,13 +45,11 @@ impl Target {
     pub fn parse(url: &str) -> Result<Self, Refusal> {
         if let Some(rest) = url.strip_prefix("github://") {
             let (path, api) = split_api(rest, GITHUB_API)?;
-            let mut parts = path.split('/');
-            let (Some(owner), Some(repo), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err("github:// names OWNER/REPO");
-            };
-            if !name(owner) || !name(repo) {
-                return Err("github:// names OWNER/REPO");
-            }
+            // A repository with a slash in it is no name: OWNER/REPO/MORE is refused.
+            let (owner, repo) = path
+                .split_once('/')
+                .filter(|(o, r)| name(o) && name(r))
+                .ok_or("github:// names OWNER/REPO")?;
             return Ok(Self::GitHub { api, owner: owner.to_owned(), repo: repo.to_owned() });
         }
         if let Some(rest) = url.strip_prefix("gitlab://") {
