@@ -175,7 +175,7 @@ impl Plan {
     pub fn in_sync(&self) -> bool {
         let s = &self.summary;
         !self.has_changes()
-            && s.left_alone() == 0
+            && s.undeclared + s.foreign == 0
             && s.unavailable == 0
             && s.unremediated == 0
             && s.degraded == 0
@@ -294,13 +294,6 @@ pub struct Summary {
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
-}
-
-impl Summary {
-    /// Pools that differ from the source and that this plan leaves alone.
-    pub fn left_alone(&self) -> usize {
-        self.undeclared + self.foreign
-    }
 }
 
 /// What happens to one pool.
@@ -480,7 +473,7 @@ pub enum PoolStatus {
 }
 
 /// A template diff.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TemplateChange {
     /// Empty for a new pool whose template `copyFrom` made: shown whole.
     pub from_hash: String,

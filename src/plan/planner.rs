@@ -1243,11 +1243,9 @@ fn retirement(
 /// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
 /// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
 fn drain_preview(node: &str, world: &Indexed<'_>, rules: &[crate::spec::DrainRule]) -> DrainPreview {
-    let pods = world.pods_on(node);
-
     let mut preview = DrainPreview::default();
     let mut blocking: BTreeSet<&str> = BTreeSet::new();
-    for &pod in pods {
+    for &pod in world.pods_on(node) {
         let decision = pod.drain_decision(rules);
         let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
             pod: [pod.namespace.as_str(), "/", pod.name.as_str()].concat(),
@@ -1350,9 +1348,7 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
         && !world.containers.iter().any(|c| c.pool == dp.name())
     {
         let new = json_to_yaml(&canonical_template(spec)).unwrap_or_default();
-        let (from_hash, old, image_moved) = (String::new(), String::new(), None);
-        let to_hash = dp.template_hash.clone();
-        return Some(TemplateChange { from_hash, to_hash, old, new, image_moved, replaced_by: Vec::new() });
+        return Some(TemplateChange { to_hash: dp.template_hash.clone(), new, ..TemplateChange::default() });
     }
     // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
     let (from_hash, containers) =
