@@ -93,19 +93,16 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         String::new()
     };
     let configure = format!("{configure}{in_place}");
-    let mut health = Vec::new();
-    if s.unavailable > 0 {
-        health.push(format!("{} waited for (not serving, within their timeout)", s.unavailable));
-    }
-    if s.unremediated > 0 {
-        health.push(format!("{} unhealthy held, not replaced", s.unremediated));
-    }
-    if s.outdated_kept > 0 {
-        health.push(format!("{} outdated kept, not replaced", s.outdated_kept));
-    }
-    if s.window_held > 0 {
-        health.push(format!("{} held by disruption windows", s.window_held));
-    }
+    let mut health: Vec<String> = [
+        (s.unavailable, "waited for (not serving, within their timeout)"),
+        (s.unremediated, "unhealthy held, not replaced"),
+        (s.outdated_kept, "outdated kept, not replaced"),
+        (s.window_held, "held by disruption windows"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
     if s.canary_waiting > 0 {
         health.push(match s.canary_waiting {
             1 => "1 pool waits for canary promotion (poolctl promote)".to_owned(),
