@@ -947,7 +947,6 @@ impl Creations {
         Self {
             paused: progress.paused(target.name),
             starts,
-            // A rollback's record names the template it gave up.
             rollback_from: progress.rolled_back_from(target.name).map(str::to_owned),
             revision: target
                 .hash
