@@ -270,16 +270,8 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
                 writeln!(out, "  {}: {}", instance.name, style.yellow(&why))?;
             }
         }
-        if let Some(why) = &pool.unhealthy_held {
-            writeln!(out, "  {}", style.yellow(why))?;
-        }
-        if let Some(why) = &pool.on_delete {
-            writeln!(out, "  {}", style.yellow(why))?;
-        }
-        if let Some(canary) = &pool.canary {
-            writeln!(out, "  {}", style.yellow(&canary.message))?;
-        }
-        for why in &pool.windows {
+        let canary = pool.canary.as_ref().map(|c| &c.message);
+        for why in pool.unhealthy_held.iter().chain(&pool.on_delete).chain(canary).chain(&pool.windows) {
             writeln!(out, "  {}", style.yellow(why))?;
         }
         if let Some(why) = &pool.degraded {
