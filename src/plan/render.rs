@@ -402,12 +402,8 @@ fn pool_header(pool: &PoolPlan) -> String {
     let name = &pool.name;
     let gone = "no longer declared by the source";
     match pool.status {
-        PoolStatus::Undeclared => {
-            format!("Pool {name}: {gone}; not removed: pass --prune to retire it")
-        }
-        PoolStatus::Pruned => {
-            format!("Pool {name}: {gone}; --prune retires it")
-        }
+        PoolStatus::Undeclared => format!("Pool {name}: {gone}; not removed: pass --prune to retire it"),
+        PoolStatus::Pruned => format!("Pool {name}: {gone}; --prune retires it"),
         PoolStatus::Foreign => format!(
             "Pool {name}: its containers were created from another source ({}); not touched: pass \
              --adopt to manage them from this one",
