@@ -68,10 +68,6 @@ impl Progress {
         Self::new(Box::new(std::io::stdout()), ProgressUi::default())
     }
 
-    pub fn ui(&self) -> ProgressUi {
-        self.ui
-    }
-
     /// Write text of the command's own (a plan, a summary) where progress goes, under the live
     /// line if there is one.
     pub fn print(&self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) {
