@@ -612,21 +612,9 @@ impl From<String> for InstanceName {
     }
 }
 
-impl PartialEq<str> for InstanceName {
-    fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
-    }
-}
-
-impl PartialEq<&str> for InstanceName {
-    fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
-    }
-}
-
-impl PartialEq<String> for InstanceName {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+impl<T: AsRef<str> + ?Sized> PartialEq<T> for InstanceName {
+    fn eq(&self, other: &T) -> bool {
+        *self.0 == *other.as_ref()
     }
 }
 
