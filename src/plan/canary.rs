@@ -82,11 +82,9 @@ pub(super) fn judge(dp: &DesiredPool, world: &World, count: usize, mut up: Vec<i
     // A promotion of another template (an earlier rollout's) promotes nothing now.
     let by_hand = world.promoted.get(dp.name()).filter(|p| p.template_hash == dp.template_hash);
     let auto = auto_at.filter(|at| *at <= world.now);
-    let promoted_by = match (by_hand, auto) {
-        (Some(p), _) => Some(format!("{} at {}", p.by, time(p.at))),
-        (None, Some(at)) => Some(format!("autoPromote at {}", time(at))),
-        (None, None) => None,
-    };
+    let promoted_by = by_hand
+        .map(|p| format!("{} at {}", p.by, time(p.at)))
+        .or_else(|| auto.map(|at| format!("autoPromote at {}", time(at))));
     let (of, n) = (spec.replicas, count);
     let message = match (&promoted_by, up.len() >= count) {
         (Some(by), _) => format!("canary {n} of {of}: promoted by {by}; the rest rolls"),
