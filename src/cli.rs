@@ -1,5 +1,8 @@
 //! The command line, as clap types only: what the user typed, before it is turned into work.
 
+// Doc comments here are --help texts, where backticks would be printed as they are.
+#![allow(clippy::doc_markdown)]
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::spec::Duration;
@@ -26,8 +29,6 @@ const EXIT_STATUS: &str = "Exit status: 0 success (plan --detailed-exitcode: no 
 )]
 pub struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides it.
-    // This doc comment is the --help text, where backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
@@ -37,8 +38,6 @@ pub struct Cli {
 
     /// When to colour the output (plans, status, progress and logs). `auto`: on a terminal,
     /// unless NO_COLOR is set.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 
@@ -59,7 +58,6 @@ pub enum Command {
     /// With a PLAN_FILE, carries out exactly that plan, new instance names included, without
     /// asking (it was reviewed when it was made), and refuses it, changing nothing, when the
     /// source or the world changed since it was made.
-    #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
     #[command(after_help = EXIT_STATUS, mut_arg("source", |a| a.required(false).required_unless_present("plan_file")))]
     Apply(ApplyArgs),
     /// Keep the world equal to the source: reconcile now, then whenever the source changes or
@@ -104,11 +102,9 @@ pub enum Command {
     /// a container-only pool beside its instances on its Docker endpoint), so that every watch
     /// replica honours it at once. Plan and status say who suspended it, when and why; apply
     /// refuses it unless --ignore-suspend.
-    #[allow(clippy::doc_markdown)] // a --help text, where backticks would be printed as they are
     #[command(after_help = EXIT_STATUS)]
     Suspend(SuspendArgs),
     /// Resume a pool that `poolctl suspend` suspended: watch rolls it again at once.
-    #[allow(clippy::doc_markdown)] // a --help text
     #[command(after_help = EXIT_STATUS)]
     Resume(PoolArgs),
     /// Promote a pool's canaries: the rest of the pool rolls to their template.
@@ -117,7 +113,6 @@ pub enum Command {
     /// rollout holds there. The promotion is recorded in the world for the template the canaries
     /// run, so that every watch replica lets the rollout go on (at once: a reconcile is
     /// requested too); a later template needs a promotion of its own.
-    #[allow(clippy::doc_markdown)] // a --help text
     #[command(after_help = EXIT_STATUS)]
     Promote(PoolArgs),
     /// Ask watch to reconcile a pool now, without waiting for its next fetch or resync.
@@ -201,8 +196,6 @@ pub struct PlanArgs {
     /// Plan as `apply --ignore-windows` does: disrupt instances although the pools' disruption
     /// windows (spec.disruption.windows) hold that back now, naming each window overridden. A
     /// plan saved with --out keeps the choice.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long)]
     pub ignore_windows: bool,
 
@@ -276,30 +269,22 @@ pub struct ApplyArgs {
     /// from its history (`poolctl history POOL`), as failureAction: rollback does when a
     /// rollout stalls. The pool stays there until the source changes or an apply without
     /// --rollback tries the source's template again.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_name = "POOL", conflicts_with = "plan_file")]
     pub rollback: Vec<String>,
 
     /// Skip this preflight check (repeatable). With version-skew, new Nodes are created even
     /// when their kubelet (as the image's tag or its poolctl.dev/kubelet-version label says) is
     /// newer than the API server, or older than Kubernetes' version skew policy allows.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_enum, value_name = "CHECK")]
     pub skip_preflight: Vec<Preflight>,
 
     /// Disrupt instances although the pools' disruption windows (spec.disruption.windows) hold
     /// that back now: the plan still names each window it overrides.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, conflicts_with = "plan_file")]
     pub ignore_windows: bool,
 
     /// Roll out and remediate the pools that `poolctl suspend` suspended all the same (they
     /// stay suspended for watch). Without it, apply refuses a suspended pool that has steps.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, conflicts_with = "plan_file")]
     pub ignore_suspend: bool,
 
@@ -405,8 +390,6 @@ pub struct WatchArgs {
     /// make watch fetch the source at once; FILE holds the secret the senders share (the
     /// variable POOLCTL_HOOK_SECRET may hold it instead). Without a secret there are no
     /// receivers.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub hook_secret: Option<std::path::PathBuf>,
 
@@ -416,8 +399,6 @@ pub struct WatchArgs {
     /// Skip this preflight check (repeatable). With version-skew, new Nodes are created even
     /// when their kubelet (as the image's tag or its poolctl.dev/kubelet-version label says) is
     /// newer than the API server, or older than Kubernetes' version skew policy allows.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_enum, value_name = "CHECK")]
     pub skip_preflight: Vec<Preflight>,
 
@@ -440,8 +421,6 @@ pub struct NotifyArgs {
     /// github://OWNER/REPO or gitlab://PROJECT (a commit status poolctl/POOL on the source's
     /// commit; ?api=URL for GitHub Enterprise or a self-managed GitLab). Retried a few times,
     /// never holding up the rollout; never printed whole, as it often holds a token.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_name = "URL", env = "POOLCTL_NOTIFY_URL", hide_env_values = true)]
     pub notify: Option<String>,
 
@@ -457,8 +436,6 @@ pub struct PlanningArgs {
     /// Replace this instance although it is current, surge first, through the whole safe
     /// retirement (repeatable), as `terraform apply -replace`. A Node labelled
     /// poolctl.dev/replace=true is replaced the same way, by apply and watch.
-    // A --help text: backticks would be printed as they are.
-    #[allow(clippy::doc_markdown)]
     #[arg(long, value_name = "INSTANCE")]
     pub replace: Vec<String>,
 

@@ -329,21 +329,12 @@ impl Config {
                 pool: args.pool,
                 yes: args.yes,
             }),
-            Command::Suspend(args) => Task::Mark(MarkConfig {
-                source: Source::from_args(&args.source)?,
-                pools: vec![args.pool],
-                mark: Mark::Suspend { reason: args.reason.filter(|r| !r.trim().is_empty()) },
-            }),
-            Command::Resume(args) => Task::Mark(MarkConfig {
-                source: Source::from_args(&args.source)?,
-                pools: vec![args.pool],
-                mark: Mark::Resume,
-            }),
-            Command::Promote(args) => Task::Mark(MarkConfig {
-                source: Source::from_args(&args.source)?,
-                pools: vec![args.pool],
-                mark: Mark::Promote,
-            }),
+            Command::Suspend(args) => {
+                let reason = args.reason.filter(|r| !r.trim().is_empty());
+                mark_one(args.pool, &args.source, Mark::Suspend { reason })?
+            }
+            Command::Resume(args) => mark_one(args.pool, &args.source, Mark::Resume)?,
+            Command::Promote(args) => mark_one(args.pool, &args.source, Mark::Promote)?,
             Command::Reconcile(args) => Task::Mark(MarkConfig {
                 source: Source::from_args(&args.source)?,
                 pools: args.pool.into_iter().collect(),
@@ -355,6 +346,11 @@ impl Config {
         };
         Ok(Self { ui, task })
     }
+}
+
+/// `poolctl suspend`, `resume` or `promote` of one pool.
+fn mark_one(pool: String, source: &SourceArgs, mark: Mark) -> Result<Task, SourceError> {
+    Ok(Task::Mark(MarkConfig { source: Source::from_args(source)?, pools: vec![pool], mark }))
 }
 
 fn options(args: &PlanningArgs) -> PlanOptions {

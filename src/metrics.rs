@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReconcileLabels {
@@ -109,6 +109,13 @@ pub struct Metrics {
     source_errors: Family<KindLabels, Counter>,
 }
 
+/// A metric registered under `name`, and the handle that records into it.
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// Buckets from 0.1 s to about 27 min: a step is a `docker create` or a drain.
 fn step_buckets() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.1, 2.0, 15))
@@ -136,11 +143,10 @@ pub fn record(f: impl FnOnce(&Metrics)) {
 impl Metrics {
     fn new() -> Self {
         let mut registry = Registry::with_prefix("poolctl");
-        let reconciles = Family::<ReconcileLabels, Counter>::default();
-        registry.register(
+        let reconciles = registered(
+            &mut registry,
             "reconcile",
             "Reconciles of watch, by pool, what started them and how they ended",
-            reconciles.clone(),
         );
         let reconcile_seconds = step_buckets();
         registry.register_with_unit(
@@ -156,14 +162,13 @@ impl Metrics {
             Unit::Seconds,
             step_seconds.clone(),
         );
-        let instances = Family::<InstanceLabels, Gauge>::default();
-        registry.register(
+        let instances = registered(
+            &mut registry,
             "pool_instances",
             "Instances of each pool at the last look: desired, up, unavailable, outdated, retiring",
-            instances.clone(),
         );
-        let source = Family::<RevisionLabels, Gauge>::default();
-        registry.register("source_info", "The revision of the source last read (always 1)", source.clone());
+        let source =
+            registered(&mut registry, "source_info", "The revision of the source last read (always 1)");
         let last_success = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
         registry.register_with_unit(
             "last_successful_reconcile_timestamp",
@@ -171,50 +176,40 @@ impl Metrics {
             Unit::Seconds,
             last_success.clone(),
         );
-        let lock_held = Family::<PoolLabels, Gauge>::default();
-        registry.register(
-            "lock_held",
-            "1 while this process holds the pool's lock, 0 otherwise",
-            lock_held.clone(),
-        );
-        let degraded = Family::<PoolLabels, Gauge>::default();
-        registry.register(
+        let lock_held =
+            registered(&mut registry, "lock_held", "1 while this process holds the pool's lock, 0 otherwise");
+        let degraded = registered(
+            &mut registry,
             "pool_degraded",
             "1 while the pool's rollout has stalled past its progressDeadline (Degraded), 0 otherwise",
-            degraded.clone(),
         );
-        let remediation_held = Family::<PoolLabels, Gauge>::default();
-        registry.register(
+        let remediation_held = registered(
+            &mut registry,
             "pool_remediation_held",
             "1 while more of the pool's instances are unhealthy than maxUnhealthy allows, so that none is \
              replaced (the cluster, not the instances, looks at fault), 0 otherwise",
-            remediation_held.clone(),
         );
-        let waiting = Family::<WaitLabels, Gauge>::default();
-        registry.register(
+        let waiting = registered(
+            &mut registry,
             "retirements_waiting",
             "Retirements waiting for what another controller holds, by reason: hooks (the Node's \
              deletion hooks) or volumes (its volumes to detach)",
-            waiting.clone(),
         );
-        let in_sync = Family::<PoolLabels, Gauge>::default();
-        registry.register(
+        let in_sync = registered(
+            &mut registry,
             "pool_in_sync",
             "1 when the pool's last reconcile ended with it as its spec asks, 0 when it did not",
-            in_sync.clone(),
         );
-        let evictions = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        let evictions = registered(
+            &mut registry,
             "evictions",
             "Pod evictions asked for in drains, by result: evicted, refused (a PodDisruptionBudget), failed",
-            evictions.clone(),
         );
-        let source_errors = Family::<KindLabels, Counter>::default();
-        registry.register(
+        let source_errors = registered(
+            &mut registry,
             "source_errors",
             "Looks at the source that found no good desired state, by kind: invalid (the pool files have \
              errors; the last good state is kept) or unreachable (it could not be read or fetched)",
-            source_errors.clone(),
         );
         register_build_info(&mut registry);
         Self {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::model::{LockHolder, Origin, World};
 use crate::plan::{Plan, PoolPlan, PoolStatus, is_up};
-use crate::style::Style;
+use crate::style::{Style, count};
 
 /// The version of the `status -o json` shape.
 pub const STATUS_FORMAT_VERSION: u32 = 1;
@@ -270,16 +270,8 @@ pub fn render_text(status: &Status, now: SystemTime, style: Style, out: &mut dyn
                 writeln!(out, "  {}: {}", instance.name, style.yellow(&why))?;
             }
         }
-        if let Some(why) = &pool.unhealthy_held {
-            writeln!(out, "  {}", style.yellow(why))?;
-        }
-        if let Some(why) = &pool.on_delete {
-            writeln!(out, "  {}", style.yellow(why))?;
-        }
-        if let Some(canary) = &pool.canary {
-            writeln!(out, "  {}", style.yellow(&canary.message))?;
-        }
-        for why in &pool.windows {
+        let canary = pool.canary.as_ref().map(|c| &c.message);
+        for why in pool.unhealthy_held.iter().chain(&pool.on_delete).chain(canary).chain(&pool.windows) {
             writeln!(out, "  {}", style.yellow(why))?;
         }
         if let Some(why) = &pool.degraded {
@@ -308,11 +300,10 @@ fn pool_line(pool: &PoolView) -> String {
         }
         PoolStatus::New | PoolStatus::Existing if pool.pending_steps == 0 => {
             let n = pool.instances.iter().filter(|i| i.health.is_some()).count();
-            format!("not in sync ({n} instance{} not serving, see below)", if n == 1 { "" } else { "s" })
+            format!("not in sync ({} not serving, see below)", count(n, "instance"))
         }
         PoolStatus::New | PoolStatus::Existing => {
-            let n = pool.pending_steps;
-            format!("not in sync ({n} step{} pending)", if n == 1 { "" } else { "s" })
+            format!("not in sync ({} pending)", count(pool.pending_steps, "step"))
         }
     };
     let paused = match &pool.suspended {

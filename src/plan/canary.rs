@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::model::{Container, DesiredPool, Promotion, RolloutResult, World};
+use crate::model::{Container, DesiredPool, RolloutResult, World};
 
 /// What the plan says of a pool's canaries: how many, of how many replicas, and whether the
 /// rest of the rollout may follow them.
@@ -67,12 +67,6 @@ pub(super) fn count(
     (n > 0 && outdated && !rolling_back && !back).then_some(n)
 }
 
-/// The promotion recorded in `world` for `dp`'s template, if there is one: a promotion of
-/// another template (an earlier rollout's) promotes nothing now.
-pub(super) fn promotion<'w>(dp: &DesiredPool, world: &'w World) -> Option<&'w Promotion> {
-    world.promoted.get(dp.name()).filter(|p| p.template_hash == dp.template_hash)
-}
-
 /// Judge the canaries of `dp` at `now`: `count` of them asked for, `up` the times each
 /// instance of the new template that serves came up (its up record, by the daemon's clock),
 /// any order.
@@ -85,13 +79,12 @@ pub(super) fn judge(dp: &DesiredPool, world: &World, count: usize, mut up: Vec<i
         let last = *up.get(count.checked_sub(1)?)?;
         Some(last.saturating_add(i64::try_from(wait.get().as_secs()).unwrap_or(i64::MAX)))
     });
-    let by_hand = promotion(dp, world);
+    // A promotion of another template (an earlier rollout's) promotes nothing now.
+    let by_hand = world.promoted.get(dp.name()).filter(|p| p.template_hash == dp.template_hash);
     let auto = auto_at.filter(|at| *at <= world.now);
-    let promoted_by = match (by_hand, auto) {
-        (Some(p), _) => Some(format!("{} at {}", p.by, time(p.at))),
-        (None, Some(at)) => Some(format!("autoPromote at {}", time(at))),
-        (None, None) => None,
-    };
+    let promoted_by = by_hand
+        .map(|p| format!("{} at {}", p.by, time(p.at)))
+        .or_else(|| auto.map(|at| format!("autoPromote at {}", time(at))));
     let (of, n) = (spec.replicas, count);
     let message = match (&promoted_by, up.len() >= count) {
         (Some(by), _) => format!("canary {n} of {of}: promoted by {by}; the rest rolls"),

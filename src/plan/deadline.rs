@@ -59,9 +59,7 @@ impl Deadlines {
                 }
                 Some(stall) if options.retry_stalled && !matches!(stall, Stall::ByHand) => {
                     if let Stall::Deadline(_) = stall {
-                        progress
-                            .ended
-                            .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::Degraded));
+                        progress.end(dp, RolloutResult::Degraded);
                     }
                     progress.starts.insert(name.clone());
                     progress.retried.insert(name);
@@ -70,8 +68,8 @@ impl Deadlines {
                 Some(Stall::Deadline(why))
                     if dp.pool.spec.rollout.failure_action != FailureAction::Rollback =>
                 {
-                    progress.stalled.insert(name.clone(), why);
-                    progress.ended.insert(name, (dp.template_hash.clone(), RolloutResult::Degraded));
+                    progress.stalled.insert(name, why);
+                    progress.end(dp, RolloutResult::Degraded);
                     continue;
                 }
                 Some(stall) => stall,
@@ -89,9 +87,7 @@ impl Deadlines {
                         Stall::ByHand => format!("rolling back to template {hash} (apply --rollback)"),
                     };
                     progress.stalled.insert(name.clone(), why);
-                    progress
-                        .ended
-                        .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::RolledBack));
+                    progress.end(dp, RolloutResult::RolledBack);
                     progress.rollbacks.push(previous);
                     hash
                 }
@@ -99,9 +95,7 @@ impl Deadlines {
                     let why = match stall {
                         Stall::Deadline(why) => {
                             // It stalled, and stays where it stands.
-                            progress
-                                .ended
-                                .insert(name.clone(), (dp.template_hash.clone(), RolloutResult::Degraded));
+                            progress.end(dp, RolloutResult::Degraded);
                             why
                         }
                         Stall::RolledBack(why) => why,
@@ -116,6 +110,11 @@ impl Deadlines {
             }
         }
         progress
+    }
+
+    /// Record that `dp`'s rollout of the spec's template ended with `result`.
+    fn end(&mut self, dp: &DesiredPool, result: RolloutResult) {
+        self.ended.insert(dp.name().to_owned(), (dp.template_hash.clone(), result));
     }
 
     /// Whether the pool creates nothing: stalled, and not rolled back.

@@ -63,17 +63,13 @@ pub(super) struct Assessment {
 }
 
 impl Assessment {
-    fn up() -> Self {
-        Self { standing: Standing::Up, resumable: false, held: false, note: None, deadline: None }
+    fn of(standing: Standing) -> Self {
+        Self { standing, resumable: false, held: false, note: None, deadline: None }
     }
 
     /// Up or down, not judged: an instance of a pool no longer declared, or an orphan Node.
     pub(super) fn plain(up: bool) -> Self {
-        if up { Self::up() } else { Self::down() }
-    }
-
-    fn down() -> Self {
-        Self { standing: Standing::Down, resumable: false, held: false, note: None, deadline: None }
+        Self::of(if up { Standing::Up } else { Standing::Down })
     }
 
     /// Count a starting instance as serving: it looks up (its Node Ready, or its container up
@@ -81,46 +77,42 @@ impl Assessment {
     /// can be lost (`docker container prune` deletes never-started containers), and a missing
     /// record must never let a rollout spend capacity that serves.
     pub(super) fn count_as_up(&mut self) {
-        *self = Self::up();
+        *self = Self::of(Standing::Up);
     }
 
     /// Keep an unhealthy instance as if it were waiting: its Node's owner asked, by `annotation`,
     /// that it be reported, not replaced.
     pub(super) fn skip_remediation(&mut self, annotation: &'static str) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = if annotation == crate::model::labels::SKIP_REMEDIATION {
-                "held (poolctl.dev/skip-remediation)"
-            } else {
-                "held (cluster.x-k8s.io/skip-remediation)"
-            };
-        }
+        self.hold_as(if annotation == crate::model::labels::SKIP_REMEDIATION {
+            "held (poolctl.dev/skip-remediation)"
+        } else {
+            "held (cluster.x-k8s.io/skip-remediation)"
+        });
     }
 
     /// Keep an unhealthy instance as it is: a disruption window holds back `remediation` now.
     pub(super) fn hold_for_window(&mut self) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = "held (disruption window)";
-        }
+        self.hold_as("held (disruption window)");
     }
 
     /// Keep an unhealthy instance as it is: it runs the old template, and canaries of the new
     /// one wait for promotion, which nothing old is disrupted before.
     pub(super) fn hold_for_canaries(&mut self) {
-        self.hold();
-        if let Some(note) = &mut self.note {
-            note.action = "held (canaries wait for promotion)";
-        }
+        self.hold_as("held (canaries wait for promotion)");
     }
 
     /// Keep an unhealthy instance as if it were waiting: more of the pool are unhealthy than
     /// `maxUnhealthy` allows, so the fault is taken to be the cluster's.
     pub(super) fn hold(&mut self) {
+        self.hold_as("held");
+    }
+
+    /// Hold it, the note's action saying why.
+    fn hold_as(&mut self, action: &'static str) {
         self.standing = Standing::Waiting;
         self.held = true;
         if let Some(note) = &mut self.note {
-            note.action = "held";
+            note.action = action;
         }
     }
 }
@@ -147,9 +139,9 @@ pub(super) fn assess(
 ) -> Assessment {
     if node.is_some_and(|n| n.cordoned_by_poolctl) {
         // A retirement an earlier run began: it is finished, not judged.
-        return Assessment::down();
+        return Assessment::of(Standing::Down);
     }
-    let Some(trouble) = trouble(spec, c, node) else { return Assessment::up() };
+    let Some(trouble) = trouble(spec, c, node) else { return Assessment::of(Standing::Up) };
     if trouble.state == "starting" && resumable(spec, c, node) {
         let resumed = HealthNote {
             state: "starting",
@@ -158,13 +150,7 @@ pub(super) fn assess(
             timeout: None,
             action: "resume",
         };
-        return Assessment {
-            standing: Standing::Waiting,
-            resumable: true,
-            held: false,
-            note: Some(resumed),
-            deadline: None,
-        };
+        return Assessment { resumable: true, note: Some(resumed), ..Assessment::of(Standing::Waiting) };
     }
     // Coming up with nobody making it: the run that created it was killed (every run holds the
     // pool's lock while it creates). It never served, and nothing will finish it.
@@ -198,7 +184,7 @@ pub(super) fn assess(
         action: if unhealthy { "replace" } else { "waiting" },
     };
     let standing = if unhealthy { Standing::Unhealthy } else { Standing::Waiting };
-    Assessment { standing, resumable: false, held: false, note: Some(judged), deadline }
+    Assessment { note: Some(judged), deadline, ..Assessment::of(standing) }
 }
 
 /// Whether what is left of a starting instance's coming up is only the Ready wait, so that a

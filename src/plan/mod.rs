@@ -25,8 +25,8 @@ pub use health::{HealthNote, describe as describe_health};
 pub use planner::{PlanOptions, is_up};
 pub(crate) use render::table;
 pub use render::{
-    HeldLocks, JSON_FORMAT_VERSION, do_not_disrupt_note, on_delete_note, render_json, render_json_locked,
-    render_json_saved, render_text, render_text_locked, render_text_styled, window_note,
+    HeldLocks, JSON_FORMAT_VERSION, do_not_disrupt_note, on_delete_note, render_json, render_json_saved,
+    render_text, render_text_styled, window_note,
 };
 
 use crate::model::{Desired, World};
@@ -43,30 +43,20 @@ use crate::model::{Desired, World};
 // By value: callers build the options for the call (tests, mostly `PlanOptions::default()`).
 #[allow(clippy::needless_pass_by_value)]
 pub fn plan(desired: &Desired, world: &World, options: PlanOptions) -> Plan {
-    let planned = planner::plan(desired, world, &options, planner::Seed::Derive(desired));
-    hold_dependents(
-        desired,
-        world,
-        &options,
-        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
-    )
+    plan_with(desired, world, &options, planner::Seed::Derive(desired))
 }
 
 /// Plan again in the middle of carrying out `first`: as [`plan`], with `first`'s seed, so that
 /// the steps left keep the instance names `first` showed for them.
 #[allow(clippy::needless_pass_by_value)] // as `plan`
 pub fn replan(desired: &Desired, world: &World, options: PlanOptions, first: &Plan) -> Plan {
-    let seed = match first.seed {
-        Some(seed) => planner::Seed::Known(seed),
-        None => planner::Seed::Derive(desired),
-    };
-    let planned = planner::plan(desired, world, &options, seed);
-    hold_dependents(
-        desired,
-        world,
-        &options,
-        hold_paused(desired, world, &options, mark_own_node(planned, &options)),
-    )
+    let seed = first.seed.map_or(planner::Seed::Derive(desired), planner::Seed::Known);
+    plan_with(desired, world, &options, seed)
+}
+
+fn plan_with(desired: &Desired, world: &World, options: &PlanOptions, seed: planner::Seed<'_>) -> Plan {
+    let planned = mark_own_node(planner::plan(desired, world, options, seed), options);
+    hold_dependents(desired, world, options, hold_paused(desired, world, options, planned))
 }
 
 /// Mark the instance whose Node this poolctl runs on, if the plan retires it: the plan shows
@@ -185,7 +175,7 @@ impl Plan {
     pub fn in_sync(&self) -> bool {
         let s = &self.summary;
         !self.has_changes()
-            && s.left_alone() == 0
+            && s.undeclared + s.foreign == 0
             && s.unavailable == 0
             && s.unremediated == 0
             && s.degraded == 0
@@ -302,20 +292,12 @@ pub struct Summary {
     pub window_held: usize,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-impl Summary {
-    /// Pools that differ from the source and that this plan leaves alone.
-    pub fn left_alone(&self) -> usize {
-        self.undeclared + self.foreign
-    }
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// What happens to one pool.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PoolPlan {
     pub name: String,
     pub status: PoolStatus,
@@ -473,10 +455,11 @@ pub struct HeldBack {
 }
 
 /// Whether the pool is declared and known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PoolStatus {
     /// Declared, and no container exists yet.
+    #[default]
     New,
     /// Declared, and has containers.
     Existing,
@@ -490,7 +473,7 @@ pub enum PoolStatus {
 }
 
 /// A template diff.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TemplateChange {
     /// Empty for a new pool whose template `copyFrom` made: shown whole.
     pub from_hash: String,
@@ -629,21 +612,9 @@ impl From<String> for InstanceName {
     }
 }
 
-impl PartialEq<str> for InstanceName {
-    fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
-    }
-}
-
-impl PartialEq<&str> for InstanceName {
-    fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
-    }
-}
-
-impl PartialEq<String> for InstanceName {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+impl<T: AsRef<str> + ?Sized> PartialEq<T> for InstanceName {
+    fn eq(&self, other: &T) -> bool {
+        *self.0 == *other.as_ref()
     }
 }
 
@@ -774,14 +745,9 @@ pub struct PodRef {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pdbs: Vec<String>,
     /// Its drain group: lower orders are evicted, and gone, first.
-    #[serde(skip_serializing_if = "is_first_group")]
+    #[serde(skip_serializing_if = "is_zero")]
     pub order: i64,
     /// The `spec.drain.rules` entry that decided what the drain does with it, if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_first_group(n: &i64) -> bool {
-    *n == 0
 }

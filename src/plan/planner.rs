@@ -390,15 +390,15 @@ impl<'a> Target<'a> {
         })
     }
 
-    /// Whether the instance is a Node, and so is retired with cordon, drain and Node deletion:
-    /// the spec says the pool's instances are Nodes, or the container was created as one, or
-    /// its Node was observed. Whichever holds, dropping only the container would leave the
-    /// Node's pods to die undrained.
     /// The Docker endpoint the spec names for the pool; `None` for the current one.
     fn docker(&self) -> Option<String> {
         self.pool.and_then(|dp| dp.pool.spec.docker.as_ref()).map(crate::spec::DockerSpec::describe)
     }
 
+    /// Whether the instance is a Node, and so is retired with cordon, drain and Node deletion:
+    /// the spec says the pool's instances are Nodes, or the container was created as one, or
+    /// its Node was observed. Whichever holds, dropping only the container would leave the
+    /// Node's pods to die undrained.
     fn is_node(&self, instance: &Instance<'_>) -> bool {
         self.with_nodes || instance.node.is_some() || instance.container.is_some_and(|c| c.cluster.is_some())
     }
@@ -621,10 +621,6 @@ fn plan_pool(
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
-        managed_by: None,
-        paused: None,
-        waits_for: None,
-        suspended: None,
         template_hash: target.hash.map(str::to_owned),
         replicas: u32::try_from(target.replicas).unwrap_or(u32::MAX),
         template_change: target.pool.and_then(|dp| template_change(dp, world.world)),
@@ -655,6 +651,7 @@ fn plan_pool(
         revision,
         revision_end,
         steps,
+        ..PoolPlan::default()
     }
 }
 
@@ -950,7 +947,6 @@ impl Creations {
         Self {
             paused: progress.paused(target.name),
             starts,
-            // A rollback's record names the template it gave up.
             rollback_from: progress.rolled_back_from(target.name).map(str::to_owned),
             revision: target
                 .hash
@@ -1100,26 +1096,10 @@ fn keep_pool(target: &Target<'_>, world: &Indexed<'_>) -> PoolPlan {
     PoolPlan {
         name: target.name.to_owned(),
         status: target.status,
-        managed_by: None,
-        paused: None,
-        waits_for: None,
-        suspended: None,
-        template_hash: None,
         replicas: u32::try_from(containers).unwrap_or(u32::MAX),
-        template_change: None,
         docker: target.docker(),
-        copy_from: None,
-        drain_timeout_action: None,
         instances: all.iter().map(|i| status(target, i, true)).collect(),
-        unhealthy_held: None,
-        outdated_kept: 0,
-        degraded: None,
-        windows: Vec::new(),
-        next_check: None,
-        canary: None,
-        revision: None,
-        revision_end: None,
-        steps: Vec::new(),
+        ..PoolPlan::default()
     }
 }
 
@@ -1262,11 +1242,9 @@ fn retirement(
 /// it wait. A pod under more than one PDB is still listed for eviction, with a warning: the API
 /// server refuses to evict it (500), so the drain will fail on it until all but one budget go.
 fn drain_preview(node: &str, world: &Indexed<'_>, rules: &[crate::spec::DrainRule]) -> DrainPreview {
-    let pods = world.pods_on(node);
-
     let mut preview = DrainPreview::default();
     let mut blocking: BTreeSet<&str> = BTreeSet::new();
-    for &pod in pods {
+    for &pod in world.pods_on(node) {
         let decision = pod.drain_decision(rules);
         let pod_ref = |note: Option<String>, pdbs: Vec<String>| PodRef {
             pod: [pod.namespace.as_str(), "/", pod.name.as_str()].concat(),
@@ -1332,21 +1310,12 @@ fn status(target: &Target<'_>, instance: &Instance<'_>, keep: bool) -> InstanceS
         do_not_disrupt: None,
         held_by_window: None,
         drain_excluded: instance.node.is_some_and(|n| n.retirement.exclude_draining),
-        hooks: instance
-            .node
-            .map(|n| {
-                let mut hooks: Vec<String> = n
-                    .retirement
-                    .hooks_of("pre-drain")
-                    .into_iter()
-                    .map(|h| format!("pre-drain {h}"))
-                    .collect();
-                hooks.extend(
-                    n.retirement.hooks_of("pre-terminate").into_iter().map(|h| format!("pre-terminate {h}")),
-                );
-                hooks
-            })
-            .unwrap_or_default(),
+        hooks: instance.node.map_or_else(Vec::new, |n| {
+            ["pre-drain", "pre-terminate"]
+                .into_iter()
+                .flat_map(|kind| n.retirement.hooks_of(kind).into_iter().map(move |h| format!("{kind} {h}")))
+                .collect()
+        }),
         health: instance.health.note.clone().map(|mut note| {
             // A starting instance of more than `replicas` is not finished but retired.
             if note.action == "resume" && !keep {
@@ -1378,9 +1347,7 @@ fn template_change(dp: &DesiredPool, world: &World) -> Option<TemplateChange> {
         && !world.containers.iter().any(|c| c.pool == dp.name())
     {
         let new = json_to_yaml(&canonical_template(spec)).unwrap_or_default();
-        let (from_hash, old, image_moved) = (String::new(), String::new(), None);
-        let to_hash = dp.template_hash.clone();
-        return Some(TemplateChange { from_hash, to_hash, old, new, image_moved, replaced_by: Vec::new() });
+        return Some(TemplateChange { to_hash: dp.template_hash.clone(), new, ..TemplateChange::default() });
     }
     // Most common first; on a tie, the smallest hash, so that the plan is deterministic.
     let (from_hash, containers) =
@@ -1469,9 +1436,7 @@ impl<'w> Names<'w> {
                 let taken = containers.chain(nodes).filter(|n| n.starts_with(&prefix)).collect();
                 self.taken.insert(prefix.clone(), taken);
             }
-            if !self.counters.contains_key(pool) {
-                self.counters.insert(pool.to_owned(), 0);
-            }
+            self.counters.entry(pool.to_owned()).or_insert(0);
             self.last = Some((pool.to_owned(), hash.to_owned(), prefix));
         }
         let (world, derive_from) = (self.world, self.derive_from);

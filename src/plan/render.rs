@@ -12,7 +12,7 @@ use crate::spec::escape_controls;
 
 use super::{Action, DrainPreview, Fate, InstanceStatus, Plan, PodRef, PoolPlan, PoolStatus, Step};
 use crate::model::LockHolder;
-use crate::style::Style;
+use crate::style::{Style, count};
 
 /// The locks other actors hold on the plan's pools, by pool name, read when the plan was shown
 /// (they are not part of the plan: whoever holds one may be changing the pool right now).
@@ -25,11 +25,7 @@ pub struct HeldLocks<'a> {
 
 /// Write the plan as text.
 pub fn render_text(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
-    render_text_locked(plan, HeldLocks { locks: &BTreeMap::new(), now: SystemTime::now() }, out)
-}
-
-/// Write the plan as text, with a line under the header of each pool that is locked.
-pub fn render_text_locked(plan: &Plan, held: HeldLocks<'_>, out: &mut dyn Write) -> io::Result<()> {
+    let held = HeldLocks { locks: &BTreeMap::new(), now: SystemTime::now() };
     render_text_styled(plan, held, Style::PLAIN, false, out)
 }
 
@@ -97,19 +93,16 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         String::new()
     };
     let configure = format!("{configure}{in_place}");
-    let mut health = Vec::new();
-    if s.unavailable > 0 {
-        health.push(format!("{} waited for (not serving, within their timeout)", s.unavailable));
-    }
-    if s.unremediated > 0 {
-        health.push(format!("{} unhealthy held, not replaced", s.unremediated));
-    }
-    if s.outdated_kept > 0 {
-        health.push(format!("{} outdated kept, not replaced", s.outdated_kept));
-    }
-    if s.window_held > 0 {
-        health.push(format!("{} held by disruption windows", s.window_held));
-    }
+    let mut health: Vec<String> = [
+        (s.unavailable, "waited for (not serving, within their timeout)"),
+        (s.unremediated, "unhealthy held, not replaced"),
+        (s.outdated_kept, "outdated kept, not replaced"),
+        (s.window_held, "held by disruption windows"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
     if s.canary_waiting > 0 {
         health.push(match s.canary_waiting {
             1 => "1 pool waits for canary promotion (poolctl promote)".to_owned(),
@@ -117,11 +110,7 @@ fn summary_line(plan: &Plan, style: Style) -> String {
         });
     }
     if s.degraded > 0 {
-        health.push(format!(
-            "{} pool{} degraded (past progressDeadline)",
-            s.degraded,
-            if s.degraded == 1 { "" } else { "s" }
-        ));
+        health.push(format!("{} degraded (past progressDeadline)", count(s.degraded, "pool")));
     }
     let health =
         if health.is_empty() { String::new() } else { format!(" Instances: {}.", health.join(", ")) };
@@ -153,16 +142,7 @@ fn summary_line(plan: &Plan, style: Style) -> String {
 
 /// Write the plan as JSON.
 pub fn render_json(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
-    render_json_locked(plan, &BTreeMap::new(), out)
-}
-
-/// Write the plan as JSON, with a `lock` in each pool that is locked.
-pub fn render_json_locked(
-    plan: &Plan,
-    locks: &BTreeMap<String, LockHolder>,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    render_json_saved(plan, locks, None, out)
+    render_json_saved(plan, &BTreeMap::new(), None, out)
 }
 
 /// Write the plan as JSON, with a `lock` in each pool that is locked and, given its
@@ -296,17 +276,14 @@ fn pool_text(
             writeln!(out, "    {}: {}", instance.name, style.yellow(&hooks))?;
         }
     }
-    for instance in pool.instances.iter().filter(|i| i.replace.is_some()) {
-        let by = instance.replace.unwrap_or_default();
-        writeln!(
-            out,
-            "    {}: {}",
-            instance.name,
-            style.yellow(&format!("replaced although current ({by})"))
-        )?;
+    for (instance, by) in pool.instances.iter().filter_map(|i| Some((i, i.replace?))) {
+        let why = format!("replaced although current ({by})");
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
     }
     write_kept(pool, style, out)?;
-    write_windows(pool, style, out)?;
+    for hold in &pool.windows {
+        writeln!(out, "  {}", style.yellow(&window_note(hold)))?;
+    }
     for instance in left {
         let why = format!("left alone: {}", instance.left.as_deref().unwrap_or_default());
         writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
@@ -425,12 +402,8 @@ fn pool_header(pool: &PoolPlan) -> String {
     let name = &pool.name;
     let gone = "no longer declared by the source";
     match pool.status {
-        PoolStatus::Undeclared => {
-            format!("Pool {name}: {gone}; not removed: pass --prune to retire it")
-        }
-        PoolStatus::Pruned => {
-            format!("Pool {name}: {gone}; --prune retires it")
-        }
+        PoolStatus::Undeclared => format!("Pool {name}: {gone}; not removed: pass --prune to retire it"),
+        PoolStatus::Pruned => format!("Pool {name}: {gone}; --prune retires it"),
         PoolStatus::Foreign => format!(
             "Pool {name}: its containers were created from another source ({}); not touched: pass \
              --adopt to manage them from this one",
@@ -438,10 +411,7 @@ fn pool_header(pool: &PoolPlan) -> String {
         ),
         PoolStatus::New | PoolStatus::Existing => {
             let new = if pool.status == PoolStatus::New { " (new)" } else { "" };
-            let replicas = match pool.replicas {
-                1 => "1 replica".to_owned(),
-                n => format!("{n} replicas"),
-            };
+            let replicas = count(pool.replicas as usize, "replica");
             let hash = pool.template_hash.as_deref().unwrap_or_default();
             let was = pool
                 .template_change
@@ -574,14 +544,10 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
         let about = if about.is_empty() { String::new() } else { format!("  ({})", about.join("; ")) };
         format!("{INDENT}{verb} {}{about}", p.pod)
     };
-    for p in &preview.evict {
-        writeln!(out, "{}", pod("evict", p))?;
-    }
-    for p in &preview.wait {
-        writeln!(out, "{}", pod("wait ", p))?;
-    }
-    for p in &preview.skip {
-        writeln!(out, "{}", pod("skip ", p))?;
+    for (verb, pods) in [("evict", &preview.evict), ("wait ", &preview.wait), ("skip ", &preview.skip)] {
+        for p in pods {
+            writeln!(out, "{}", pod(verb, p))?;
+        }
     }
     for pdb in &preview.blocking_pdbs {
         writeln!(out, "{INDENT}drain will wait: PDB {pdb} allows 0 disruptions")?;
@@ -592,22 +558,11 @@ fn drain_text(preview: &DrainPreview, out: &mut dyn Write) -> io::Result<()> {
 /// The outdated instances the plan keeps, and why: a Node's `do-not-disrupt`, or the pool's
 /// `strategy: OnDelete`.
 fn write_kept(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
-    for instance in pool.instances.iter().filter(|i| i.do_not_disrupt.is_some()) {
-        let annotation = instance.do_not_disrupt.unwrap_or_default();
-        let why = do_not_disrupt_note(annotation);
-        writeln!(out, "    {}: {}", instance.name, style.yellow(&why))?;
+    for (instance, annotation) in pool.instances.iter().filter_map(|i| Some((i, i.do_not_disrupt?))) {
+        writeln!(out, "    {}: {}", instance.name, style.yellow(&do_not_disrupt_note(annotation)))?;
     }
     if let Some(why) = on_delete_note(pool) {
         writeln!(out, "  {}", style.yellow(&why))?;
-    }
-    Ok(())
-}
-
-/// What the pool's disruption windows hold back now, and until when; with `--ignore-windows`,
-/// what they would have held back and the plan disrupts all the same.
-fn write_windows(pool: &PoolPlan, style: Style, out: &mut dyn Write) -> io::Result<()> {
-    for hold in &pool.windows {
-        writeln!(out, "  {}", style.yellow(&window_note(hold)))?;
     }
     Ok(())
 }

@@ -21,9 +21,6 @@ use super::scope::{planned_pools, revision, seed_of};
 use super::{Plan, PlanOptions};
 use crate::model::{Desired, Origin, World, is_instance_name};
 
-/// The version of the saved-plan document (the `-o json` plan with the fields below).
-pub const SAVED_FORMAT_VERSION: u32 = 1;
-
 /// What a plan was made from, beside the plan itself in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Provenance {

@@ -44,12 +44,11 @@ pub fn source_failure(source: &str, error: SourceError) -> anyhow::Error {
         // Spec errors are the user's to fix, one per line with its place; "cannot read" would
         // send them looking for an I/O problem.
         SourceError::Spec(errors) => {
-            let n = errors.0.len();
             let lines: Vec<String> = errors.0.iter().map(|e| format!("  {e}")).collect();
             anyhow::anyhow!(
-                "the pool spec in {} has {n} error{}:\n{}",
+                "the pool spec in {} has {}:\n{}",
                 source::shown(source),
-                if n == 1 { "" } else { "s" },
+                crate::style::count(lines.len(), "error"),
                 lines.join("\n")
             )
         }

@@ -68,10 +68,6 @@ impl Progress {
         Self::new(Box::new(std::io::stdout()), ProgressUi::default())
     }
 
-    pub fn ui(&self) -> ProgressUi {
-        self.ui
-    }
-
     /// Write text of the command's own (a plan, a summary) where progress goes, under the live
     /// line if there is one.
     pub fn print(&self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) {
@@ -187,35 +183,28 @@ impl Progress {
     fn ended(&self, step: &StepId<'_>, elapsed: Duration, end: StepEnd<'_>) {
         self.running().remove(&step.n);
         let secs = elapsed.as_secs_f64();
-        let label = label(step);
-        let common = json!({"step": step.n, "total": step.total, "pool": step.pool,
-            "instance": step.instance, "action": step.verb, "seconds": secs});
-        let with = |event: &str, extra: Option<(&str, String)>| {
-            let mut value = common.clone();
+        if self.ui.format == ProgressFormat::Json {
+            let mut value = json!({"step": step.n, "total": step.total, "pool": step.pool,
+                "instance": step.instance, "action": step.verb, "seconds": secs});
+            let (event, extra) = match end {
+                StepEnd::Done => ("done", None),
+                StepEnd::Stopped(e) => ("stopped", Some(("reason", e.to_string()))),
+                StepEnd::Failed(e) => ("failed", Some(("error", e.to_string()))),
+            };
             value["event"] = json!(event);
             if let Some((key, text)) = extra {
                 value[key] = json!(text);
             }
-            value
-        };
-        match (end, self.ui.format) {
-            (StepEnd::Done, ProgressFormat::Json) => self.emit(&with("done", None)),
-            (StepEnd::Stopped(e), ProgressFormat::Json) => {
-                self.emit(&with("stopped", Some(("reason", e.to_string()))));
-            }
-            (StepEnd::Failed(e), ProgressFormat::Json) => {
-                self.emit(&with("failed", Some(("error", e.to_string()))));
-            }
-            (StepEnd::Done, ProgressFormat::Text) => {
-                self.line(&format!("{label} {} ({secs:.1}s)", self.ui.style.green("done")));
-            }
-            (StepEnd::Stopped(e), ProgressFormat::Text) => {
-                self.line(&format!("{label} stopped ({secs:.1}s): {e}; the next run goes on from here"));
-            }
-            (StepEnd::Failed(e), ProgressFormat::Text) => {
-                self.line(&format!("{label} {} ({secs:.1}s): {e}", self.ui.style.red("FAILED")));
-            }
+            return self.emit(&value);
         }
+        let label = label(step);
+        self.line(&match end {
+            StepEnd::Done => format!("{label} {} ({secs:.1}s)", self.ui.style.green("done")),
+            StepEnd::Stopped(e) => {
+                format!("{label} stopped ({secs:.1}s): {e}; the next run goes on from here")
+            }
+            StepEnd::Failed(e) => format!("{label} {} ({secs:.1}s): {e}", self.ui.style.red("FAILED")),
+        });
     }
 }
 

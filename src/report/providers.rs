@@ -45,13 +45,11 @@ impl Target {
     pub fn parse(url: &str) -> Result<Self, Refusal> {
         if let Some(rest) = url.strip_prefix("github://") {
             let (path, api) = split_api(rest, GITHUB_API)?;
-            let mut parts = path.split('/');
-            let (Some(owner), Some(repo), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err("github:// names OWNER/REPO");
-            };
-            if !name(owner) || !name(repo) {
-                return Err("github:// names OWNER/REPO");
-            }
+            // A repository with a slash in it is no name: OWNER/REPO/MORE is refused.
+            let (owner, repo) = path
+                .split_once('/')
+                .filter(|(o, r)| name(o) && name(r))
+                .ok_or("github:// names OWNER/REPO")?;
             return Ok(Self::GitHub { api, owner: owner.to_owned(), repo: repo.to_owned() });
         }
         if let Some(rest) = url.strip_prefix("gitlab://") {
@@ -111,7 +109,7 @@ impl Target {
                 (url.to_string(), body, vec![(HeaderName::from_static("x-signature"), signature)])
             }
             Self::Slack(url) => {
-                (url.to_string(), to_vec(&json!({ "text": slack_text(notice) }))?, Vec::new())
+                (url.to_string(), to_json(&json!({ "text": slack_text(notice) }))?, Vec::new())
             }
             Self::GitHub { api, owner, repo } => {
                 let (Some(sha), Some(state)) = (&notice.commit, github_state(notice.result)) else {
@@ -123,11 +121,11 @@ impl Target {
                     "description": description(notice),
                 });
                 let headers = vec![
-                    (hyper::header::AUTHORIZATION, bearer(token)?),
+                    (hyper::header::AUTHORIZATION, secret_header(b"Bearer ", token)?),
                     (hyper::header::ACCEPT, HeaderValue::from_static("application/vnd.github+json")),
                     (HeaderName::from_static("x-github-api-version"), HeaderValue::from_static("2022-11-28")),
                 ];
-                (format!("{api}/repos/{owner}/{repo}/statuses/{sha}"), to_vec(&body)?, headers)
+                (format!("{api}/repos/{owner}/{repo}/statuses/{sha}"), to_json(&body)?, headers)
             }
             Self::GitLab { api, project } => {
                 let (Some(sha), Some(state)) = (&notice.commit, gitlab_state(notice.result)) else {
@@ -138,11 +136,10 @@ impl Target {
                     "name": format!("poolctl/{}", notice.pool),
                     "description": description(notice),
                 });
-                let token = secret_header(token)?;
-                let headers = vec![(HeaderName::from_static("private-token"), token)];
+                let headers = vec![(HeaderName::from_static("private-token"), secret_header(b"", token)?)];
                 // A project's path is one segment of the API's path: its slashes encoded.
                 let id = project.replace('/', "%2F");
-                (format!("{api}/projects/{id}/statuses/{sha}"), to_vec(&body)?, headers)
+                (format!("{api}/projects/{id}/statuses/{sha}"), to_json(&body)?, headers)
             }
         };
         let mut request = Request::post(url)
@@ -189,26 +186,14 @@ fn web(url: &str) -> Result<Uri, Refusal> {
     }
 }
 
-fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Refusal> {
+fn to_json(value: &impl serde::Serialize) -> Result<Vec<u8>, Refusal> {
     serde_json::to_vec(value).map_err(|_| "cannot encode the notification")
 }
 
-fn to_json(notice: &Notice) -> Result<Vec<u8>, Refusal> {
-    serde_json::to_vec(notice).map_err(|_| "cannot encode the notification")
-}
-
-/// The token as a header value that logs of the HTTP stack do not show.
-fn secret_header(token: Option<&Secret>) -> Result<HeaderValue, Refusal> {
+/// `scheme` and the token as a header value that logs of the HTTP stack do not show.
+fn secret_header(scheme: &[u8], token: Option<&Secret>) -> Result<HeaderValue, Refusal> {
     let token = token.ok_or("no token (--notify-token-file)")?;
-    let mut value =
-        HeaderValue::from_bytes(token.as_bytes()).map_err(|_| "the token is not a header value")?;
-    value.set_sensitive(true);
-    Ok(value)
-}
-
-fn bearer(token: Option<&Secret>) -> Result<HeaderValue, Refusal> {
-    let token = token.ok_or("no token (--notify-token-file)")?;
-    let mut value = HeaderValue::from_bytes(&[b"Bearer ", token.as_bytes()].concat())
+    let mut value = HeaderValue::from_bytes(&[scheme, token.as_bytes()].concat())
         .map_err(|_| "the token is not a header value")?;
     value.set_sensitive(true);
     Ok(value)

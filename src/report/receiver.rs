@@ -32,12 +32,7 @@ pub enum Receiver {
 
 impl Receiver {
     fn named(name: &str) -> Option<Self> {
-        match name {
-            "github" => Some(Self::GitHub),
-            "gitlab" => Some(Self::GitLab),
-            "generic" => Some(Self::Generic),
-            _ => None,
-        }
+        [Self::GitHub, Self::GitLab, Self::Generic].into_iter().find(|r| r.name() == name)
     }
 
     /// As the path and the log name it.

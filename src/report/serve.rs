@@ -140,17 +140,11 @@ fn answer(request: &Request<Incoming>, probes: &Probes) -> Response<Full<Bytes>>
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match request.uri().path() {
-        "/metrics" => {
-            let body = crate::metrics::install().encode();
-            let mut response = Response::new(Full::new(Bytes::from(body)));
-            response.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            response
-        }
+        "/metrics" => typed(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            crate::metrics::install().encode(),
+        ),
         "/healthz" => probe(probes.liveness()),
         "/readyz" => probe(probes.readiness()),
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n"),
@@ -165,12 +159,14 @@ fn probe(result: Result<(), String>) -> Response<Full<Bytes>> {
 }
 
 pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    typed(status, "text/plain; charset=utf-8", body)
+}
+
+fn typed(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    let content_type = hyper::header::HeaderValue::from_static(content_type);
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, content_type);
     response
 }
 

@@ -68,7 +68,6 @@ impl Secret {
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        // HMAC takes a key of any length.
         Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC accepts every key length")
     }
 

@@ -59,8 +59,7 @@ pub fn write_summary(report: &Report, out: &mut dyn Write) -> std::io::Result<()
     for (instance, verbs) in done_by_instance {
         writeln!(out, "  done: {instance} ({})", verbs.join(", "))?;
     }
-    for o in report.attempted.iter().filter(|o| o.error.is_some()) {
-        let e = o.error.as_ref().expect("filtered on errors");
+    for (o, e) in report.attempted.iter().filter_map(|o| Some((o, o.error.as_ref()?))) {
         writeln!(out, "  failed: {} {} ({}): {e}", o.verb, o.instance, o.pool)?;
     }
     for (pool, instance, verb) in &report.not_started {

@@ -141,13 +141,10 @@ impl Notifier {
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
 fn client() -> Option<Client<Https, Full<Bytes>>> {
-    let roots = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-        Ok(roots) => roots,
-        Err(e) => {
-            warn!("notifications are off: no TLS root certificates could be loaded: {e}");
-            return None;
-        }
-    };
+    let roots = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .inspect_err(|e| warn!("notifications are off: no TLS root certificates could be loaded: {e}"))
+        .ok()?;
     let connector = roots.https_or_http().enable_http1().build();
     Some(Client::builder(TokioExecutor::new()).build(connector))
 }
