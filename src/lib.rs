@@ -41,3 +41,10 @@ pub mod watch;
 
 #[cfg(test)]
 mod testing;
+
+/// The value behind `mutex`, also once a panic elsewhere poisoned it: every value poolctl keeps
+/// behind a mutex is whole between statements (no update is left halfway), so a panic in one
+/// task must not take the others down with it.
+pub(crate) fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

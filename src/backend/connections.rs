@@ -8,7 +8,7 @@
 //! endpoints are kept for as long as the pools name the same ones.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -86,14 +86,14 @@ impl Connections {
     pub async fn docker(&self, desired: &Desired) -> Result<Arc<DockerEndpoints>, EndpointsError> {
         let env = DockerEnv::from_process();
         let key = format!("{:?}", resolve_endpoints(desired, &env)?);
-        let kept = self.docker.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let kept = crate::locked(&self.docker).clone();
         if let Some((kept_key, docker)) = kept
             && kept_key == key
         {
             return Ok(docker);
         }
         let docker = Arc::new(connect_endpoints(desired, &env).await?);
-        *self.docker.lock().unwrap_or_else(PoisonError::into_inner) = Some((key, Arc::clone(&docker)));
+        *crate::locked(&self.docker) = Some((key, Arc::clone(&docker)));
         Ok(docker)
     }
 
@@ -126,7 +126,7 @@ impl Connections {
 
     /// Drop every kept connection: the next use connects afresh (after a failure, say).
     pub fn forget(&self) {
-        *self.docker.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *crate::locked(&self.docker) = None;
         if let Clusters::Kept(kept) = &self.clusters {
             kept.forget();
         }

@@ -84,7 +84,7 @@ impl<C> Endpoints<C> {
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked(&self.seen)
     }
 
     /// Where `pool` lives: its spec's endpoint, else where its containers were seen.

@@ -41,7 +41,7 @@ impl LockGuard {
     /// step, which must then make no irreversible call.
     pub fn check(&self, pool: &str) -> Result<(), BackendError> {
         let Some(locks) = &self.0 else { return Ok(()) };
-        let fresh = locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(pool).copied();
+        let fresh = crate::locked(locks).get(pool).copied();
         let why = match fresh {
             Some(f) if Instant::now() < f.until => return Ok(()),
             Some(f) => format!(
@@ -58,13 +58,13 @@ impl LockGuard {
     pub(crate) fn renewed(&self, pool: &str, started: Instant, deadline: Duration) {
         if let Some(locks) = &self.0 {
             let fresh = Fresh { until: started + deadline, deadline };
-            locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pool.to_owned(), fresh);
+            crate::locked(locks).insert(pool.to_owned(), fresh);
         }
     }
 
     pub(crate) fn lost(&self, pool: &str) {
         if let Some(locks) = &self.0 {
-            locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(pool);
+            crate::locked(locks).remove(pool);
         }
     }
 }

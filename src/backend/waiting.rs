@@ -13,7 +13,7 @@ static WAITING: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
 static EVICTIONS: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>> = Mutex::new(BTreeMap::new());
 
 fn tallies() -> std::sync::MutexGuard<'static, BTreeMap<String, BTreeMap<&'static str, u64>>> {
-    EVICTIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::locked(&EVICTIONS)
 }
 
 /// Count one eviction of the drain of `instance`, ended as `result`.
@@ -27,7 +27,7 @@ pub fn take_evictions(instance: &str) -> BTreeMap<&'static str, u64> {
 }
 
 fn notes() -> std::sync::MutexGuard<'static, BTreeMap<String, String>> {
-    WAITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::locked(&WAITING)
 }
 
 /// Note what the step on `instance` waits for now.

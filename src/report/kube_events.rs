@@ -4,11 +4,12 @@
 //! the last ones before it ends.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use tokio::sync::mpsc;
 
 use crate::backend::Cluster;
+use crate::locked;
 use crate::rollout::event::{About, Event, Sink};
 
 /// How many Events may wait to be sent; more are dropped (an Event is a courtesy), never
@@ -36,10 +37,6 @@ impl Default for KubeEvents {
         let (sender, receiver) = mpsc::channel(QUEUE);
         Self { sender: Mutex::new(Some(sender)), receiver: Mutex::new(Some(receiver)) }
     }
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl KubeEvents {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -83,11 +83,11 @@ impl Progress {
     }
 
     fn out(&self) -> MutexGuard<'_, Box<dyn Write + Send>> {
-        self.out.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked(&self.out)
     }
 
     fn running(&self) -> MutexGuard<'_, BTreeMap<usize, Running>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::locked(&self.running)
     }
 
     /// One line of text, or a JSON `message` event.

@@ -59,11 +59,11 @@ impl Probes {
     }
 
     pub fn not_ready(&self, why: &'static str) {
-        *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+        *crate::locked(&self.not_ready) = Some(why);
     }
 
     pub fn ready(&self) {
-        *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *crate::locked(&self.not_ready) = None;
     }
 
     fn liveness(&self) -> Result<(), String> {
@@ -77,14 +77,14 @@ impl Probes {
 
     /// The source's newest revision has errors (why), or `None`: a good one replaced it.
     pub fn source_broken(&self, why: Option<String>) {
-        *self.source_broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+        *crate::locked(&self.source_broken) = why;
     }
 
     fn readiness(&self) -> Result<(), String> {
-        if let Some(why) = &*self.source_broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        if let Some(why) = &*crate::locked(&self.source_broken) {
             return Err(why.clone());
         }
-        match *self.not_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        match *crate::locked(&self.not_ready) {
             Some(why) => Err(why.to_owned()),
             None => Ok(()),
         }

@@ -121,7 +121,7 @@ impl Notifier {
     /// Deliver what is queued, for at most `within`, before the process ends: an apply's last
     /// notice is sent as it exits.
     pub async fn close(self, within: Duration) {
-        let task = self.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let task = crate::locked(&self.task).take();
         drop(self.tx);
         if let Some(task) = task
             && tokio::time::timeout(within, task).await.is_err()

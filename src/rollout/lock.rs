@@ -230,7 +230,7 @@ impl Observations {
     }
 
     fn table(&self) -> MutexGuard<'_, BTreeMap<String, Seen>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked(&self.0)
     }
 }
 

@@ -326,7 +326,7 @@ impl Loop {
     /// the world's clock says how long after that plan, this process's monotonic clock counts
     /// it down.
     fn next_deadline(&self, lane: &Lane) -> Option<Instant> {
-        let health = self.shared.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let health = crate::locked(&self.shared.health);
         health.next_check(|pool| covers(lane, pool)).map(Instant::from_std)
     }
 

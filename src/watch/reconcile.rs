@@ -61,7 +61,7 @@ pub(super) struct Acting(Mutex<BTreeMap<String, BTreeSet<String>>>);
 
 impl Acting {
     fn pools(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<String>>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked(&self.0)
     }
 
     /// Forget what the rollouts of the pools `covers` says did: it is in the world now, and
@@ -524,7 +524,7 @@ impl<C: Containers + Locks, N: Connect> Reconcile<'_, C, N> {
 
     /// What the last reconciles saw of the instances' health.
     fn health(&self) -> std::sync::MutexGuard<'_, HealthLog> {
-        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked(self.health)
     }
 
     /// A notice of `pool`, of this reconcile's revision.

@@ -217,11 +217,11 @@ impl DockerBackend {
     }
 
     fn ours(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.ours.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked(&self.ours)
     }
 
     fn listed(&self) -> std::sync::MutexGuard<'_, Listed> {
-        self.listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked(&self.listed)
     }
 
     /// The ID of poolctl's container `name`, to stop or remove it by: the one the last list or

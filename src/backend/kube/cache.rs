@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -76,7 +76,7 @@ impl<K> Default for Mirrors<K> {
 impl<K> Mirrors<K> {
     /// Stop mirroring the scopes not in `keep` (Nodes that left the pool, say).
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| keep(k));
+        crate::locked(&self.0).retain(|k, _| keep(k));
     }
 }
 
@@ -148,9 +148,9 @@ impl KubeCluster {
         let mirrors = mirrors(cache);
         let writes = cache.writes.load(Ordering::SeqCst);
         {
-            let mirrors = mirrors.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mirrors = crate::locked(&mirrors.0);
             if let Some(mirror) = mirrors.get(scope).filter(|m| m.listed_at == writes) {
-                let state = mirror.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let state = crate::locked(&mirror.state);
                 if state.live {
                     return Ok(state.items.values().cloned().collect());
                 }
@@ -167,7 +167,7 @@ impl KubeCluster {
         let watching = api(cache.watcher.clone(), scope);
         let watch = tokio::spawn(follow(watching, watch_params, version, Arc::clone(&state)));
         let mirror = Mirror { state, listed_at: writes, watch };
-        mirrors.0.lock().unwrap_or_else(PoisonError::into_inner).insert(scope.to_owned(), mirror);
+        crate::locked(&mirrors.0).insert(scope.to_owned(), mirror);
         Ok(list.items)
     }
 }
@@ -191,7 +191,7 @@ async fn follow<K: Listed>(
         };
         while let Some(event) = stream.next().await {
             events += 1;
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = crate::locked(&state);
             match event {
                 Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
                     version = o.resource_version().unwrap_or_else(|| version.clone());
@@ -219,5 +219,5 @@ async fn follow<K: Listed>(
             break;
         }
     }
-    state.lock().unwrap_or_else(PoisonError::into_inner).live = false;
+    crate::locked(&state).live = false;
 }

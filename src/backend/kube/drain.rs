@@ -106,7 +106,7 @@ struct Left<'a> {
 
 impl Left<'_> {
     fn blocked_by_budget(&self, namespace: &str, name: &str) {
-        let mut blocked = self.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut blocked = crate::locked(&self.blocked);
         blocked.insert((namespace.to_owned(), name.to_owned()));
     }
 
@@ -221,7 +221,7 @@ impl KubeCluster {
             return Ok(DrainEnd::Complete);
         }
         if escalates && !failures.iter().any(|f| f.lock) {
-            let blocked = left.blocked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let blocked = crate::locked(&left.blocked).clone();
             let leftover = Leftover { node, news, timeout, pods: sorted.by_key(), blocked };
             return self.escalate(&leftover, drain, &departures, guard).await;
         }

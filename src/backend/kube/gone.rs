@@ -168,7 +168,7 @@ impl Departures {
         if timeout_at(deadline, gone.wait_for(|g| g.contains(&key))).await.is_ok() {
             return Ok(());
         }
-        let trouble = self.trouble.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let trouble = crate::locked(&self.trouble).clone();
         match (self.completing.contains(&key), trouble) {
             (false, Some(why)) => {
                 Err(format!("evicted, but {} did not say whether it is gone ({why})", self.server))
@@ -221,7 +221,7 @@ impl Departures {
     }
 
     fn set_contact(&self, contact: Contact) {
-        let mut current = self.contact.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = crate::locked(&self.contact);
         if *current != contact {
             tracing::debug!(
                 node = self.node,
@@ -233,7 +233,7 @@ impl Departures {
     }
 
     fn contact(&self) -> Contact {
-        *self.contact.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *crate::locked(&self.contact)
     }
 
     /// Stop waiting for the terminating pods that an unreachable Node left past their due time
@@ -310,7 +310,7 @@ impl Departures {
     }
 
     fn trouble(&self, why: Option<String>) {
-        *self.trouble.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+        *crate::locked(&self.trouble) = why;
     }
 }
 

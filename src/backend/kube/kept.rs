@@ -36,7 +36,7 @@ enum Fresh {
 impl KeptConnect {
     /// Drop every kept client: the next reconcile connects afresh (after a failure, say).
     pub fn forget(&self) {
-        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        crate::locked(&self.kept).clear();
     }
 }
 
@@ -61,7 +61,7 @@ impl Connect for KeptConnect {
         };
         let key = (cluster.clone(), pool.to_owned());
         let kept = {
-            let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let kept = crate::locked(&self.kept);
             kept.get(&key)
                 .filter(|k| k.kubeconfig == kubeconfig && k.context == context)
                 .map(|k| k.cluster.clone())
@@ -78,7 +78,7 @@ impl Connect for KeptConnect {
         };
         let connected = client.identified(&context).await?;
         let kept = Kept { kubeconfig, context, cluster: connected.clone() };
-        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, kept);
+        crate::locked(&self.kept).insert(key, kept);
         Ok(connected)
     }
 }

@@ -141,7 +141,7 @@ impl KubeCluster {
     pub(super) async fn joining_names_and_marks(&self) -> Result<Vec<String>, BackendError> {
         let lease = self.get_lease(&self.pool).await?;
         let marks = lease.as_ref().map(super::marks::marks_of).unwrap_or_default();
-        *self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = marks;
+        *crate::locked(&self.marks) = marks;
         Ok(lease.as_ref().map(|l| joining_of(l, &self.pool)).unwrap_or_default())
     }
 }

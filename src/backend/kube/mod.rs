@@ -353,7 +353,7 @@ impl Cluster for KubeCluster {
     }
 
     fn marks(&self) -> crate::backend::LeaseMarks {
-        self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        crate::locked(&self.marks).clone()
     }
 
     async fn suspension(&self) -> Result<Option<crate::model::Suspension>, BackendError> {

@@ -23,13 +23,14 @@ mod skew;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
 use crate::backend::LockGuard;
 use crate::backend::{BackendError, Cluster, Containers, DrainEnd, NewContainer, Stopped};
+use crate::locked;
 use crate::model::{ClusterIdentity, Desired, DesiredPool, InstanceRef, Origin, Revision, labels};
 use crate::plan::{Action, Plan, PoolPlan, PoolStatus, Step};
 use crate::rollout::cancel::Interrupt;
@@ -203,11 +204,6 @@ const STILL_UP: Duration = Duration::from_secs(5);
 /// How long preflight waits for a join's control plane or server to be up: it should be up
 /// already, and a restarting one gets a moment.
 const JOIN_PREFLIGHT: Duration = Duration::from_secs(10);
-
-/// The value behind `m`, also once a panic elsewhere poisoned it: no update here is left halfway.
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Everything a run needs besides the plan.
 pub struct Executor<'a, C, K> {
