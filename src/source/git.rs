@@ -5,7 +5,6 @@
 //! edits) is not desired state. Branches land under `refs/remotes/origin/`, tags under
 //! `refs/tags/`, and the remote's HEAD as `refs/remotes/origin/HEAD`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use git2::{
@@ -146,11 +145,7 @@ fn files_at(
 /// Where the bare clone of `url` is kept: one directory per URL, named by its hash.
 pub(super) fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
     let digest = Sha256::digest(url.as_bytes());
-    let name = digest.iter().take(10).fold(String::new(), |mut name, b| {
-        let _ = write!(name, "{b:02x}");
-        name
-    });
-    cache_dir.join("git").join(name)
+    cache_dir.join("git").join(hex::encode(&digest[..10]))
 }
 
 /// The file at `path` in `commit` of the cached clone of `url`, written into the cache (beside

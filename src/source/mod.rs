@@ -13,7 +13,6 @@ mod dir;
 mod git;
 mod secret;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -502,11 +501,7 @@ fn content_revision(files: &[SourceFile]) -> Revision {
             hasher.update(field.as_bytes());
         }
     }
-    let hex = hasher.finalize().iter().fold(String::new(), |mut hex, b| {
-        let _ = write!(hex, "{b:02x}");
-        hex
-    });
-    Revision::Content(hex)
+    Revision::Content(hex::encode(hasher.finalize()))
 }
 
 /// Whether `source` is a Git URL rather than a path.

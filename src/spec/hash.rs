@@ -1,7 +1,5 @@
 //! The template hash: a short, stable digest of everything that needs a new container.
 
-use std::fmt::Write as _;
-
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -108,11 +106,7 @@ pub fn diff_templates(old: &str, new: &str) -> TemplateDiff {
 
 /// The first `len` (even) hex digits of a digest.
 pub(super) fn hex_prefix(digest: &[u8], len: usize) -> String {
-    let mut hex = String::with_capacity(len);
-    for byte in digest.iter().take(len / 2) {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
+    hex::encode(&digest[..len / 2])
 }
 
 #[cfg(test)]
