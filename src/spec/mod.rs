@@ -27,9 +27,7 @@ pub use duration::Duration;
 pub use hash::{
     HASH_LEN, LIVE_FIELDS, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash,
 };
-pub use load::{
-    Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
-};
+pub use load::{Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files};
 pub use locate::escape_controls;
 pub use scale::{IntOrPercent, Rounding};
 pub use secret::{
