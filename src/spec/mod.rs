@@ -114,10 +114,10 @@ pub struct PoolSpec {
     /// What the drain of a retiring instance's Node does with its pods, beyond the pod labels
     /// `poolctl.dev/drain` and `cluster.x-k8s.io/drain` (as Cluster API's `MachineDrainRule`).
     /// Not covered by the template hash.
-    #[serde(default, skip_serializing_if = "DrainSpec::is_empty")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub drain: DrainSpec,
     /// When the pool's instances may be disrupted (`windows`). Default: at any time.
-    #[serde(default, skip_serializing_if = "DisruptionSpec::is_empty")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub disruption: DisruptionSpec,
     /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
     /// apply and watch change nothing in it, and a rollout in flight stops at the next step
@@ -152,14 +152,8 @@ pub struct DrainSpec {
     /// API's `nodeDrainTimeout`) or `Force` (the pods are deleted, not evicted, whatever their
     /// PodDisruptionBudgets, and the container is stopped once they are gone, as Karpenter's
     /// `terminationGracePeriod`). The plan says beforehand what a drain past its timeout does.
-    #[serde(default, skip_serializing_if = "DrainTimeoutAction::is_halt")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub timeout_action: DrainTimeoutAction,
-}
-
-impl DrainSpec {
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.pod_grace_period.is_none() && self.timeout_action.is_halt()
-    }
 }
 
 /// What a drain does once its timeout has passed with pods left (`spec.drain.timeoutAction`).
@@ -254,7 +248,7 @@ pub struct Template {
     /// `digest`: the image's ID on the pool's Docker endpoint is part of the template, so that
     /// an image re-tagged or re-pulled under the same name (`kind load` of a new build) rolls
     /// the pool, and new containers are made from that very ID. `tag` (default): the name alone.
-    #[serde(default, skip_serializing_if = "ImagePolicy::is_tag")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub image_policy: ImagePolicy,
     /// The image's ID as a plan read it (`imagePolicy: digest`): poolctl's to set, never written
     /// in a pool file (validation refuses it).
@@ -604,7 +598,7 @@ pub struct RolloutSpec {
     /// outdated one, surge first; `OnDelete` replaces none by itself, as a `StatefulSet`'s or a
     /// Cluster API `MachineSet`'s `OnDelete`: an instance marked for replacement (`--replace`, the
     /// `poolctl.dev/replace` label), a dead one and a scale-up get the new template.
-    #[serde(default, skip_serializing_if = "Strategy::is_rolling_update")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub strategy: Strategy,
     /// How many instances may exist above `replicas` during a rollout: a count (default 1, at
     /// most 1000) or a percentage of replicas, rounded up (`25%`).
@@ -651,11 +645,7 @@ pub struct RolloutSpec {
     /// How long a new instance must have been up (its container running and healthy, its Node
     /// Ready) before it counts as up and the rollout goes on (default 0), as a Deployment's
     /// `minReadySeconds`; a whole number of seconds as there, or a duration (`1m`).
-    #[serde(
-        default,
-        deserialize_with = "duration::seconds_or_duration",
-        skip_serializing_if = "is_zero_duration"
-    )]
+    #[serde(default, deserialize_with = "duration::seconds_or_duration", skip_serializing_if = "is_default")]
     #[schemars(schema_with = "duration::seconds_or_duration_schema")]
     pub min_ready_seconds: Duration,
     /// How long a new instance is watched once it came up (after `minReadySeconds`) before it
@@ -680,7 +670,7 @@ pub struct RolloutSpec {
     /// (`memory`, `cpus`, `pidsLimit`, `restart`) updates the instances in place (`docker
     /// update`: same containers, no drain, in batches of `maxUnavailable`, at least 1):
     /// `IfPossible` (default), or `Never`, which replaces them as any other change does.
-    #[serde(default, skip_serializing_if = "InPlace::is_if_possible")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub in_place: InPlace,
     /// How many instances of a new template come first and wait for promotion before the rest
     /// roll, as Nomad's `canary`: a count or a percentage of `replicas`, rounded up (at least 1
@@ -695,9 +685,9 @@ pub struct RolloutSpec {
     pub auto_promote: Option<Duration>,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero_duration(d: &Duration) -> bool {
-    d.get().is_zero()
+/// Whether `value` is its type's default, which serialization leaves out.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 impl RolloutSpec {
@@ -728,13 +718,6 @@ pub enum ImagePolicy {
     Digest,
 }
 
-impl ImagePolicy {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_tag(&self) -> bool {
-        *self == Self::Tag
-    }
-}
-
 impl Template {
     /// What a new container is made from: the image's ID when the plan read it, else its name.
     pub fn image_ref(&self) -> &str {
@@ -750,13 +733,6 @@ pub enum Strategy {
     OnDelete,
 }
 
-impl Strategy {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_rolling_update(&self) -> bool {
-        *self == Self::RollingUpdate
-    }
-}
-
 /// Whether a change of only the live settings updates instances in place
 /// (`spec.rollout.inPlace`), as Cluster API's in-place updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -766,13 +742,6 @@ pub enum InPlace {
     IfPossible,
     /// Replace the instances whatever changed.
     Never,
-}
-
-impl InPlace {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_if_possible(&self) -> bool {
-        *self == Self::IfPossible
-    }
 }
 
 /// What a stalled rollout does (`spec.rollout.failureAction`).
