@@ -82,7 +82,7 @@ pub fn parse_volume(volume: &str) -> Result<Volume<'_>, String> {
     if let Some(problem) = container_path_problem(dst) {
         return Err(format!("volume {volume:?}: {problem}"));
     }
-    if !src.starts_with('/') && !is_volume_name(src) {
+    if !src.starts_with('/') && !is_object_name(src) {
         // Docker would refuse it only when the container is created, at apply.
         return Err(format!(
             "volume {volume:?}: the host path {src:?} must be absolute (Docker bind sources are; \
@@ -95,8 +95,9 @@ pub fn parse_volume(volume: &str) -> Result<Volume<'_>, String> {
     }
 }
 
-/// Whether `name` can name a Docker volume: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as the daemon checks.
-fn is_volume_name(name: &str) -> bool {
+/// Whether `name` can name a Docker volume or container: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as the
+/// daemon checks.
+pub(super) fn is_object_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
