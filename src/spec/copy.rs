@@ -52,7 +52,7 @@ fn is_credential(name: &str) -> bool {
 }
 
 /// Whether an environment variable of the source may be copied.
-pub fn copies_env(key: &str) -> bool {
+fn copies_env(key: &str) -> bool {
     !IDENTITY_ENV.contains(&key) && !is_credential(key)
 }
 

@@ -22,11 +22,9 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use copy::{CopiedFrom, copies_env, copies_label, env_of, merge};
+pub use copy::{CopiedFrom, copies_label, env_of, merge};
 pub use duration::Duration;
-pub use hash::{
-    HASH_LEN, LIVE_FIELDS, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash,
-};
+pub use hash::{HASH_LEN, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash};
 pub use load::{Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files};
 pub use locate::escape_controls;
 pub use scale::{IntOrPercent, Rounding};
@@ -690,15 +688,6 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 
-impl RolloutSpec {
-    /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
-    /// a malformed one).
-    pub fn after_secs(&self) -> Option<i64> {
-        let at: k8s_openapi::jiff::Timestamp = self.after.as_deref()?.parse().ok()?;
-        Some(at.as_second())
-    }
-}
-
 /// Which instances a scale-down retires first (`spec.rollout.deletePolicy`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletePolicy {
@@ -756,6 +745,13 @@ pub enum FailureAction {
 }
 
 impl RolloutSpec {
+    /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
+    /// a malformed one).
+    pub fn after_secs(&self) -> Option<i64> {
+        let at: k8s_openapi::jiff::Timestamp = self.after.as_deref()?.parse().ok()?;
+        Some(at.as_second())
+    }
+
     /// `maxSurge` as a number of instances for a pool of `replicas`.
     pub fn surge(&self, replicas: i64) -> i64 {
         self.max_surge.resolve(replicas, Rounding::Up)
