@@ -589,7 +589,7 @@ pub struct Taint {
 
 /// Rollout settings. None of them changes the template hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(rename = "Rollout")]
 pub struct RolloutSpec {
     /// When a new template replaces the instances: `RollingUpdate` (default) replaces every
@@ -600,24 +600,19 @@ pub struct RolloutSpec {
     pub strategy: Strategy,
     /// How many instances may exist above `replicas` during a rollout: a count (default 1, at
     /// most 1000) or a percentage of replicas, rounded up (`25%`).
-    #[serde(default = "RolloutSpec::default_max_surge")]
     pub max_surge: IntOrPercent,
     /// How many instances may be unavailable below `replicas` during a rollout: a count
     /// (default 0, at most 1000) or a percentage of replicas up to 100%, rounded down (`25%`).
-    #[serde(default = "RolloutSpec::default_max_unavailable")]
     pub max_unavailable: IntOrPercent,
     /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
-    #[serde(default = "RolloutSpec::default_stop_grace_period")]
     pub stop_grace_period: Duration,
     /// How long draining one Node may take before the rollout halts (default 5m).
-    #[serde(default = "RolloutSpec::default_drain_timeout")]
     pub drain_timeout: Duration,
     /// How long a rollout to a new template may go without a new instance coming up (they
     /// crash, never turn Ready, fail their bootstrap) before it stops creating more: the old
     /// instances keep serving and the pool is `Degraded` until the source changes or an
     /// explicit `poolctl apply` tries again (default 10m), as a Deployment's
     /// `progressDeadlineSeconds`.
-    #[serde(default = "RolloutSpec::default_progress_deadline")]
     pub progress_deadline: Duration,
     /// What a rollout past its `progressDeadline` does: `pause` (default) creates nothing more
     /// and leaves the pool half-new; `rollback` brings the pool back to the last template that
@@ -651,7 +646,6 @@ pub struct RolloutSpec {
     /// end still run (and be healthy, where its image has a HEALTHCHECK) with its Node Ready
     /// (default `5s`, as Docker Swarm's `monitor`). A new template that crashes within it fails
     /// the rollout with every old instance still serving. `0s` turns the watch off.
-    #[serde(default = "RolloutSpec::default_monitor")]
     pub monitor: Duration,
     /// How long a retirement may wait for a Node's deletion hooks (its
     /// `pre-drain.delete.hook.poolctl.dev/*` and `pre-terminate.delete.hook.poolctl.dev/*`
@@ -768,42 +762,23 @@ impl RolloutSpec {
         let Some(canary) = self.canary.filter(|c| !c.is_zero()) else { return 0 };
         canary.resolve(replicas, Rounding::Up).clamp(1, replicas.max(1)).min(replicas.max(0))
     }
-
-    fn default_max_surge() -> IntOrPercent {
-        IntOrPercent::Count(1)
-    }
-    fn default_max_unavailable() -> IntOrPercent {
-        IntOrPercent::Count(0)
-    }
-    fn default_stop_grace_period() -> Duration {
-        Duration::from_secs(30)
-    }
-    fn default_drain_timeout() -> Duration {
-        Duration::from_secs(300)
-    }
-    fn default_progress_deadline() -> Duration {
-        Duration::from_secs(600)
-    }
-    fn default_monitor() -> Duration {
-        Duration::from_secs(5)
-    }
 }
 
 impl Default for RolloutSpec {
     fn default() -> Self {
         Self {
             strategy: Strategy::default(),
-            max_surge: Self::default_max_surge(),
-            max_unavailable: Self::default_max_unavailable(),
-            stop_grace_period: Self::default_stop_grace_period(),
-            drain_timeout: Self::default_drain_timeout(),
-            progress_deadline: Self::default_progress_deadline(),
+            max_surge: IntOrPercent::Count(1),
+            max_unavailable: IntOrPercent::Count(0),
+            stop_grace_period: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(300),
+            progress_deadline: Duration::from_secs(600),
             failure_action: FailureAction::default(),
             delete_policy: DeletePolicy::default(),
             after: None,
             max_age: None,
             min_ready_seconds: Duration::from_secs(0),
-            monitor: Self::default_monitor(),
+            monitor: Duration::from_secs(5),
             hook_timeout: None,
             volume_detach_timeout: None,
             in_place: InPlace::IfPossible,
@@ -819,27 +794,23 @@ impl Default for RolloutSpec {
 /// the fault is the cluster's and none is. Every duration is read from the world's own clocks
 /// (a Node condition's `lastTransitionTime`, Docker's start, finish and health-check times).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct HealthSpec {
     /// Node conditions that make an instance unhealthy once they have held for their timeout
     /// (default `Ready` `Unknown` and `Ready` `False`, 5m each).
-    #[serde(default = "HealthSpec::default_unhealthy_conditions")]
     pub unhealthy_conditions: Vec<UnhealthyCondition>,
     /// How long a new instance may take to come up (its Node to register and turn Ready, its
     /// bootstrap and join to finish) before it is unhealthy (default 10m). An apply still fails
     /// after the Node's `readyTimeout`; this is what a later run does with such an instance.
-    #[serde(default = "HealthSpec::default_node_startup_timeout")]
     pub node_startup_timeout: Duration,
     /// How long a container may be restarting, or report `unhealthy` from its HEALTHCHECK,
     /// before it is unhealthy (default 1m). A container that exited or is dead is unhealthy at
     /// once.
-    #[serde(default = "HealthSpec::default_container_timeout")]
     pub container_timeout: Duration,
     /// When more instances than this are unhealthy at once, none of those that served is
     /// replaced: a count, or a percentage of `replicas` rounded down, as Cluster API's (default
     /// `40%`). Never held: a container-only pool, a teardown, outdated instances, instances
     /// that never came up, and `--replace`.
-    #[serde(default = "HealthSpec::default_max_unhealthy")]
     pub max_unhealthy: IntOrPercent,
 }
 
@@ -863,33 +834,20 @@ impl HealthSpec {
     pub fn max_unhealthy(&self, replicas: i64) -> i64 {
         self.max_unhealthy.resolve(replicas, Rounding::Down)
     }
+}
 
-    fn default_unhealthy_conditions() -> Vec<UnhealthyCondition> {
+impl Default for HealthSpec {
+    fn default() -> Self {
         let ready = |status: &str| UnhealthyCondition {
             kind: "Ready".to_owned(),
             status: status.to_owned(),
             timeout: Duration::from_secs(300),
         };
-        vec![ready("Unknown"), ready("False")]
-    }
-    fn default_node_startup_timeout() -> Duration {
-        Duration::from_secs(600)
-    }
-    fn default_container_timeout() -> Duration {
-        Duration::from_secs(60)
-    }
-    fn default_max_unhealthy() -> IntOrPercent {
-        IntOrPercent::Percent(40)
-    }
-}
-
-impl Default for HealthSpec {
-    fn default() -> Self {
         Self {
-            unhealthy_conditions: Self::default_unhealthy_conditions(),
-            node_startup_timeout: Self::default_node_startup_timeout(),
-            container_timeout: Self::default_container_timeout(),
-            max_unhealthy: Self::default_max_unhealthy(),
+            unhealthy_conditions: vec![ready("Unknown"), ready("False")],
+            node_startup_timeout: Duration::from_secs(600),
+            container_timeout: Duration::from_secs(60),
+            max_unhealthy: IntOrPercent::Percent(40),
         }
     }
 }
