@@ -86,14 +86,10 @@ fn cycle<'a>(depends: &HashMap<&'a str, &'a [String]>, from: &'a str, on: &'a st
         let last = *path.last().expect("never empty");
         for next in depends.get(last).copied().unwrap_or_default() {
             if next == from {
-                let mut found = path.clone();
-                found.push(from);
-                return Some(found);
+                return Some([path.as_slice(), &[from]].concat());
             }
             if seen.insert(next.as_str()) {
-                let mut longer = path.clone();
-                longer.push(next.as_str());
-                stack.push(longer);
+                stack.push([path.as_slice(), &[next.as_str()]].concat());
             }
         }
     }
