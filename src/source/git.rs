@@ -204,15 +204,10 @@ fn fetch(repo: &Repository, from: &Remote<'_>) -> Result<(), SourceError> {
     // commit is on no branch, so it may not have been fetched: then there is no default ref.
     let head =
         remote.list().map_err(fetch_error)?.iter().find(|h| h.name() == "HEAD").map(git2::RemoteHead::oid);
-    match head.filter(|oid| repo.find_commit(*oid).is_ok()) {
-        Some(oid) => {
-            repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;
-        }
-        None => {
-            if let Ok(mut stale) = repo.find_reference(REMOTE_HEAD) {
-                stale.delete().map_err(fetch_error)?;
-            }
-        }
+    if let Some(oid) = head.filter(|oid| repo.find_commit(*oid).is_ok()) {
+        repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;
+    } else if let Ok(mut stale) = repo.find_reference(REMOTE_HEAD) {
+        stale.delete().map_err(fetch_error)?;
     }
     Ok(())
 }
