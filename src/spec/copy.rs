@@ -115,9 +115,7 @@ pub fn merge(explicit: &Template, copied: &Template) -> Template {
 }
 
 fn merged_map<V: Clone>(copied: &BTreeMap<String, V>, explicit: &BTreeMap<String, V>) -> BTreeMap<String, V> {
-    let mut merged = copied.clone();
-    merged.extend(explicit.iter().map(|(k, v)| (k.clone(), v.clone())));
-    merged
+    copied.iter().chain(explicit).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// The copied entries whose key the template does not give, then the template's own.
