@@ -101,13 +101,11 @@ pub fn ends(history: &[Revision]) -> Vec<Option<RevisionEnd>> {
                     Some(RevisionEnd { result: RolloutResult::RolledBack, at: end.at })
                 }
                 (Some(end), _) => Some(end),
+                (None, Some(next)) if rolled_back.is_some() => {
+                    Some(RevisionEnd { result: RolloutResult::RolledBack, at: next.started })
+                }
                 (None, Some(next)) => {
-                    let result = if rolled_back.is_some() {
-                        RolloutResult::RolledBack
-                    } else {
-                        RolloutResult::Superseded
-                    };
-                    Some(RevisionEnd { result, at: next.started })
+                    Some(RevisionEnd { result: RolloutResult::Superseded, at: next.started })
                 }
                 (None, None) => None,
             }

@@ -31,8 +31,7 @@ pub(super) fn read(root: &Path, path: &str) -> Result<(Origin, Vec<SourceFile>),
         } else {
             path.to_owned()
         };
-        let text = read_text(&target)?;
-        return Ok((origin, vec![SourceFile { path_relative: relative, text }]));
+        return Ok((origin, vec![SourceFile { path_relative: relative, text: read_text(&target)? }]));
     }
 
     let mut files = Vec::new();
@@ -60,8 +59,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut Vec<SourceFile>) -> Result<(), Sou
             // and a dangling one is skipped like any other non-file.
             let is_file = file_type.is_file() || fs::metadata(&full).is_ok_and(|m| m.is_file());
             if is_file {
-                let text = read_text(&full)?;
-                files.push(SourceFile { path_relative: relative, text });
+                files.push(SourceFile { path_relative: relative, text: read_text(&full)? });
             }
         }
     }

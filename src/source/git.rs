@@ -5,7 +5,6 @@
 //! edits) is not desired state. Branches land under `refs/remotes/origin/`, tags under
 //! `refs/tags/`, and the remote's HEAD as `refs/remotes/origin/HEAD`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use git2::{
@@ -146,11 +145,7 @@ fn files_at(
 /// Where the bare clone of `url` is kept: one directory per URL, named by its hash.
 pub(super) fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
     let digest = Sha256::digest(url.as_bytes());
-    let name = digest.iter().take(10).fold(String::new(), |mut name, b| {
-        let _ = write!(name, "{b:02x}");
-        name
-    });
-    cache_dir.join("git").join(name)
+    cache_dir.join("git").join(hex::encode(&digest[..10]))
 }
 
 /// The file at `path` in `commit` of the cached clone of `url`, written into the cache (beside
@@ -209,15 +204,10 @@ fn fetch(repo: &Repository, from: &Remote<'_>) -> Result<(), SourceError> {
     // commit is on no branch, so it may not have been fetched: then there is no default ref.
     let head =
         remote.list().map_err(fetch_error)?.iter().find(|h| h.name() == "HEAD").map(git2::RemoteHead::oid);
-    match head.filter(|oid| repo.find_commit(*oid).is_ok()) {
-        Some(oid) => {
-            repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;
-        }
-        None => {
-            if let Ok(mut stale) = repo.find_reference(REMOTE_HEAD) {
-                stale.delete().map_err(fetch_error)?;
-            }
-        }
+    if let Some(oid) = head.filter(|oid| repo.find_commit(*oid).is_ok()) {
+        repo.reference(REMOTE_HEAD, oid, true, "poolctl: remote HEAD").map_err(fetch_error)?;
+    } else if let Ok(mut stale) = repo.find_reference(REMOTE_HEAD) {
+        stale.delete().map_err(fetch_error)?;
     }
     Ok(())
 }

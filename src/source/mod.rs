@@ -13,7 +13,6 @@ mod dir;
 mod git;
 mod secret;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -233,16 +232,10 @@ pub fn default_cache_dir() -> PathBuf {
 /// [`default_cache_dir`] over any environment, so that tests need not change the process's.
 fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
     let var = |name| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = var("POOLCTL_CACHE_DIR") {
-        return dir;
-    }
-    if let Some(xdg) = var("XDG_CACHE_HOME") {
-        return xdg.join("poolctl");
-    }
-    if let Some(home) = var("HOME") {
-        return home.join(".cache").join("poolctl");
-    }
-    std::env::temp_dir().join("poolctl-cache")
+    var("POOLCTL_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|xdg| xdg.join("poolctl")))
+        .or_else(|| var("HOME").map(|home| home.join(".cache").join("poolctl")))
+        .unwrap_or_else(|| std::env::temp_dir().join("poolctl-cache"))
 }
 
 impl SourceSpec {
@@ -502,11 +495,7 @@ fn content_revision(files: &[SourceFile]) -> Revision {
             hasher.update(field.as_bytes());
         }
     }
-    let hex = hasher.finalize().iter().fold(String::new(), |mut hex, b| {
-        let _ = write!(hex, "{b:02x}");
-        hex
-    });
-    Revision::Content(hex)
+    Revision::Content(hex::encode(hasher.finalize()))
 }
 
 /// Whether `source` is a Git URL rather than a path.
@@ -518,14 +507,11 @@ fn is_url(source: &str) -> bool {
     }
     // scp-like syntax, as git reads it: `user@host:path`, with no `/` before the colon (which
     // tells it apart from a relative path such as `./a:b`).
-    match source.split_once(':') {
-        Some((host, rest)) => {
-            !rest.is_empty()
-                && !host.contains('/')
-                && host.split_once('@').is_some_and(|(user, h)| !user.is_empty() && !h.is_empty())
-        }
-        None => false,
-    }
+    source.split_once(':').is_some_and(|(host, rest)| {
+        !rest.is_empty()
+            && !host.contains('/')
+            && host.split_once('@').is_some_and(|(user, h)| !user.is_empty() && !h.is_empty())
+    })
 }
 
 /// `text` with the user info of every URL in it dropped, user name and password alike, as git
@@ -574,10 +560,7 @@ pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
 /// containers it made still count as their source's (not another's, which would leave them
 /// alone), and the user name, which may be a token, is never shown.
 pub fn scope_as_written_now(label: &str) -> String {
-    match label.strip_prefix("git:") {
-        Some(rest) => format!("git:{}", redact(rest)),
-        None => label.to_owned(),
-    }
+    label.strip_prefix("git:").map_or_else(|| label.to_owned(), |rest| format!("git:{}", redact(rest)))
 }
 
 /// `bytes` as text, or where they stop being UTF-8.

@@ -32,15 +32,9 @@ fn read_file(file: &str) -> Result<Secret, String> {
     if bytes.len() as u64 > MAX_BYTES {
         return Err(format!("the secret file {} is larger than {MAX_BYTES} bytes", path.display()));
     }
-    let mut text = String::from_utf8(bytes)
+    let text = String::from_utf8(bytes)
         .map_err(|_| format!("the secret file {} is not UTF-8 text", path.display()))?;
-    if text.ends_with('\n') {
-        text.pop();
-        if text.ends_with('\r') {
-            text.pop();
-        }
-    }
-    Ok(Secret::new(text))
+    Ok(Secret::new(text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t))))
 }
 
 #[cfg(test)]

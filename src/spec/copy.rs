@@ -52,7 +52,7 @@ fn is_credential(name: &str) -> bool {
 }
 
 /// Whether an environment variable of the source may be copied.
-pub fn copies_env(key: &str) -> bool {
+fn copies_env(key: &str) -> bool {
     !IDENTITY_ENV.contains(&key) && !is_credential(key)
 }
 
@@ -115,9 +115,7 @@ pub fn merge(explicit: &Template, copied: &Template) -> Template {
 }
 
 fn merged_map<V: Clone>(copied: &BTreeMap<String, V>, explicit: &BTreeMap<String, V>) -> BTreeMap<String, V> {
-    let mut merged = copied.clone();
-    merged.extend(explicit.iter().map(|(k, v)| (k.clone(), v.clone())));
-    merged
+    copied.iter().chain(explicit).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// The copied entries whose key the template does not give, then the template's own.

@@ -92,7 +92,8 @@ struct Ctx<'r> {
 }
 
 /// The error of one attempt: where it arose, and which mapping entry to leave out next time.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub(crate) struct Error {
     message: String,
     path: Option<FieldPath>,
@@ -102,14 +103,6 @@ pub(crate) struct Error {
     /// Set for "missing field": leaving a field out cannot fix that.
     missing: Option<&'static str>,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl de::Error for Error {
     fn custom<M: fmt::Display>(msg: M) -> Self {

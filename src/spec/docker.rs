@@ -82,7 +82,7 @@ pub fn parse_volume(volume: &str) -> Result<Volume<'_>, String> {
     if let Some(problem) = container_path_problem(dst) {
         return Err(format!("volume {volume:?}: {problem}"));
     }
-    if !src.starts_with('/') && !is_volume_name(src) {
+    if !src.starts_with('/') && !is_object_name(src) {
         // Docker would refuse it only when the container is created, at apply.
         return Err(format!(
             "volume {volume:?}: the host path {src:?} must be absolute (Docker bind sources are; \
@@ -95,8 +95,9 @@ pub fn parse_volume(volume: &str) -> Result<Volume<'_>, String> {
     }
 }
 
-/// Whether `name` can name a Docker volume: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as the daemon checks.
-fn is_volume_name(name: &str) -> bool {
+/// Whether `name` can name a Docker volume or container: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as the
+/// daemon checks.
+pub(super) fn is_object_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
@@ -288,15 +289,12 @@ pub fn security_opt_problem(option: &str) -> Option<String> {
     let (key, value) = option.split_once('=').unwrap_or((option, ""));
     let ok = match key {
         // The API takes a profile's JSON, not a path to it as the docker CLI does.
+        "seccomp" if value == "unconfined" || value == "builtin" => true,
         "seccomp" => {
-            if value == "unconfined" || value == "builtin" {
-                true
-            } else {
-                return Some(format!(
-                    "security option {option:?}: seccomp takes unconfined or builtin here; a \
-                     profile file is read by the docker CLI, not by the Docker API poolctl uses"
-                ));
-            }
+            return Some(format!(
+                "security option {option:?}: seccomp takes unconfined or builtin here; a \
+                 profile file is read by the docker CLI, not by the Docker API poolctl uses"
+            ));
         }
         "apparmor" => !value.is_empty(),
         "label" => {
@@ -473,12 +471,8 @@ pub fn parse_ulimit(name: &str, value: &str) -> Result<(i64, i64), String> {
     let bad =
         || format!("ulimit {name}: {value:?}: expected SOFT or SOFT:HARD, whole numbers (-1: unlimited)");
     let number = |t: &str| t.trim().parse::<i64>().ok().filter(|n| *n >= -1).ok_or_else(bad);
-    let (soft, hard) = if let Some((soft, hard)) = value.split_once(':') {
-        (number(soft)?, number(hard)?)
-    } else {
-        let n = number(value)?;
-        (n, n)
-    };
+    let (soft, hard) = value.split_once(':').unwrap_or((value, value));
+    let (soft, hard) = (number(soft)?, number(hard)?);
     let unlimited = |n: i64| n == -1;
     if !unlimited(hard) && (unlimited(soft) || soft > hard) {
         return Err(format!("ulimit {name}: the soft limit {soft} is above the hard limit {hard}"));

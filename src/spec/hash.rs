@@ -1,7 +1,5 @@
 //! The template hash: a short, stable digest of everything that needs a new container.
 
-use std::fmt::Write as _;
-
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -46,7 +44,7 @@ pub fn template_hash(spec: &PoolSpec) -> String {
 /// JSON names them: a change confined to them needs no new container
 /// (`spec.rollout.inPlace`). The rest of bollard's `ContainerUpdateBody` (CPU shares, swap,
 /// block I/O weights...) has no field in the template.
-pub const LIVE_FIELDS: [&str; 4] = ["memory", "cpus", "pidsLimit", "restart"];
+const LIVE_FIELDS: [&str; 4] = ["memory", "cpus", "pidsLimit", "restart"];
 
 /// Of these, the ones a `docker update` can set but not unset (Docker reads 0 as "leave as
 /// it is"): removing one needs a new container.
@@ -86,9 +84,7 @@ pub fn diff_templates(old: &str, new: &str) -> TemplateDiff {
     let fields =
         |v: &serde_json::Value, key: &str| v.get(key).and_then(|t| t.as_object()).unwrap_or(&empty).clone();
     let (old_t, new_t) = (fields(&old, "template"), fields(&new, "template"));
-    let mut keys: Vec<&String> = old_t.keys().chain(new_t.keys()).collect();
-    keys.sort();
-    keys.dedup();
+    let keys: std::collections::BTreeSet<&String> = old_t.keys().chain(new_t.keys()).collect();
     let changed: Vec<String> = keys.into_iter().filter(|k| old_t.get(*k) != new_t.get(*k)).cloned().collect();
     let mut forced: Vec<String> = changed
         .iter()
@@ -98,21 +94,14 @@ pub fn diff_templates(old: &str, new: &str) -> TemplateDiff {
         })
         .cloned()
         .collect();
-    for key in ["bootstrap", "join"] {
-        if old.get(key) != new.get(key) {
-            forced.push(key.to_owned());
-        }
-    }
+    forced
+        .extend(["bootstrap", "join"].into_iter().filter(|k| old.get(*k) != new.get(*k)).map(str::to_owned));
     if forced.is_empty() { TemplateDiff::Live(changed) } else { TemplateDiff::Replace(forced) }
 }
 
 /// The first `len` (even) hex digits of a digest.
 pub(super) fn hex_prefix(digest: &[u8], len: usize) -> String {
-    let mut hex = String::with_capacity(len);
-    for byte in digest.iter().take(len / 2) {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
+    hex::encode(&digest[..len / 2])
 }
 
 #[cfg(test)]

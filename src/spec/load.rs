@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::decode::{Problem, decode};
 use super::locate::{FieldPath, escape_controls};
-use super::tree::{Located, SpanMap, SyntaxError, YamlNode, parse_stream};
+use super::tree::{Located, SpanMap, YamlNode, parse_stream};
 use super::{API_VERSION, KIND_POOL, Pool};
 
 /// The apiVersion group of poolctl documents.
@@ -41,14 +41,7 @@ impl Document {
 
     /// An error about `path` in this document, located when the text is known.
     pub(crate) fn error_at(&self, path: &FieldPath, message: String) -> SpecError {
-        let at = self.locate(path);
-        SpecError {
-            file: self.file.clone(),
-            line: at.map(|(line, _)| line),
-            column: at.map(|(_, column)| column),
-            field: Some(path.to_string()),
-            message,
-        }
+        SpecError::at(&self.file, self.locate(path), Some(path.to_string()), message)
     }
 
     /// `file:line:col` of `path` in this document (`file` alone when it cannot be located).
@@ -84,10 +77,6 @@ impl SpecError {
         }
     }
 
-    fn from_syntax(file: &str, err: SyntaxError) -> Self {
-        Self::at(file, err.at, None, err.message)
-    }
-
     fn from_problem(file: &str, problem: Problem) -> Self {
         let field = (!problem.path.is_root()).then(|| problem.path.to_string());
         Self::at(file, problem.at, field, problem.message)
@@ -118,19 +107,7 @@ pub struct SpecErrors(pub Vec<SpecError>);
 
 impl fmt::Display for SpecErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            write!(f, "{e}")?;
-        }
-        Ok(())
-    }
-}
-
-impl From<Vec<SpecError>> for SpecErrors {
-    fn from(errors: Vec<SpecError>) -> Self {
-        Self(errors)
+        f.write_str(&self.0.iter().map(SpecError::to_string).collect::<Vec<_>>().join("\n"))
     }
 }
 
@@ -197,10 +174,10 @@ fn judge(root: &Located) -> Verdict {
 }
 
 /// Parse every `poolctl.dev` document of one file (see the module docs for what is skipped).
-/// Fails if any document of the file is bad; [`parse_documents`] also keeps the good ones.
+/// Fails if any document of the file is bad.
 pub fn load_documents(file: &str, text: &str) -> Result<Vec<Document>, Vec<SpecError>> {
-    let (docs, errors) = parse_documents(file, text);
-    if errors.is_empty() { Ok(docs) } else { Err(errors) }
+    let parsed = parse_file(file, text);
+    if parsed.errors.is_empty() { Ok(parsed.good) } else { Err(parsed.errors) }
 }
 
 /// Load all files of a source, given as (path relative to the source root, text) in the order
@@ -225,16 +202,10 @@ pub fn load_files<'a>(
     if errors.is_empty() { Ok(checked) } else { Err(SpecErrors(errors)) }
 }
 
-/// Parse what can be parsed: the good pool documents of one file, and the errors of the bad
-/// ones. A bad document does not stop the documents after it; a YAML syntax error does,
-/// because the parser cannot find its footing again after one.
-pub fn parse_documents(file: &str, text: &str) -> (Vec<Document>, Vec<SpecError>) {
-    let parsed = parse_file(file, text);
-    (parsed.good, parsed.errors)
-}
-
 /// One file, read: its good pools, the pools that decoded only with defaults standing in for
-/// bad fields (worth checking, never worth using), and every error.
+/// bad fields (worth checking, never worth using), and every error. A bad document does not
+/// stop the documents after it; a YAML syntax error does, because the parser cannot find its
+/// footing again after one.
 struct Parsed {
     good: Vec<Document>,
     flawed: Vec<Document>,
@@ -259,7 +230,7 @@ fn parse_file(file: &str, text: &str) -> Parsed {
         let tree = match tree {
             Ok(tree) => tree,
             Err(err) => {
-                parsed.errors.push(SpecError::from_syntax(file, err));
+                parsed.errors.push(SpecError::at(file, err.at, None, err.message));
                 continue;
             }
         };

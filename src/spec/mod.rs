@@ -22,14 +22,10 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use copy::{CopiedFrom, copies_env, copies_label, env_of, merge};
+pub use copy::{CopiedFrom, copies_label, env_of, merge};
 pub use duration::Duration;
-pub use hash::{
-    HASH_LEN, LIVE_FIELDS, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash,
-};
-pub use load::{
-    Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files, parse_documents,
-};
+pub use hash::{HASH_LEN, TemplateDiff, canonical_template, diff_templates, split_hashes, template_hash};
+pub use load::{Document, MAX_FILE_BYTES, SpecError, SpecErrors, load_documents, load_files};
 pub use locate::escape_controls;
 pub use scale::{IntOrPercent, Rounding};
 pub use secret::{
@@ -116,10 +112,10 @@ pub struct PoolSpec {
     /// What the drain of a retiring instance's Node does with its pods, beyond the pod labels
     /// `poolctl.dev/drain` and `cluster.x-k8s.io/drain` (as Cluster API's `MachineDrainRule`).
     /// Not covered by the template hash.
-    #[serde(default, skip_serializing_if = "DrainSpec::is_empty")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub drain: DrainSpec,
     /// When the pool's instances may be disrupted (`windows`). Default: at any time.
-    #[serde(default, skip_serializing_if = "DisruptionSpec::is_empty")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub disruption: DisruptionSpec,
     /// Leave the pool as it is: it is still observed and its plan shown, marked paused, but
     /// apply and watch change nothing in it, and a rollout in flight stops at the next step
@@ -154,14 +150,8 @@ pub struct DrainSpec {
     /// API's `nodeDrainTimeout`) or `Force` (the pods are deleted, not evicted, whatever their
     /// PodDisruptionBudgets, and the container is stopped once they are gone, as Karpenter's
     /// `terminationGracePeriod`). The plan says beforehand what a drain past its timeout does.
-    #[serde(default, skip_serializing_if = "DrainTimeoutAction::is_halt")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub timeout_action: DrainTimeoutAction,
-}
-
-impl DrainSpec {
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.pod_grace_period.is_none() && self.timeout_action.is_halt()
-    }
 }
 
 /// What a drain does once its timeout has passed with pods left (`spec.drain.timeoutAction`).
@@ -256,7 +246,7 @@ pub struct Template {
     /// `digest`: the image's ID on the pool's Docker endpoint is part of the template, so that
     /// an image re-tagged or re-pulled under the same name (`kind load` of a new build) rolls
     /// the pool, and new containers are made from that very ID. `tag` (default): the name alone.
-    #[serde(default, skip_serializing_if = "ImagePolicy::is_tag")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub image_policy: ImagePolicy,
     /// The image's ID as a plan read it (`imagePolicy: digest`): poolctl's to set, never written
     /// in a pool file (validation refuses it).
@@ -599,35 +589,30 @@ pub struct Taint {
 
 /// Rollout settings. None of them changes the template hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(rename = "Rollout")]
 pub struct RolloutSpec {
     /// When a new template replaces the instances: `RollingUpdate` (default) replaces every
     /// outdated one, surge first; `OnDelete` replaces none by itself, as a `StatefulSet`'s or a
     /// Cluster API `MachineSet`'s `OnDelete`: an instance marked for replacement (`--replace`, the
     /// `poolctl.dev/replace` label), a dead one and a scale-up get the new template.
-    #[serde(default, skip_serializing_if = "Strategy::is_rolling_update")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub strategy: Strategy,
     /// How many instances may exist above `replicas` during a rollout: a count (default 1, at
     /// most 1000) or a percentage of replicas, rounded up (`25%`).
-    #[serde(default = "RolloutSpec::default_max_surge")]
     pub max_surge: IntOrPercent,
     /// How many instances may be unavailable below `replicas` during a rollout: a count
     /// (default 0, at most 1000) or a percentage of replicas up to 100%, rounded down (`25%`).
-    #[serde(default = "RolloutSpec::default_max_unavailable")]
     pub max_unavailable: IntOrPercent,
     /// How long a container gets between SIGTERM and SIGKILL when stopped (default 30s).
-    #[serde(default = "RolloutSpec::default_stop_grace_period")]
     pub stop_grace_period: Duration,
     /// How long draining one Node may take before the rollout halts (default 5m).
-    #[serde(default = "RolloutSpec::default_drain_timeout")]
     pub drain_timeout: Duration,
     /// How long a rollout to a new template may go without a new instance coming up (they
     /// crash, never turn Ready, fail their bootstrap) before it stops creating more: the old
     /// instances keep serving and the pool is `Degraded` until the source changes or an
     /// explicit `poolctl apply` tries again (default 10m), as a Deployment's
     /// `progressDeadlineSeconds`.
-    #[serde(default = "RolloutSpec::default_progress_deadline")]
     pub progress_deadline: Duration,
     /// What a rollout past its `progressDeadline` does: `pause` (default) creates nothing more
     /// and leaves the pool half-new; `rollback` brings the pool back to the last template that
@@ -653,11 +638,7 @@ pub struct RolloutSpec {
     /// How long a new instance must have been up (its container running and healthy, its Node
     /// Ready) before it counts as up and the rollout goes on (default 0), as a Deployment's
     /// `minReadySeconds`; a whole number of seconds as there, or a duration (`1m`).
-    #[serde(
-        default,
-        deserialize_with = "duration::seconds_or_duration",
-        skip_serializing_if = "is_zero_duration"
-    )]
+    #[serde(default, deserialize_with = "duration::seconds_or_duration", skip_serializing_if = "is_default")]
     #[schemars(schema_with = "duration::seconds_or_duration_schema")]
     pub min_ready_seconds: Duration,
     /// How long a new instance is watched once it came up (after `minReadySeconds`) before it
@@ -665,7 +646,6 @@ pub struct RolloutSpec {
     /// end still run (and be healthy, where its image has a HEALTHCHECK) with its Node Ready
     /// (default `5s`, as Docker Swarm's `monitor`). A new template that crashes within it fails
     /// the rollout with every old instance still serving. `0s` turns the watch off.
-    #[serde(default = "RolloutSpec::default_monitor")]
     pub monitor: Duration,
     /// How long a retirement may wait for a Node's deletion hooks (its
     /// `pre-drain.delete.hook.poolctl.dev/*` and `pre-terminate.delete.hook.poolctl.dev/*`
@@ -682,7 +662,7 @@ pub struct RolloutSpec {
     /// (`memory`, `cpus`, `pidsLimit`, `restart`) updates the instances in place (`docker
     /// update`: same containers, no drain, in batches of `maxUnavailable`, at least 1):
     /// `IfPossible` (default), or `Never`, which replaces them as any other change does.
-    #[serde(default, skip_serializing_if = "InPlace::is_if_possible")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub in_place: InPlace,
     /// How many instances of a new template come first and wait for promotion before the rest
     /// roll, as Nomad's `canary`: a count or a percentage of `replicas`, rounded up (at least 1
@@ -697,18 +677,9 @@ pub struct RolloutSpec {
     pub auto_promote: Option<Duration>,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero_duration(d: &Duration) -> bool {
-    d.get().is_zero()
-}
-
-impl RolloutSpec {
-    /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
-    /// a malformed one).
-    pub fn after_secs(&self) -> Option<i64> {
-        let at: k8s_openapi::jiff::Timestamp = self.after.as_deref()?.parse().ok()?;
-        Some(at.as_second())
-    }
+/// Whether `value` is its type's default, which serialization leaves out.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// Which instances a scale-down retires first (`spec.rollout.deletePolicy`).
@@ -730,13 +701,6 @@ pub enum ImagePolicy {
     Digest,
 }
 
-impl ImagePolicy {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_tag(&self) -> bool {
-        *self == Self::Tag
-    }
-}
-
 impl Template {
     /// What a new container is made from: the image's ID when the plan read it, else its name.
     pub fn image_ref(&self) -> &str {
@@ -752,13 +716,6 @@ pub enum Strategy {
     OnDelete,
 }
 
-impl Strategy {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_rolling_update(&self) -> bool {
-        *self == Self::RollingUpdate
-    }
-}
-
 /// Whether a change of only the live settings updates instances in place
 /// (`spec.rollout.inPlace`), as Cluster API's in-place updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -768,13 +725,6 @@ pub enum InPlace {
     IfPossible,
     /// Replace the instances whatever changed.
     Never,
-}
-
-impl InPlace {
-    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-    fn is_if_possible(&self) -> bool {
-        *self == Self::IfPossible
-    }
 }
 
 /// What a stalled rollout does (`spec.rollout.failureAction`).
@@ -789,6 +739,13 @@ pub enum FailureAction {
 }
 
 impl RolloutSpec {
+    /// `after` in seconds since the Unix epoch, if set and well-formed (validation refuses
+    /// a malformed one).
+    pub fn after_secs(&self) -> Option<i64> {
+        let at: k8s_openapi::jiff::Timestamp = self.after.as_deref()?.parse().ok()?;
+        Some(at.as_second())
+    }
+
     /// `maxSurge` as a number of instances for a pool of `replicas`.
     pub fn surge(&self, replicas: i64) -> i64 {
         self.max_surge.resolve(replicas, Rounding::Up)
@@ -805,42 +762,23 @@ impl RolloutSpec {
         let Some(canary) = self.canary.filter(|c| !c.is_zero()) else { return 0 };
         canary.resolve(replicas, Rounding::Up).clamp(1, replicas.max(1)).min(replicas.max(0))
     }
-
-    fn default_max_surge() -> IntOrPercent {
-        IntOrPercent::Count(1)
-    }
-    fn default_max_unavailable() -> IntOrPercent {
-        IntOrPercent::Count(0)
-    }
-    fn default_stop_grace_period() -> Duration {
-        Duration::from_secs(30)
-    }
-    fn default_drain_timeout() -> Duration {
-        Duration::from_secs(300)
-    }
-    fn default_progress_deadline() -> Duration {
-        Duration::from_secs(600)
-    }
-    fn default_monitor() -> Duration {
-        Duration::from_secs(5)
-    }
 }
 
 impl Default for RolloutSpec {
     fn default() -> Self {
         Self {
             strategy: Strategy::default(),
-            max_surge: Self::default_max_surge(),
-            max_unavailable: Self::default_max_unavailable(),
-            stop_grace_period: Self::default_stop_grace_period(),
-            drain_timeout: Self::default_drain_timeout(),
-            progress_deadline: Self::default_progress_deadline(),
+            max_surge: IntOrPercent::Count(1),
+            max_unavailable: IntOrPercent::Count(0),
+            stop_grace_period: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(300),
+            progress_deadline: Duration::from_secs(600),
             failure_action: FailureAction::default(),
             delete_policy: DeletePolicy::default(),
             after: None,
             max_age: None,
             min_ready_seconds: Duration::from_secs(0),
-            monitor: Self::default_monitor(),
+            monitor: Duration::from_secs(5),
             hook_timeout: None,
             volume_detach_timeout: None,
             in_place: InPlace::IfPossible,
@@ -856,27 +794,23 @@ impl Default for RolloutSpec {
 /// the fault is the cluster's and none is. Every duration is read from the world's own clocks
 /// (a Node condition's `lastTransitionTime`, Docker's start, finish and health-check times).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct HealthSpec {
     /// Node conditions that make an instance unhealthy once they have held for their timeout
     /// (default `Ready` `Unknown` and `Ready` `False`, 5m each).
-    #[serde(default = "HealthSpec::default_unhealthy_conditions")]
     pub unhealthy_conditions: Vec<UnhealthyCondition>,
     /// How long a new instance may take to come up (its Node to register and turn Ready, its
     /// bootstrap and join to finish) before it is unhealthy (default 10m). An apply still fails
     /// after the Node's `readyTimeout`; this is what a later run does with such an instance.
-    #[serde(default = "HealthSpec::default_node_startup_timeout")]
     pub node_startup_timeout: Duration,
     /// How long a container may be restarting, or report `unhealthy` from its HEALTHCHECK,
     /// before it is unhealthy (default 1m). A container that exited or is dead is unhealthy at
     /// once.
-    #[serde(default = "HealthSpec::default_container_timeout")]
     pub container_timeout: Duration,
     /// When more instances than this are unhealthy at once, none of those that served is
     /// replaced: a count, or a percentage of `replicas` rounded down, as Cluster API's (default
     /// `40%`). Never held: a container-only pool, a teardown, outdated instances, instances
     /// that never came up, and `--replace`.
-    #[serde(default = "HealthSpec::default_max_unhealthy")]
     pub max_unhealthy: IntOrPercent,
 }
 
@@ -900,33 +834,20 @@ impl HealthSpec {
     pub fn max_unhealthy(&self, replicas: i64) -> i64 {
         self.max_unhealthy.resolve(replicas, Rounding::Down)
     }
+}
 
-    fn default_unhealthy_conditions() -> Vec<UnhealthyCondition> {
+impl Default for HealthSpec {
+    fn default() -> Self {
         let ready = |status: &str| UnhealthyCondition {
             kind: "Ready".to_owned(),
             status: status.to_owned(),
             timeout: Duration::from_secs(300),
         };
-        vec![ready("Unknown"), ready("False")]
-    }
-    fn default_node_startup_timeout() -> Duration {
-        Duration::from_secs(600)
-    }
-    fn default_container_timeout() -> Duration {
-        Duration::from_secs(60)
-    }
-    fn default_max_unhealthy() -> IntOrPercent {
-        IntOrPercent::Percent(40)
-    }
-}
-
-impl Default for HealthSpec {
-    fn default() -> Self {
         Self {
-            unhealthy_conditions: Self::default_unhealthy_conditions(),
-            node_startup_timeout: Self::default_node_startup_timeout(),
-            container_timeout: Self::default_container_timeout(),
-            max_unhealthy: Self::default_max_unhealthy(),
+            unhealthy_conditions: vec![ready("Unknown"), ready("False")],
+            node_startup_timeout: Duration::from_secs(600),
+            container_timeout: Duration::from_secs(60),
+            max_unhealthy: IntOrPercent::Percent(40),
         }
     }
 }

@@ -26,10 +26,7 @@ const MAX_TAG_LEN: usize = 128;
 /// prefix is a DNS-1123 subdomain of at most 253 characters and the name is at most 63
 /// characters of `[A-Za-z0-9]`, with `-`, `_` and `.` allowed inside.
 pub(crate) fn qualified_name_problem(key: &str) -> Option<String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
+    let (prefix, name) = key.split_once('/').map_or((None, key), |(prefix, name)| (Some(prefix), name));
     if let Some(prefix) = prefix {
         if name.contains('/') {
             return Some(format!("{key:?} has more than one '/': a key is [prefix/]name"));
@@ -126,10 +123,8 @@ fn image_error(image: &str) -> Option<String> {
     if let Some(c) = image.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return Some(format!("it contains {c:?}"));
     }
-    let (named, digest) = match image.split_once('@') {
-        Some((named, digest)) => (named, Some(digest)),
-        None => (image, None),
-    };
+    let (named, digest) =
+        image.split_once('@').map_or((image, None), |(named, digest)| (named, Some(digest)));
     if let Some(problem) = digest.and_then(digest_problem) {
         return Some(problem);
     }
@@ -223,10 +218,7 @@ fn domain_problem(domain: &str) -> Option<String> {
             None => return Some(format!("the registry {domain:?} has an unclosed '['")),
         }
     } else {
-        match domain.split_once(':') {
-            Some((host, port)) => (Some(host), Some(port)),
-            None => (Some(domain), None),
-        }
+        domain.split_once(':').map_or((Some(domain), None), |(host, port)| (Some(host), Some(port)))
     };
     if let Some(host) = host {
         let component_ok = |c: &str| {

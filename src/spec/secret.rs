@@ -197,8 +197,7 @@ pub fn read_secrets(
 /// Give every relative `node.kubeconfig` of `docs` the path `resolve` finds for it, from the
 /// pool file's name (relative to the source root) and the path as written; `resolve` does the
 /// I/O (the spec does none). A `~/`, `$HOME/` or absolute path is left as it is, and so is the
-/// keyword `in-cluster`. Every failure
-/// is reported with its place in the pool file.
+/// keyword `in-cluster`. Every failure is reported with its place in the pool file.
 pub fn resolve_kubeconfigs(
     docs: &mut [Document],
     resolve: impl Fn(&str, &str) -> Result<String, String>,
@@ -213,10 +212,7 @@ pub fn resolve_kubeconfigs(
         };
         match resolve(&doc.file, written) {
             Ok(path) => node.kubeconfig = Some(path),
-            Err(why) => {
-                let error = doc.error_at(&FieldPath::of("spec.node.kubeconfig"), why);
-                errors.push(error);
-            }
+            Err(why) => errors.push(doc.error_at(&FieldPath::of("spec.node.kubeconfig"), why)),
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(SpecErrors(errors)) }

@@ -86,14 +86,10 @@ fn cycle<'a>(depends: &HashMap<&'a str, &'a [String]>, from: &'a str, on: &'a st
         let last = *path.last().expect("never empty");
         for next in depends.get(last).copied().unwrap_or_default() {
             if next == from {
-                let mut found = path.clone();
-                found.push(from);
-                return Some(found);
+                return Some([path.as_slice(), &[from]].concat());
             }
             if seen.insert(next.as_str()) {
-                let mut longer = path.clone();
-                longer.push(next.as_str());
-                stack.push(longer);
+                stack.push([path.as_slice(), &[next.as_str()]].concat());
             }
         }
     }
@@ -103,106 +99,73 @@ fn cycle<'a>(depends: &HashMap<&'a str, &'a [String]>, from: &'a str, on: &'a st
 /// The rule violations of one pool, as (field path, message).
 fn check_pool(pool: &Pool) -> Vec<(FieldPath, String)> {
     let mut errors = Vec::new();
-    let mut fail = |path: FieldPath, message: String| errors.push((path, message));
-
     if let Some(problem) = name_problem(&pool.metadata.name) {
-        fail(FieldPath::of("metadata.name"), problem);
+        errors.push((FieldPath::of("metadata.name"), problem));
     }
 
     let spec = &pool.spec;
-    if spec.replicas < 0 {
-        fail(FieldPath::of("spec.replicas"), format!("must be 0 or more, got {}", spec.replicas));
-    } else if spec.replicas > MAX_REPLICAS {
-        fail(
-            FieldPath::of("spec.replicas"),
-            format!("must be at most {MAX_REPLICAS}, got {}", spec.replicas),
-        );
+    if let Some(problem) = int_or_percent_problem(IntOrPercent::Count(spec.replicas), false) {
+        errors.push((FieldPath::of("spec.replicas"), problem));
     }
-    for (path, message) in rollout_problems(spec) {
-        fail(path, message);
-    }
-    for (path, message) in health_problems(&spec.health) {
-        fail(path, message);
-    }
-    for (path, message) in drain_problems(&spec.drain, spec.node.is_some()) {
-        fail(path, message);
-    }
-    for (path, message) in disruption_problems(&spec.disruption) {
-        fail(path, message);
-    }
-
-    for (path, message) in bound_problems(spec) {
-        fail(path, message);
-    }
+    errors.extend(rollout_problems(spec));
+    errors.extend(health_problems(&spec.health));
+    errors.extend(drain_problems(&spec.drain, spec.node.is_some()));
+    errors.extend(disruption_problems(&spec.disruption));
+    errors.extend(bound_problems(spec));
 
     let template = FieldPath::of("spec.template");
     let t = &spec.template;
     if t.image.is_empty() {
         if t.copy_from.is_none() {
-            fail(
+            errors.push((
                 template.key("image"),
                 "must name an image (unless copyFrom names a container to copy)".to_owned(),
-            );
+            ));
         }
     } else if let Some(problem) = names::image_problem(&t.image) {
-        fail(template.key("image"), problem);
+        errors.push((template.key("image"), problem));
     }
     for (key, value) in &t.env {
         if key.is_empty() {
-            fail(template.key("env"), "an environment variable has an empty name".to_owned());
+            errors.push((template.key("env"), "an environment variable has an empty name".to_owned()));
         } else if key.contains('=') {
-            fail(template.key("env").key(key), "an environment variable name cannot contain '='".to_owned());
+            let problem = "an environment variable name cannot contain '='".to_owned();
+            errors.push((template.key("env").key(key), problem));
         }
         if let EnvValue::Secret(secret) = value {
             let at = template.key("env").key(key).key("valueFrom");
-            for (path, message) in value_from_problems(&secret.value_from, &at) {
-                fail(path, message);
-            }
+            errors.extend(value_from_problems(&secret.value_from, &at));
         }
     }
     for key in t.labels.keys() {
-        if key.starts_with(RESERVED_PREFIX) {
-            fail(
-                template.key("labels").key(key),
-                format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
-            );
-        } else if let Some(problem) = names::container_label_problem(key) {
-            fail(template.key("labels").key(key), problem);
+        if let Some(problem) = reserved_problem(key).or_else(|| names::container_label_problem(key)) {
+            errors.push((template.key("labels").key(key), problem));
         }
     }
-    for (path, message) in container_setting_problems(spec) {
-        fail(path, message);
-    }
-    for (path, message) in file_and_copy_problems(t) {
-        fail(path, message);
-    }
+    errors.extend(container_setting_problems(spec));
+    errors.extend(file_and_copy_problems(t));
 
     for (i, step) in spec.bootstrap.iter().enumerate() {
         let at = FieldPath::of("spec.bootstrap").index(i);
         match step.exec.first() {
-            None => fail(at.key("exec"), "must name a command to run".to_owned()),
+            None => errors.push((at.key("exec"), "must name a command to run".to_owned())),
             Some(program) if program.trim().is_empty() => {
-                fail(at.key("exec").index(0), "the command must not be empty".to_owned());
+                errors.push((at.key("exec").index(0), "the command must not be empty".to_owned()));
             }
             Some(_) => {}
         }
     }
 
-    for (path, message) in join_problems(spec) {
-        fail(path, message);
-    }
-
-    if let Some(node) = &spec.node {
-        for (path, message) in node_problems(node) {
-            fail(path, message);
-        }
-    }
-    if let Some(docker) = &spec.docker {
-        for (path, message) in docker_problems(docker) {
-            fail(path, message);
-        }
-    }
+    errors.extend(join_problems(spec));
+    errors.extend(spec.node.iter().flat_map(node_problems));
+    errors.extend(spec.docker.iter().flat_map(docker_problems));
     errors
+}
+
+/// Why a label key cannot be set, if its prefix is poolctl's own.
+fn reserved_problem(key: &str) -> Option<String> {
+    key.starts_with(RESERVED_PREFIX)
+        .then(|| format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"))
 }
 
 /// The rules of `maxSurge` and `maxUnavailable`: bounded counts, or percentages of replicas
@@ -299,8 +262,8 @@ fn canary_problems(rollout: &super::RolloutSpec) -> Vec<(FieldPath, String)> {
     let path = FieldPath::of("spec.rollout.autoPromote");
     if rollout.canary.is_none_or(IntOrPercent::is_zero) {
         errors.push((path, "promotes canaries, and spec.rollout.canary asks for none".to_owned()));
-    } else if wait.get() > MAX_WAIT {
-        errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
+    } else if let Some(problem) = too_long(wait) {
+        errors.push((path, problem));
     }
     errors
 }
@@ -308,6 +271,12 @@ fn canary_problems(rollout: &super::RolloutSpec) -> Vec<(FieldPath, String)> {
 /// The longest any wait of a rollout may be set to: a week. A longer one is a typo (`9000h`)
 /// that would leave a rollout hanging for a year.
 const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Why a wait is too long, if it is longer than [`MAX_WAIT`].
+fn too_long(wait: super::Duration) -> Option<String> {
+    (wait.get() > MAX_WAIT)
+        .then(|| format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT)))
+}
 
 /// Durations that cannot work: `0s` where a wait or a deadline is needed (nothing could ever
 /// finish in it), a wait beyond [`MAX_WAIT`], and a `progressDeadline` that a new instance
@@ -332,37 +301,27 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     for (path, wait) in waits {
         if wait.get().is_zero() {
             errors.push((path, "must be more than 0s: nothing can finish in no time".to_owned()));
-        } else if wait.get() > MAX_WAIT {
-            errors.push((path, format!("must be at most {}, got {wait}", super::Duration::from(MAX_WAIT))));
+        } else if let Some(problem) = too_long(wait) {
+            errors.push((path, problem));
         }
     }
     // 0s is allowed: `kubectl drain --grace-period 0` too asks for an immediate end.
-    if let Some(grace) = spec.drain.pod_grace_period.filter(|g| g.get() > MAX_WAIT) {
-        let most = super::Duration::from(MAX_WAIT);
+    if let Some(problem) = spec.drain.pod_grace_period.and_then(too_long) {
+        errors.push((FieldPath::of("spec.drain.podGracePeriod"), problem));
+    }
+    let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
+    if let Some(age) = rollout.max_age.filter(|age| age.get() <= stay_up) {
         errors.push((
-            FieldPath::of("spec.drain.podGracePeriod"),
-            format!("must be at most {most}, got {grace}"),
+            FieldPath::of("spec.rollout.maxAge"),
+            format!(
+                "{age} is no longer than a new instance must stay up before it counts ({} of \
+                 minReadySeconds and monitor): every instance would expire before it served",
+                super::Duration::from(stay_up)
+            ),
         ));
     }
-    if let Some(age) = rollout.max_age {
-        let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
-        if age.get() <= stay_up {
-            errors.push((
-                FieldPath::of("spec.rollout.maxAge"),
-                format!(
-                    "{age} is no longer than a new instance must stay up before it counts ({} of \
-                     minReadySeconds and monitor): every instance would expire before it served",
-                    super::Duration::from(stay_up)
-                ),
-            ));
-        }
-    }
-    if rollout.monitor.get() > MAX_WAIT {
-        let most = super::Duration::from(MAX_WAIT);
-        errors.push((
-            FieldPath::of("spec.rollout.monitor"),
-            format!("must be at most {most}, got {}", rollout.monitor),
-        ));
+    if let Some(problem) = too_long(rollout.monitor) {
+        errors.push((FieldPath::of("spec.rollout.monitor"), problem));
     }
     // The previous template is rebuilt from the instances' labels, which never keep a
     // `valueFrom` value: such a rollback could never happen.
@@ -375,7 +334,6 @@ fn duration_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
                 .to_owned(),
         ));
     }
-    let stay_up = rollout.min_ready_seconds.get() + rollout.monitor.get();
     let deadline = rollout.progress_deadline.get();
     if !deadline.is_zero() && deadline <= stay_up {
         errors.push((
@@ -471,11 +429,8 @@ fn node_problems(node: &super::NodeSpec) -> Vec<(FieldPath, String)> {
     errors.extend(kubeconfig_problem(node).map(|(key, problem)| (at.key(key), problem)));
     for (key, value) in &node.labels {
         let path = at.key("labels").key(key);
-        if key.starts_with(RESERVED_PREFIX) {
-            errors.push((
-                path,
-                format!("the label prefix {RESERVED_PREFIX} is reserved for poolctl's own labels"),
-            ));
+        if let Some(problem) = reserved_problem(key) {
+            errors.push((path, problem));
             continue;
         }
         let problems = [names::qualified_name_problem(key), names::label_value_problem(value)];
@@ -554,10 +509,9 @@ fn docker_problems(docker: &super::DockerSpec) -> Vec<(FieldPath, String)> {
             vec![(at.key("context"), "must not be empty".to_owned())]
         }
         (Some(_), None) => Vec::new(),
-        (None, Some(host)) => match super::docker_host_problem(host) {
-            Some(problem) => vec![(at.key("host"), problem)],
-            None => Vec::new(),
-        },
+        (None, Some(host)) => {
+            super::docker_host_problem(host).map(|p| (at.key("host"), p)).into_iter().collect()
+        }
     }
 }
 
@@ -646,19 +600,15 @@ fn join_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     let mut errors = Vec::new();
     let Some(join) = &spec.join else { return errors };
     let at = FieldPath::of("spec.join");
-    let container = |errors: &mut Vec<(FieldPath, String)>, path: FieldPath, name: &str| {
-        if let Some(problem) = container_name_problem(name) {
-            errors.push((path, problem));
-        }
-    };
     match (&join.kubeadm, &join.k3s) {
         (None, None) => errors.push((at.clone(), "needs `kubeadm` or `k3s`".to_owned())),
         (Some(_), Some(_)) => errors.push((at.clone(), "takes `kubeadm` or `k3s`, not both".to_owned())),
         (Some(kubeadm), None) => {
-            container(&mut errors, at.key("kubeadm").key("controlPlane"), &kubeadm.control_plane);
+            let problem = container_name_problem(&kubeadm.control_plane);
+            errors.extend(problem.map(|p| (at.key("kubeadm").key("controlPlane"), p)));
         }
         (None, Some(k3s)) => {
-            container(&mut errors, at.key("k3s").key("server"), &k3s.server);
+            errors.extend(container_name_problem(&k3s.server).map(|p| (at.key("k3s").key("server"), p)));
             if let Some(url) = &k3s.url
                 && !(url.starts_with("https://") && url.len() > "https://".len())
             {
@@ -751,9 +701,8 @@ fn extra_network_problem(t: &super::Template, i: usize, network: &str) -> Option
 
 /// Why Docker would refuse `name` as a container name, if it would.
 fn container_name_problem(name: &str) -> Option<String> {
-    let valid = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    (!valid).then(|| format!("{name:?} is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)"))
+    (!super::docker::is_object_name(name))
+        .then(|| format!("{name:?} is not a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)"))
 }
 
 /// Why `name` cannot be a pool name, if it cannot.
@@ -779,8 +728,6 @@ fn name_problem(name: &str) -> Option<String> {
     }
 }
 
-/// The problems of the template's Docker settings (volumes, tmpfs, ports, limits...), each
-/// read with the grammar `docker run` has for it, as (field path, message).
 /// What is wrong with the template's resource limits (`at` is the template's path).
 fn limit_problems(t: &super::Template, at: &FieldPath) -> Vec<(FieldPath, String)> {
     use super::docker;
@@ -809,6 +756,8 @@ fn limit_problems(t: &super::Template, at: &FieldPath) -> Vec<(FieldPath, String
     errors
 }
 
+/// The problems of the template's Docker settings (volumes, tmpfs, ports, limits...), each
+/// read with the grammar `docker run` has for it, as (field path, message).
 fn container_setting_problems(spec: &super::PoolSpec) -> Vec<(FieldPath, String)> {
     use super::docker;
 

@@ -30,12 +30,6 @@ pub struct DisruptionSpec {
     pub windows: Vec<DisruptionWindow>,
 }
 
-impl DisruptionSpec {
-    pub fn is_empty(&self) -> bool {
-        self.windows.is_empty()
-    }
-}
-
 /// One disruption window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
