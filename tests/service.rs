@@ -684,4 +684,22 @@ async fn apply_signs_its_notifications_and_delivers_them_before_it_exits() {
     assert!(seen.iter().all(|(valid, d)| *valid && d["pool"] == s.pool_name()), "{seen:#?}");
     assert!(seen[1].1["stepsDone"].as_u64() > Some(0), "the steps it carried out: {seen:#?}");
     assert!(!(run.stdout + &run.stderr).contains("k3y-s3cret"));
+
+    // `watch` names the same revision of the same files as apply did (its source info).
+    let mut watch = s.spawn("watch", &["--listen", "127.0.0.1:0"]);
+    let line = watch.wait_for(Stream::Stderr, "serving /metrics, /healthz and /readyz on http://");
+    let addr = line.rsplit("http://").next().expect("an address").trim().to_owned();
+    let named = async {
+        loop {
+            let (_, text) = get(&addr, "/metrics").await;
+            let info = scrape(&text).into_keys().find(|(name, _)| name == "poolctl_source_info");
+            if let Some((_, labels)) = info {
+                return labels["revision"].clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let named = tokio::time::timeout(LIMIT, named).await.expect("watch names the source's revision");
+    assert!(seen.iter().all(|(_, d)| d["revision"] == named.as_str()), "watch: {named}; apply: {seen:#?}");
+    assert!(watch.signal("TERM").success());
 }

@@ -45,6 +45,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
     }
     let source = config.source.as_ref().expect("clap requires --source without a plan file");
     let desired = load_source(source)?;
+    let revision = crate::plan::scope::revision_label(&desired);
     check_pools(&desired, &config.options.pools)?;
     check_named(&desired, &config.options.rollback, "--rollback")?;
     let planned = compute(&Connections::once(), desired, config.options.clone()).await?;
@@ -96,7 +97,7 @@ pub(super) async fn apply_command(config: &ApplyConfig, ui: Ui) -> Result<Exit> 
         )?;
     }
 
-    let session = Session::start(config, progress_ui)?;
+    let session = Session::start(config, progress_ui, revision)?;
     // The plan made under the locks is carried out; it was not the one confirmed if the world
     // changed meanwhile: shown, and carried out only with --yes.
     let check = |current: &Plan, _: &_| {
@@ -149,6 +150,7 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
         None => Source::of_origin(&saved.origin)?,
     };
     let desired = load_source(&source)?;
+    let label = crate::plan::scope::revision_label(&desired);
     let connections = Connections::once();
     // Before the revision: the settings a pool copies are part of its template.
     let (desired, docker) = connections.connect_docker(desired).await?;
@@ -188,7 +190,7 @@ async fn apply_saved(file: &Path, config: &ApplyConfig, progress_ui: ProgressUi)
             crate::style::count(steps.len(), "step")
         )),
     )?;
-    let session = Session::start(config, progress_ui)?;
+    let session = Session::start(config, progress_ui, label)?;
     // Checked against the plan made under the locks: nobody else can change the pools from then on.
     let check = |current: &Plan, world: &_| {
         if saved::skeleton(current) == steps {
@@ -247,17 +249,20 @@ struct Session {
     ui: ProgressUi,
     /// `--notify`: where each pool's rollout is told.
     notifier: Option<Notifier>,
+    /// The source's revision, as notifications name it (as `watch` does: from the pool files,
+    /// before any `copyFrom` is resolved).
+    revision: String,
 }
 
 impl Session {
-    fn start(config: &ApplyConfig, ui: ProgressUi) -> Result<Self> {
+    fn start(config: &ApplyConfig, ui: ProgressUi, revision: String) -> Result<Self> {
         let settings = LockSettings::new("apply", config.lock_timeout)?;
         let interrupt = Arc::new(Interrupt::default());
         spawn_interrupt_handler(Arc::clone(&interrupt));
         let progress = Progress::new(Box::new(io::stdout()), ui);
         let notifier = notifier(config.notify.as_ref())?;
         let skip_preflight = config.skip_preflight.clone();
-        Ok(Self { settings, skip_preflight, interrupt, progress, ui, notifier })
+        Ok(Self { settings, skip_preflight, interrupt, progress, ui, notifier, revision })
     }
 
     /// Roll `planned` out, `check` deciding whether the plan made under the locks may be
@@ -272,7 +277,8 @@ impl Session {
         let sink = (&self.progress, &events);
         let rollout = Rollout::new(desired, &**docker, preview, &self.settings, &self.interrupt, &sink)
             .skipping_preflight(&self.skip_preflight);
-        let tell = Tell::of(desired, self.notifier.as_ref());
+        let (notifier, revision) = (self.notifier.as_ref(), self.revision.clone());
+        let tell = Tell { notifier, revision, commit: desired.origin.commit() };
         // Each pool the plan made under the locks changes is told when it starts and ends.
         let mut started = BTreeSet::new();
         let announce = |current: &Plan, world: &crate::model::World| {
@@ -328,18 +334,7 @@ struct Tell<'n> {
     commit: Option<&'n str>,
 }
 
-impl<'n> Tell<'n> {
-    fn of(desired: &'n crate::model::Desired, notifier: Option<&'n Notifier>) -> Self {
-        // As watch names a revision: 12 digits of the commit, or of the pools' digest.
-        let revision = crate::plan::scope::revision(desired);
-        let revision = match revision.split_once(':') {
-            Some(("commit", id)) => id.chars().take(12).collect(),
-            Some((_, digest)) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
-            None => revision,
-        };
-        Self { notifier, revision, commit: desired.origin.commit() }
-    }
-
+impl Tell<'_> {
     fn send(&self, notice: Notice) {
         if let Some(notifier) = self.notifier {
             notifier.send(notice.on_commit(self.commit));

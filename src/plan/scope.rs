@@ -23,6 +23,18 @@ pub fn revision(desired: &Desired) -> String {
     }
 }
 
+/// The [`revision`] of a desired state as notifications and metrics name it: a commit's first 12
+/// hex digits, or `sha256:` and the first 12 of the pools' digest. `apply` and `watch` name the
+/// same revision alike, and a file reformatted names none anew.
+pub fn revision_label(desired: &Desired) -> String {
+    let revision = revision(desired);
+    match revision.split_once(':') {
+        Some(("commit", id)) => id.chars().take(12).collect(),
+        Some((_, digest)) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
+        None => revision,
+    }
+}
+
 /// The pools a plan of `desired` covers: the declared ones, and those this source created and
 /// no longer declares (the planner's own rule, without planning).
 pub fn planned_pools<'a>(desired: &'a Desired, world: &'a World) -> BTreeSet<&'a str> {

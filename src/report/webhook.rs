@@ -33,7 +33,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 #[serde(rename_all = "camelCase")]
 pub struct Notice {
     pub pool: String,
-    /// The source's revision: the commit id, or the digest of a directory's files.
+    /// The source's revision: the commit id, or a digest of a directory's pools.
     pub revision: String,
     /// The full id of the commit the rollout came from; none for a directory source.
     #[serde(skip_serializing_if = "Option::is_none")]

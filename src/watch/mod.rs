@@ -64,15 +64,6 @@ pub async fn run(
 /// How many lines of a broken source's errors `/readyz` answers with.
 const PROBE_LINES: usize = 6;
 
-/// A revision as metrics and notifications name it: a commit's first 12 hex digits, or
-/// `sha256:` and the first 12 of a directory's digest.
-fn revision_label(revision: &Revision) -> String {
-    match revision {
-        Revision::Commit(id) => id.chars().take(12).collect(),
-        Revision::Content(digest) => format!("sha256:{}", digest.chars().take(12).collect::<String>()),
-    }
-}
-
 /// The loop's I/O state; every decision and timer is the [`Machine`]'s.
 struct Loop {
     spec: SourceSpec,
@@ -376,7 +367,7 @@ impl Loop {
         Some(match checked {
             Checked::Unchanged => SourceNews::Unchanged,
             Checked::Loaded(revision, desired) => {
-                self.shared.revision = revision_label(&revision);
+                self.shared.revision = crate::plan::scope::revision_label(&desired);
                 crate::metrics::record(|m| m.source(&self.shared.revision));
                 if self.good.is_none() {
                     self.probes.not_ready("the source was read; the first reconcile has not ended");
