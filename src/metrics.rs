@@ -103,6 +103,7 @@ pub struct Metrics {
     lock_held: Family<PoolLabels, Gauge>,
     degraded: Family<PoolLabels, Gauge>,
     remediation_held: Family<PoolLabels, Gauge>,
+    canary_waiting: Family<PoolLabels, Gauge>,
     waiting: Family<WaitLabels, Gauge>,
     in_sync: Family<PoolLabels, Gauge>,
     evictions: Family<ResultLabels, Counter>,
@@ -189,6 +190,12 @@ impl Metrics {
             "1 while more of the pool's instances are unhealthy than maxUnhealthy allows, so that none is \
              replaced (the cluster, not the instances, looks at fault), 0 otherwise",
         );
+        let canary_waiting = registered(
+            &mut registry,
+            "pool_canary_waiting",
+            "1 while the pool's canaries serve and the rest of its rollout waits for their promotion \
+             (poolctl promote, or autoPromote), 0 otherwise",
+        );
         let waiting = registered(
             &mut registry,
             "retirements_waiting",
@@ -223,6 +230,7 @@ impl Metrics {
             lock_held,
             degraded,
             remediation_held,
+            canary_waiting,
             waiting,
             in_sync,
             evictions,
@@ -294,6 +302,11 @@ impl Metrics {
         self.remediation_held.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(held));
     }
 
+    /// Whether the pool's canaries serve and wait for their promotion.
+    pub fn canary_waiting(&self, pool: &str, waiting: bool) {
+        self.canary_waiting.get_or_create(&PoolLabels { pool: pool.to_owned() }).set(i64::from(waiting));
+    }
+
     /// A retirement of `pool` began (`waiting`) or ended waiting for `reason` (`hooks`,
     /// `volumes`).
     pub fn retirement_waits(&self, pool: &str, reason: &str, waiting: bool) {
@@ -350,6 +363,7 @@ mod tests {
         metrics.lock_held("w", true);
         metrics.degraded("w", true);
         metrics.remediation_held("w", true);
+        metrics.canary_waiting("w", true);
         metrics.evictions("refused", 1);
         metrics.reconciled("x", "drift", "failed");
         metrics.reconciled("y", "resync", "in_sync");
@@ -366,6 +380,7 @@ mod tests {
             r#"poolctl_lock_held{pool="w"} 1"#,
             r#"poolctl_pool_degraded{pool="w"} 1"#,
             r#"poolctl_pool_remediation_held{pool="w"} 1"#,
+            r#"poolctl_pool_canary_waiting{pool="w"} 1"#,
             r#"poolctl_evictions_total{result="refused"} 1"#,
             r#"poolctl_pool_in_sync{pool="w"} 1"#,
             r#"poolctl_pool_in_sync{pool="x"} 0"#,

@@ -7,6 +7,7 @@
 use poolctl::model::Container;
 
 use crate::support::cli::Stream;
+use crate::support::rig::LIMIT;
 use crate::support::scenario::{PoolYaml, Scenario};
 
 /// This scenario's pool of three with one canary, saying `v`.
@@ -32,7 +33,8 @@ fn of(containers: &[Container], hash: &str) -> Vec<Container> {
     of
 }
 
-#[tokio::test]
+// Multi-threaded: the receiver answers while the test blocks on the watch's lines.
+#[tokio::test(flavor = "multi_thread")]
 async fn a_canary_holds_the_rollout_under_watch_until_poolctl_promote() {
     let Some(s) = Scenario::with_docker().await else { return };
     s.write_pool(&spec(&s, "1"));
@@ -53,11 +55,23 @@ async fn a_canary_holds_the_rollout_under_watch_until_poolctl_promote() {
     assert_eq!(pool["canary"]["promoted"], false, "{pool:#}");
     let new = pool["template_hash"].as_str().expect("a template hash").to_owned();
 
-    let mut watch = s.spawn("watch", &["--resync", "1s"]);
+    let (url, docs) = crate::service::receiver().await;
+    let mut watch = s.spawn("watch", &["--resync", "1s", "--notify", &url]);
     watch.applied();
     for _ in 0..3 {
         watch.wait_for(Stream::Stderr, "plan (Resync)");
     }
+    // The hold is told once it begins (the receiver refuses its first request: retried).
+    let waiting = || {
+        let docs = docs.lock().unwrap();
+        docs.iter().filter(|d| d["result"] == "canary_waiting").cloned().collect::<Vec<_>>()
+    };
+    let told = async {
+        while waiting().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(LIMIT, told).await.expect("a canary_waiting notification");
     let held = s.containers().await;
     assert_eq!(held.len(), 4, "one canary beside three old: {held:#?}");
     assert_eq!(of(&held, &old).len(), 3, "nothing old retired: {held:#?}");
@@ -88,6 +102,10 @@ async fn a_canary_holds_the_rollout_under_watch_until_poolctl_promote() {
     }
     watch.assert_alive();
     watch.signal("TERM");
+    let waited = waiting();
+    assert_eq!(waited.len(), 1, "once, not at every resync: {waited:#?}");
+    let why = waited[0]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("canary 1 of 3: waiting for promotion"), "{waited:#?}");
     // Nothing is left to promote: the promotion was for the rollout that completed.
     let again = s.run("promote", &[&pool_name]).expect_code(1);
     assert!(again.stderr.contains("no canaries to promote"), "{}", again.stderr);

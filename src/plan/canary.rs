@@ -40,6 +40,11 @@ impl CanaryState {
     pub fn holds(&self) -> bool {
         !self.promoted
     }
+
+    /// Whether every canary serves and the rollout waits for their promotion alone.
+    pub fn waits_for_promotion(&self) -> bool {
+        self.holds() && self.up >= self.count
+    }
 }
 
 /// The number of canaries that lead `dp`'s rollout, if canaries lead it: the spec asks for

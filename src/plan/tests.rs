@@ -2822,6 +2822,35 @@ fn a_canary_of_one_is_made_beside_the_old_instances_and_the_pool_then_waits_for_
     assert_eq!(json["canary"]["promoted"], false, "{json}");
 }
 
+/// Canaries that serve and wait for their promotion are a condition the cluster's users hear of
+/// (a Normal `CanaryWaiting` Event on the pool's Lease, a notification), not while they are
+/// still being made.
+#[test]
+fn canaries_waiting_for_promotion_are_told_as_a_normal_event_once_they_serve() {
+    struct Heard(std::sync::Mutex<Vec<(&'static str, bool, String)>>);
+    impl crate::rollout::event::Sink for Heard {
+        fn event(&self, event: &crate::rollout::event::Event<'_>) {
+            if let crate::rollout::event::Event::Kube { reason, note, warning, .. } = *event {
+                self.0.lock().unwrap().push((reason, warning, note.to_owned()));
+            }
+        }
+    }
+    let (dp, world) = canaried(crate::spec::IntOrPercent::Count(1));
+    let desired = desired(vec![dp.clone()]);
+    let making = plan_of(&desired, &world);
+    assert!(crate::rollout::conditions(&making).is_empty(), "the canary is still to be made");
+
+    let waiting = plan_of(&desired, &with_canary(&dp, &world, 30));
+    let heard = Heard(std::sync::Mutex::default());
+    crate::rollout::tell_conditions(&waiting, |_| true, &heard);
+    let heard = heard.0.into_inner().unwrap();
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    let (reason, warning, note) = &heard[0];
+    assert_eq!((*reason, *warning), ("CanaryWaiting", false), "a Normal Event");
+    assert!(note.contains("canary 1 of 3: waiting for promotion"), "{note}");
+    assert_eq!(crate::report::Notice::result_of(reason), "canary_waiting");
+}
+
 /// A percentage is of `replicas`, rounded up, and the canaries are made together, beside the
 /// old instances, whatever `maxSurge` says.
 #[test]

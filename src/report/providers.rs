@@ -203,7 +203,7 @@ fn secret_header(scheme: &[u8], token: Option<&Secret>) -> Result<HeaderValue, R
 /// rollout (remediation held back concerns the instances' health).
 fn github_state(result: &str) -> Option<&'static str> {
     match result {
-        "started" => Some("pending"),
+        "started" | "canary_waiting" => Some("pending"),
         "succeeded" => Some("success"),
         "failed" | "degraded" | "rolling_back" => Some("failure"),
         _ => None,
@@ -244,6 +244,7 @@ fn slack_text(notice: &Notice) -> String {
         "degraded" => "is Degraded".to_owned(),
         "rolling_back" => "is rolling back".to_owned(),
         "remediation_held" => "holds back remediation".to_owned(),
+        "canary_waiting" => "waits for its canaries' promotion".to_owned(),
         other => other.to_owned(),
     };
     let why = notice.error.as_deref().map_or_else(String::new, |e| format!(": {e}"));
@@ -315,6 +316,11 @@ mod tests {
         assert!(target.request(&notice("started", None), Some(&token)).unwrap().is_none(), "no commit");
         let held = notice("remediation_held", Some(sha));
         assert!(target.request(&held, Some(&token)).unwrap().is_none(), "not the commit's outcome");
+        let mut canary = notice("canary_waiting", Some(sha));
+        canary.error = Some("canary 1 of 3: waiting for promotion (`poolctl promote workers`)".into());
+        let doc = body(target.request(&canary, Some(&token)).unwrap().unwrap()).await;
+        assert_eq!(doc["state"], "pending", "the rollout is under way, held at its canaries");
+        assert_eq!(doc["description"], "canary 1 of 3: waiting for promotion (`poolctl promote workers`)");
 
         let gitlab = Target::parse("gitlab://group/project").unwrap();
         let request = gitlab.request(&failed, Some(&token)).unwrap().unwrap();

@@ -39,8 +39,9 @@ pub struct Notice {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     /// `started`, `succeeded` or `failed`; or, when a plan holds a pool back, `degraded` (its
-    /// rollout stalled), `rolling_back` or `remediation_held` (above `maxUnhealthy`), with
-    /// why in `error`; or `waiting` when a retirement begins to wait for its Node's deletion
+    /// rollout stalled), `rolling_back`, `remediation_held` (above `maxUnhealthy`) or
+    /// `canary_waiting` (its canaries up, the rest waiting for `poolctl promote`), with why in
+    /// `error`; or `waiting` when a retirement begins to wait for its Node's deletion
     /// hooks or its volumes, with the instance and what holds it in `error`.
     pub result: &'static str,
     /// Steps carried out so far.
@@ -59,6 +60,7 @@ impl Notice {
         match reason {
             "RollingBack" => "rolling_back",
             "RemediationHeld" => "remediation_held",
+            "CanaryWaiting" => "canary_waiting",
             _ => "degraded",
         }
     }

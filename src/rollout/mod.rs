@@ -98,7 +98,8 @@ pub async fn preview<C: Containers + Locks, N: Connect>(
 /// What `plan` holds back that the cluster's users must hear of, by pool: its rollout stalled
 /// past its `progressDeadline` (`RolloutDegraded`), and going back to its previous template
 /// (`RollingBack`), or replacing none of its unhealthy instances because more are than
-/// `maxUnhealthy` allows (`RemediationHeld`). Each with the plan's words.
+/// `maxUnhealthy` allows (`RemediationHeld`), or its canaries up and waiting for promotion
+/// (`CanaryWaiting`, the one that is no warning). Each with the plan's words.
 pub fn conditions(plan: &Plan) -> Vec<(&str, &'static str, &str)> {
     let mut said = Vec::new();
     for pool in &plan.pools {
@@ -110,16 +111,21 @@ pub fn conditions(plan: &Plan) -> Vec<(&str, &'static str, &str)> {
         if let Some(why) = &pool.unhealthy_held {
             said.push((pool.name.as_str(), "RemediationHeld", why.as_str()));
         }
+        if let Some(canary) = pool.canary.as_ref().filter(|c| c.waits_for_promotion()) {
+            said.push((pool.name.as_str(), "CanaryWaiting", canary.message.as_str()));
+        }
     }
     said
 }
 
 /// Tell the cluster's users what [`conditions`] finds in `plan` of the pools `told` picks,
-/// each as a Warning Event on the pool's Lease: `kubectl get events` shows it, and a repeat
-/// only counts up the Event's series. What `apply` and `watch` do; `plan` tells nothing.
+/// each as an Event on the pool's Lease (a Warning but for canaries waiting): `kubectl get
+/// events` shows it, and a repeat only counts up the Event's series. What `apply` and `watch`
+/// do; `plan` tells nothing.
 pub fn tell_conditions(plan: &Plan, told: impl Fn(&str) -> bool, sink: &dyn Sink) {
-    for (pool, reason, why) in conditions(plan).into_iter().filter(|(pool, ..)| told(pool)) {
-        sink.event(&event::Event::Kube { about: event::About::Pool(pool), reason, note: why, warning: true });
+    for (pool, reason, note) in conditions(plan).into_iter().filter(|(pool, ..)| told(pool)) {
+        let warning = reason != "CanaryWaiting";
+        sink.event(&event::Event::Kube { about: event::About::Pool(pool), reason, note, warning });
     }
 }
 

@@ -617,6 +617,7 @@ fn record_instances(plan: &Plan) {
             m.instances(&pool.name, instance_counts(pool));
             m.degraded(&pool.name, pool.degraded.is_some());
             m.remediation_held(&pool.name, pool.unhealthy_held.is_some());
+            m.canary_waiting(&pool.name, pool.canary.as_ref().is_some_and(CanaryState::waits_for_promotion));
         }
     });
 }
