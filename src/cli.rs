@@ -114,7 +114,7 @@ pub enum Command {
     /// run, so that every watch replica lets the rollout go on (at once: a reconcile is
     /// requested too); a later template needs a promotion of its own.
     #[command(after_help = EXIT_STATUS)]
-    Promote(PoolArgs),
+    Promote(PromoteArgs),
     /// Ask watch to reconcile a pool now, without waiting for its next fetch or resync.
     ///
     /// The request is recorded in the world; the watch replica that acts on the pool takes it
@@ -340,6 +340,22 @@ pub struct ReconcileArgs {
     pub pool: Option<String>,
 
     /// Every pool the source declares.
+    #[arg(long)]
+    pub all: bool,
+
+    /// The source that declares the pool (it says on which Docker endpoint the pool lives).
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The pool whose canaries to promote.
+    #[arg(value_name = "POOL", required_unless_present = "all", conflicts_with = "all")]
+    pub pool: Option<String>,
+
+    /// Every pool of the source whose canaries wait for promotion; the others are left as they
+    /// are.
     #[arg(long)]
     pub all: bool,
 

@@ -334,7 +334,11 @@ impl Config {
                 mark_one(args.pool, &args.source, Mark::Suspend { reason })?
             }
             Command::Resume(args) => mark_one(args.pool, &args.source, Mark::Resume)?,
-            Command::Promote(args) => mark_one(args.pool, &args.source, Mark::Promote)?,
+            Command::Promote(args) => Task::Mark(MarkConfig {
+                source: Source::from_args(&args.source)?,
+                pools: args.pool.into_iter().collect(),
+                mark: Mark::Promote,
+            }),
             Command::Reconcile(args) => Task::Mark(MarkConfig {
                 source: Source::from_args(&args.source)?,
                 pools: args.pool.into_iter().collect(),

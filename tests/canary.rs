@@ -111,6 +111,39 @@ async fn a_canary_holds_the_rollout_under_watch_until_poolctl_promote() {
     assert!(again.stderr.contains("no canaries to promote"), "{}", again.stderr);
 }
 
+/// `promote --all` promotes every pool whose canaries wait and leaves the others alone; with
+/// none waiting it is an error, as a promotion is never recorded ahead of its canaries.
+#[tokio::test]
+async fn promote_all_promotes_every_pool_whose_canaries_wait_and_only_those() {
+    let Some(s) = Scenario::with_docker().await else { return };
+    let plain = format!("{}-plain", s.pool_name());
+    let plain_v = |v: &str| s.pool().named(&plain).replicas(1).env("V", v);
+    s.write_pool(&spec(&s, "1"));
+    s.write("plain.yaml", &plain_v("1").to_string());
+    s.run("apply", &["--yes"]).expect_code(0);
+    s.write_pool(&spec(&s, "2"));
+    s.write("plain.yaml", &plain_v("2").to_string());
+    s.run("apply", &["--yes"]).expect_code(0);
+    let held = s.containers().await;
+    assert_eq!(held.len(), 4, "one canary beside three old: {held:#?}");
+    let newest = held.iter().max_by_key(|c| (c.created, c.created_precise)).expect("the canary");
+    let new = newest.template_hash.clone();
+
+    let promoted = s.run("promote", &["--all"]).expect_code(0);
+    let name = s.pool_name();
+    assert!(promoted.stdout.contains(&format!("Pool {name}: canaries of template")), "{}", promoted.stdout);
+    assert!(
+        !promoted.stdout.contains(&plain),
+        "the pool without canaries is left alone: {}",
+        promoted.stdout
+    );
+    s.run("apply", &["--yes"]).expect_code(0);
+    let after = s.containers().await;
+    assert_eq!(hashes(&after), [new.as_str(); 3], "the rest rolled to the canary's template: {after:#?}");
+    let again = s.run("promote", &["--all"]).expect_code(1);
+    assert!(again.stderr.contains("has canaries to promote"), "{}", again.stderr);
+}
+
 #[tokio::test]
 async fn auto_promote_rolls_the_rest_by_itself_once_the_canary_has_served_that_long() {
     let Some(s) = Scenario::with_docker().await else { return };

@@ -115,15 +115,21 @@ impl<C: Containers, K: Cluster> Records<'_, C, K> {
     }
 }
 
-/// Promote the canaries of each of `pools`: what the plan shows of them decides, so that the
-/// template promoted is the one the plan rolls out (its `copyFrom` and image digest resolved)
-/// and a pool with no canaries waiting is said, not marked. The promotion is recorded for that
-/// template, and a reconcile requested, so that `watch` goes on at once.
+/// Promote the canaries of each of `pools` (`--all`: of every pool whose canaries wait, when
+/// none is named): what the plan shows of them decides, so that the template promoted is the
+/// one the plan rolls out (its `copyFrom` and image digest resolved) and a pool named with no
+/// canaries waiting is said, not marked. The promotion is recorded for that template, and a
+/// reconcile requested, so that `watch` goes on at once.
 async fn promote(desired: crate::model::Desired, named: BTreeSet<String>) -> Result<Exit> {
+    let all = named.is_empty();
+    let origin = desired.origin.to_string();
     let options = PlanOptions { pools: named, ..PlanOptions::default() };
     let planned = compute(&Connections::once(), desired, options).await?;
     let docker = &*planned.docker;
-    for pool in &planned.preview.plan.pools {
+    let with_canaries = planned.preview.plan.pools.iter().filter(|p| !all || p.canary.is_some());
+    let mut told = 0;
+    for pool in with_canaries {
+        told += 1;
         let (name, hash) = (&pool.name, pool.template_hash.as_deref().unwrap_or_default());
         let Some(canary) = &pool.canary else {
             bail!(
@@ -147,6 +153,11 @@ async fn promote(desired: crate::model::Desired, named: BTreeSet<String>) -> Res
                 promotion.by, canary.of
             )
         })?;
+    }
+    if told == 0 {
+        bail!(
+            "no pool of {origin} has canaries to promote: no rollout is led by canaries (spec.rollout.canary) now"
+        );
     }
     Ok(Exit::Success)
 }
