@@ -331,19 +331,11 @@ impl Config {
             }),
             Command::Suspend(args) => {
                 let reason = args.reason.filter(|r| !r.trim().is_empty());
-                mark_one(args.pool, &args.source, Mark::Suspend { reason })?
+                mark(Some(args.pool), &args.source, Mark::Suspend { reason })?
             }
-            Command::Resume(args) => mark_one(args.pool, &args.source, Mark::Resume)?,
-            Command::Promote(args) => Task::Mark(MarkConfig {
-                source: Source::from_args(&args.source)?,
-                pools: args.pool.into_iter().collect(),
-                mark: Mark::Promote,
-            }),
-            Command::Reconcile(args) => Task::Mark(MarkConfig {
-                source: Source::from_args(&args.source)?,
-                pools: args.pool.into_iter().collect(),
-                mark: Mark::Reconcile,
-            }),
+            Command::Resume(args) => mark(Some(args.pool), &args.source, Mark::Resume)?,
+            Command::Promote(args) => mark(args.pool, &args.source, Mark::Promote)?,
+            Command::Reconcile(args) => mark(args.pool, &args.source, Mark::Reconcile)?,
             Command::Schema => Task::Schema,
             Command::Completions { shell } => Task::Completions(shell),
             Command::Version { output } => Task::Version(format(output)),
@@ -352,9 +344,11 @@ impl Config {
     }
 }
 
-/// `poolctl suspend`, `resume` or `promote` of one pool.
-fn mark_one(pool: String, source: &SourceArgs, mark: Mark) -> Result<Task, SourceError> {
-    Ok(Task::Mark(MarkConfig { source: Source::from_args(source)?, pools: vec![pool], mark }))
+/// `poolctl suspend`, `resume`, `promote` or `reconcile` of one pool, or of all (`--all`: none
+/// named).
+fn mark(pool: Option<String>, source: &SourceArgs, mark: Mark) -> Result<Task, SourceError> {
+    let pools = pool.into_iter().collect();
+    Ok(Task::Mark(MarkConfig { source: Source::from_args(source)?, pools, mark }))
 }
 
 fn options(args: &PlanningArgs) -> PlanOptions {
