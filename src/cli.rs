@@ -113,14 +113,20 @@ pub enum Command {
     /// rollout holds there. The promotion is recorded in the world for the template the canaries
     /// run, so that every watch replica lets the rollout go on (at once: a reconcile is
     /// requested too); a later template needs a promotion of its own.
-    #[command(after_help = EXIT_STATUS)]
-    Promote(PromoteArgs),
+    #[command(
+        after_help = EXIT_STATUS,
+        mut_arg("pool", |a| a.help("The pool whose canaries to promote")),
+        mut_arg("all", |a| a.help(
+            "Every pool of the source whose canaries wait for promotion; the others are left as they are"
+        )),
+    )]
+    Promote(PoolOrAllArgs),
     /// Ask watch to reconcile a pool now, without waiting for its next fetch or resync.
     ///
     /// The request is recorded in the world; the watch replica that acts on the pool takes it
     /// at once (within a couple of seconds, whatever its --resync) and removes it.
     #[command(after_help = EXIT_STATUS)]
-    Reconcile(ReconcileArgs),
+    Reconcile(PoolOrAllArgs),
     /// Print the JSON Schema of the pool file.
     #[command(after_help = EXIT_STATUS)]
     Schema,
@@ -333,29 +339,15 @@ pub struct PoolArgs {
     pub source: SourceArgs,
 }
 
+/// One pool, or `--all`: what `reconcile` and `promote` act on. The words of each command's
+/// `--help` are its own (`mut_arg` on the command).
 #[derive(Debug, Args)]
-pub struct ReconcileArgs {
+pub struct PoolOrAllArgs {
     /// The pool to reconcile now.
     #[arg(value_name = "POOL", required_unless_present = "all", conflicts_with = "all")]
     pub pool: Option<String>,
 
     /// Every pool the source declares.
-    #[arg(long)]
-    pub all: bool,
-
-    /// The source that declares the pool (it says on which Docker endpoint the pool lives).
-    #[command(flatten)]
-    pub source: SourceArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct PromoteArgs {
-    /// The pool whose canaries to promote.
-    #[arg(value_name = "POOL", required_unless_present = "all", conflicts_with = "all")]
-    pub pool: Option<String>,
-
-    /// Every pool of the source whose canaries wait for promotion; the others are left as they
-    /// are.
     #[arg(long)]
     pub all: bool,
 
@@ -482,4 +474,14 @@ pub enum OutputFormat {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the whole command line: every `mut_arg` names an argument the
+    /// command has, no two arguments clash.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
 }
