@@ -122,14 +122,17 @@ impl<C: Containers, K: Cluster> Records<'_, C, K> {
 /// reconcile requested, so that `watch` goes on at once.
 async fn promote(desired: crate::model::Desired, named: BTreeSet<String>) -> Result<Exit> {
     let all = named.is_empty();
-    let origin = desired.origin.to_string();
     let options = PlanOptions { pools: named, ..PlanOptions::default() };
     let planned = compute(&Connections::once(), desired, options).await?;
     let docker = &*planned.docker;
-    let with_canaries = planned.preview.plan.pools.iter().filter(|p| !all || p.canary.is_some());
-    let mut told = 0;
-    for pool in with_canaries {
-        told += 1;
+    let pools: Vec<_> = planned.preview.plan.pools.iter().filter(|p| !all || p.canary.is_some()).collect();
+    if pools.is_empty() {
+        bail!(
+            "no pool of {} has canaries to promote: no rollout is led by canaries (spec.rollout.canary) now",
+            planned.desired.origin
+        );
+    }
+    for pool in pools {
         let (name, hash) = (&pool.name, pool.template_hash.as_deref().unwrap_or_default());
         let Some(canary) = &pool.canary else {
             bail!(
@@ -153,11 +156,6 @@ async fn promote(desired: crate::model::Desired, named: BTreeSet<String>) -> Res
                 promotion.by, canary.of
             )
         })?;
-    }
-    if told == 0 {
-        bail!(
-            "no pool of {origin} has canaries to promote: no rollout is led by canaries (spec.rollout.canary) now"
-        );
     }
     Ok(Exit::Success)
 }
